@@ -1,0 +1,1 @@
+"""Versioned env specs as data: one JSON file per env id."""

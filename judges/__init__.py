@@ -1,0 +1,41 @@
+"""Judges: score a finished rollout (state oracle, robot log, VLM, quorum, veto).
+
+Imported as ``kosmos_env.judges``. Heavy judges (VLM) import transformers only when built.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Mapping
+
+from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout, judge_many
+
+# judge "type" -> "module:Class"; the class is built with the remaining spec fields as kwargs
+JUDGES = {
+    "state": "kosmos_env.judges.state:StateJudge",
+    "vlm": "kosmos_env.judges.vlm:VLMJudge",
+    "robot_log": "kosmos_env.judges.robot_log:RobotLogJudge",
+    "veto": "kosmos_env.judges.combine:VetoJudge",
+    "fusion": "kosmos_env.judges.combine:FusionJudge",
+    "optimistic": "kosmos_env.judges.combine:OptimisticJudge",
+}
+
+
+def make_judge(spec: "str | Mapping[str, Any] | Judge", **overrides: Any) -> Judge:
+    """Build a judge from a name (``"state"``), a spec mapping (``{"type": "vlm", ...}``) or pass one through."""
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    elif not isinstance(spec, Mapping):
+        if isinstance(spec, Judge):
+            return spec
+        raise TypeError(f"a judge must be a name, a mapping with 'type', or a Judge; got {type(spec).__name__}")
+    params = dict(spec)
+    params.update(overrides)
+    kind = params.pop("type", None)
+    if kind not in JUDGES:
+        raise ValueError(f"unknown judge type {kind!r}; known: {sorted(JUDGES)}")
+    module_name, attr = JUDGES[kind].split(":")
+    cls = getattr(importlib.import_module(module_name), attr)
+    return cls(**params)
+
+
+__all__ = ["Judge", "Judgment", "Rollout", "PENDING", "JUDGES", "make_judge", "judge_many"]

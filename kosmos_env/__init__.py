@@ -1,0 +1,20 @@
+"""Kosmos-Env: rank robot manipulation policies inside world models, and measure the evaluator.
+
+Importing this package registers every env id with Gymnasium (string entry points: nothing
+heavy is imported until an env is made).
+"""
+from __future__ import annotations
+
+import os
+
+from gymnasium.envs.registration import register
+
+# Headless rendering for the embedded MuJoCo world: MuJoCo reads MUJOCO_GL when it is first
+# imported, so the default has to be in place before any world module imports it. A value the
+# user set is kept.
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+__version__ = "0.1.0"
+
+register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"})
+register(id="Kosmos-Bridge-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Bridge-v1"})

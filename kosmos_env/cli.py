@@ -1,0 +1,46 @@
+"""The ``kosmos-env`` command. Each subcommand lives in ``kosmos_env/commands/<name>.py`` with
+``add_parser(subparsers)`` (which sets ``func``) so this file stays a thin dispatcher."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# subcommand modules under kosmos_env.commands, in the order `--help` lists them
+COMMANDS = [
+    "rollout",
+    "compare",
+    "serve_policy",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from kosmos_env import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="kosmos-env",
+        description="Rank robot manipulation policies inside world models, and measure the evaluator itself.",
+    )
+    parser.add_argument("--version", action="version", version=f"kosmos-env {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMANDS:
+        importlib.import_module(f"kosmos_env.commands.{name}").add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except (ValueError, FileNotFoundError, RuntimeError) as exc:
+        # user-facing errors: one clear line, no traceback
+        print(f"kosmos-env {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

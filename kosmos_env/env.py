@@ -1,0 +1,304 @@
+"""KosmosEnv: one Gymnasium env class over any :class:`~kosmos_env.worlds.base.WorldModel`."""
+from __future__ import annotations
+
+import string
+import time
+from typing import Any, Mapping
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+
+from kosmos_env.actions import validate_action
+from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout
+from kosmos_env.spec import EnvSpec, load_spec
+from kosmos_env.tasks import TaskSpec, load_suite
+
+INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:'!?-_()/&"
+INSTRUCTION_MAX_LENGTH = 512
+
+
+class KosmosEnv(gymnasium.Env):
+    """
+    ## Description
+
+    A robot manipulation episode inside a *world*: the embedded MuJoCo tabletop
+    (``Kosmos-Tabletop-v1``, the ground truth), or an action-conditioned video world model
+    (``Kosmos-Bridge-v1``: NVIDIA Cosmos 3). A policy sends end-effector actions; the world
+    returns frames; an action-consistency gate can reject generations whose motion does not
+    match the command; a judge scores the finished rollout. Every setting that can change a
+    result lives in a versioned spec (``envs_registry/<id>.json``) whose content hash is
+    ``env.unwrapped.spec_hash``.
+
+    ## Action Space
+
+    ``Box(low, high, (7,), float32)`` (``(k, 7)`` when the spec's ``action.chunk`` is ``k > 1``):
+    ``[dx, dy, dz, droll, dpitch, dyaw, gripper]``. Translation in metres and roll/pitch/yaw
+    differences in radians in the robot base frame (Bridge convention); gripper in [0, 1],
+    1 = open, 0 = closed. Bounds come from the spec (tabletop: ±0.05 m, ±0.25 rad).
+    A wrong shape or dtype, a NaN or an out-of-bounds value raises ``ValueError`` naming the
+    field; nothing is clipped unless the spec sets ``action.clip``.
+
+    ## Observation Space
+
+    ``Dict`` with
+    - ``image``: ``Box(0, 255, (H, W, 3), uint8)``, the latest frame at the spec's ``image_size``;
+    - ``instruction``: ``Text``, the task's instruction;
+    - world extras. Tabletop: ``ee_pos`` (3,) end-effector position in metres (base frame),
+      ``ee_euler`` (3,) its roll/pitch/yaw, ``gripper`` (1,) the *measured* opening in [0, 1]
+      (fingers stop short of the command when something is held). Bridge (Cosmos 3): none.
+
+    Every frame generated during a step is in ``info["frames"]`` (n, H, W, 3).
+
+    ## Rewards
+
+    0 on every step but the last. On the last step, the judge's score in [0, 1], with the
+    full verdict in ``info["judgment"]`` (success True/False/None = abstained, score,
+    rationale, votes). Tabletop judges with the simulator state by default; Bridge with the
+    VLM judge. With ``defer_judging=True`` the last reward is 0.0 and ``info["judgment"]`` is
+    marked pending: a campaign judges rollouts in its own stage.
+
+    ## Starting State
+
+    ``reset(seed=s)`` lays out the task's scene (tabletop: object and target positions and yaw
+    drawn from ``np_random``; gripper open at a fixed home pose) or loads the task's
+    hash-checked initial frame (Bridge). Same seed, same start, same frames.
+
+    ## Episode End
+
+    - Truncation: after ``horizon`` steps (the env owns the horizon because it must judge the
+      last step).
+    - Termination: the consistency gate rejected a generation; ``info["gate"]`` says why and
+      ``info["outcome"] == "discarded"``. A discarded episode is never a policy failure.
+
+    ## Arguments
+
+    ``gymnasium.make(id, task=None, render_mode=None, judge=None, defer_judging=False,
+    world=None, world_kwargs=None, **spec_overrides)``
+    - ``task``: a task of the suite (``env.unwrapped.task_names``); switch with
+      ``reset(options={"task": name})``.
+    - ``render_mode``: ``"rgb_array"`` or None.
+    - ``judge``: a judge name (``"state"``, ...), a spec mapping, or a Judge instance.
+    - ``world``: a ready WorldModel (tests, warm workers); ``world_kwargs``: backend options
+      that do not change results (e.g. a local weights path).
+    - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
+      ``gate={"enabled": False}``); the overridden spec has its own hash.
+
+    ## Version History
+
+    - v1: initial release (Kosmos-Tabletop-v1, Kosmos-Bridge-v1).
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
+
+    def __init__(
+        self,
+        spec_id: str | None = None,
+        *,
+        env_spec: EnvSpec | None = None,
+        task: str | None = None,
+        render_mode: str | None = None,
+        judge: "str | Mapping[str, Any] | Judge | None" = None,
+        defer_judging: bool = False,
+        world: Any = None,
+        world_kwargs: Mapping[str, Any] | None = None,
+        **spec_overrides: Any,
+    ):
+        if env_spec is None:
+            if spec_id is None:
+                raise ValueError("KosmosEnv needs spec_id (a registered env id) or env_spec")
+            env_spec = load_spec(spec_id)
+        if env_spec.deprecated:
+            raise gymnasium.error.DeprecatedEnv(f"{env_spec.id} is deprecated: {env_spec.deprecated}")
+        self.kosmos_spec = env_spec.with_overrides(**spec_overrides)
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.render_mode = render_mode
+        self.metadata = dict(self.metadata, render_fps=self.kosmos_spec.render_fps)
+
+        self._suite = load_suite(self.kosmos_spec.tasks["suite"])
+        self._task = self._resolve_task(task or self.kosmos_spec.tasks.get("default") or self._suite.names[0])
+
+        if world is None:
+            from kosmos_env.worlds import make_world
+
+            world = make_world(self.kosmos_spec, **dict(world_kwargs or {}))
+        self.world = world
+        self._judge = self._build_judge(judge)
+        self.defer_judging = bool(defer_judging)
+        self._gate = self._build_gate()
+
+        spec = self.kosmos_spec
+        h, w = spec.image_size
+        shape = (7,) if spec.action_chunk == 1 else (spec.action_chunk, 7)
+        low, high = spec.action_low_array, spec.action_high_array
+        self.action_space = spaces.Box(np.broadcast_to(low, shape).copy(), np.broadcast_to(high, shape).copy(), dtype=np.float32)
+        obs_spaces: dict[str, spaces.Space] = {
+            "image": spaces.Box(0, 255, (h, w, 3), dtype=np.uint8),
+            "instruction": spaces.Text(max_length=INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
+        }
+        obs_spaces.update(self.world.state_space())
+        self.observation_space = spaces.Dict(obs_spaces)
+
+        self._episode_over = True
+        self._frames: list[np.ndarray] = []
+        self._actions: list[np.ndarray] = []
+        self._log: dict[str, list[np.ndarray]] = {}
+        self._last_frame: np.ndarray | None = None
+        self._t = 0
+        self._ground_truth: Mapping[str, Any] | None = None
+        self._judgment: Judgment | None = None
+        self._outcome: str | None = None
+
+    # -- public properties ----------------------------------------------------------------
+    @property
+    def spec_hash(self) -> str:
+        """sha256 of this env's frozen spec (overrides included)."""
+        return self.kosmos_spec.hash
+
+    @property
+    def task_names(self) -> list[str]:
+        return self._suite.names
+
+    @property
+    def task(self) -> TaskSpec:
+        return self._task
+
+    @property
+    def judge(self) -> Judge | None:
+        return self._judge
+
+    # -- gymnasium API --------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        options = dict(options or {})
+        if "task" in options:
+            self._task = self._resolve_task(options.pop("task"))
+        if options:
+            raise ValueError(f"unknown reset option(s) {sorted(options)}; supported: 'task'")
+        start = self.world.reset(self._task, self.np_random)
+        frame = self._check_frame(start.frame)
+        self._frames = [frame]
+        self._actions, self._log = [], {}
+        self._last_frame = frame
+        self._t = 0
+        self._episode_over = False
+        self._ground_truth, self._judgment, self._outcome = None, None, None
+        if self._gate is not None:
+            self._gate.reset()
+        obs = self._observation(frame, start.state)
+        info = {"task": self._task.name, "spec_hash": self.spec_hash, "frames": frame[None]}
+        return obs, info
+
+    def step(self, action):
+        if self._episode_over:
+            raise RuntimeError("the episode is over (or reset() was never called): call reset() first")
+        spec = self.kosmos_spec
+        rows = validate_action(action, spec.action_low_array, spec.action_high_array, spec.action_chunk, spec.clip_actions)
+        timings: dict[str, float] = {}
+
+        t0 = time.perf_counter()
+        result = self.world.step(rows)
+        timings["world"] = time.perf_counter() - t0
+        frames = np.stack([self._check_frame(f) for f in result.frames])
+
+        info: dict[str, Any] = {"task": self._task.name, "frames": frames}
+        terminated = False
+        if self._gate is not None:
+            t0 = time.perf_counter()
+            verdict = self._gate.check(self._last_frame, frames, rows, self.world.calibration, result.log)
+            timings["gate"] = time.perf_counter() - t0
+            info["gate"] = verdict.to_dict()
+            if not verdict.passed:
+                terminated = True
+
+        self._frames.extend(frames)
+        self._actions.extend(rows)
+        for key, value in result.log.items():
+            self._log.setdefault(key, []).extend(np.asarray(value))
+        self._last_frame = frames[-1]
+        self._t += 1
+        truncated = not terminated and self._t >= spec.horizon
+
+        reward = 0.0
+        if terminated or truncated:
+            self._episode_over = True
+            self._ground_truth = self.world.evaluate()
+            if self._ground_truth is not None:
+                info["ground_truth"] = dict(self._ground_truth)
+            if terminated:
+                self._outcome = "discarded"
+                info["judgment"] = None
+            elif self.defer_judging or self._judge is None:
+                self._outcome = "pending"
+                info["judgment"] = dict(PENDING)
+            else:
+                t0 = time.perf_counter()
+                self._judgment = self._judge.judge(self.rollout())
+                timings["judge"] = time.perf_counter() - t0
+                reward = float(self._judgment.score)
+                self._outcome = self._judgment.outcome
+                info["judgment"] = self._judgment.to_dict()
+            info["outcome"] = self._outcome
+        info["timings"] = timings
+        obs = self._observation(frames[-1], result.state)
+        return obs, reward, terminated, truncated, info
+
+    def render(self):
+        if self.render_mode == "rgb_array":
+            return None if self._last_frame is None else self._last_frame.copy()
+        return None
+
+    def close(self):
+        self.world.close()
+
+    # -- episode record -------------------------------------------------------------------
+    def rollout(self) -> Rollout:
+        """The current (or last) episode as a :class:`Rollout` for judges and logging."""
+        frames = np.stack(self._frames) if self._frames else np.zeros((0, *self.kosmos_spec.image_size, 3), np.uint8)
+        actions = np.stack(self._actions).astype(np.float32) if self._actions else np.zeros((0, 7), np.float32)
+        return Rollout(
+            frames=frames,
+            instruction=self._task.instruction,
+            actions=actions,
+            fps=self.kosmos_spec.render_fps * self.world.frames_per_action,
+            task=self._task.name,
+            log={k: np.stack(v) for k, v in self._log.items()},
+            ground_truth=self._ground_truth,
+            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome},
+        )
+
+    @property
+    def outcome(self) -> str | None:
+        """success / failure / abstained / discarded / pending, once the episode is over."""
+        return self._outcome
+
+    # -- helpers --------------------------------------------------------------------------
+    def _resolve_task(self, name: str) -> TaskSpec:
+        try:
+            return self._suite.tasks[name]
+        except KeyError:
+            raise ValueError(f"unknown task {name!r} for {self.kosmos_spec.id}; tasks: {self._suite.names}") from None
+
+    def _build_judge(self, judge):
+        from kosmos_env.judges import make_judge
+
+        return make_judge(judge if judge is not None else self.kosmos_spec.judge)
+
+    def _build_gate(self):
+        if not self.kosmos_spec.gate.get("enabled", False):
+            return None
+        from kosmos_env.gate import ConsistencyGate
+
+        return ConsistencyGate.from_spec(self.kosmos_spec.gate)
+
+    def _observation(self, frame: np.ndarray, state: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        obs: dict[str, Any] = {"image": frame, "instruction": self._task.instruction}
+        obs.update(state)
+        return obs
+
+    def _check_frame(self, frame: np.ndarray) -> np.ndarray:
+        h, w = self.kosmos_spec.image_size
+        if frame.shape != (h, w, 3) or frame.dtype != np.uint8:
+            raise RuntimeError(f"world returned a frame of shape {frame.shape} {frame.dtype}; expected ({h}, {w}, 3) uint8")
+        return frame

@@ -1,0 +1,244 @@
+"""Versioned env specs: a frozen config per env id, and its content hash.
+
+An env id (``Kosmos-Tabletop-v1``) names a JSON file in ``envs_registry/``. The spec holds
+everything that can change a result: the world and its settings, resolution, action bounds
+and chunk, horizon, gate thresholds, judge, and the task suite (by content hash). Its
+``spec_hash`` is the sha256 of a canonical JSON form; it is stamped on every episode and every
+published result, and results with different hashes are never ranked together.
+
+Spec files are data and are validated: unknown keys, wrong types and bad bounds are refused
+with a message naming the field. Nothing in them is executed.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, Mapping
+
+import numpy as np
+
+from kosmos_env.actions import ACTION_DIM
+
+SPEC_SCHEMA_VERSION = 1
+
+_TOP_LEVEL = {
+    "schema_version": int,
+    "id": str,
+    "description": str,
+    "world": dict,
+    "image_size": list,
+    "action": dict,
+    "horizon": int,
+    "render_fps": (int, float),
+    "tasks": dict,
+    "judge": dict,
+    "gate": dict,
+    "deprecated": str,
+}
+_REQUIRED = ("schema_version", "id", "world", "image_size", "action", "horizon", "render_fps", "tasks", "judge", "gate")
+# fields that describe, not configure: they never enter the hash
+_NOT_HASHED = ("description", "deprecated")
+
+
+class SpecError(ValueError):
+    """An env spec file or override is invalid (the message names the field)."""
+
+
+def canonical_json(data: Any) -> str:
+    """Canonical JSON: sorted keys, no whitespace, floats as Python repr. Same data, same text."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def sha256_hex(data: bytes | str) -> str:
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """A validated, frozen env spec. Build with :func:`load_spec` or :meth:`from_dict`."""
+
+    id: str
+    world: Mapping[str, Any]
+    image_size: tuple[int, int]
+    action_chunk: int
+    action_low: tuple[float, ...]
+    action_high: tuple[float, ...]
+    clip_actions: bool
+    horizon: int
+    render_fps: float
+    tasks: Mapping[str, Any]
+    judge: Mapping[str, Any]
+    gate: Mapping[str, Any]
+    description: str = ""
+    deprecated: str = ""
+    task_suite_sha256: str = ""
+    _raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # -- construction -------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "EnvSpec":
+        data = copy.deepcopy(dict(raw))
+        for key in data:
+            if key not in _TOP_LEVEL:
+                raise SpecError(f"unknown spec field {key!r}; known fields: {sorted(_TOP_LEVEL)}")
+        for key in _REQUIRED:
+            if key not in data:
+                raise SpecError(f"spec is missing required field {key!r}")
+        for key, typ in _TOP_LEVEL.items():
+            value = data.get(key)
+            if key in data and (not isinstance(value, typ) or isinstance(value, bool)):
+                raise SpecError(f"spec field {key!r} must be {_type_name(typ)}, got {type(data[key]).__name__}")
+        if data["schema_version"] != SPEC_SCHEMA_VERSION:
+            raise SpecError(f"spec schema_version {data['schema_version']} is not supported (expected {SPEC_SCHEMA_VERSION})")
+        size = data["image_size"]
+        if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 4096 for v in size):
+            raise SpecError(f"spec field 'image_size' must be [height, width] integers in [8, 4096], got {size}")
+        if data["horizon"] < 1:
+            raise SpecError(f"spec field 'horizon' must be >= 1, got {data['horizon']}")
+        if not data["render_fps"] > 0:
+            raise SpecError(f"spec field 'render_fps' must be > 0, got {data['render_fps']}")
+        if "type" not in data["world"] or not isinstance(data["world"]["type"], str):
+            raise SpecError("spec field 'world' must name its backend in world.type")
+        if "type" not in data["judge"] or not isinstance(data["judge"]["type"], str):
+            raise SpecError("spec field 'judge' must name its judge in judge.type")
+        if "suite" not in data["tasks"] or not isinstance(data["tasks"]["suite"], str):
+            raise SpecError("spec field 'tasks' must name a task suite in tasks.suite")
+        action = data["action"]
+        unknown = set(action) - {"chunk", "low", "high", "clip"}
+        if unknown:
+            raise SpecError(f"unknown action field(s) {sorted(unknown)}; known: chunk, low, high, clip")
+        chunk = action.get("chunk", 1)
+        if not isinstance(chunk, int) or isinstance(chunk, bool) or chunk < 1:
+            raise SpecError(f"spec field 'action.chunk' must be an integer >= 1, got {chunk!r}")
+        low, high = action.get("low"), action.get("high")
+        for name, bound in (("low", low), ("high", high)):
+            if not isinstance(bound, list) or len(bound) != ACTION_DIM or not all(_is_number(v) for v in bound):
+                raise SpecError(f"spec field 'action.{name}' must be a list of {ACTION_DIM} numbers, got {bound!r}")
+        if any(lo >= hi for lo, hi in zip(low, high)):
+            raise SpecError(f"spec field 'action.low' must be below 'action.high' in every dimension: {low} vs {high}")
+        if not isinstance(action.get("clip", False), bool):
+            raise SpecError("spec field 'action.clip' must be true or false")
+
+        from kosmos_env.tasks import load_suite  # local: tasks imports nothing heavy either
+
+        suite = load_suite(data["tasks"]["suite"])
+        default = data["tasks"].get("default")
+        if default is not None and default not in suite.tasks:
+            raise SpecError(f"spec field 'tasks.default' = {default!r} is not in suite {suite.name!r}: {suite.names}")
+        return cls(
+            id=data["id"],
+            world=data["world"],
+            image_size=(size[0], size[1]),
+            action_chunk=chunk,
+            action_low=tuple(float(v) for v in low),
+            action_high=tuple(float(v) for v in high),
+            clip_actions=bool(action.get("clip", False)),
+            horizon=data["horizon"],
+            render_fps=float(data["render_fps"]),
+            tasks=data["tasks"],
+            judge=data["judge"],
+            gate=data["gate"],
+            description=data.get("description", ""),
+            deprecated=data.get("deprecated", ""),
+            task_suite_sha256=suite.sha256,
+            _raw=data,
+        )
+
+    # -- views --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as data (a deep copy of what was loaded, overrides applied)."""
+        return copy.deepcopy(dict(self._raw))
+
+    def canonical(self) -> str:
+        """Canonical JSON of every field that can change a result, task suite content included."""
+        data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
+        data["tasks"] = dict(data["tasks"], suite_sha256=self.task_suite_sha256)
+        return canonical_json(data)
+
+    @property
+    def hash(self) -> str:
+        """sha256 of :meth:`canonical`."""
+        return sha256_hex(self.canonical())
+
+    @property
+    def short_hash(self) -> str:
+        return self.hash[:12]
+
+    @property
+    def action_low_array(self) -> np.ndarray:
+        return np.asarray(self.action_low, dtype=np.float32)
+
+    @property
+    def action_high_array(self) -> np.ndarray:
+        return np.asarray(self.action_high, dtype=np.float32)
+
+    def with_overrides(self, **overrides: Any) -> "EnvSpec":
+        """A new spec with top-level fields replaced; dict fields are merged one level deep.
+
+        ``image_size=(64, 64)``, ``horizon=30``, ``world={"physics_dt": 0.002}``,
+        ``gate={"enabled": False}``. The result is validated and has its own hash.
+        """
+        if not overrides:
+            return self
+        data = self.to_dict()
+        for key, value in overrides.items():
+            if key not in _TOP_LEVEL or key in ("schema_version", "id"):
+                raise SpecError(f"cannot override spec field {key!r}; overridable: "
+                                f"{sorted(set(_TOP_LEVEL) - {'schema_version', 'id'})}")
+            if isinstance(value, tuple):
+                value = list(value)
+            if isinstance(data.get(key), dict) and isinstance(value, Mapping):
+                merged = dict(data[key])
+                merged.update(copy.deepcopy(dict(value)))
+                value = merged
+            data[key] = value
+        return EnvSpec.from_dict(data)
+
+
+def registered_spec_ids() -> list[str]:
+    """Every env id with a spec file in ``envs_registry/``."""
+    root = resources.files("kosmos_env.envs_registry")
+    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+
+
+def load_spec(env_id: str) -> EnvSpec:
+    """Load the frozen spec of a registered env id."""
+    root = resources.files("kosmos_env.envs_registry")
+    path = root / f"{env_id}.json"
+    if not path.is_file():
+        raise SpecError(f"no env spec for {env_id!r}; registered: {registered_spec_ids()}")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"env spec {env_id!r} is not valid JSON: {exc}") from None
+    spec = EnvSpec.from_dict(raw)
+    if spec.id != env_id:
+        raise SpecError(f"env spec file {env_id}.json declares id {spec.id!r}")
+    return spec
+
+
+def load_spec_file(path: str) -> EnvSpec:
+    """Load and validate a spec from a user's JSON file (untrusted: parsed as data only)."""
+    with open(path, encoding="utf-8") as fh:
+        try:
+            raw = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"{path} is not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SpecError(f"{path} must hold a JSON object")
+    return EnvSpec.from_dict(raw)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+
+
+def _type_name(typ: Any) -> str:
+    if isinstance(typ, tuple):
+        return " or ".join(t.__name__ for t in typ)
+    return typ.__name__

@@ -1,0 +1,286 @@
+"""TabletopWorld: the MuJoCo tabletop behind ``Kosmos-Tabletop-v1``.
+
+Each env step moves the gripper's tool centre point (TCP) by the commanded base-frame delta,
+interpolated over ``control_dt`` so contacts stay smooth, drives both fingers toward the
+commanded opening, and renders one frame from the Bridge-like camera. Rendering is headless
+(``MUJOCO_GL=egl`` unless the user chose another backend) with shadows off.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+import numpy as np
+from gymnasium import spaces
+
+os.environ.setdefault("MUJOCO_GL", "egl")  # must precede the first `import mujoco`
+
+import mujoco  # noqa: E402
+
+from kosmos_env.tasks import TaskSpec  # noqa: E402
+from kosmos_env.worlds.base import WorldReset, WorldStep  # noqa: E402
+from kosmos_env.worlds.tabletop.geometry import tabletop_calibration  # noqa: E402
+from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
+    FINGER_TRAVEL,
+    TCP_OFFSET,
+    build_mjcf,
+    object_half_height,
+    target_top,
+)
+
+# a held object is "released" once no finger touches it; "settled" below this speed (m/s)
+_SETTLED_SPEED = 0.05
+
+
+def euler_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
+    """Extrinsic x-y-z (roll about base x, then pitch about y, then yaw about z): Rz·Ry·Rx."""
+    cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
+    rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
+    ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
+    rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
+    return rz @ ry @ rx
+
+
+def matrix_to_euler(r: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`euler_to_matrix` (pitch in [-pi/2, pi/2])."""
+    pitch = np.arcsin(np.clip(-r[2, 0], -1.0, 1.0))
+    roll = np.arctan2(r[2, 1], r[2, 2])
+    yaw = np.arctan2(r[1, 0], r[0, 0])
+    return np.array([roll, pitch, yaw])
+
+
+class TabletopWorld:
+    """MuJoCo tabletop implementing :class:`~kosmos_env.worlds.base.WorldModel`."""
+
+    frames_per_action = 1
+
+    def __init__(self, spec: Any):
+        self.spec = spec
+        self.params: Mapping[str, Any] = spec.world
+        self.image_size: tuple[int, int] = tuple(spec.image_size)
+        self.calibration = tabletop_calibration(self.params["camera"], self.image_size)
+        self._substeps = max(1, int(round(self.params["control_dt"] / self.params["physics_dt"])))
+        self._workspace = np.asarray(self.params["workspace"], dtype=np.float64)
+        self._max_tilt = float(self.params["max_tilt"])
+        # one compiled model per task, built lazily and kept (switching tasks must stay cheap)
+        self._scenes: dict[str, tuple[mujoco.MjModel, mujoco.MjData, mujoco.Renderer]] = {}
+        self._task: TaskSpec | None = None
+
+    # -- WorldModel protocol --------------------------------------------------------------
+    def state_space(self) -> Mapping[str, spaces.Space]:
+        return {
+            "ee_pos": spaces.Box(-2.0, 2.0, (3,), dtype=np.float32),
+            "ee_euler": spaces.Box(-np.pi, np.pi, (3,), dtype=np.float32),
+            "gripper": spaces.Box(0.0, 1.0, (1,), dtype=np.float32),
+        }
+
+    def load(self) -> None:
+        """Nothing to load: scenes are compiled per task on first use."""
+
+    def reset(self, task: TaskSpec, rng: np.random.Generator) -> WorldReset:
+        self._task = task
+        self.model, self.data, self.renderer = self._scene(task)
+        m, d = self.model, self.data
+        mujoco.mj_resetData(m, d)
+        params = task.params
+        obj_xy, target_xy, yaw = self._sample_layout(params["layout"], rng)
+        self._set_free_pose("object_free", [*obj_xy, object_half_height(params["object"])], yaw)
+        if params["target"].get("fixed", True):
+            m.body_pos[self._target_body] = [*target_xy, m.body_pos[self._target_body][2]]
+        else:
+            self._set_free_pose("target_free", [*target_xy, object_half_height(params["target"])], 0.0)
+        self._rot = np.eye(3)
+        self._tcp = np.asarray(self.params["home_tcp"], dtype=np.float64)
+        self._gripper_cmd = 1.0
+        self._apply_mocap(self._tcp, self._rot)
+        d.qpos[self._hand_qpos: self._hand_qpos + 3] = d.mocap_pos[self._hand_mocap]
+        d.qpos[self._hand_qpos + 3: self._hand_qpos + 7] = d.mocap_quat[self._hand_mocap]
+        d.qpos[self._finger_qpos] = FINGER_TRAVEL
+        d.ctrl[:] = FINGER_TRAVEL
+        mujoco.mj_forward(m, d)
+        # let objects settle onto the table before the first frame
+        mujoco.mj_step(m, d, nstep=25)
+        return WorldReset(frame=self._render(), state=self._state())
+
+    def step(self, actions: np.ndarray) -> WorldStep:
+        frames, ee, cmd, measured, truth = [], [], [], [], []
+        for action in np.asarray(actions, dtype=np.float64).reshape(-1, 7):
+            self._control(action)
+            frames.append(self._render())
+            ee.append(self.tcp_position())
+            cmd.append(self._gripper_cmd)
+            measured.append(self.measured_gripper())
+            truth.append(self.evaluate()["success"])
+        log = {
+            "ee_pos": np.asarray(ee, dtype=np.float32),
+            "gripper_cmd": np.asarray(cmd, dtype=np.float32),
+            "gripper_measured": np.asarray(measured, dtype=np.float32),
+            # simulator ground truth after each step (for horizon studies); judges of the
+            # robot log must not read it
+            "gt_success": np.asarray(truth, dtype=bool),
+        }
+        return WorldStep(frames=np.stack(frames), state=self._state(), log=log)
+
+    def evaluate(self) -> dict[str, Any]:
+        """Ground truth: is the object resting on/in the target, released and settled?"""
+        params = self._task.params
+        obj, target = params["object"], params["target"]
+        obj_pos = self.data.xpos[self._object_body].copy()
+        target_pos = self.data.xpos[self._target_body].copy()
+        target_rot = self.data.xmat[self._target_body].reshape(3, 3)
+        local = target_rot.T @ (obj_pos - target_pos)
+        if target["shape"] == "cylinder":
+            inside = float(np.hypot(local[0], local[1])) <= target["size"][0]
+        else:
+            margin = 0.006 if target["shape"] == "basket" else 0.0
+            inside = abs(local[0]) <= target["size"][0] - margin and abs(local[1]) <= target["size"][1] - margin
+        # the target's surface height in the world (a stacked-on block may have moved)
+        surface = (target_pos[2] + target_top(target)) if target["shape"] == "basket" else (
+            target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
+        rest_height = obj_pos[2] - surface
+        half = object_half_height(obj)
+        if params["relation"] == "in":
+            at_height = -0.01 <= rest_height <= half + 0.02
+        else:
+            at_height = half - 0.01 <= rest_height <= half + 0.02
+        touching = self._finger_contact_with_object()
+        speed = float(np.linalg.norm(self.data.cvel[self._object_body][3:]))
+        settled = speed < _SETTLED_SPEED
+        success = bool(inside and at_height and not touching and settled)
+        if success:
+            reason = f"{obj['name']} rests {params['relation']} the {target['name']} and is released"
+        elif not inside:
+            reason = f"{obj['name']} is not over the {target['name']}"
+        elif not at_height:
+            reason = f"{obj['name']} is over the {target['name']} but not resting on it (height {rest_height:.3f} m)"
+        elif touching:
+            reason = f"{obj['name']} is over the {target['name']} but still held"
+        else:
+            reason = f"{obj['name']} is still moving ({speed:.2f} m/s)"
+        return {
+            "success": success,
+            "inside": bool(inside),
+            "at_height": bool(at_height),
+            "released": not touching,
+            "settled": settled,
+            "object_pos": obj_pos.round(4).tolist(),
+            "target_pos": target_pos.round(4).tolist(),
+            "reason": reason,
+        }
+
+    def close(self) -> None:
+        for _, _, renderer in self._scenes.values():
+            renderer.close()
+        self._scenes.clear()
+
+    # -- robot state --------------------------------------------------------------------
+    def tcp_position(self) -> np.ndarray:
+        return self.data.site_xpos[self._tcp_site].astype(np.float32).copy()
+
+    def measured_gripper(self) -> float:
+        """Measured opening in [0, 1] (mean finger travel / full travel)."""
+        q = self.data.qpos[self._finger_qpos]
+        return float(np.clip(q.mean() / FINGER_TRAVEL, 0.0, 1.0))
+
+    # -- internals ----------------------------------------------------------------------
+    def _scene(self, task: TaskSpec):
+        if task.name not in self._scenes:
+            model = mujoco.MjModel.from_xml_string(build_mjcf(task.params, self.params, self.image_size))
+            data = mujoco.MjData(model)
+            height, width = self.image_size
+            try:
+                renderer = mujoco.Renderer(model, height=height, width=width)
+            except Exception as exc:  # most often: mujoco was imported before MUJOCO_GL was set
+                raise RuntimeError(
+                    f"MuJoCo could not create an offscreen renderer ({exc}). Headless rendering needs "
+                    f"MUJOCO_GL=egl (or osmesa) set before mujoco is first imported; MUJOCO_GL is "
+                    f"{os.environ.get('MUJOCO_GL')!r}. Set it in the shell, or import kosmos_env before mujoco."
+                ) from exc
+            self._scenes[task.name] = (model, data, renderer)
+        model, data, renderer = self._scenes[task.name]
+        self._object_body = model.body("object").id
+        self._target_body = model.body("target").id
+        self._hand_mocap = model.body("hand_target").mocapid[0]
+        self._hand_qpos = model.joint("hand_free").qposadr[0]
+        self._tcp_site = model.site("tcp").id
+        self._finger_qpos = np.array([model.joint("finger_left").qposadr[0], model.joint("finger_right").qposadr[0]])
+        self._finger_geoms = {model.body("finger_left").id, model.body("finger_right").id}
+        return model, data, renderer
+
+    def _sample_layout(self, layout: Mapping[str, Any], rng: np.random.Generator):
+        obj_region = np.asarray(layout["object_region"], dtype=np.float64)
+        target_region = np.asarray(layout["target_region"], dtype=np.float64)
+        for _ in range(100):
+            obj_xy = rng.uniform(obj_region[:, 0], obj_region[:, 1])
+            target_xy = rng.uniform(target_region[:, 0], target_region[:, 1])
+            if np.linalg.norm(obj_xy - target_xy) >= layout["min_separation"]:
+                break
+        else:  # regions too tight for the separation: a spec error, not bad luck
+            raise ValueError(f"task layout cannot separate object and target by {layout['min_separation']} m")
+        yaw = rng.uniform(-layout["object_yaw"], layout["object_yaw"])
+        return obj_xy, target_xy, float(yaw)
+
+    def _set_free_pose(self, joint: str, pos, yaw: float) -> None:
+        adr = self.model.joint(joint).qposadr[0]
+        self.data.qpos[adr: adr + 3] = pos
+        self.data.qpos[adr + 3: adr + 7] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+
+    def _apply_mocap(self, tcp: np.ndarray, rot: np.ndarray) -> None:
+        self.data.mocap_pos[self._hand_mocap] = tcp + rot @ np.array([0.0, 0.0, TCP_OFFSET])
+        quat = np.empty(4)
+        mujoco.mju_mat2Quat(quat, rot.reshape(-1))
+        self.data.mocap_quat[self._hand_mocap] = quat
+
+    def _control(self, action: np.ndarray) -> None:
+        lo, hi = self._workspace[:, 0], self._workspace[:, 1]
+        target_tcp = np.clip(self._tcp + action[:3], lo, hi)
+        target_rot = euler_to_matrix(*action[3:6]) @ self._rot
+        # joint limits of the wrist: tilt away from pointing down is bounded
+        euler = matrix_to_euler(target_rot)
+        euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
+        target_rot = euler_to_matrix(*euler)
+        self._gripper_cmd = float(action[6])
+        self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        start_tcp, start_rot = self._tcp, self._rot
+        n = self._substeps
+        for i in range(1, n + 1):
+            # move during the first 70% of the control period, then hold so contacts settle
+            frac = min(1.0, i / (0.7 * n))
+            self._apply_mocap(start_tcp + frac * (target_tcp - start_tcp), _slerp(start_rot, target_rot, frac))
+            mujoco.mj_step(self.model, self.data)
+        self._tcp, self._rot = target_tcp, target_rot
+
+    def _finger_contact_with_object(self) -> bool:
+        d, m = self.data, self.model
+        for i in range(d.ncon):
+            c = d.contact[i]
+            b1, b2 = m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]
+            if (b1 == self._object_body and b2 in self._finger_geoms) or (b2 == self._object_body and b1 in self._finger_geoms):
+                return True
+        return False
+
+    def _state(self) -> dict[str, np.ndarray]:
+        return {
+            "ee_pos": self.tcp_position(),
+            "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+            "gripper": np.array([self.measured_gripper()], dtype=np.float32),
+        }
+
+    def _render(self) -> np.ndarray:
+        self.renderer.update_scene(self.data, camera="main")
+        return self.renderer.render().copy()
+
+
+def _slerp(r0: np.ndarray, r1: np.ndarray, t: float) -> np.ndarray:
+    """Rotation a fraction ``t`` of the way from r0 to r1 (axis-angle of the relative rotation)."""
+    if t >= 1.0:
+        return r1
+    rel = r1 @ r0.T
+    angle = np.arccos(np.clip((np.trace(rel) - 1) / 2, -1.0, 1.0))
+    if angle < 1e-9:
+        return r1
+    axis = np.array([rel[2, 1] - rel[1, 2], rel[0, 2] - rel[2, 0], rel[1, 0] - rel[0, 1]]) / (2 * np.sin(angle))
+    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    a = angle * t
+    partial = np.eye(3) + np.sin(a) * k + (1 - np.cos(a)) * k @ k
+    return partial @ r0

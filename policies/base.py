@@ -1,0 +1,159 @@
+"""The policy contract: ``reset(instruction)`` then ``act(obs)`` once per control step.
+
+A policy returns actions in the env's contract (``[dx, dy, dz, droll, dpitch, dyaw,
+gripper]``, base-frame deltas, gripper 1 = open): an adapter converts from its model's own
+convention and declares which one that was in ``action_convention``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from abc import ABC, abstractmethod
+from collections import deque
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+
+class Policy(ABC):
+    """Base class of every policy adapter."""
+
+    #: short name used in ledgers and reports
+    name: str = "policy"
+    #: the convention of the model's raw output, converted to the env contract by the adapter
+    action_convention: str = "env: base-frame deltas [dx,dy,dz,droll,dpitch,dyaw] + gripper (1 = open)"
+
+    def reset(self, instruction: str, seed: int | None = None) -> None:
+        """Start an episode; ``seed`` seeds any randomness the policy has."""
+
+    @abstractmethod
+    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+        """Return one action (7,) or a chunk (k, 7), float32, in the env's contract."""
+
+    def config(self) -> dict[str, Any]:
+        """JSON-able settings that identify this policy (hashed into results)."""
+        return {}
+
+    def content_hash(self) -> str:
+        """sha256 of the policy's class and config (adapters with weights hash those instead)."""
+        payload = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "config": self.config()}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def close(self) -> None:
+        """Release resources (servers, GPU memory)."""
+
+
+def as_action_rows(action: Any) -> np.ndarray:
+    """A policy's output as a (k, 7) float32 array: (7,) becomes one row; anything else raises."""
+    rows = np.asarray(action, dtype=np.float32)
+    if rows.shape == (7,):
+        return rows[None]
+    if rows.ndim == 2 and rows.shape[1] == 7 and rows.shape[0] >= 1:
+        return rows
+    raise ValueError(f"a policy must return one action (7,) or a chunk (k, 7), got shape {rows.shape}")
+
+
+class ActionQueue:
+    """FIFO of planned actions: ``extend`` with a chunk, ``pop`` one (or ``take`` k) at a time."""
+
+    def __init__(self) -> None:
+        self._rows: deque[np.ndarray] = deque()
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def clear(self) -> None:
+        self._rows.clear()
+
+    def extend(self, chunk: Any) -> None:
+        self._rows.extend(as_action_rows(chunk))
+
+    def pop(self) -> np.ndarray:
+        if not self._rows:
+            raise IndexError("the action queue is empty")
+        return self._rows.popleft()
+
+    def take(self, k: int) -> np.ndarray:
+        if k > len(self._rows):
+            raise IndexError(f"the action queue holds {len(self._rows)} actions, {k} asked for")
+        return np.stack([self._rows.popleft() for _ in range(k)])
+
+
+class ChunkedPolicy(Policy):
+    """Feeds a chunk-returning policy to an env that consumes ``chunk`` actions per step.
+
+    The inner policy's chunk of k actions is queued; each ``act`` hands the env the next
+    ``chunk`` of them ((7,) when ``chunk == 1``, else (chunk, 7)) and re-plans (calls the inner
+    policy on the current observation) when the queue runs short. ``execute`` caps how many
+    actions of each planned chunk are used before re-planning (Octo executes 4 of its chunk;
+    ``None`` uses them all). ``reset`` clears the queue.
+    """
+
+    def __init__(self, policy: Policy, chunk: int = 1, execute: int | None = None):
+        if chunk < 1:
+            raise ValueError(f"chunk must be >= 1, got {chunk}")
+        if execute is not None and execute < 1:
+            raise ValueError(f"execute must be >= 1 or None, got {execute}")
+        self.policy, self.chunk, self.execute = policy, int(chunk), execute
+        self.name = policy.name
+        self.action_convention = policy.action_convention
+        self.queue = ActionQueue()
+        self.plans = 0  # how many times the inner policy was called this episode
+
+    def reset(self, instruction: str, seed: int | None = None) -> None:
+        self.queue.clear()
+        self.plans = 0
+        self.policy.reset(instruction, seed=seed)
+
+    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+        while len(self.queue) < self.chunk:
+            rows = as_action_rows(self.policy.act(obs))
+            self.queue.extend(rows[: self.execute] if self.execute else rows)
+            self.plans += 1
+        out = self.queue.take(self.chunk)
+        return out[0] if self.chunk == 1 else out
+
+    def config(self) -> dict[str, Any]:
+        return self.policy.config()
+
+    def content_hash(self) -> str:
+        # how a chunk is consumed can change results, so it is part of the identity
+        if self.execute is None:
+            return self.policy.content_hash()
+        payload = {"inner": self.policy.content_hash(), "execute": self.execute}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    def close(self) -> None:
+        self.policy.close()
+
+
+def hash_files(paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] | None = None) -> str:
+    """sha256 over files (or every file under directories), names relative and sorted.
+
+    Adapters with weights use this for ``content_hash``; ``suffixes`` limits which files count
+    (e.g. weights and configs). Large checkpoints take a while: a progress bar shows it.
+    """
+    files: list[tuple[str, Path]] = []
+    for root in map(Path, paths):
+        if root.is_dir():
+            files += [(str(p.relative_to(root)), p) for p in sorted(root.rglob("*")) if p.is_file()]
+        elif root.is_file():
+            files.append((root.name, root))
+        else:
+            raise FileNotFoundError(f"cannot hash {root}: no such file or directory")
+    if suffixes is not None:
+        files = [(n, p) for n, p in files if n.endswith(suffixes)]
+    digest = hashlib.sha256()
+    total = sum(p.stat().st_size for _, p in files)
+    from tqdm.auto import tqdm
+
+    with tqdm(total=total, unit="B", unit_scale=True, desc="hashing weights", disable=total < 256 << 20) as bar:
+        for name, path in sorted(files):
+            digest.update(name.encode() + b"\0")
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 22), b""):
+                    digest.update(block)
+                    bar.update(len(block))
+    return digest.hexdigest()

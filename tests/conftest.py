@@ -1,0 +1,39 @@
+"""Shared test settings: headless MuJoCo, no hub access, and how to build each registered env."""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import gymnasium  # noqa: E402
+import pytest  # noqa: E402
+
+import kosmos_env  # noqa: E402,F401
+
+
+def kosmos_env_ids() -> list[str]:
+    """Every env id this package registers (read from Gymnasium's registry, not hard-coded)."""
+    return sorted(
+        env_id for env_id, spec in gymnasium.registry.items()
+        if isinstance(spec.entry_point, str) and spec.entry_point.startswith("kosmos_env.")
+    )
+
+
+def make_test_env(env_id: str, **kwargs):
+    """Make a registered env runnable on CPU in tests: real-model worlds get a tiny random model."""
+    from kosmos_env.spec import load_spec
+
+    if load_spec(env_id).world["type"] == "cosmos3":
+        from tests.cosmos_tiny import tiny_env_kwargs  # built by the Cosmos 3 tests' helper module
+
+        kwargs = {**tiny_env_kwargs(), **kwargs}
+    return gymnasium.make(env_id, **kwargs)
+
+
+@pytest.fixture
+def tabletop_env():
+    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64))
+    yield env
+    env.close()
