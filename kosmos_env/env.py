@@ -74,15 +74,40 @@ class KosmosEnv(gymnasium.Env):
     ## Arguments
 
     ``gymnasium.make(id, task=None, render_mode=None, judge=None, defer_judging=False,
-    world=None, world_kwargs=None, **spec_overrides)``
+    world_model=None, world_kwargs=None, **spec_overrides)``
     - ``task``: a task of the suite (``env.unwrapped.task_names``); switch with
       ``reset(options={"task": name})``.
     - ``render_mode``: ``"rgb_array"`` or None.
     - ``judge``: a judge name (``"state"``, ...), a spec mapping, or a Judge instance.
-    - ``world``: a ready WorldModel (tests, warm workers); ``world_kwargs``: backend options
-      that do not change results (e.g. a local weights path).
+    - ``world_model``: a ready WorldModel (tests, warm workers); ``world_kwargs``: backend
+      options that do not change results (e.g. a local weights path, a loaded pipeline).
     - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
       ``gate={"enabled": False}``); the overridden spec has its own hash.
+
+    ## Kosmos-Bridge-v1 (Cosmos 3)
+
+    - World: ``nvidia/Cosmos3-Nano`` through diffusers' ``Cosmos3OmniPipeline`` (forward dynamics,
+      domain ``bridge_orig_lerobot``), revision pinned to ``"main"`` (no commit hash could be
+      established; ``main`` has been rewritten before, e.g. to an FP8 transformer). Without the
+      weights, ``make`` raises ``MissingWeightsError`` with the download command; point the env at
+      a copy with ``world_kwargs={"weights_path": ...}`` or ``$KOSMOS_COSMOS3_NANO_PATH``.
+    - Action space ``(4, 7)``: one model call per step, the 4 actions padded with hold actions to
+      the model's 16-action chunk; 4 frames per step at 5 fps. Each action is converted to Cosmos'
+      10-D Bridge action (end-effector pose delta in the previous end-effector frame, 6-D rotation,
+      gripper 1 = open) as documented in :mod:`kosmos_env.actions`.
+    - Choices that could not be established are spec fields (``world.bridge``): how
+      (droll, dpitch, dyaw) compose (``rotation_delta``, default base-frame extrinsic), the
+      initial end-effector orientation the commanded pose is integrated from
+      (``initial_ee_euler``; a video world has no robot state), the gripper direction, and the
+      action normalisation statistics ``q01``/``q99``, which the registered spec leaves ``null``:
+      the world refuses to run until they are supplied (as an ``env_spec`` override, which
+      changes the spec hash), e.g. ``gymnasium.make(id, world={"bridge": {...}})``.
+    - Initial frames are bound by sha256 in the ``bridge`` suite. The shipped frames are synthetic
+      stand-ins (flat drawings, not Bridge photographs): fine for exercising the pipeline,
+      meaningless for judging real skill. ``world_kwargs={"initial_frames": {task: path}}`` reads
+      a frame from elsewhere and refuses it unless its sha256 matches the suite.
+    - Seeds: each model call's diffusion seed is drawn from ``np_random``; same seed, same frames.
+      ``env.unwrapped.world.timings`` reports load seconds and per-call seconds separately.
 
     ## Version History
 
@@ -100,7 +125,7 @@ class KosmosEnv(gymnasium.Env):
         render_mode: str | None = None,
         judge: "str | Mapping[str, Any] | Judge | None" = None,
         defer_judging: bool = False,
-        world: Any = None,
+        world_model: Any = None,
         world_kwargs: Mapping[str, Any] | None = None,
         **spec_overrides: Any,
     ):
@@ -119,11 +144,11 @@ class KosmosEnv(gymnasium.Env):
         self._suite = load_suite(self.kosmos_spec.tasks["suite"])
         self._task = self._resolve_task(task or self.kosmos_spec.tasks.get("default") or self._suite.names[0])
 
-        if world is None:
+        if world_model is None:
             from kosmos_env.worlds import make_world
 
-            world = make_world(self.kosmos_spec, **dict(world_kwargs or {}))
-        self.world = world
+            world_model = make_world(self.kosmos_spec, **dict(world_kwargs or {}))
+        self.world = world_model
         self._judge = self._build_judge(judge)
         self.defer_judging = bool(defer_judging)
         self._gate = self._build_gate()
@@ -149,6 +174,7 @@ class KosmosEnv(gymnasium.Env):
         self._ground_truth: Mapping[str, Any] | None = None
         self._judgment: Judgment | None = None
         self._outcome: str | None = None
+        self.last_step_timings: dict[str, float] = {}
 
     # -- public properties ----------------------------------------------------------------
     @property
@@ -240,7 +266,9 @@ class KosmosEnv(gymnasium.Env):
                 self._outcome = self._judgment.outcome
                 info["judgment"] = self._judgment.to_dict()
             info["outcome"] = self._outcome
-        info["timings"] = timings
+        # wall-clock seconds per stage of this step; kept out of info so that info is a
+        # deterministic function of (seed, actions), as Gymnasium's checker requires
+        self.last_step_timings = timings
         obs = self._observation(frames[-1], result.state)
         return obs, reward, terminated, truncated, info
 

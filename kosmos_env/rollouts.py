@@ -49,7 +49,7 @@ def run_episode(env, policy, seed: int, task: str | None = None) -> EpisodeResul
             pending = [rows[i: i + chunk] for i in range(0, len(rows), chunk)]
         action = pending.pop(0)
         obs, _, terminated, truncated, info = env.step(action[0] if chunk == 1 else action)
-        for key, seconds in info.get("timings", {}).items():
+        for key, seconds in base.last_step_timings.items():
             timings[key] = timings.get(key, 0.0) + seconds
         steps += 1
         done = terminated or truncated

@@ -43,7 +43,7 @@ def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
     import json
 
     head, _, tail = arg.partition(":")
-    if tail and "=" not in tail.split(",")[0]:  # module:Class[:k=v,...]
+    if tail and "=" not in tail.split(",")[0].split(":")[0]:  # module:Class[:k=v,...]
         cls, _, tail = tail.partition(":")
         head = f"{head}:{cls}"
     kwargs: dict[str, Any] = {}

@@ -26,9 +26,12 @@ def make_test_env(env_id: str, **kwargs):
     from kosmos_env.spec import load_spec
 
     if load_spec(env_id).world["type"] == "cosmos3":
-        from tests.cosmos_tiny import tiny_env_kwargs  # built by the Cosmos 3 tests' helper module
+        # a tiny random Cosmos 3 pipeline on CPU; judging deferred (the VLM judge has its own tests)
+        from tests.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
-        kwargs = {**tiny_env_kwargs(), **kwargs}
+        size = kwargs.pop("image_size", (64, 64))
+        kwargs = {"env_spec": tiny_bridge_spec(size=size[0]), "world_kwargs": {"pipeline": tiny_pipeline()},
+                  "judge": "state", "defer_judging": True, **kwargs}
     return gymnasium.make(env_id, **kwargs)
 
 

@@ -1,0 +1,320 @@
+"""The VLM judge: a Qwen-VL-family model watches the rollout video and votes k times.
+
+Supported (through transformers, natively; ``trust_remote_code`` is never turned on unless
+asked): Qwen2.5-VL-Instruct and Cosmos-Reason1 (``Qwen2_5_VLForConditionalGeneration``), and
+Qwen3-VL and Cosmos-Reason2 (``Qwen3VLForConditionalGeneration``). The family is read from the
+model's config (``model_type``).
+
+Per rollout the judge samples frames at ``sample_fps`` (the last frame always in), builds one
+user turn ``[video, pinned prompt text]`` with the tokenizer's chat template, computes the
+video patches itself (:mod:`~kosmos_env.judges.vlm_video`, so the input is pinned), and draws
+``k`` answers with a seeded sampler. The answers are parsed strictly
+(:mod:`~kosmos_env.judges.answer`) and combined by the quorum rule: majority of the valid
+votes; abstain on a tie, when the video looks broken to most voters, or when fewer than
+``min_valid`` answers parse. A random or confused model therefore ends as an abstention,
+never as an unvalidated success.
+
+Weights are loaded from disk only (``local_files_only=True``): from ``local_path`` (or the
+``KOSMOS_VLM_JUDGE_PATH`` environment variable), else from the Hugging Face cache for
+``model_id`` at ``revision``. Missing weights raise :class:`MissingWeightsError` saying what
+to download. Tests pass prebuilt ``model`` and ``tokenizer`` (or ``processor``) objects.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from kosmos_env.judges.answer import quorum
+from kosmos_env.judges.base import Judgment, Rollout
+from kosmos_env.judges.vlm_prompt import PROMPT_SHA256, SYSTEM_PROMPT, render_user_text
+from kosmos_env.judges.vlm_video import (
+    FAMILY_SETTINGS,
+    VIDEO_BLOCK,
+    VideoSettings,
+    group_timestamps,
+    patchify_video,
+    sample_indices,
+    video_placeholder,
+)
+from kosmos_env.worlds.base import MissingWeightsError
+
+LOCAL_PATH_ENV = "KOSMOS_VLM_JUDGE_PATH"
+DEFAULT_MODEL_ID = "nvidia/Cosmos-Reason1-7B"
+_MODEL_CLASSES = {
+    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
+    "qwen3_vl": "Qwen3VLForConditionalGeneration",
+}
+
+
+class VLMJudge:
+    """Quorum-of-k VLM judge over a rollout video (see the module docstring).
+
+    Spec fields (all keyword arguments): ``model_id``, ``revision``, ``local_path``,
+    ``sample_fps`` (frames per second shown to the model, default 4 as Cosmos-Reason uses),
+    ``max_frames``, ``k`` (samples), ``min_valid`` (quorum size ``q``), ``temperature``,
+    ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts per forward pass in
+    :meth:`judge_batch`), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
+    ``prompt_sha256`` (must equal :data:`PROMPT_SHA256` when given: the spec pins the prompt),
+    ``device``, ``dtype``, ``trust_remote_code`` (default False). Runtime objects (not spec):
+    ``model``, ``tokenizer``, ``processor``.
+    """
+
+    name = "vlm"
+
+    def __init__(
+        self,
+        model_id: str = DEFAULT_MODEL_ID,
+        revision: str | None = None,
+        local_path: str | None = None,
+        sample_fps: float = 4.0,
+        max_frames: int = 32,
+        k: int = 5,
+        min_valid: int = 3,
+        temperature: float = 0.7,
+        top_p: float = 0.95,
+        max_new_tokens: int = 256,
+        seed: int = 0,
+        batch_size: int = 4,
+        max_pixels: int | None = None,
+        min_pixels: int | None = None,
+        prompt_sha256: str | None = None,
+        device: str | None = None,
+        dtype: str = "auto",
+        trust_remote_code: bool = False,
+        model: Any = None,
+        tokenizer: Any = None,
+        processor: Any = None,
+    ):
+        if prompt_sha256 is not None and prompt_sha256 != PROMPT_SHA256:
+            raise ValueError(
+                f"the spec pins VLM judge prompt {prompt_sha256[:12]}..., but this code's prompt is "
+                f"{PROMPT_SHA256[:12]}...: the spec belongs to another version of the judge"
+            )
+        if k < 1 or not 1 <= min_valid <= k:
+            raise ValueError(f"need k >= 1 and 1 <= min_valid <= k, got k={k}, min_valid={min_valid}")
+        if sample_fps <= 0 or max_frames < 2 or max_new_tokens < 1 or batch_size < 1:
+            raise ValueError("sample_fps must be > 0, max_frames >= 2, max_new_tokens >= 1, batch_size >= 1")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ValueError(f"temperature must be > 0 and top_p in (0, 1], got {temperature}, {top_p}")
+        self.model_id, self.revision = model_id, revision
+        self.sample_fps, self.max_frames = float(sample_fps), int(max_frames)
+        self.k, self.min_valid = int(k), int(min_valid)
+        self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
+        self.seed, self.batch_size = int(seed), int(batch_size)
+        self.trust_remote_code = bool(trust_remote_code)
+        if tokenizer is None and processor is not None:
+            tokenizer = getattr(processor, "tokenizer", None)
+        if model is None or tokenizer is None:
+            model, tokenizer = self._load(local_path or os.environ.get(LOCAL_PATH_ENV), device, dtype)
+        self.model, self.tokenizer = model, tokenizer
+        self.family = getattr(model.config, "model_type", "")
+        if self.family not in FAMILY_SETTINGS:
+            raise ValueError(f"the VLM judge supports model types {sorted(FAMILY_SETTINGS)}, got {self.family!r}")
+        self.video = self._video_settings(processor, min_pixels, max_pixels)
+        self._video_token_id = model.config.video_token_id
+        self._image_token_id = model.config.image_token_id
+
+    # -- spec -------------------------------------------------------------------------------
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The settings that can change a verdict (for env specs and ledgers)."""
+        return {
+            "type": self.name, "model_id": self.model_id, "revision": self.revision, "family": self.family,
+            "sample_fps": self.sample_fps, "max_frames": self.max_frames, "k": self.k, "min_valid": self.min_valid,
+            "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed, "min_pixels": self.video.min_pixels, "max_pixels": self.video.max_pixels,
+            "prompt_sha256": PROMPT_SHA256,
+        }
+
+    # -- loading ----------------------------------------------------------------------------
+    def _load(self, local_path: str | None, device: str | None, dtype: str):
+        import transformers
+        from transformers import AutoConfig, AutoTokenizer
+
+        source = local_path or self.model_id
+        common = {"local_files_only": True, "trust_remote_code": self.trust_remote_code}
+        if not local_path and self.revision:
+            common["revision"] = self.revision
+        try:
+            config = AutoConfig.from_pretrained(source, **common)
+        except (OSError, ValueError) as exc:
+            rev = f" --revision {self.revision}" if self.revision else ""
+            raise MissingWeightsError(
+                f"VLM judge weights for {self.model_id!r} are not on disk ({type(exc).__name__}: {exc}).\n"
+                f"Download them on a machine with network access:\n"
+                f"    hf download {self.model_id}{rev} --local-dir /path/to/{self.model_id.split('/')[-1]}\n"
+                f"then point the judge at them with judge={{'type': 'vlm', 'local_path': '/path/to/...'}} "
+                f"or the environment variable {LOCAL_PATH_ENV}=/path/to/..."
+            ) from None
+        cls_name = _MODEL_CLASSES.get(config.model_type)
+        if cls_name is None:
+            raise ValueError(f"{source} is a {config.model_type!r} model; the VLM judge supports {sorted(_MODEL_CLASSES)}")
+        model_cls = getattr(transformers, cls_name)
+        model = model_cls.from_pretrained(source, dtype=dtype, **common)
+        if device:
+            model = model.to(device)
+        elif _cuda_available():
+            model = model.to("cuda")
+        tokenizer = AutoTokenizer.from_pretrained(source, padding_side="left", **common)
+        if getattr(tokenizer, "chat_template", None) is None:
+            template = _read_chat_template(source, common)
+            if template is None:
+                raise ValueError(f"{source} has no chat template (chat_template.jinja / chat_template.json)")
+            tokenizer.chat_template = template
+        self._preprocessor_config = _read_json(source, "preprocessor_config.json", common)
+        return model.eval(), tokenizer
+
+    def _video_settings(self, processor: Any, min_pixels: int | None, max_pixels: int | None) -> VideoSettings:
+        base = FAMILY_SETTINGS[self.family]
+        vc = self.model.config.vision_config
+        fields = {
+            "patch_size": int(vc.patch_size),
+            "temporal_patch_size": int(vc.temporal_patch_size),
+            "merge_size": int(vc.spatial_merge_size),
+        }
+        # normalisation statistics: the model's own preprocessor config when we have it
+        pre = getattr(self, "_preprocessor_config", None) or {}
+        ip = getattr(processor, "image_processor", None)
+        mean = pre.get("image_mean", getattr(ip, "image_mean", None))
+        std = pre.get("image_std", getattr(ip, "image_std", None))
+        if mean is not None and std is not None:
+            fields["image_mean"], fields["image_std"] = tuple(float(v) for v in mean), tuple(float(v) for v in std)
+        if min_pixels is not None:
+            fields["min_pixels"] = int(min_pixels)
+        if max_pixels is not None:
+            fields["max_pixels"] = int(max_pixels)
+        merged = {**base.__dict__, **fields}
+        if merged["min_pixels"] > merged["max_pixels"]:
+            merged["min_pixels"] = merged["max_pixels"]
+        return VideoSettings(**merged)
+
+    # -- judging ----------------------------------------------------------------------------
+    def judge(self, rollout: Rollout) -> Judgment:
+        return self.judge_batch([rollout])[0]
+
+    def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
+        """Judge rollouts ``batch_size`` at a time; each is sampled ``k`` times in the same forward pass.
+
+        Sampling is seeded per call of the model (``seed`` + the index of the batch), so the
+        same rollouts in the same batches give the same votes.
+        """
+        out: list[Judgment] = []
+        for b, start in enumerate(range(0, len(rollouts), self.batch_size)):
+            chunk = rollouts[start : start + self.batch_size]
+            t0 = time.perf_counter()
+            items = [self._inputs(r) for r in chunk]
+            texts = self._generate(items, seed=self.seed + b)
+            seconds = (time.perf_counter() - t0) / len(chunk)
+            for i, _ in enumerate(chunk):
+                answers = texts[i * self.k : (i + 1) * self.k]
+                res = quorum(answers, self.min_valid)
+                out.append(Judgment(
+                    success=res.success, score=res.score, rationale=res.rationale, votes=res.votes,
+                    judge=self.name, model_id=self.model_id + (f"@{self.revision}" if self.revision else ""),
+                    prompt_sha256=PROMPT_SHA256, seconds=seconds,
+                    extras={"n_valid": res.n_valid, "k": self.k, "min_valid": self.min_valid, "family": self.family,
+                            "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"])},
+                ))
+        return out
+
+    def _inputs(self, rollout: Rollout) -> dict[str, Any]:
+        """Token ids, patches and grid for one rollout (not yet batched)."""
+        frames = np.asarray(rollout.frames)
+        idx = sample_indices(len(frames), float(rollout.fps), self.sample_fps, self.max_frames)
+        patches, grid = patchify_video(frames[idx], self.video)
+        messages = [
+            {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
+            {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": render_user_text(rollout.instruction)}]},
+        ]
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if text.count(VIDEO_BLOCK) != 1:
+            raise ValueError(f"the chat template must render exactly one video placeholder {VIDEO_BLOCK!r}; got {text.count(VIDEO_BLOCK)}")
+        timestamps = None
+        if self.family == "qwen3_vl":
+            # stamps are the source times of the frames shown (as the Qwen3-VL processor computes them)
+            timestamps = group_timestamps(idx, float(rollout.fps), self.video.temporal_patch_size)
+        text = text.replace(VIDEO_BLOCK, video_placeholder(self.family, grid, self.video.merge_size, timestamps))
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        n_video = sum(1 for t in ids if t == self._video_token_id)
+        expected = grid[0] * grid[1] * grid[2] // self.video.merge_size**2
+        if n_video != expected:
+            raise RuntimeError(f"tokenised prompt has {n_video} video tokens, the video needs {expected}")
+        return {"ids": ids, "patches": patches, "grid": grid, "frames_shown": len(idx),
+                "second_per_grid": self.video.temporal_patch_size / self.sample_fps}
+
+    def _generate(self, items: Sequence[dict[str, Any]], seed: int) -> list[str]:
+        """Sample ``k`` answers for each item in one ``generate`` call; returns len(items) * k texts."""
+        import torch
+
+        rows = [it for it in items for _ in range(self.k)]
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.eos_token_id
+        width = max(len(r["ids"]) for r in rows)
+        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):  # left padding: generation continues every row at the end
+            input_ids[i, width - len(r["ids"]) :] = torch.tensor(r["ids"], dtype=torch.long)
+            attention[i, width - len(r["ids"]) :] = 1
+        mm_types = torch.zeros_like(input_ids, dtype=torch.int32)
+        mm_types[input_ids == self._video_token_id] = 2
+        mm_types[input_ids == self._image_token_id] = 1
+        device = self.model.device
+        vision_dtype = next(self.model.parameters()).dtype
+        kwargs: dict[str, Any] = {
+            "input_ids": input_ids.to(device),
+            "attention_mask": attention.to(device),
+            "mm_token_type_ids": mm_types.to(device),
+            "pixel_values_videos": torch.from_numpy(np.concatenate([r["patches"] for r in rows])).to(device, vision_dtype),
+            "video_grid_thw": torch.tensor([r["grid"] for r in rows], dtype=torch.long, device=device),
+        }
+        if self.family == "qwen2_5_vl":
+            kwargs["second_per_grid_ts"] = torch.tensor([r["second_per_grid"] for r in rows], dtype=torch.float32, device=device)
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            torch.manual_seed(seed)
+            out = self.model.generate(
+                **kwargs, do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0,
+                max_new_tokens=self.max_new_tokens, pad_token_id=pad_id,
+            )
+        new = out[:, width:]
+        return self.tokenizer.batch_decode(new, skip_special_tokens=True)
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _read_json(source: str, filename: str, common: dict[str, Any]) -> dict[str, Any] | None:
+    import json
+
+    path = _resolve(source, filename, common)
+    if path is None:
+        return None
+    with open(path, encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+def _read_chat_template(source: str, common: dict[str, Any]) -> str | None:
+    path = _resolve(source, "chat_template.jinja", common)
+    if path is not None:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    data = _read_json(source, "chat_template.json", common)
+    return None if data is None else data.get("chat_template")
+
+
+def _resolve(source: str, filename: str, common: dict[str, Any]) -> str | None:
+    """A file of a local model folder or of the cached snapshot, or None when absent."""
+    if os.path.isdir(source):
+        path = os.path.join(source, filename)
+        return path if os.path.isfile(path) else None
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(source, filename, revision=common.get("revision"))
+    return found if isinstance(found, str) else None

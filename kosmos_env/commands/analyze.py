@@ -1,0 +1,65 @@
+"""``kosmos-env analyze DIR``: the evaluator's statistics for one campaign.
+
+Prints, and writes to DIR/analysis.json: per-policy success with Wilson and Clopper–Pearson
+intervals and the worst case with discards/abstentions; paired bootstrap (by task and seed) of
+pairwise differences and of the ranking; split-half repeatability of the ranking; minimum
+detectable difference and the share of policy pairs the campaign separates; horizon
+sensitivity from per-step ground truth in the robot logs; an anytime-valid paired A/B test of
+the top two policies. ``--reference FILE.csv`` (columns task, policy, reference) adds rank
+agreement (Pearson, Spearman, Kendall tau-b, MMRV, each with its random floor).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("analyze", help="statistics of a campaign: intervals, ranking uncertainty, "
+                              "repeatability, detectable differences, horizon, A/B, agreement",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
+    p.add_argument("--reference", type=Path, default=None, metavar="FILE.csv",
+                   help="reference success rates: CSV with columns task, policy, reference")
+    p.add_argument("--alpha", type=float, default=0.05, help="error level of intervals and tests (default 0.05)")
+    p.add_argument("--power", type=float, default=0.8, help="power for the minimum detectable difference (default 0.8)")
+    p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--n-splits", type=int, default=1000, help="random split-half splits (default 1000)")
+    p.add_argument("--horizon-step", type=int, default=5, help="step between truncated horizons (default 5)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
+    p.add_argument("--json", action="store_true", help="print the JSON instead of tables")
+    p.add_argument("--no-write", action="store_true", help="do not write DIR/analysis.json")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kosmos_env.report.analysis import analyze_bundle
+    from kosmos_env.report.bundle import load_bundle
+    from kosmos_env.report.text import analysis_text
+
+    if args.n_boot < 100:
+        raise ValueError(f"--n-boot must be at least 100, got {args.n_boot}")
+    if args.n_splits < 10:
+        raise ValueError(f"--n-splits must be at least 10, got {args.n_splits}")
+    bundle = load_bundle(args.dir)
+    result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
+                            n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
+                            horizon_step=args.horizon_step)
+    text = json.dumps(result, indent=2, allow_nan=False, default=_jsonable)
+    if not args.no_write:
+        (bundle.root / "analysis.json").write_text(text + "\n", encoding="utf-8")
+    print(text if args.json else analysis_text(result))
+    if not args.no_write and not args.json:
+        print(f"\nwrote {bundle.root / 'analysis.json'}")
+    return 0
+
+
+def _jsonable(x):
+    import numpy as np
+
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(f"cannot write {type(x).__name__} to JSON")

@@ -1,0 +1,23 @@
+"""``kosmos-env report DIR``: write DIR/report.md and a self-contained DIR/report.html for a
+campaign directory (figures and rollout thumbnails embedded; numbers recomputed from the
+per-episode rows of DIR/results.json)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser("report", help="write report.md and a self-contained report.html for a campaign",
+                              description=__doc__)
+    p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
+    p.add_argument("--no-thumbnails", action="store_true", help="skip the animated rollout thumbnails")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kosmos_env.report.render import write_report
+
+    paths = write_report(args.dir, thumbnails=not args.no_thumbnails)
+    print(f"wrote {paths['html']} and {paths['markdown']} (figures in {paths['assets']})")
+    return 0

@@ -1,0 +1,58 @@
+"""``kosmos-env serve-policy NAME[:k=v,...]``: serve any policy adapter over the remote-policy protocol.
+
+The policy is built once (``make_policy(NAME, **kwargs)``) and answers ``GET /v1/info``,
+``POST /v1/reset`` and ``POST /v1/act`` (protocol version 1, documented in
+``kosmos_env.policies.protocol``) until interrupted. The evaluator reaches it with
+``--policy remote:url=http://HOST:PORT``. Binds 127.0.0.1 unless ``--host`` says otherwise:
+the protocol has no authentication, so expose it beyond loopback only on a trusted network.
+One server serves one episode at a time; start one per parallel worker.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "serve-policy",
+        help="serve a policy adapter over HTTP (the remote-policy protocol)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("policy", metavar="NAME[:k=v,...]", help="policy to serve, e.g. scripted:skill=0.6 or openvla:model_path=/ckpt")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8765, help="port to bind (0 picks a free one; default 8765)")
+    p.add_argument("--max-mb", type=float, default=64.0, help="largest request accepted, MiB (default 64)")
+    p.add_argument("--quiet", action="store_true", help="do not log each request")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kosmos_env.policies import make_policy, parse_policy_arg
+    from kosmos_env.policies.protocol import PolicyServer
+    from kosmos_env.policies.remote import policy_info
+
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port must be in [0, 65535], got {args.port}")
+    if args.max_mb <= 0:
+        raise ValueError(f"--max-mb must be > 0, got {args.max_mb}")
+    name, kwargs = parse_policy_arg(args.policy)
+    policy = make_policy(name, **kwargs)
+    log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    try:
+        server = PolicyServer(policy, policy_info(policy), host=args.host, port=args.port,
+                              max_bytes=int(args.max_mb * 1024 * 1024), log=log)
+    except OSError as exc:
+        policy.close()
+        raise RuntimeError(f"cannot bind {args.host}:{args.port}: {exc}") from None
+    # the URL line is machine-readable: scripts (and tests) wait for it
+    print(f"serving {policy.name} ({policy.content_hash()[:12]}) at {server.url}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        policy.close()
+    return 0

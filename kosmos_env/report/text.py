@@ -1,0 +1,167 @@
+"""Terminal text for an analysis dict (:func:`kosmos_env.report.analysis.analyze_bundle`):
+one titled, column-aligned table per section."""
+from __future__ import annotations
+
+from kosmos_env.stats.agreement import METRICS
+
+
+def format_table(headers, rows, left=(0,)) -> str:
+    """Columns in ``left`` left-aligned, the others right-aligned; a dashed rule under the
+    header; two spaces between columns."""
+    table = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[j]) for r in table) for j in range(len(headers))]
+    lines = []
+    for i, r in enumerate(table):
+        lines.append("  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip())
+        if i == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def num(x, digits: int = 3) -> str:
+    """A number for a table cell; ``n/a`` for None/NaN."""
+    if x is None or (isinstance(x, float) and x != x):
+        return "n/a"
+    return f"{x:.{digits}f}"
+
+
+def pct(x, digits: int = 1) -> str:
+    return "n/a" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def iv(pair, digits: int = 3) -> str:
+    return "n/a" if not pair else f"[{num(pair[0], digits)}, {num(pair[1], digits)}]"
+
+
+def _title(s: str) -> str:
+    return f"{s}\n{'=' * len(s)}"
+
+
+def _skipped(section) -> str | None:
+    return f"  skipped: {section['skipped']}" if isinstance(section, dict) and "skipped" in section else None
+
+
+def analysis_text(a: dict) -> str:
+    """All sections of an analysis as aligned plain-text tables."""
+    conf = f"{100 * (1 - a['settings']['alpha']):g}%"
+    c = a["campaign"]
+    parts = [
+        _title(f"campaign {c.get('id') or '?'}"),
+        f"env {c.get('env_id')}  spec {str(c.get('spec_hash'))[:12]}  episodes {c['n_episodes']}  "
+        f"policies {len(c['policies'])}  tasks {len(c['tasks'])}  seeds {len(c['seeds'])}  repeats {c['repeats']}",
+    ]
+
+    rows = []
+    for p in a["ranking"]:
+        r = a["per_policy"][p]
+        k = r["counts"]
+        rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
+                     iv(r["clopper_pearson"]), iv(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
+                     pct(r["abstain_rate"]), str(k["error"])])
+    parts += ["", _title("success per policy (raw rate over decided episodes)"),
+              format_table(["rank", "policy", "succ/dec", "rate", f"wilson {conf}", f"clopper-pearson {conf}",
+                            "worst case", f"worst case {conf}", "discard", "abstain", "errors"], rows, left=(0, 1)),
+              "worst case: every discarded/abstained/errored episode counted as failure .. as success."]
+
+    tasks = a["campaign"]["tasks"]
+    if len(tasks) > 1:
+        rows = [[p] + [f"{num(a['per_policy_task'][p][t]['success_rate'], 2)} {iv(a['per_policy_task'][p][t]['wilson'], 2)}"
+                       if t in a["per_policy_task"][p] else "-" for t in tasks] for p in a["ranking"]]
+        parts += ["", _title(f"success per policy x task (Wilson {conf})"), format_table(["policy"] + tasks, rows)]
+
+    parts += ["", _title(f"paired bootstrap by (task, seed) of pairwise differences ({a['settings']['n_boot']} resamples)")]
+    sk = _skipped(a["pairwise"])
+    if sk:
+        parts.append(sk)
+    else:
+        rows = [[f"{d['a']} - {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
+                [f"{d['a']} - {d['b']}", f"{d['estimate']:+.3f}", iv((d["lower"], d["upper"])), num(d["prob_a_better"]),
+                 str(d["n_pairs"])] for d in a["pairwise"]]
+        parts.append(format_table(["pair", "diff", f"{conf} interval", "P(a better)", "pairs"], rows))
+
+    parts += ["", _title("ranking uncertainty (paired bootstrap)")]
+    sk = _skipped(a["bootstrap_ranking"])
+    if sk:
+        parts.append(sk)
+    else:
+        b = a["bootstrap_ranking"]
+        rows = [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
+                for p, m, rk, (lo, hi), pb in zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]
+        parts.append(format_table(["policy", "mean", "rank", f"rank {conf}", "P(best)"], rows))
+
+    parts += ["", _title("split-half repeatability of the ranking (random seed splits)")]
+    sk = _skipped(a["split_half"])
+    if sk:
+        parts.append(sk)
+    else:
+        rows = []
+        for m, s in a["split_half"].items():
+            d = s.get("distribution") or {}
+            cd = s.get("corrected_distribution") or {}
+            rows.append([m, num(s["median"]), iv((d.get("q05"), d.get("q95"))) if d else "n/a",
+                         num(s["corrected_median"]), iv((cd.get("q05"), cd.get("q95"))) if cd else "n/a",
+                         f"{s['n_splits']}", str(s["n_undefined"]), str(s["half_size"])])
+        parts.append(format_table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
+                                   "units/half"], rows))
+
+    parts += ["", _title(f"minimum detectable difference (alpha {a['settings']['alpha']:g}, power {a['settings']['power']:g})")]
+    sk = _skipped(a["detectable"])
+    if sk:
+        parts.append(sk)
+    else:
+        d = a["detectable"]
+        parts.append(f"paired MDD (median over pairs): {num(d['paired_mdd_median'])}   unpaired MDD at pooled rate "
+                     f"{num(d['pooled_rate'])} with {d['n_seeds']} units: {num(d['unpaired_mdd'])}")
+        if d["resampled"]:
+            parts.append("MDD by subsampling units (median-variance pair): " +
+                         ", ".join(f"{k} units: {num(v)}" for k, v in d["resampled"].items()))
+        if d["paired_mdd_median"] == 0:
+            parts.append("(a paired MDD of 0 means the per-unit differences had no spread at all: too few units "
+                         "to estimate their variance, not a perfect campaign)")
+        n_pairs = len(d["pairs"])
+        parts.append(f"separable pairs (paired t, Holm): {round(d['fraction_separable'] * n_pairs)}/{n_pairs} "
+                     f"= {pct(d['fraction_separable'])}")
+        rows = [[f"{t['a']} vs {t['b']}", f"{t['mean_diff']:+.3f}", num(t["p_value"], 4), num(t["mdd"]),
+                 "yes" if t["separated"] else "no"] for t in d["pairs"]]
+        parts.append(format_table(["pair", "diff", "p", "MDD", "separated"], rows))
+
+    h = a["horizon"]
+    parts += ["", _title("horizon sensitivity (ground truth judged at truncated horizons)")]
+    sk = _skipped(h)
+    if sk:
+        parts.append(sk)
+    else:
+        pols = h["policies"]
+        rows = [[str(hz)] + [num(h["scores"][p][i], 2) for p in pols] +
+                [num(ag["value"]), num(ag["random_floor"])] for i, (hz, ag) in enumerate(zip(h["horizons"], h["agreements"]))]
+        parts.append(format_table(["horizon"] + pols + [h["metric"], "floor"], rows))
+        why = next((ag["reason"] for ag in h["agreements"] if ag["value"] is None and ag["reason"]), None)
+        if why:
+            parts.append(f"n/a: {why} (an undefined agreement counts as broken)")
+        parts.append(f"reference: {h['reference_source']}; threshold {h['metric']} >= {h['threshold']:g}; "
+                     f"ranking breaks at horizon: {h['break_horizon'] if h['break_horizon'] is not None else 'never'}; "
+                     f"shortest safe horizon: {h['shortest_safe_horizon']}")
+
+    ab = a["ab"]
+    parts += ["", _title("anytime-valid paired A/B test of the top two (empirical-Bernstein confidence sequence)")]
+    sk = _skipped(ab)
+    if sk:
+        parts.append(sk)
+    else:
+        f = ab["final"]
+        parts.append(f"A = {ab['a']}, B = {ab['b']}: {ab['decision']} after {ab['n_used']} of {ab['n_pairs']} paired "
+                     f"episodes (paired on task, seed, repeat; order {ab['order']})")
+        parts.append(f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime interval {iv((f['lower'], f['upper']))}")
+
+    if "agreement" in a:
+        ag = a["agreement"]
+        rows = [[r["label"], str(r["n"])] + [f"{num(r['metrics'][m]['value'])} ({num(r['metrics'][m]['random_floor'])})"
+                                             for m in METRICS] for r in ag["rows"]]
+        parts += ["", _title(f"agreement with reference {ag['reference']} (value (random floor))"),
+                  format_table(["task", "n"] + list(METRICS), rows),
+                  f"mmrv: lower is better; weight={ag['convention'].get('mmrv_weight')}, "
+                  f"ties={ag['convention'].get('mmrv_ties')} (SIMPLER's convention)."]
+
+    if a.get("notes"):
+        parts += ["", _title("notes")] + [f"- {n}" for n in a["notes"]]
+    return "\n".join(parts)

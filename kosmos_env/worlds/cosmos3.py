@@ -1,0 +1,454 @@
+"""Cosmos 3 world: NVIDIA's action-conditioned video model through diffusers' ``Cosmos3OmniPipeline``.
+
+Each env step is **one forward-dynamics call**: the world converts the step's k env actions
+(k = the spec's ``action.chunk``) to Cosmos' 10-D Bridge actions (:mod:`kosmos_env.actions`),
+pads them to the model's ``chunk_size`` (the chunk it was trained with; padding is "hold":
+zero motion, same gripper, or "repeat_last"), conditions the model on the latest frame and
+keeps the k frames that belong to the real actions. The last kept frame (at the model's own
+resolution) conditions the next call; observations are resized to the spec's ``image_size``.
+With ``chunk_size == action.chunk`` nothing is padded or thrown away.
+
+Everything that can change a frame is a spec field in ``world``: model id and revision,
+device, dtype, sampler (steps, guidance, flow shift), resolution tier, input size, chunk, fps,
+embodiment domain, the diffusers speed options (SeaCache, mixed precision) and the Bridge
+conversion choices. Randomness: each call draws its diffusion seed from the ``rng`` given to
+``reset`` (the env's ``np_random``), so the same env seed gives the same frames.
+
+Warm residency: a pipeline loaded from disk is kept for the life of the process, keyed by
+what was loaded, so later worlds (and later episodes) skip the load. ``timings`` reports the
+load time and the per-call times separately. Tests and warm workers pass a ready pipeline
+(``Cosmos3World(spec, pipeline=pipe)``); a local checkout of the weights is given with the
+``weights_path`` kwarg or the environment variable named by ``world.local_path_env``. Without
+either, and without a Hugging Face cache entry for the pinned revision, construction raises
+:class:`~kosmos_env.worlds.base.MissingWeightsError` saying what to download. There is no
+fallback to any other world.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from kosmos_env.actions import (
+    BRIDGE_GRIPPER_MODES,
+    BRIDGE_NORMALIZATIONS,
+    BRIDGE_ROTATION_DELTAS,
+    env_to_bridge10,
+    hold_bridge10,
+    normalize_bridge10,
+)
+from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
+
+_REQUIRED = (
+    "model_id", "revision", "local_path_env", "device", "dtype", "mode", "domain_name", "view_point",
+    "resolution_tier", "input_size", "chunk_size", "pad_actions", "fps", "num_inference_steps",
+    "guidance_scale", "flow_shift", "use_system_prompt", "negative_prompt", "safety_checker",
+    "seed_policy", "sea_cache", "mixed_precision", "bridge",
+)
+_DTYPES = ("float32", "bfloat16", "float16")
+_PAD_MODES = ("hold", "repeat_last")
+_SEED_POLICIES = ("per_call_from_env_rng",)
+
+# (resolved path, dtype, device, flow_shift, sea cache settings) -> (pipeline, load seconds).
+# Written only by Cosmos3World.load: one resident copy of each loaded checkpoint per process.
+_RESIDENT: dict[tuple, tuple[Any, float]] = {}
+
+
+class Cosmos3World:
+    """A :class:`~kosmos_env.worlds.base.WorldModel` backed by ``Cosmos3OmniPipeline`` (forward dynamics)."""
+
+    frames_per_action = 1
+    calibration = None
+
+    def __init__(
+        self,
+        spec: Any,
+        *,
+        pipeline: Any = None,
+        weights_path: str | os.PathLike | None = None,
+        initial_frames: Mapping[str, str | os.PathLike] | None = None,
+    ):
+        self.spec = spec
+        self.config = _validated_config(spec)
+        self.env_chunk = int(spec.action_chunk)
+        if self.env_chunk > self.config["chunk_size"]:
+            raise ValueError(
+                f"spec action.chunk = {self.env_chunk} exceeds world.chunk_size = {self.config['chunk_size']}: "
+                "one model call must cover a whole env step"
+            )
+        self.image_size = tuple(spec.image_size)
+        self._initial_frames = self._check_initial_frames(initial_frames)
+        self._pipeline = pipeline
+        self._weights_path: str | None = None
+        if pipeline is None:
+            self._weights_path = resolve_weights(self.config, weights_path)
+        _require_stats(spec, self.config)
+        self.timings: dict[str, Any] = {"load_seconds": None, "calls": 0, "call_seconds": []}
+        self._rng: np.random.Generator | None = None
+        self._cond_frame: np.ndarray | None = None
+        self._prompt = ""
+        self._ee_pos = np.zeros(3)
+        self._ee_rot = np.eye(3)
+
+    # -- WorldModel protocol ----------------------------------------------------------------
+    def state_space(self) -> Mapping[str, Any]:
+        return {}
+
+    @property
+    def pipeline(self) -> Any:
+        """The loaded pipeline (loads it on first access)."""
+        self.load()
+        return self._pipeline
+
+    def load(self) -> None:
+        """Load the pipeline once per process (idempotent) and apply the spec's pipeline settings."""
+        if self._pipeline is not None and self.timings["load_seconds"] is not None:
+            return
+        import torch
+
+        cfg = self.config
+        if self._pipeline is None:
+            key = (self._weights_path, cfg["dtype"], cfg["device"], cfg["flow_shift"], repr(cfg["sea_cache"]))
+            if key not in _RESIDENT:
+                from diffusers import Cosmos3OmniPipeline
+
+                t0 = time.perf_counter()
+                pipe = Cosmos3OmniPipeline.from_pretrained(
+                    self._weights_path,
+                    torch_dtype=getattr(torch, cfg["dtype"]),
+                    safety_checker=None,
+                    enable_safety_checker=bool(cfg["safety_checker"]),
+                )
+                pipe.to(cfg["device"])
+                self._configure(pipe)
+                _RESIDENT[key] = (pipe, time.perf_counter() - t0)
+            self._pipeline, seconds = _RESIDENT[key]
+            self.timings["load_seconds"] = seconds
+            self.timings["resident"] = True
+        else:
+            t0 = time.perf_counter()
+            self._check_injected(self._pipeline)
+            self._configure(self._pipeline)
+            self.timings["load_seconds"] = time.perf_counter() - t0
+            self.timings["resident"] = False
+        temporal = int(getattr(self._pipeline, "vae_scale_factor_temporal", 4))
+        if cfg["chunk_size"] % temporal:
+            raise ValueError(
+                f"world.chunk_size = {cfg['chunk_size']} must be a multiple of the VAE's temporal factor {temporal} "
+                f"(chunk_size + 1 frames must decode exactly)"
+            )
+
+    def reset(self, task: Any, rng: np.random.Generator) -> WorldReset:
+        self.load()
+        params = dict(getattr(task, "params", {}) or {})
+        frame = self._load_frame(task.name, params)
+        h, w = self.config["input_size"]
+        self._cond_frame = _resize(frame, (h, w))
+        bridge = self.config["bridge"]
+        euler = params.get("initial_ee_euler", bridge["initial_ee_euler"])
+        from kosmos_env.rotations import euler_to_matrix
+
+        self._ee_pos = np.zeros(3)
+        self._ee_rot = euler_to_matrix(np.asarray(euler, dtype=np.float64))
+        self._rng = rng
+        self._prompt = task.instruction
+        return WorldReset(frame=_resize(frame, self.image_size))
+
+    def step(self, actions: np.ndarray) -> WorldStep:
+        if self._rng is None or self._cond_frame is None:
+            raise RuntimeError("Cosmos3World.step called before reset")
+        import torch
+
+        rows = np.asarray(actions, dtype=np.float32).reshape(-1, 7)
+        if len(rows) != self.env_chunk:
+            raise ValueError(f"Cosmos3World.step expects {self.env_chunk} actions, got {len(rows)}")
+        cfg = self.config
+        bridge = cfg["bridge"]
+        raw, self._ee_pos, self._ee_rot = env_to_bridge10(
+            rows, self._ee_pos, self._ee_rot, bridge["rotation_delta"], bridge["gripper"]
+        )
+        raw = self._pad(raw)
+        norm = bridge["normalization"]
+        model_actions = normalize_bridge10(raw, norm["method"], norm["q01"], norm["q99"], bool(norm["clamp"]))
+        seed = int(self._rng.integers(0, 2**63 - 1))
+
+        pipe = self.pipeline
+        generator = torch.Generator(device=cfg["device"]).manual_seed(seed)
+        kwargs = self.call_kwargs(self._cond_frame, model_actions, self._prompt, generator)
+        t0 = time.perf_counter()
+        out = pipe(**kwargs)
+        seconds = time.perf_counter() - t0
+        self.timings["calls"] += 1
+        self.timings["call_seconds"].append(seconds)
+        self.timings["last_seed"] = seed
+
+        video = np.asarray(out.video)
+        if video.ndim != 4 or video.shape[0] < self.env_chunk + 1:
+            raise RuntimeError(
+                f"Cosmos3OmniPipeline returned video of shape {video.shape}; expected at least "
+                f"{self.env_chunk + 1} frames (chunk_size + 1 = {cfg['chunk_size'] + 1})"
+            )
+        native = _to_uint8(video[1 : self.env_chunk + 1])
+        self._cond_frame = native[-1]
+        frames = np.stack([_resize(f, self.image_size) for f in native])
+        return WorldStep(frames=frames)
+
+    def evaluate(self) -> dict[str, Any] | None:
+        return None
+
+    def close(self) -> None:
+        # A resident pipeline stays loaded for the next world in this process (warm residency).
+        self._rng = None
+        self._cond_frame = None
+
+    # -- the pipeline call ------------------------------------------------------------------
+    def call_kwargs(self, image: np.ndarray, model_actions: np.ndarray, prompt: str, generator: Any) -> dict[str, Any]:
+        """Keyword arguments of one ``Cosmos3OmniPipeline.__call__`` (all values from the spec)."""
+        import torch
+        from diffusers import CosmosActionCondition
+
+        cfg = self.config
+        mp = cfg["mixed_precision"]
+        return {
+            "prompt": prompt,
+            "negative_prompt": cfg["negative_prompt"],
+            "action": CosmosActionCondition(
+                mode=cfg["mode"],
+                chunk_size=cfg["chunk_size"],
+                domain_name=cfg["domain_name"],
+                resolution_tier=cfg["resolution_tier"],
+                raw_actions=torch.as_tensor(np.asarray(model_actions, dtype=np.float32)),
+                image=image,
+                view_point=cfg["view_point"],
+            ),
+            "fps": float(cfg["fps"]),
+            "num_inference_steps": int(cfg["num_inference_steps"]),
+            "guidance_scale": float(cfg["guidance_scale"]),
+            "use_system_prompt": bool(cfg["use_system_prompt"]),
+            "generator": generator,
+            "output_type": "np",
+            "enable_safety_check": bool(cfg["safety_checker"]),
+            "mixed_precision_format": mp.get("format"),
+            "mixed_precision_first_steps": mp.get("first_steps"),
+            "mixed_precision_last_steps": mp.get("last_steps"),
+            "mixed_precision_reasoner_policy": mp.get("reasoner_policy"),
+        }
+
+    # -- helpers ----------------------------------------------------------------------------
+    def _pad(self, raw: np.ndarray) -> np.ndarray:
+        missing = self.config["chunk_size"] - len(raw)
+        if missing <= 0:
+            return raw
+        if self.config["pad_actions"] == "hold":
+            filler = np.tile(hold_bridge10(raw[-1, 9]), (missing, 1))
+        else:
+            filler = np.tile(raw[-1], (missing, 1))
+        return np.concatenate([raw, filler])
+
+    def _configure(self, pipe: Any) -> None:
+        """Apply the spec's scheduler shift and SeaCache setting to a pipeline."""
+        cfg = self.config
+        from diffusers import UniPCMultistepScheduler
+
+        sched = pipe.scheduler
+        if float(sched.config.get("flow_shift", 1.0)) != float(cfg["flow_shift"]) or sched.config.get("use_karras_sigmas"):
+            pipe.scheduler = UniPCMultistepScheduler.from_config(
+                sched.config, flow_shift=float(cfg["flow_shift"]), use_karras_sigmas=False
+            )
+        sea = dict(cfg["sea_cache"])
+        if sea.pop("enabled", False):
+            from diffusers import SeaCacheConfig
+
+            if not pipe.transformer.is_cache_enabled:
+                pipe.transformer.enable_cache(SeaCacheConfig(**sea))
+
+    def _check_injected(self, pipe: Any) -> None:
+        import torch
+
+        cfg = self.config
+        param = next(pipe.transformer.parameters())
+        want_dtype = getattr(torch, cfg["dtype"])
+        if param.dtype != want_dtype:
+            raise ValueError(f"injected pipeline's transformer is {param.dtype}, but spec world.dtype is {cfg['dtype']!r}")
+        if param.device.type != torch.device(cfg["device"]).type:
+            raise ValueError(f"injected pipeline is on {param.device}, but spec world.device is {cfg['device']!r}")
+        if cfg["mode"] == "forward_dynamics" and not getattr(pipe.transformer.config, "action_gen", False):
+            raise ValueError("injected pipeline's transformer was not built with action_gen=True")
+
+    def _check_initial_frames(self, frames: Mapping[str, Any] | None) -> dict[str, str]:
+        if not frames:
+            return {}
+        from kosmos_env.tasks import load_suite
+
+        names = load_suite(self.spec.tasks["suite"]).names
+        out = {}
+        for name, path in dict(frames).items():
+            if name not in names:
+                raise ValueError(f"initial_frames names unknown task {name!r}; tasks: {names}")
+            out[name] = os.fspath(path)
+        return out
+
+    def _load_frame(self, task_name: str, params: Mapping[str, Any]) -> np.ndarray:
+        entry = params.get("frame")
+        if not isinstance(entry, Mapping) or "sha256" not in entry:
+            raise ValueError(f"task {task_name!r} has no initial frame entry with a sha256 in its suite")
+        expected = str(entry["sha256"]).lower()
+        if task_name in self._initial_frames:
+            path = Path(self._initial_frames[task_name])
+            origin = "the initial_frames kwarg"
+        elif entry.get("path"):
+            path = Path(str(resources.files("kosmos_env.tasks") / entry["path"]))
+            origin = "the task suite"
+        else:
+            raise ValueError(
+                f"task {task_name!r} ships no initial frame: pass world_kwargs={{'initial_frames': "
+                f"{{{task_name!r}: '/path/to/frame.png'}}}} (sha256 {expected})"
+            )
+        if not path.is_file():
+            raise FileNotFoundError(f"initial frame for task {task_name!r} not found at {path} (from {origin})")
+        data = path.read_bytes()
+        digest = hashlib.sha256(data).hexdigest()
+        if digest != expected:
+            raise ValueError(
+                f"initial frame {path} for task {task_name!r} has sha256 {digest}, but the task suite binds it "
+                f"to {expected}; refusing a frame the spec hash does not describe"
+            )
+        return _decode_png(data, path)
+
+
+# -- module helpers ----------------------------------------------------------------------------
+def _validated_config(spec: Any) -> dict[str, Any]:
+    """The ``world`` block of a Cosmos 3 spec, checked field by field."""
+    from kosmos_env.spec import SpecError
+
+    cfg = dict(spec.world)
+    missing = [k for k in _REQUIRED if k not in cfg]
+    if missing:
+        raise SpecError(f"spec {spec.id}: world is missing Cosmos 3 field(s) {missing}")
+    if cfg["dtype"] not in _DTYPES:
+        raise SpecError(f"spec field world.dtype must be one of {_DTYPES}, got {cfg['dtype']!r}")
+    if cfg["pad_actions"] not in _PAD_MODES:
+        raise SpecError(f"spec field world.pad_actions must be one of {_PAD_MODES}, got {cfg['pad_actions']!r}")
+    if cfg["seed_policy"] not in _SEED_POLICIES:
+        raise SpecError(f"spec field world.seed_policy must be one of {_SEED_POLICIES}, got {cfg['seed_policy']!r}")
+    if cfg["mode"] != "forward_dynamics":
+        raise SpecError(f"spec field world.mode must be 'forward_dynamics' for an env world, got {cfg['mode']!r}")
+    for key in ("chunk_size", "num_inference_steps", "resolution_tier"):
+        if not isinstance(cfg[key], int) or isinstance(cfg[key], bool) or cfg[key] < 1:
+            raise SpecError(f"spec field world.{key} must be a positive integer, got {cfg[key]!r}")
+    size = cfg["input_size"]
+    if not (isinstance(size, list) and len(size) == 2 and all(isinstance(v, int) and v >= 16 for v in size)):
+        raise SpecError(f"spec field world.input_size must be [height, width] integers >= 16, got {size!r}")
+    for key in ("sea_cache", "mixed_precision", "bridge"):
+        if not isinstance(cfg[key], Mapping):
+            raise SpecError(f"spec field world.{key} must be an object")
+    bridge = dict(cfg["bridge"])
+    for key in ("rotation_delta", "initial_ee_euler", "gripper", "normalization"):
+        if key not in bridge:
+            raise SpecError(f"spec field world.bridge is missing {key!r}")
+    if bridge["rotation_delta"] not in BRIDGE_ROTATION_DELTAS:
+        raise SpecError(f"spec field world.bridge.rotation_delta must be one of {BRIDGE_ROTATION_DELTAS}")
+    if bridge["gripper"] not in BRIDGE_GRIPPER_MODES:
+        raise SpecError(f"spec field world.bridge.gripper must be one of {BRIDGE_GRIPPER_MODES}")
+    norm = dict(bridge["normalization"])
+    if norm.get("method") not in BRIDGE_NORMALIZATIONS:
+        raise SpecError(f"spec field world.bridge.normalization.method must be one of {BRIDGE_NORMALIZATIONS}")
+    norm.setdefault("clamp", False)
+    for key in ("q01", "q99"):
+        value = norm.get(key)
+        if value is not None and not (
+            isinstance(value, list) and len(value) == 10 and all(isinstance(v, (int, float)) for v in value)
+        ):
+            raise SpecError(f"spec field world.bridge.normalization.{key} must be null or a list of 10 numbers")
+    bridge["normalization"] = norm
+    cfg["bridge"] = bridge
+    return cfg
+
+
+def _require_stats(spec: Any, cfg: Mapping[str, Any]) -> None:
+    """Refuse to run with normalisation statistics the spec leaves open (null)."""
+    from kosmos_env.spec import SpecError
+
+    norm = cfg["bridge"]["normalization"]
+    if norm["method"] == "none":
+        return
+    for key in ("q01", "q99"):
+        if norm.get(key) is None:
+            raise SpecError(
+                f"spec {spec.id}: world.bridge.normalization.{key} is null. The Bridge action statistics "
+                f"(q01/q99 of the 10-D raw action; cosmos-framework's 'bridge_orig_lerobot_normalization.json', "
+                f"block 'global_raw') could not be established when this spec was written. Supply them with the "
+                f"spec override world={{'bridge': {{..., 'normalization': {{'method': {norm['method']!r}, "
+                f"'q01': [10 numbers], 'q99': [10 numbers], 'clamp': False}}}}}} (this changes the spec hash)."
+            )
+
+
+def weights_help(cfg: Mapping[str, Any]) -> str:
+    """How to fetch the pinned checkpoint and point the env at it."""
+    repo, rev, env_var = cfg["model_id"], cfg["revision"], cfg["local_path_env"]
+    return (
+        f"Download it with\n"
+        f"    hf download {repo} --revision {rev} --local-dir /path/to/{repo.split('/')[-1]}\n"
+        f"(older clients: huggingface-cli download {repo} --revision {rev} --local-dir ...), accepting the "
+        f"model's license on Hugging Face first if it asks, then point the env at the copy with "
+        f"world_kwargs={{'weights_path': '/path/to/{repo.split('/')[-1]}'}} or "
+        f"`export {env_var}=/path/to/{repo.split('/')[-1]}`. A Hugging Face cache entry for revision {rev!r} "
+        f"is also found without either."
+    )
+
+
+def resolve_weights(cfg: Mapping[str, Any], weights_path: str | os.PathLike | None = None) -> str:
+    """Local directory of the pinned checkpoint, or :class:`MissingWeightsError` saying what to fetch."""
+    repo, rev, env_var = cfg["model_id"], cfg["revision"], cfg["local_path_env"]
+    given = weights_path if weights_path is not None else os.environ.get(env_var)
+    if given:
+        path = Path(given)
+        if not (path / "model_index.json").is_file():
+            source = "weights_path" if weights_path is not None else f"${env_var}"
+            raise MissingWeightsError(
+                f"{source} = {path} does not hold a diffusers checkpoint (no model_index.json) of {repo} at "
+                f"revision {rev!r}. {weights_help(cfg)}"
+            )
+        return str(path)
+    try:
+        from huggingface_hub import snapshot_download
+
+        path = Path(snapshot_download(repo_id=repo, revision=rev, local_files_only=True))
+    except Exception:  # any miss in the local cache (no entry, no such revision, offline)
+        path = None
+    if path is None or not (path / "model_index.json").is_file():
+        raise MissingWeightsError(
+            f"The Cosmos 3 world needs the weights of {repo} at revision {rev!r}, which are not on disk "
+            f"(nothing at world_kwargs['weights_path'], ${env_var} unset, no Hugging Face cache entry). "
+            f"{weights_help(cfg)}"
+        )
+    return str(path)
+
+
+def _decode_png(data: bytes, path: Path) -> np.ndarray:
+    import cv2
+
+    img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
+    if img is None:
+        raise ValueError(f"{path} is not a readable image")
+    return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+
+def _resize(frame: np.ndarray, size: tuple[int, int] | list[int]) -> np.ndarray:
+    h, w = int(size[0]), int(size[1])
+    if frame.shape[:2] == (h, w):
+        return np.ascontiguousarray(frame, dtype=np.uint8)
+    import cv2
+
+    shrink = frame.shape[0] > h or frame.shape[1] > w
+    return cv2.resize(frame, (w, h), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+
+
+def _to_uint8(video: np.ndarray) -> np.ndarray:
+    """Pipeline ``output_type="np"`` frames (floats in [0, 1]) → uint8."""
+    return np.clip(np.rint(video * 255.0), 0, 255).astype(np.uint8)

@@ -1,0 +1,483 @@
+"""The Kosmos remote-policy protocol, version 1: a policy in another process answers over HTTP.
+
+Heavy or foreign policy stacks (Octo in JAX, a VLA pinned to an old transformers, a policy on
+another GPU box) stay out of the evaluator's process: they run a small HTTP server that speaks
+this protocol, and the evaluator talks to them through ``RemotePolicy(url)``. This module is the
+whole protocol: the message codec, a server for any object with ``reset``/``act`` and a client.
+It needs only the Python standard library and numpy, so it can be copied on its own next to a
+policy that cannot install kosmos-env (see ``examples/octo_server.py``).
+
+Endpoints (all under ``/v1``; the server binds 127.0.0.1 unless told otherwise)
+---------------------------------------------------------------------------------
+``GET /v1/info``
+    JSON ``{"protocol": "kosmos-policy", "version": 1, "policy": {"name", "action_convention",
+    "content_hash", "config"}}``. The client checks ``protocol`` and ``version`` before anything else.
+``POST /v1/reset``
+    JSON body ``{"version": 1, "instruction": str, "seed": int | null}``; answers JSON
+    ``{"version": 1, "ok": true}``. Starts an episode (clears any action queue on the server).
+``POST /v1/act``
+    Body: a binary *observation* message (below); answers a binary *action* message.
+
+Binary message (``Content-Type: application/x-kosmos-policy``)
+----------------------------------------------------------------
+::
+
+    b"KPOL" | u32 little-endian header length N | N bytes of UTF-8 JSON header | payload
+
+The header is ``{"version": 1, "kind": "observation" | "action", "fields": {...}, "arrays": [...]}``.
+``fields`` holds JSON scalars (str, int, float, bool, null), e.g. ``instruction``. Each entry of
+``arrays`` is ``{"name": str, "dtype": "<u1" | "<f4" | "<f8" | "<i4" | "<i8", "shape": [int, ...]}``;
+the arrays' raw little-endian C-order bytes follow the header back to back, in that order, and
+must add up to the payload exactly. Nothing is ever pickled.
+
+- observation: array ``image`` (H, W, 3) uint8 and field ``instruction`` (str) are required;
+  further arrays (``ee_pos``, ``ee_euler``, ``gripper``: proprioceptive state) are optional.
+- action: array ``action``, float32, shape (7,) for one action or (k, 7) for a chunk of k,
+  ``[dx, dy, dz, droll, dpitch, dyaw, gripper]`` in the env contract (gripper 1 = open). All
+  values finite.
+
+Limits (a violation is rejected, never truncated): message ≤ 64 MiB (``MAX_MESSAGE_BYTES``),
+header ≤ 64 KiB, at most 32 arrays of at most 4 dimensions, names ≤ 64 characters, image sides
+≤ 4096, chunks ≤ 1024 actions.
+
+Errors
+------
+Any failure answers a JSON body ``{"version": 1, "error": {"code": str, "message": str}}`` with
+an HTTP status: 400 ``bad_request`` (malformed message, wrong version ``version_mismatch``),
+404 ``not_found`` (unknown endpoint), 411 ``length_required``, 413 ``too_large``,
+500 ``policy_error`` (the policy raised; the message says what it raised).
+The client raises :class:`RemotePolicyError` (a ``RuntimeError``) naming the URL and the cause when
+the server is down, times out, answers an error, or answers something that is not this protocol.
+
+Sessions: one server serves one episode at a time (requests are serialised under a lock); run one
+server per parallel worker.
+"""
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import struct
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+PROTOCOL = "kosmos-policy"
+VERSION = 1
+MAGIC = b"KPOL"
+CONTENT_TYPE = "application/x-kosmos-policy"
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024
+MAX_ARRAYS = 32
+MAX_NDIM = 4
+MAX_NAME = 64
+MAX_IMAGE_SIDE = 4096
+MAX_CHUNK = 1024
+ACTION_DIM = 7
+DTYPES = {"<u1": np.uint8, "<f4": np.float32, "<f8": np.float64, "<i4": np.int32, "<i8": np.int64}
+_PREFIX = struct.Struct("<4sI")
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow this protocol (bad framing, dtype, shape, size or version)."""
+
+
+class RemotePolicyError(RuntimeError):
+    """The remote policy could not be reached or did not answer with a valid protocol message."""
+
+
+# -- codec ---------------------------------------------------------------------------------------
+def encode_message(kind: str, arrays: Mapping[str, np.ndarray], fields: Mapping[str, Any] | None = None) -> bytes:
+    """Frame ``arrays`` (numpy) and ``fields`` (JSON scalars) as one binary message."""
+    if len(arrays) > MAX_ARRAYS:
+        raise ProtocolError(f"at most {MAX_ARRAYS} arrays per message, got {len(arrays)}")
+    specs, blobs = [], []
+    for name, value in arrays.items():
+        arr = np.asarray(value)
+        code = arr.dtype.newbyteorder("<").str.replace("|", "<")  # '|u1' (no byte order) is '<u1' here
+        if code not in DTYPES:
+            raise ProtocolError(f"array {name!r} has dtype {arr.dtype}; the protocol carries {sorted(DTYPES)}")
+        _check_name(name)
+        if arr.ndim > MAX_NDIM:
+            raise ProtocolError(f"array {name!r} has {arr.ndim} dimensions; at most {MAX_NDIM}")
+        specs.append({"name": name, "dtype": code, "shape": list(arr.shape)})
+        blobs.append(np.ascontiguousarray(arr, dtype=DTYPES[code]).tobytes())
+    fields = dict(fields or {})
+    for key, value in fields.items():
+        if not isinstance(value, (str, int, float, bool, type(None))):
+            raise ProtocolError(f"field {key!r} must be a JSON scalar (str, number, bool, null), got {type(value).__name__}")
+    header = json.dumps({"version": VERSION, "kind": kind, "fields": fields, "arrays": specs}).encode()
+    if len(header) > MAX_HEADER_BYTES:
+        raise ProtocolError(f"message header is {len(header)} bytes; at most {MAX_HEADER_BYTES}")
+    message = b"".join([_PREFIX.pack(MAGIC, len(header)), header, *blobs])
+    if len(message) > MAX_MESSAGE_BYTES:
+        raise ProtocolError(f"message is {len(message)} bytes; at most {MAX_MESSAGE_BYTES}")
+    return message
+
+
+def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Parse and validate a binary message of the expected ``kind``; returns (arrays, fields)."""
+    if len(data) > max_bytes:
+        raise ProtocolError(f"message is {len(data)} bytes; at most {max_bytes}")
+    if len(data) < _PREFIX.size:
+        raise ProtocolError(f"message is {len(data)} bytes, shorter than the {_PREFIX.size}-byte prefix")
+    magic, header_len = _PREFIX.unpack_from(data)
+    if magic != MAGIC:
+        raise ProtocolError(f"message does not start with {MAGIC!r} (got {magic!r}): not a {PROTOCOL} message")
+    if header_len > MAX_HEADER_BYTES or _PREFIX.size + header_len > len(data):
+        raise ProtocolError(f"header length {header_len} is too large or runs past the message ({len(data)} bytes)")
+    try:
+        header = json.loads(data[_PREFIX.size:_PREFIX.size + header_len].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ProtocolError(f"message header is not UTF-8 JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise ProtocolError("message header must be a JSON object")
+    if header.get("version") != VERSION:
+        raise ProtocolError(f"message has protocol version {header.get('version')!r}; this side speaks {VERSION}")
+    if header.get("kind") != kind:
+        raise ProtocolError(f"expected a {kind!r} message, got {header.get('kind')!r}")
+    fields, specs = header.get("fields", {}), header.get("arrays", [])
+    if not isinstance(fields, dict) or not isinstance(specs, list):
+        raise ProtocolError("header 'fields' must be an object and 'arrays' a list")
+    if len(specs) > MAX_ARRAYS:
+        raise ProtocolError(f"at most {MAX_ARRAYS} arrays per message, got {len(specs)}")
+    payload = memoryview(data)[_PREFIX.size + header_len:]
+    arrays: dict[str, np.ndarray] = {}
+    offset = 0
+    for spec in specs:
+        if not isinstance(spec, dict):
+            raise ProtocolError("each 'arrays' entry must be an object with name, dtype and shape")
+        name, code, shape = spec.get("name"), spec.get("dtype"), spec.get("shape")
+        _check_name(name)
+        if name in arrays:
+            raise ProtocolError(f"array {name!r} appears twice")
+        if code not in DTYPES:
+            raise ProtocolError(f"array {name!r} has dtype {code!r}; the protocol carries {sorted(DTYPES)}")
+        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
+                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)):
+            raise ProtocolError(f"array {name!r} has shape {shape!r}; expected a list of at most {MAX_NDIM} non-negative ints")
+        nbytes = math.prod(shape) * np.dtype(DTYPES[code]).itemsize
+        if offset + nbytes > len(payload):
+            raise ProtocolError(f"array {name!r} needs {nbytes} bytes but the payload has {len(payload) - offset} left")
+        arrays[name] = np.frombuffer(payload[offset:offset + nbytes], dtype=DTYPES[code]).reshape(shape).copy()
+        offset += nbytes
+    if offset != len(payload):
+        raise ProtocolError(f"payload has {len(payload) - offset} bytes beyond the declared arrays")
+    return arrays, fields
+
+
+def encode_observation(obs: Mapping[str, Any]) -> bytes:
+    """An env observation (``image``, ``instruction``, optional state arrays) as a message."""
+    arrays, fields = {}, {}
+    for key, value in obs.items():
+        if isinstance(value, (str, bool, int, float)) or value is None:
+            fields[key] = value
+        else:
+            arrays[key] = np.asarray(value)
+    message = encode_message("observation", arrays, fields)
+    check_observation(arrays, fields)
+    return message
+
+
+def decode_observation(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> dict[str, Any]:
+    """Parse an observation message back into the env's observation dict."""
+    arrays, fields = decode_message(data, "observation", max_bytes)
+    check_observation(arrays, fields)
+    return {**fields, **arrays}
+
+
+def check_observation(arrays: Mapping[str, np.ndarray], fields: Mapping[str, Any]) -> None:
+    image = arrays.get("image")
+    if image is None:
+        raise ProtocolError("observation needs an 'image' array (H, W, 3) uint8")
+    if image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != 3:
+        raise ProtocolError(f"observation 'image' must be (H, W, 3) uint8, got {image.shape} {image.dtype}")
+    if not (0 < image.shape[0] <= MAX_IMAGE_SIDE and 0 < image.shape[1] <= MAX_IMAGE_SIDE):
+        raise ProtocolError(f"observation 'image' sides must be in [1, {MAX_IMAGE_SIDE}], got {image.shape[:2]}")
+    if not isinstance(fields.get("instruction"), str):
+        raise ProtocolError("observation needs an 'instruction' string field")
+
+
+def encode_action(action: np.ndarray) -> bytes:
+    """One action (7,) or a chunk (k, 7) as a message (checked before it is sent)."""
+    arr = np.asarray(action)
+    check_action(arr)
+    return encode_message("action", {"action": arr.astype(np.float32)})
+
+
+def decode_action(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> np.ndarray:
+    arrays, _ = decode_message(data, "action", max_bytes)
+    if set(arrays) != {"action"}:
+        raise ProtocolError(f"an action message carries exactly one array 'action', got {sorted(arrays)}")
+    check_action(arrays["action"], require_float32=True)
+    return arrays["action"]
+
+
+def check_action(action: np.ndarray, require_float32: bool = False) -> None:
+    if action.dtype.kind != "f" or (require_float32 and action.dtype != np.float32):
+        raise ProtocolError(f"action must be float32, got {action.dtype}")
+    ok_shape = action.shape == (ACTION_DIM,) or (action.ndim == 2 and action.shape[1] == ACTION_DIM and 1 <= action.shape[0] <= MAX_CHUNK)
+    if not ok_shape:
+        raise ProtocolError(f"action must have shape ({ACTION_DIM},) or (k, {ACTION_DIM}) with 1 <= k <= {MAX_CHUNK}, got {action.shape}")
+    if not np.all(np.isfinite(action)):
+        raise ProtocolError("action contains NaN or infinite values")
+
+
+def _check_name(name: Any) -> None:
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME:
+        raise ProtocolError(f"array name must be a string of 1..{MAX_NAME} characters, got {name!r}")
+
+
+# -- server --------------------------------------------------------------------------------------
+class PolicyServer:
+    """Serves any object with ``reset(instruction, seed=None)`` and ``act(obs) -> ndarray``.
+
+    ``info`` is a JSON-able dict describing the policy (name, action_convention, content_hash,
+    config); it is what ``GET /v1/info`` answers. ``port=0`` picks a free port (see ``url``).
+    """
+
+    def __init__(self, policy: Any, info: Mapping[str, Any] | None = None, host: str = "127.0.0.1",
+                 port: int = 0, max_bytes: int = MAX_MESSAGE_BYTES, log: Callable[[str], None] | None = None):
+        self.policy = policy
+        self.info = dict(info or {"name": getattr(policy, "name", type(policy).__name__)})
+        self.max_bytes = int(max_bytes)
+        self.log = log
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self.httpd = ThreadingHTTPServer((host, int(port)), _make_handler(self))
+        self.httpd.daemon_threads = True
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def serve_forever(self) -> None:
+        self.httpd.serve_forever(poll_interval=0.2)
+
+    def start(self) -> "PolicyServer":
+        """Serve in a daemon thread (tests, notebooks); returns self."""
+        self._thread = threading.Thread(target=self.serve_forever, name="kosmos-policy-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self.httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.httpd.server_close()
+
+    def __enter__(self) -> "PolicyServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # request handlers: each returns (status, content_type, body)
+    def handle_info(self) -> tuple[int, str, bytes]:
+        return _json(200, {"protocol": PROTOCOL, "version": VERSION, "policy": self.info})
+
+    def handle_reset(self, body: bytes) -> tuple[int, str, bytes]:
+        try:
+            request = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            return _error(400, "bad_request", f"reset body is not UTF-8 JSON: {exc}")
+        if not isinstance(request, dict):
+            return _error(400, "bad_request", "reset body must be a JSON object")
+        if request.get("version") != VERSION:
+            return _error(400, "version_mismatch", f"request has version {request.get('version')!r}; server speaks {VERSION}")
+        instruction, seed = request.get("instruction"), request.get("seed")
+        if not isinstance(instruction, str):
+            return _error(400, "bad_request", "reset needs an 'instruction' string")
+        if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
+            return _error(400, "bad_request", f"reset 'seed' must be an int or null, got {seed!r}")
+        with self._lock:
+            try:
+                self.policy.reset(instruction, seed=seed)
+            except Exception as exc:  # the policy's failure goes back to the client, named
+                return _error(500, "policy_error", f"policy.reset raised {type(exc).__name__}: {exc}")
+        return _json(200, {"version": VERSION, "ok": True})
+
+    def handle_act(self, body: bytes) -> tuple[int, str, bytes]:
+        try:
+            obs = decode_observation(body, self.max_bytes)
+        except ProtocolError as exc:
+            code = "version_mismatch" if "protocol version" in str(exc) else "bad_request"
+            return _error(400, code, str(exc))
+        with self._lock:
+            try:
+                action = np.asarray(self.policy.act(obs))
+            except Exception as exc:
+                return _error(500, "policy_error", f"policy.act raised {type(exc).__name__}: {exc}")
+        try:
+            return 200, CONTENT_TYPE, encode_action(action)
+        except ProtocolError as exc:
+            return _error(500, "policy_error", f"policy returned an invalid action: {exc}")
+
+
+def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: one connection per episode, not per step
+        server_version = f"{PROTOCOL}/{VERSION}"
+        disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+
+        def do_GET(self) -> None:  # noqa: N802 (http.server naming)
+            if self.path.rstrip("/") == "/v1/info":
+                self._send(*server.handle_info())
+            else:
+                self._send(*_error(404, "not_found", f"no endpoint GET {self.path}; try /v1/info"))
+
+        def do_POST(self) -> None:  # noqa: N802
+            routes = {"/v1/reset": server.handle_reset, "/v1/act": server.handle_act}
+            route = routes.get(self.path.rstrip("/"))
+            length = self.headers.get("Content-Length")
+            if length is None or not length.isdigit():
+                self._send(*_error(411, "length_required", "POST needs a Content-Length header"), close=True)
+                return
+            if int(length) > server.max_bytes:
+                self._send(*_error(413, "too_large", f"body of {length} bytes exceeds the limit of {server.max_bytes}"), close=True)
+                return
+            body = self.rfile.read(int(length))
+            if route is None:
+                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset or /v1/act"))
+                return
+            self._send(*route(body))
+
+        def _send(self, status: int, content_type: str, body: bytes, close: bool = False) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            if close:
+                self.send_header("Connection", "close")
+                self.close_connection = True
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (stdlib signature)
+            if server.log is not None:
+                server.log(format % args)
+
+    return Handler
+
+
+def _json(status: int, payload: Mapping[str, Any]) -> tuple[int, str, bytes]:
+    return status, "application/json", json.dumps(payload).encode()
+
+
+def _error(status: int, code: str, message: str) -> tuple[int, str, bytes]:
+    return _json(status, {"version": VERSION, "error": {"code": code, "message": message}})
+
+
+# -- client --------------------------------------------------------------------------------------
+class PolicyClient:
+    """Speaks the protocol to a server at ``url`` (``http://host:port``).
+
+    Every request has a ``timeout`` (seconds). Failing to connect (server down, connection reset
+    before an answer) is retried ``retries`` times with a doubling pause from ``backoff``; a timeout
+    is not retried (the server may still be working on the request). Every failure raises
+    :class:`RemotePolicyError` naming the URL and the cause.
+    """
+
+    def __init__(self, url: str, timeout: float = 30.0, retries: int = 2, backoff: float = 0.2,
+                 max_bytes: int = MAX_MESSAGE_BYTES):
+        parsed = urllib.parse.urlsplit(url)
+        if parsed.scheme != "http" or not parsed.hostname:
+            raise ValueError(f"remote policy url must look like http://host:port, got {url!r}")
+        if timeout <= 0 or retries < 0 or backoff < 0:
+            raise ValueError("timeout must be > 0, retries >= 0 and backoff >= 0")
+        self.url = f"http://{parsed.netloc}"
+        self._host, self._port = parsed.hostname, parsed.port or 80
+        self.timeout, self.retries, self.backoff, self.max_bytes = float(timeout), int(retries), float(backoff), int(max_bytes)
+        self._conn: http.client.HTTPConnection | None = None
+
+    def info(self) -> dict[str, Any]:
+        answer = self._json_answer(*self._request("GET", "/v1/info", None, None))
+        if answer.get("protocol") != PROTOCOL:
+            raise RemotePolicyError(f"{self.url} does not speak {PROTOCOL} (info says protocol={answer.get('protocol')!r})")
+        if answer.get("version") != VERSION:
+            raise RemotePolicyError(f"{self.url} speaks {PROTOCOL} version {answer.get('version')!r}; this client speaks {VERSION}")
+        if not isinstance(answer.get("policy"), dict):
+            raise RemotePolicyError(f"{self.url} answered /v1/info without a 'policy' object")
+        return answer
+
+    def reset(self, instruction: str, seed: int | None = None) -> None:
+        body = json.dumps({"version": VERSION, "instruction": instruction, "seed": seed}).encode()
+        answer = self._json_answer(*self._request("POST", "/v1/reset", body, "application/json"))
+        if answer.get("ok") is not True:
+            raise RemotePolicyError(f"{self.url} answered /v1/reset without ok=true: {answer!r:.200}")
+
+    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+        status, content_type, body = self._request("POST", "/v1/act", encode_observation(obs), CONTENT_TYPE)
+        if status != 200:
+            self._json_answer(status, content_type, body)  # raises with the server's message
+        try:
+            return decode_action(body, self.max_bytes)
+        except ProtocolError as exc:
+            raise RemotePolicyError(f"{self.url} answered /v1/act with an invalid action message: {exc}") from None
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def _request(self, method: str, path: str, body: bytes | None, content_type: str | None) -> tuple[int, str, bytes]:
+        headers = {"Content-Type": content_type} if content_type else {}
+        last: Exception | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                time.sleep(self.backoff * 2 ** (attempt - 1))
+            try:
+                if self._conn is None:
+                    self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+                self._conn.request(method, path, body=body, headers=headers)
+                response = self._conn.getresponse()
+                length = response.getheader("Content-Length")
+                if length is not None and length.isdigit() and int(length) > self.max_bytes:
+                    self.close()
+                    raise RemotePolicyError(f"{self.url}{path} answered {length} bytes, over the limit of {self.max_bytes}")
+                data = response.read(self.max_bytes + 1)
+                if len(data) > self.max_bytes:
+                    self.close()
+                    raise RemotePolicyError(f"{self.url}{path} answered more than {self.max_bytes} bytes")
+                if response.getheader("Connection", "").lower() == "close":
+                    self.close()
+                return response.status, response.getheader("Content-Type", ""), data
+            except TimeoutError:
+                self.close()
+                raise RemotePolicyError(f"{self.url}{path} did not answer within {self.timeout:g} s") from None
+            except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, OSError) as exc:
+                # refused / reset / closed before an answer, or not HTTP at all: reconnect and retry
+                self.close()
+                last = exc
+                if isinstance(exc, http.client.HTTPException) and not isinstance(exc, http.client.RemoteDisconnected):
+                    break  # a server answering something that is not HTTP will not improve
+            except http.client.HTTPException as exc:
+                self.close()
+                last = exc
+                break
+        raise RemotePolicyError(
+            f"cannot reach the remote policy at {self.url}{path} after {attempt + 1} attempt(s): "
+            f"{type(last).__name__}: {last}. Is `kosmos-env serve-policy` running there?"
+        )
+
+    def _json_answer(self, status: int, content_type: str, body: bytes) -> dict[str, Any]:
+        try:
+            answer = json.loads(body.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise RemotePolicyError(
+                f"{self.url} answered HTTP {status} ({content_type or 'no content type'}) with a body that is not JSON: "
+                f"{body[:80]!r}; is this a {PROTOCOL} server?"
+            ) from None
+        if not isinstance(answer, dict):
+            raise RemotePolicyError(f"{self.url} answered HTTP {status} with JSON that is not an object")
+        if status != 200 or "error" in answer:
+            err = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+            raise RemotePolicyError(
+                f"{self.url} answered HTTP {status} {err.get('code', 'error')}: {err.get('message', answer)}"
+            )
+        return answer
