@@ -62,56 +62,13 @@ def gripper_from_env(g: Any, convention: str) -> np.ndarray:
 
 
 # -- rotation ------------------------------------------------------------------------------------
-def euler_to_matrix(euler: Any) -> np.ndarray:
-    """Static x-y-z Euler (roll, pitch, yaw) -> rotation matrix ``Rz(yaw) Ry(pitch) Rx(roll)``."""
-    r, p, y = np.asarray(euler, dtype=np.float64)
-    cr, sr, cp, sp, cy, sy = np.cos(r), np.sin(r), np.cos(p), np.sin(p), np.cos(y), np.sin(y)
-    return np.array([
-        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-        [-sp, cp * sr, cp * cr],
-    ])
-
-
-def matrix_to_euler(m: Any) -> np.ndarray:
-    """Rotation matrix -> static x-y-z Euler (roll, pitch, yaw), pitch in [-pi/2, pi/2]."""
-    m = np.asarray(m, dtype=np.float64)
-    cp = np.hypot(m[0, 0], m[1, 0])
-    pitch = np.arctan2(-m[2, 0], cp)
-    if cp > 1e-9:
-        roll = np.arctan2(m[2, 1], m[2, 2])
-        yaw = np.arctan2(m[1, 0], m[0, 0])
-    else:  # gimbal lock: roll and yaw share one axis; put it all in roll
-        roll = np.arctan2(-m[1, 2], m[1, 1])
-        yaw = 0.0
-    return np.array([roll, pitch, yaw])
-
-
-def axis_angle_to_matrix(rotvec: Any) -> np.ndarray:
-    """Axis-angle vector (unit axis × angle, radians) -> rotation matrix (Rodrigues)."""
-    v = np.asarray(rotvec, dtype=np.float64)
-    angle = float(np.linalg.norm(v))
-    if angle < 1e-12:
-        return np.eye(3)
-    k = v / angle
-    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
-    return np.eye(3) + np.sin(angle) * kx + (1 - np.cos(angle)) * kx @ kx
-
-
-def matrix_to_axis_angle(m: Any) -> np.ndarray:
-    """Rotation matrix -> axis-angle vector with angle in [0, pi]."""
-    m = np.asarray(m, dtype=np.float64)
-    cos = np.clip((np.trace(m) - 1.0) / 2.0, -1.0, 1.0)
-    angle = float(np.arccos(cos))
-    if angle < 1e-12:
-        return np.zeros(3)
-    if np.pi - angle > 1e-6:
-        axis = np.array([m[2, 1] - m[1, 2], m[0, 2] - m[2, 0], m[1, 0] - m[0, 1]]) / (2.0 * np.sin(angle))
-    else:  # angle ~ pi: the axis is the column of (M + I)/2 with the largest diagonal entry
-        b = (m + np.eye(3)) / 2.0
-        i = int(np.argmax(np.diag(b)))
-        axis = b[:, i] / np.sqrt(b[i, i])
-    return axis / np.linalg.norm(axis) * angle
+# one implementation for the whole package (conventions stated in kosmos_env.rotations)
+from kosmos_env.rotations import (  # noqa: E402
+    axis_angle_to_matrix,
+    euler_to_matrix,
+    matrix_to_axis_angle,
+    matrix_to_euler,
+)
 
 
 def euler_to_axis_angle(euler: Any) -> np.ndarray:

@@ -17,6 +17,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # must precede the first `import mujo
 
 import mujoco  # noqa: E402
 
+from kosmos_env.rotations import (  # noqa: E402
+    axis_angle_to_matrix,
+    euler_to_matrix,
+    matrix_to_axis_angle,
+    matrix_to_euler,
+)
 from kosmos_env.tasks import TaskSpec  # noqa: E402
 from kosmos_env.worlds.base import WorldReset, WorldStep  # noqa: E402
 from kosmos_env.worlds.tabletop.geometry import tabletop_calibration  # noqa: E402
@@ -30,23 +36,6 @@ from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
 
 # a held object is "released" once no finger touches it; "settled" below this speed (m/s)
 _SETTLED_SPEED = 0.05
-
-
-def euler_to_matrix(roll: float, pitch: float, yaw: float) -> np.ndarray:
-    """Extrinsic x-y-z (roll about base x, then pitch about y, then yaw about z): Rz·Ry·Rx."""
-    cr, sr, cp, sp, cy, sy = np.cos(roll), np.sin(roll), np.cos(pitch), np.sin(pitch), np.cos(yaw), np.sin(yaw)
-    rx = np.array([[1, 0, 0], [0, cr, -sr], [0, sr, cr]])
-    ry = np.array([[cp, 0, sp], [0, 1, 0], [-sp, 0, cp]])
-    rz = np.array([[cy, -sy, 0], [sy, cy, 0], [0, 0, 1]])
-    return rz @ ry @ rx
-
-
-def matrix_to_euler(r: np.ndarray) -> np.ndarray:
-    """Inverse of :func:`euler_to_matrix` (pitch in [-pi/2, pi/2])."""
-    pitch = np.arcsin(np.clip(-r[2, 0], -1.0, 1.0))
-    roll = np.arctan2(r[2, 1], r[2, 2])
-    yaw = np.arctan2(r[1, 0], r[0, 0])
-    return np.array([roll, pitch, yaw])
 
 
 class TabletopWorld:
@@ -234,11 +223,11 @@ class TabletopWorld:
     def _control(self, action: np.ndarray) -> None:
         lo, hi = self._workspace[:, 0], self._workspace[:, 1]
         target_tcp = np.clip(self._tcp + action[:3], lo, hi)
-        target_rot = euler_to_matrix(*action[3:6]) @ self._rot
+        target_rot = euler_to_matrix(action[3:6]) @ self._rot
         # joint limits of the wrist: tilt away from pointing down is bounded
         euler = matrix_to_euler(target_rot)
         euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
-        target_rot = euler_to_matrix(*euler)
+        target_rot = euler_to_matrix(euler)
         self._gripper_cmd = float(action[6])
         self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         start_tcp, start_rot = self._tcp, self._rot
@@ -272,15 +261,7 @@ class TabletopWorld:
 
 
 def _slerp(r0: np.ndarray, r1: np.ndarray, t: float) -> np.ndarray:
-    """Rotation a fraction ``t`` of the way from r0 to r1 (axis-angle of the relative rotation)."""
+    """Rotation a fraction ``t`` of the way from r0 to r1 (scaled axis-angle of the relative rotation)."""
     if t >= 1.0:
         return r1
-    rel = r1 @ r0.T
-    angle = np.arccos(np.clip((np.trace(rel) - 1) / 2, -1.0, 1.0))
-    if angle < 1e-9:
-        return r1
-    axis = np.array([rel[2, 1] - rel[1, 2], rel[0, 2] - rel[2, 0], rel[1, 0] - rel[0, 1]]) / (2 * np.sin(angle))
-    k = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
-    a = angle * t
-    partial = np.eye(3) + np.sin(a) * k + (1 - np.cos(a)) * k @ k
-    return partial @ r0
+    return axis_angle_to_matrix(t * matrix_to_axis_angle(r1 @ r0.T)) @ r0

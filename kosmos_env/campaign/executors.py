@@ -1,0 +1,176 @@
+"""Executors: where campaign workers run. All of them share one contract.
+
+An executor starts some number of workers, each running :func:`kosmos_env.campaign.worker.work`
+with its own lease owner id on the same ledger, and returns once no episode is left or a worker
+failed in a way that retrying cannot fix. Work distribution, retries and crash recovery live in
+the ledger (leases), not in the executor, so executors stay small:
+
+- :class:`InProcessExecutor`: one worker in this process (debugging, tiny campaigns);
+- :class:`ProcessPoolExecutor`: N worker processes started with the ``spawn`` (default) or
+  ``forkserver`` context, because MuJoCo/EGL and CUDA contexts do not survive ``fork``. Each
+  process builds its env, judge and policies once and keeps them warm. A worker killed by a
+  signal (segfault, OOM killer) is replaced and its lease is taken over; a worker that raised
+  (bad config, missing weights) stops the campaign with its error.
+
+A Ray executor (issue 10) fits the same shape: ``run`` creates N actors that each call
+``work(out_dir, config, owner, settings)`` (the ledger must sit on a disk the actors share
+with one host, or behind a coordinator), and polls ``progress.refresh()`` meanwhile.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import time
+import traceback
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from kosmos_env.campaign.design import CampaignConfig
+from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
+from kosmos_env.campaign.worker import WorkSettings, work
+
+
+@dataclass(frozen=True)
+class CampaignJob:
+    """What every worker needs: where the ledger is, the frozen config, how to take work."""
+
+    out_dir: str
+    config: CampaignConfig
+    settings: WorkSettings = WorkSettings()
+
+
+class Executor(ABC):
+    """Runs a campaign's workers until the ledger has nothing left to claim."""
+
+    name: str = "executor"
+    workers: int = 1
+
+    @abstractmethod
+    def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
+        """Run workers for ``job``; call ``refresh()`` now and then (progress display)."""
+
+
+class InProcessExecutor(Executor):
+    """One worker in the calling process."""
+
+    name = "in-process"
+
+    def __init__(self, owner_tag: str | None = None):
+        self.workers = 1
+        self.owner_tag = owner_tag
+
+    def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
+        work(job.out_dir, job.config, make_owner(self.owner_tag), job.settings, on_episode=lambda *_: refresh())
+        refresh()
+
+
+def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any], tag: str, errors) -> None:
+    """Entry point of a pool process (top level so ``spawn`` can import it)."""
+    try:
+        work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+    except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
+        errors.put((tag, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        raise SystemExit(1)
+
+
+class WorkerFailed(RuntimeError):
+    """A pool worker raised (not an episode error: those are recorded and the campaign goes on)."""
+
+
+class ProcessPoolExecutor(Executor):
+    """``workers`` processes on this host taking episodes by lease from the shared ledger."""
+
+    name = "process-pool"
+
+    def __init__(self, workers: int, start_method: str = "spawn", max_respawns: int | None = None,
+                 poll_seconds: float = 0.3):
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        if start_method not in ("spawn", "forkserver"):
+            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (fork breaks MuJoCo/EGL and CUDA), got {start_method!r}")
+        self.workers = int(workers)
+        self.start_method = start_method
+        self.max_respawns = 2 * self.workers if max_respawns is None else int(max_respawns)
+        self.poll_seconds = poll_seconds
+
+    def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
+        ctx = mp.get_context(self.start_method)
+        errors = ctx.Queue()
+        config = job.config.to_dict()
+        settings = asdict(job.settings)
+        procs: dict[str, Any] = {}
+        spawned = 0
+
+        def start(i: int) -> None:
+            nonlocal spawned
+            tag = f"w{i}-{spawned}"
+            spawned += 1
+            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors),
+                            name=f"kosmos-campaign-{tag}", daemon=False)
+            p.start()
+            procs[tag] = p
+
+        respawns = 0
+        try:
+            for i in range(self.workers):
+                start(i)
+            while procs:
+                time.sleep(self.poll_seconds)
+                refresh()
+                self._raise_reported(errors)
+                for tag, p in list(procs.items()):
+                    if p.is_alive():
+                        continue
+                    p.join()
+                    del procs[tag]
+                    if p.exitcode == 0:
+                        continue
+                    self._raise_reported(errors)
+                    # killed by a signal: its lease is taken over; replace it while work remains
+                    if respawns < self.max_respawns and self._work_left(job):
+                        respawns += 1
+                        start(int(tag[1:].split("-")[0]))
+                    elif self._work_left(job):
+                        raise WorkerFailed(f"worker {tag} died (exit code {p.exitcode}) and the respawn limit "
+                                           f"({self.max_respawns}) is used up; rerun the same command to resume")
+            self._raise_reported(errors, wait=0.2)
+        finally:
+            for p in procs.values():
+                if p.is_alive():
+                    p.terminate()
+            for p in procs.values():
+                p.join(timeout=10)
+            errors.close()
+        refresh()
+
+    @staticmethod
+    def _raise_reported(errors, wait: float = 0.0) -> None:
+        try:
+            tag, message, tb = errors.get(timeout=wait) if wait else errors.get_nowait()
+        except queue.Empty:
+            return
+        raise WorkerFailed(f"worker {tag} failed: {message}\n{tb}")
+
+    @staticmethod
+    def _work_left(job: CampaignJob) -> bool:
+        with Ledger(os.path.join(job.out_dir, LEDGER_NAME), create=False) as ledger:
+            counts = ledger.counts()
+        return counts["pending"] + counts["leased"] > 0
+
+
+EXECUTORS = ("auto", "in-process", "process")
+
+
+def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn") -> Executor:
+    """``auto``: in this process for one worker, a process pool for more; or force either."""
+    if kind not in EXECUTORS:
+        raise ValueError(f"unknown executor {kind!r}; choose from {EXECUTORS}")
+    if workers < 1:
+        raise ValueError(f"--workers must be at least 1, got {workers}")
+    if kind == "in-process" or (kind == "auto" and workers == 1):
+        if workers != 1:
+            raise ValueError("the in-process executor runs exactly one worker; use --executor process for more")
+        return InProcessExecutor()
+    return ProcessPoolExecutor(workers, start_method=start_method)

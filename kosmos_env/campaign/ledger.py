@@ -1,0 +1,372 @@
+"""The campaign ledger: one SQLite database (WAL) in the output folder, the source of truth.
+
+It holds the frozen config and spec hash (``meta``), one row per planned episode
+(``episodes``: inputs, status, lease, outcome, judgment, timings, artifact paths), every
+attempt with its error (``attempts``), the content-addressed artifacts (``artifacts``), each
+policy's content hash as the workers computed it (``policies``) and each eval invocation
+(``runs``, for wall-clock throughput).
+
+Work is handed out by *lease*: ``claim`` marks an episode ``leased`` by an owner id
+(``host:pid:tag``) until an expiry that the worker renews while it runs. A lease whose expiry
+has passed, or whose owner is a dead process on this host, can be taken over, so any number
+of processes on one ledger neither duplicate nor lose an episode. Each claim, completion and
+failure is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL``: once ``complete``
+returns, the episode survives a kill -9 or a power cut.
+
+SQLite in WAL mode needs a local file system (not NFS); a cluster executor shares the
+ledger through one host's disk or a coordinator process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import time
+import uuid
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping, Sequence
+
+from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, canonical, describe_difference
+
+LEDGER_NAME = "ledger.sqlite"
+LEDGER_SCHEMA_VERSION = 1
+STATUSES = ("pending", "leased", "done")
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS episodes (
+    episode_id TEXT PRIMARY KEY,
+    campaign TEXT NOT NULL,
+    ord INTEGER NOT NULL,
+    policy TEXT NOT NULL, task TEXT NOT NULL, seed INTEGER NOT NULL, repeat INTEGER NOT NULL,
+    env_seed INTEGER NOT NULL,
+    status TEXT NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'leased', 'done')),
+    owner TEXT, lease_expires REAL, attempts INTEGER NOT NULL DEFAULT 0,
+    outcome TEXT CHECK (outcome IS NULL OR outcome IN ('success', 'failure', 'discarded', 'abstained', 'error')),
+    success INTEGER, score REAL, judge TEXT, judgment TEXT, gate TEXT, ground_truth TEXT,
+    steps INTEGER, timings TEXT, video TEXT, actions TEXT, log TEXT, error TEXT, worker TEXT,
+    started REAL, finished REAL,
+    UNIQUE (policy, task, seed, repeat)
+);
+CREATE INDEX IF NOT EXISTS episodes_status ON episodes (status, ord);
+CREATE TABLE IF NOT EXISTS attempts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, episode_id TEXT NOT NULL, attempt INTEGER NOT NULL,
+    worker TEXT, started REAL, finished REAL, status TEXT NOT NULL, error TEXT
+);
+CREATE TABLE IF NOT EXISTS artifacts (
+    sha256 TEXT NOT NULL, relpath TEXT PRIMARY KEY, size INTEGER NOT NULL, kind TEXT NOT NULL, created REAL
+);
+CREATE TABLE IF NOT EXISTS policies (
+    label TEXT PRIMARY KEY, content_hash TEXT NOT NULL, hub_model_id TEXT, worker TEXT
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY, owner TEXT, executor TEXT, workers INTEGER, started REAL, finished REAL,
+    argv TEXT, done_before INTEGER, done_after INTEGER
+);
+"""
+
+_JSON_FIELDS = ("judgment", "gate", "ground_truth", "timings")
+
+
+class ConfigMismatchError(ValueError):
+    """The output folder holds a different campaign (config or spec hash differ)."""
+
+
+def make_owner(tag: str | None = None) -> str:
+    """A lease owner id ``host:pid:tag``; the host and pid let others detect a dead owner."""
+    return f"{socket.gethostname()}:{os.getpid()}:{tag or uuid.uuid4().hex[:8]}"
+
+
+def owner_alive(owner: str | None) -> bool:
+    """False only when ``owner`` is a process on this host that no longer runs (or is a zombie)."""
+    if not owner:
+        return False
+    parts = owner.split(":")
+    if len(parts) < 3 or parts[0] != socket.gethostname():
+        return True  # another host: only the lease expiry can tell
+    try:
+        pid = int(parts[1])
+    except ValueError:
+        return True
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child not yet reaped still answers kill(0): read its state
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+class Ledger:
+    """One connection to a campaign ledger. Not shared between threads or processes."""
+
+    def __init__(self, path: str | os.PathLike, *, create: bool = True, timeout: float = 120.0):
+        self.path = os.fspath(path)
+        if not create and not os.path.exists(self.path):
+            raise FileNotFoundError(f"no campaign ledger at {self.path}")
+        self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+        self.conn.row_factory = sqlite3.Row
+        self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
+        if create:
+            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            if mode.lower() != "wal":
+                raise RuntimeError(f"could not put the ledger {self.path} in WAL mode (got {mode}); is it on a local disk?")
+        self.conn.execute("PRAGMA synchronous = FULL")
+        if create:
+            self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "Ledger":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` (rollback on error): one writer at a time."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- config -------------------------------------------------------------------------
+    def meta(self) -> dict[str, str]:
+        return {r["key"]: r["value"] for r in self.conn.execute("SELECT key, value FROM meta")}
+
+    def config(self) -> CampaignConfig:
+        meta = self.meta()
+        if "config" not in meta:
+            raise ValueError(f"the ledger {self.path} holds no campaign config (was it created by kosmos-env eval?)")
+        return CampaignConfig.from_dict(json.loads(meta["config"]))
+
+    def initialise(self, config: CampaignConfig) -> bool:
+        """Freeze ``config`` in a new ledger and plan its episodes, or check it matches.
+
+        Returns True when the ledger was new. A different config raises
+        :class:`ConfigMismatchError` naming the fields that differ.
+        """
+        with self.transaction() as conn:
+            meta = {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
+            if "config_hash" in meta:
+                if meta["config_hash"] != config.config_hash:
+                    old = json.loads(meta["identity"])
+                    raise ConfigMismatchError(
+                        f"{os.path.dirname(self.path) or '.'} already holds campaign {meta.get('campaign_id')} "
+                        f"with a different config ({describe_difference(old, config.identity())}); "
+                        "results of different configs are never mixed: use a new --out directory")
+                return False
+            rows = {
+                "schema_version": str(LEDGER_SCHEMA_VERSION),
+                "campaign_id": config.campaign_id,
+                "config_hash": config.config_hash,
+                "spec_hash": config.spec_hash,
+                "identity": canonical(config.identity()),
+                "config": canonical(config.to_dict()),
+                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
+            conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows.items())
+            conn.executemany(
+                "INSERT OR IGNORE INTO episodes (episode_id, campaign, ord, policy, task, seed, repeat, env_seed) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                [(k.episode_id, config.campaign_id, k.order, k.policy, k.task, k.seed, k.repeat, k.env_seed)
+                 for k in config.episodes()],
+            )
+        return True
+
+    def set_meta(self, key: str, value: str) -> None:
+        with self.transaction() as conn:
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, value))
+
+    # -- leases -------------------------------------------------------------------------
+    def claim(self, owner: str, ttl: float, max_attempts: int) -> EpisodeKey | None:
+        """Lease the next episode to ``owner``: a stale lease first (taken over), then a pending one.
+
+        A stale lease whose episode already used ``max_attempts`` attempts is closed as an
+        error instead (its worker keeps dying on it). Returns None when nothing is claimable.
+        """
+        with self.transaction() as conn:
+            now = time.time()
+            for row in conn.execute("SELECT * FROM episodes WHERE status = 'leased' ORDER BY ord").fetchall():
+                if row["lease_expires"] >= now and owner_alive(row["owner"]):
+                    continue
+                why = "lease expired" if row["lease_expires"] < now else "owner process died"
+                conn.execute(
+                    "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                    "VALUES (?, ?, ?, ?, ?, 'abandoned', ?)",
+                    (row["episode_id"], row["attempts"], row["owner"], row["started"], now,
+                     f"{why}; taken over by {owner}"))
+                if row["attempts"] >= max_attempts:
+                    conn.execute(
+                        "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
+                        "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
+                        (f"abandoned after {row['attempts']} attempts: the worker running it stopped ({why}) each time",
+                         row["owner"], now, row["episode_id"]))
+                    continue
+                return self._lease(conn, row, owner, ttl, now)
+            row = conn.execute("SELECT * FROM episodes WHERE status = 'pending' ORDER BY ord LIMIT 1").fetchone()
+            if row is None:
+                return None
+            return self._lease(conn, row, owner, ttl, now)
+
+    @staticmethod
+    def _lease(conn, row, owner: str, ttl: float, now: float) -> EpisodeKey:
+        conn.execute(
+            "UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ?, attempts = attempts + 1, started = ? "
+            "WHERE episode_id = ?", (owner, now + ttl, now, row["episode_id"]))
+        return EpisodeKey(row["policy"], row["task"], row["seed"], row["repeat"], row["ord"])
+
+    def renew(self, episode_id: str, owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s lease; False when the lease was lost (taken over or finished)."""
+        with self.transaction() as conn:
+            cur = conn.execute(
+                "UPDATE episodes SET lease_expires = ? WHERE episode_id = ? AND owner = ? AND status = 'leased'",
+                (time.time() + ttl, episode_id, owner))
+            return cur.rowcount == 1
+
+    def complete(self, episode_id: str, owner: str, record: Mapping[str, Any],
+                 artifacts: Sequence[tuple[str, str, int, str]] = ()) -> bool:
+        """Record a finished episode (first finisher wins; a second completion is ignored).
+
+        ``artifacts`` are (sha256, relpath, size, kind) of files already in the store.
+        Returns False when the episode was already done (by a worker that took it over).
+        """
+        with self.transaction() as conn:
+            now = time.time()
+            conn.executemany(
+                "INSERT OR IGNORE INTO artifacts (sha256, relpath, size, kind, created) VALUES (?, ?, ?, ?, ?)",
+                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts])
+            values = {k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
+                      if k in _JSON_FIELDS else record.get(k)
+                      for k in ("outcome", "success", "score", "judge", "judgment", "gate", "ground_truth", "steps",
+                                "timings", "video", "actions", "log", "error")}
+            if values["success"] is not None:
+                values["success"] = int(bool(values["success"]))
+            cur = conn.execute(
+                "UPDATE episodes SET status = 'done', owner = NULL, lease_expires = NULL, worker = ?, finished = ?, "
+                + ", ".join(f"{k} = ?" for k in values)
+                + " WHERE episode_id = ? AND status != 'done'",
+                (owner, now, *values.values(), episode_id))
+            done = cur.rowcount == 1
+            attempt = conn.execute("SELECT attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            conn.execute(
+                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
+                (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
+            return done
+
+    def release(self, episode_id: str, owner: str) -> None:
+        """Hand a lease back unused (the worker could not start): pending again, attempt not counted."""
+        with self.transaction() as conn:
+            conn.execute("UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL, "
+                         "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'leased'",
+                         (episode_id, owner))
+
+    def fail(self, episode_id: str, owner: str, error: str, max_attempts: int) -> str:
+        """Record a failed attempt: back to pending, or ``error`` once attempts run out.
+
+        Returns the episode's new status ("pending" or "done"), or "lost" when ``owner`` no
+        longer held the lease (nothing is changed then).
+        """
+        with self.transaction() as conn:
+            now = time.time()
+            row = conn.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            if row is None or row["status"] != "leased" or row["owner"] != owner:
+                return "lost"
+            conn.execute(
+                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                "VALUES (?, ?, ?, ?, ?, 'error', ?)", (episode_id, row["attempts"], owner, row["started"], now, error))
+            if row["attempts"] >= max_attempts:
+                conn.execute(
+                    "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
+                    "error = ?, worker = ?, finished = ? WHERE episode_id = ?", (error, owner, now, episode_id))
+                return "done"
+            conn.execute("UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL "
+                         "WHERE episode_id = ?", (episode_id,))
+            return "pending"
+
+    # -- policies and runs --------------------------------------------------------------
+    def register_policy(self, label: str, content_hash: str, hub_model_id: str | None, worker: str) -> None:
+        """Record a policy's content hash; a worker that built a *different* policy is refused."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT content_hash FROM policies WHERE label = ?", (label,)).fetchone()
+            if row is None:
+                conn.execute("INSERT INTO policies (label, content_hash, hub_model_id, worker) VALUES (?, ?, ?, ?)",
+                             (label, content_hash, hub_model_id, worker))
+            elif row["content_hash"] != content_hash:
+                raise ConfigMismatchError(
+                    f"policy {label!r} now has content hash {content_hash[:12]}, but this campaign ran it with "
+                    f"{row['content_hash'][:12]} (weights or code changed): use a new --out directory")
+
+    def policies(self) -> dict[str, dict[str, Any]]:
+        return {r["label"]: dict(r) for r in self.conn.execute("SELECT * FROM policies")}
+
+    def start_run(self, owner: str, executor: str, workers: int, argv: Sequence[str] | None) -> str:
+        run_id = uuid.uuid4().hex[:12]
+        with self.transaction() as conn:
+            done = conn.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
+            conn.execute("INSERT INTO runs (run_id, owner, executor, workers, started, argv, done_before) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                         (run_id, owner, executor, workers, time.time(), json.dumps(list(argv or [])), done))
+        return run_id
+
+    def finish_run(self, run_id: str) -> None:
+        with self.transaction() as conn:
+            done = conn.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
+            conn.execute("UPDATE runs SET finished = ?, done_after = ? WHERE run_id = ?", (time.time(), done, run_id))
+
+    def runs(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY started")]
+
+    # -- reading ------------------------------------------------------------------------
+    def counts(self) -> dict[str, int]:
+        """Episodes per status and, for done ones, per outcome; ``planned`` is the total."""
+        out = {s: 0 for s in STATUSES}
+        for row in self.conn.execute("SELECT status, COUNT(*) AS n FROM episodes GROUP BY status"):
+            out[row["status"]] = row["n"]
+        for name in ("success", "failure", "discarded", "abstained", "error"):
+            out[name] = 0
+        for row in self.conn.execute("SELECT outcome, COUNT(*) AS n FROM episodes WHERE status = 'done' GROUP BY outcome"):
+            if row["outcome"]:
+                out[row["outcome"]] = row["n"]
+        out["planned"] = out["pending"] + out["leased"] + out["done"]
+        return out
+
+    def episodes(self, status: str | None = None) -> list[dict[str, Any]]:
+        """Episode rows (JSON fields decoded, success as bool/None), in claim order."""
+        sql = "SELECT * FROM episodes" + (" WHERE status = ?" if status else "") + " ORDER BY ord"
+        rows = []
+        for r in self.conn.execute(sql, (status,) if status else ()):
+            row = dict(r)
+            for key in _JSON_FIELDS:
+                row[key] = json.loads(row[key]) if row[key] is not None else None
+            row["success"] = None if row["success"] is None else bool(row["success"])
+            rows.append(row)
+        return rows
+
+    def attempts(self, episode_id: str | None = None) -> list[dict[str, Any]]:
+        sql = "SELECT * FROM attempts" + (" WHERE episode_id = ?" if episode_id else "") + " ORDER BY id"
+        return [dict(r) for r in self.conn.execute(sql, (episode_id,) if episode_id else ())]
+
+    def artifacts(self) -> list[dict[str, Any]]:
+        return [dict(r) for r in self.conn.execute("SELECT * FROM artifacts ORDER BY relpath")]
+
+    def checkpoint(self) -> None:
+        """Fold the WAL into the main file (best effort) so a copied folder is self-contained."""
+        try:
+            self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        except sqlite3.OperationalError:
+            pass

@@ -1,0 +1,57 @@
+"""Run a campaign end to end: freeze or check the config, execute, rebuild the bundle.
+
+Running the same campaign again on the same output folder is a *resume*: the ledger already
+holds the finished episodes, so only the missing ones (never started, or leased by a process
+that died) run. A different config on the same folder is refused before anything runs.
+"""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Sequence
+
+from kosmos_env.campaign.bundle import write_bundle
+from kosmos_env.campaign.cost import PriceTable
+from kosmos_env.campaign.design import CampaignConfig
+from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecutor
+from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
+from kosmos_env.campaign.progress import ProgressMonitor
+from kosmos_env.campaign.worker import WorkSettings
+
+
+def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_table: PriceTable | None = None) -> bool:
+    """Create ``out_dir`` and its ledger for ``config``, or check the existing one matches.
+
+    Returns True for a new campaign, False for a resume. Raises ConfigMismatchError (a
+    ValueError) when the folder holds another campaign.
+    """
+    os.makedirs(out_dir, exist_ok=True)
+    with Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME)) as ledger:
+        new = ledger.initialise(config)
+        if price_table is not None:
+            ledger.set_meta("price_table", json.dumps(price_table.to_dict(), sort_keys=True))
+    return new
+
+
+def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
+                 settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
+                 argv: Sequence[str] | None = None, progress: bool = True) -> dict[str, Any]:
+    """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
+
+    The bundle is rewritten at the end even if the executor failed (then the error is raised
+    after it), so what finished is always visible.
+    """
+    out_dir = os.fspath(out_dir)
+    executor = executor or InProcessExecutor()
+    open_campaign(config, out_dir, price_table)
+    with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+        run_id = ledger.start_run(make_owner("main"), executor.name, executor.workers, argv)
+    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
+    try:
+        executor.run(CampaignJob(out_dir, config, settings), monitor.refresh)
+    finally:
+        monitor.close()
+        with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+            ledger.finish_run(run_id)
+        results = write_bundle(out_dir, price_table)
+    return results

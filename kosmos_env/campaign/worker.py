@@ -1,0 +1,230 @@
+"""A campaign worker: loads the env, judge and policies once (warm), then takes episodes by lease.
+
+:class:`EpisodeRunner` runs one planned episode and stores its artifacts; :func:`work` is the
+loop every executor runs (in the main process, in a pool process, or later in a Ray actor):
+claim an episode from the ledger, keep its lease alive with a heartbeat thread while it runs,
+record the result or the failure, repeat until no episode is left. A worker whose ledger still
+holds episodes leased by *other live* workers waits for them rather than exiting, so a lease
+that expires (its worker hung or died) is still taken over and finished.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
+from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
+from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
+
+
+@dataclass(frozen=True)
+class WorkSettings:
+    """How a worker takes work (none of it changes results)."""
+
+    lease_seconds: float = 120.0
+    max_attempts: int = 3
+    poll_seconds: float = 0.25
+    wait_for_others: bool = True
+
+
+class EpisodeRunner:
+    """Runs episodes of one campaign in this process with a warm env, judge and policies."""
+
+    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike, ledger: Ledger, owner: str):
+        import gymnasium
+
+        import kosmos_env  # noqa: F401  (registers the env ids)
+        from kosmos_env.judges import make_judge
+
+        self.config = config
+        self.owner = owner
+        self.ledger = ledger
+        self.store = ArtifactStore(out_dir)
+        # judging is deferred: the campaign judges the finished rollout in its own, timed stage
+        self.env = gymnasium.make(config.env_id, defer_judging=True, **dict(config.spec_overrides))
+        base = self.env.unwrapped
+        if base.spec_hash != config.spec_hash:
+            raise RuntimeError(
+                f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
+                f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
+        self.judge = make_judge(dict(config.judge))
+        self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
+        self._policies: dict[str, Any] = {}
+        self._refs = {p.label: p for p in config.policies}
+
+    def policy(self, label: str):
+        """The warm policy for ``label`` (built on first use; its content hash checked in the ledger)."""
+        if label not in self._policies:
+            from kosmos_env.policies import make_policy
+
+            ref = self._refs[label]
+            pol = make_policy(ref.name, **dict(ref.kwargs))
+            hub = getattr(pol, "hub_model_id", None) or ref.kwargs.get("model_id")
+            self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
+            self._policies[label] = pol
+        return self._policies[label]
+
+    def run(self, key: EpisodeKey) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
+        """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts)."""
+        from kosmos_env.rollouts import run_episode
+
+        t_start = time.perf_counter()
+        policy = self.policy(key.policy)
+        result = run_episode(self.env, policy, key.env_seed, key.task)
+        timings = {k: float(result.timings.get(k, 0.0)) for k in ("policy", "world", "gate", "judge")}
+        judgment = None
+        outcome = result.outcome
+        if outcome == "pending":
+            t0 = time.perf_counter()
+            verdict = self.judge.judge(result.rollout)
+            timings["judge"] += time.perf_counter() - t0
+            judgment = verdict.to_dict()
+            outcome = verdict.outcome
+        elif outcome not in ("discarded", "success", "failure", "abstained"):
+            raise RuntimeError(f"episode ended with outcome {outcome!r}; expected pending or discarded")
+        elif result.judgment and not result.judgment.get("pending"):
+            judgment = dict(result.judgment)
+
+        t0 = time.perf_counter()
+        rollout = result.rollout
+        artifacts = []
+        video = None
+        if self.config.video and len(rollout.frames):
+            sha, video, size = self.store.put_video(rollout.frames, self.fps)
+            artifacts.append((sha, video, size, "video"))
+        sha, actions, size = self.store.put_bytes(npy_bytes(rollout.actions), "npy")
+        artifacts.append((sha, actions, size, "actions"))
+        log = None
+        if rollout.log:
+            sha, log, size = self.store.put_bytes(npz_bytes(rollout.log), "npz")
+            artifacts.append((sha, log, size, "log"))
+        timings["io"] = time.perf_counter() - t0
+        timings["total"] = time.perf_counter() - t_start
+        success = None if judgment is None else judgment.get("success")
+        record = {
+            "outcome": outcome,
+            "success": success,
+            "score": None if judgment is None or success is None else float(judgment.get("score", 0.0)),
+            "judge": (judgment or {}).get("judge") or getattr(self.judge, "name", str(self.config.judge.get("type"))),
+            "judgment": judgment,
+            "gate": _plain(result.gate),
+            "ground_truth": _plain(result.ground_truth),
+            "steps": int(result.steps),
+            "timings": timings,
+            "video": video,
+            "actions": actions,
+            "log": log,
+            "error": None,
+        }
+        return record, artifacts
+
+    def close(self) -> None:
+        for pol in self._policies.values():
+            try:
+                pol.close()
+            except Exception:  # closing must not hide the campaign's result
+                pass
+        self.env.close()
+
+
+def _plain(value: Any) -> Any:
+    """JSON-able copy (numpy scalars and arrays become Python values)."""
+    import numpy as np
+
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+class Heartbeat:
+    """Renews one lease every ``lease_seconds / 3`` from a thread with its own connection."""
+
+    def __init__(self, ledger_path: str, episode_id: str, owner: str, lease_seconds: float):
+        self.args = (ledger_path, episode_id, owner, lease_seconds)
+        self._stop = threading.Event()
+        self.lost = False
+        self._thread = threading.Thread(target=self._loop, name=f"lease:{episode_id}", daemon=True)
+
+    def __enter__(self) -> "Heartbeat":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        path, episode_id, owner, ttl = self.args
+        ledger = None
+        try:
+            while not self._stop.wait(ttl / 3.0):
+                if ledger is None:
+                    ledger = Ledger(path, create=False)
+                if not ledger.renew(episode_id, owner, ttl):
+                    self.lost = True
+                    return
+        finally:
+            if ledger is not None:
+                ledger.close()
+
+
+def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings = WorkSettings(),
+         on_episode: Callable[[str, str], None] | None = None, stop: threading.Event | None = None) -> int:
+    """Take and run episodes until none is left; returns how many this worker finished.
+
+    ``on_episode(episode_id, outcome)`` is called after each recorded episode (progress).
+    The env and models are built on the first claim, so an idle worker costs nothing.
+    """
+    path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
+    ledger = Ledger(path, create=False)
+    runner: EpisodeRunner | None = None
+    finished = 0
+    try:
+        while stop is None or not stop.is_set():
+            key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
+            if key is None:
+                counts = ledger.counts()
+                if counts["pending"] == 0 and counts["leased"] == 0:
+                    break
+                if not settings.wait_for_others:
+                    break
+                time.sleep(settings.poll_seconds)
+                continue
+            if runner is None:
+                try:
+                    runner = EpisodeRunner(config, out_dir, ledger, owner)
+                except BaseException:
+                    ledger.release(key.episode_id, owner)  # not the episode's fault: no attempt used
+                    raise
+            with Heartbeat(path, key.episode_id, owner, settings.lease_seconds):
+                try:
+                    record, artifacts = runner.run(key)
+                except ConfigMismatchError:
+                    ledger.release(key.episode_id, owner)
+                    raise  # a changed policy is a campaign-level error, not an episode's
+                except Exception:
+                    status = ledger.fail(key.episode_id, owner, traceback.format_exc(), settings.max_attempts)
+                    if status == "done" and on_episode:
+                        on_episode(key.episode_id, "error")
+                    continue
+            if ledger.complete(key.episode_id, owner, record, artifacts):
+                finished += 1
+                if on_episode:
+                    on_episode(key.episode_id, record["outcome"])
+    finally:
+        if runner is not None:
+            runner.close()
+        ledger.close()
+    return finished

@@ -1,0 +1,85 @@
+"""`kosmos-env eval`: run (or resume) a campaign of policies × tasks × seeds and rank the policies.
+
+Episodes go into a crash-safe SQLite ledger in ``--out``; rerunning the same command after a
+crash finishes exactly the missing episodes. At the end the results bundle (results.json,
+episodes.parquet, manifest.json, artifacts) is rewritten and a ranking table is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval", help="run or resume a campaign (policies × tasks × seeds) and print a ranking table",
+        description="Run a paired campaign: every policy sees the same tasks, seeds and initial scenes. "
+                    "Results go to a crash-safe ledger in --out; rerun the same command to resume.")
+    p.add_argument("--env", default="Kosmos-Tabletop-v1", help="registered env id (default: %(default)s)")
+    p.add_argument("--policy", action="append", required=True, metavar="NAME[:k=v,...]",
+                   help="a policy (repeat for each), e.g. scripted:skill=0.6 or random")
+    p.add_argument("--tasks", nargs="+", default=["all"],
+                   help="task names (space or comma separated) or 'all' (default: all tasks of the suite)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per task, 0..N-1 (default: %(default)s)")
+    p.add_argument("--repeats", type=int, default=1, help="repeats of each (task, seed) cell (default: %(default)s)")
+    p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
+    p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
+    p.add_argument("--executor", choices=("auto", "in-process", "process"), default="auto",
+                   help="auto: in this process for 1 worker, a spawn process pool for more (default: %(default)s)")
+    p.add_argument("--judge", default=None, help="judge type (e.g. state) or JSON spec; default: the env spec's judge")
+    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
+                   help="override the spec's image size (changes the spec hash)")
+    p.add_argument("--no-video", action="store_true", help="do not keep MP4s of the rollouts")
+    p.add_argument("--price-table", default=None, metavar="FILE|JSON",
+                   help='device prices, e.g. \'{"accelerator_per_hour": {"cpu": 0, "h100": 2.5}, "world": "h100", '
+                        '"policy": "h100", "judge": "h100"}\' (see kosmos_env/campaign/cost.py)')
+    p.add_argument("--max-attempts", type=int, default=3, help="tries per episode before it is an error (default: %(default)s)")
+    p.add_argument("--lease-seconds", type=float, default=120.0,
+                   help="lease length; a worker silent this long loses its episode (default: %(default)s)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print results.json's aggregated section as JSON instead of a table")
+    p.add_argument("--wandb", nargs="?", const="kosmos-env", default=None, metavar="PROJECT",
+                   help="log the spec, an episode table, sampled rollout videos and per-policy summaries to W&B "
+                        "(project PROJECT, default kosmos-env; honours WANDB_MODE=offline)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import json
+
+    from kosmos_env.campaign.bundle import format_ranking
+    from kosmos_env.campaign.cost import PriceTable, format_cost
+    from kosmos_env.campaign.design import make_config
+    from kosmos_env.campaign.executors import make_executor
+    from kosmos_env.campaign.runner import run_campaign
+    from kosmos_env.campaign.worker import WorkSettings
+
+    tasks = [t for item in args.tasks for t in item.split(",") if t]
+    if args.max_attempts < 1:
+        raise ValueError("--max-attempts must be at least 1")
+    if args.lease_seconds <= 0:
+        raise ValueError("--lease-seconds must be positive")
+    config = make_config(args.env, args.policy, tasks=tasks, seeds=args.seeds, repeats=args.repeats,
+                         judge=args.judge, image_size=args.image_size, video=not args.no_video)
+    price_table = PriceTable.parse(args.price_table) if args.price_table else None
+    executor = make_executor(args.workers, args.executor)
+    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts)
+    print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
+          f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
+          f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s) -> {args.out}", file=sys.stderr)
+    results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv, progress=not args.no_progress)
+    if args.wandb:  # after the campaign, from the bundle: workers in other processes need no W&B handle
+        from kosmos_env.publish.wandb_logger import log_bundle
+
+        print(f"W&B run: {log_bundle(args.out, project=args.wandb)}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(results["aggregated"], indent=1))
+        return 0
+    camp = results["campaign"]
+    done = len(results["per_episode"])
+    print(f"\n{camp['env_id']} (spec {camp['spec_hash'][:12]}), campaign {camp['id']}: {done}/{camp['planned']} episodes")
+    print(format_ranking(results))
+    print()
+    print(format_cost(results["aggregated"]["cost"]))
+    print(f"results: {args.out}/results.json, episodes.parquet, manifest.json")
+    return 0 if camp["complete"] else 1

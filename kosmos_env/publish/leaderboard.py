@@ -1,0 +1,170 @@
+"""A leaderboard built only from submissions it has verified itself.
+
+:func:`build_leaderboard` runs :func:`~kosmos_env.publish.validate.verify_submission` on every
+submission folder (hashes, spec hash, design, recomputed aggregates; see that module), drops
+duplicates (a campaign counts once), and groups accepted results into boards by
+(env id, spec hash, judge). Official results (the registered spec and judge) and results with
+overrides never share a board; with ``allow_overrides=False`` (the default) the latter are
+rejected outright.
+
+Within a board every (campaign, policy) is one entry, ranked by its recomputed success rate
+(successes / decided episodes), then by the lower Wilson 95% bound, then by label. Neighbours
+in the ranking are marked *not separable* when the 95% interval of their difference in success
+rate contains zero. That interval is Newcombe's hybrid score interval (method 10 of Newcombe
+1998), built from the two Wilson intervals and treating the two policies as independent. Two
+policies of one paired campaign are positively correlated in practice, so this is
+conservative: it may call a pair inseparable that a paired test would separate, never the
+reverse.
+
+:func:`write_leaderboard` writes ``leaderboard.json`` and a self-contained ``index.html``
+(:mod:`kosmos_env.publish.page`).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from kosmos_env.publish.validate import SubmissionRejected, VerifiedSubmission, verify_submission
+
+LEADERBOARD_SCHEMA = "kosmos-env/leaderboard"
+LEADERBOARD_SCHEMA_VERSION = 1
+
+
+def newcombe_diff(p1: float, ci1: Sequence[float], p2: float, ci2: Sequence[float]) -> tuple[float, float]:
+    """95% interval of p1 - p2 from each rate's Wilson interval (Newcombe's hybrid score method)."""
+    d = p1 - p2
+    lower = d - math.sqrt((p1 - ci1[0]) ** 2 + (ci2[1] - p2) ** 2)
+    upper = d + math.sqrt((ci1[1] - p1) ** 2 + (p2 - ci2[0]) ** 2)
+    return (max(-1.0, lower), min(1.0, upper))
+
+
+def _entry(sub: VerifiedSubmission, policy: dict) -> dict[str, Any]:
+    label = policy["label"]
+    s = sub.aggregated["per_policy"][label]
+    return {
+        "policy": label,
+        "policy_name": policy.get("name"),
+        "kwargs": policy.get("kwargs") or {},
+        "content_hash": policy.get("content_hash"),
+        "hub_model_id": policy.get("hub_model_id"),
+        "campaign_id": sub.campaign_id,
+        "submission": sub.root.name or str(sub.root),
+        **{k: s[k] for k in ("n", "successes", "failures", "discarded", "abstained", "errors",
+                             "success_rate", "wilson_95", "worst_case_95")},
+        "tasks": list(sub.campaign["tasks"]),
+        "seeds": len(sub.campaign["seeds"]),
+        "repeats": sub.campaign["repeats"],
+        "per_task": {t: {k: v for k, v in sub.aggregated["per_policy_task"][label][t].items()
+                         if k in ("n", "successes", "failures", "success_rate", "wilson_95")}
+                     for t in sub.campaign["tasks"]},
+    }
+
+
+def rank_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Sort best first, number the ranks, and mark which neighbours are not separable."""
+    def key(e):
+        rate = e["success_rate"]
+        lower = e["wilson_95"][0] if e["wilson_95"] else -1.0
+        return (rate is None, -(rate or 0.0), -lower, e["policy"], e["campaign_id"])
+
+    ranked = sorted(entries, key=key)
+    for i, e in enumerate(ranked):
+        e["rank"] = i + 1
+        nxt = ranked[i + 1] if i + 1 < len(ranked) else None
+        e["diff_95_to_next"] = None
+        e["separable_from_next"] = None
+        if nxt is not None and e["success_rate"] is not None and nxt["success_rate"] is not None:
+            lo, hi = newcombe_diff(e["success_rate"], e["wilson_95"], nxt["success_rate"], nxt["wilson_95"])
+            e["diff_95_to_next"] = [lo, hi]
+            e["separable_from_next"] = bool(lo > 0 or hi < 0)
+    return ranked
+
+
+def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrides: bool = False,
+                      progress: bool = False) -> dict[str, Any]:
+    """Verify every submission and build the leaderboard data (what leaderboard.json holds)."""
+    from kosmos_env import __version__
+
+    accepted: list[VerifiedSubmission] = []
+    rejected: list[dict[str, Any]] = []
+    seen: dict[str, str] = {}
+    items = list(submissions)
+    if progress:
+        from tqdm import tqdm
+
+        items = tqdm(items, desc="verifying submissions", unit="submission")
+    for path in items:
+        try:
+            sub = verify_submission(path, strict=True, allow_overrides=allow_overrides)
+        except SubmissionRejected as exc:
+            rejected.append({"submission": str(path), "check": exc.check, "reason": exc.reason})
+            continue
+        if sub.campaign_id in seen:
+            rejected.append({"submission": str(path), "check": "duplicate",
+                             "reason": f"campaign {sub.campaign_id} (the same frozen design: env, spec, policies, tasks, "
+                                       f"seeds, repeats, judge) was already submitted as {seen[sub.campaign_id]}; a "
+                                       "design counts once, so add evidence with other seeds or repeats"})
+            continue
+        seen[sub.campaign_id] = str(path)
+        accepted.append(sub)
+
+    groups: dict[tuple, list[VerifiedSubmission]] = {}
+    for sub in accepted:
+        groups.setdefault(sub.board_key, []).append(sub)
+    boards = []
+    for (env_id, spec_hash, judge_hash), subs in groups.items():
+        entries = [_entry(sub, p) for sub in subs for p in sub.campaign["policies"]]
+        task_sets = {tuple(sorted(sub.campaign["tasks"])) for sub in subs}
+        notes = []
+        if len(task_sets) > 1:
+            notes.append("submissions on this board cover different task sets; compare per-task rates too")
+        first = subs[0]
+        boards.append({
+            "env_id": env_id,
+            "spec_hash": spec_hash,
+            "official": first.official,
+            "registered_spec_hash": first.registered_spec_hash,
+            "judge": first.campaign["judge"],
+            "judge_hash": judge_hash,
+            "spec_overrides": first.campaign.get("spec_overrides") or {},
+            "campaigns": [s.campaign_id for s in subs],
+            "notes": notes,
+            "entries": rank_entries(entries),
+        })
+    boards.sort(key=lambda b: (not b["official"], b["env_id"], b["spec_hash"], b["judge_hash"]))
+    return {
+        "schema": LEADERBOARD_SCHEMA,
+        "schema_version": LEADERBOARD_SCHEMA_VERSION,
+        "package_version": __version__,
+        "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "method": {
+            "success_rate": "successes / (successes + failures), recomputed from per-episode rows",
+            "interval": "Wilson score 95%",
+            "worst_case": "95% bounds counting discarded/abstained/errored episodes as failures, then as successes",
+            "separable": "95% Newcombe hybrid score interval of the difference to the next entry excludes 0 "
+                         "(independent samples; conservative for paired campaigns)",
+            "grouping": "one board per (env id, spec hash, judge); official = registered spec and judge",
+        },
+        "boards": boards,
+        "accepted": [{"submission": str(s.root), "campaign_id": s.campaign_id, "env_id": s.env_id,
+                      "spec_hash": s.spec_hash, "official": s.official, "results_sha256": s.results_sha256,
+                      "notes": s.notes} for s in accepted],
+        "rejected": rejected,
+    }
+
+
+def write_leaderboard(data: dict[str, Any], out: str | os.PathLike) -> tuple[Path, Path]:
+    """Write ``leaderboard.json`` and ``index.html`` into ``out``; returns both paths."""
+    from kosmos_env.publish.page import render_html
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    js = out / "leaderboard.json"
+    js.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    page = out / "index.html"
+    page.write_text(render_html(data), encoding="utf-8")
+    return js, page

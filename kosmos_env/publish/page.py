@@ -1,0 +1,204 @@
+"""The leaderboard as one static, self-contained HTML page (no network, no external files).
+
+Per board: a sortable table (click a header; ``index.html#sort=<column>[:asc|desc]`` sorts on
+load, which is how tests drive the script headlessly) and an inline SVG plot of every entry's
+success rate with its Wilson 95% interval. Below: every rejected submission with its reason.
+Every string from a submission is HTML-escaped; submissions never reach the script as code.
+"""
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1b1f24;max-width:1200px}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2.2rem}
+table{border-collapse:collapse;margin:.8rem 0;font-size:.9rem}
+th,td{padding:.3rem .6rem;border-bottom:1px solid #d0d7de;text-align:right}
+th{cursor:pointer;background:#f6f8fa;user-select:none}th[aria-sort=ascending]::after{content:" \\25B2"}
+th[aria-sort=descending]::after{content:" \\25BC"}
+td.l,th.l{text-align:left}code{font-size:.85em}
+.badge{display:inline-block;padding:0 .4rem;border-radius:.3rem;font-size:.8rem;margin-left:.4rem}
+.official{background:#dafbe1;color:#116329}.nondefault{background:#fff1e5;color:#953800}
+.tie{color:#953800}.sep{color:#116329}.muted{color:#57606a;font-size:.85rem}
+.rejected td{text-align:left}
+"""
+
+_SCRIPT = r"""
+(function () {
+  function value(td) {
+    var v = td.getAttribute('data-sort');
+    if (v === null) { v = td.textContent; }
+    if (v === '') { return null; }
+    var n = Number(v);
+    return isNaN(n) ? v.toLowerCase() : n;
+  }
+  function sortTable(table, col, desc) {
+    var body = table.tBodies[0];
+    var rows = Array.prototype.slice.call(body.rows);
+    rows.sort(function (a, b) {
+      var x = value(a.cells[col]), y = value(b.cells[col]);
+      if (x === y) { return 0; }
+      if (x === null) { return 1; }      // missing values always last
+      if (y === null) { return -1; }
+      var r;
+      if (typeof x === typeof y) { r = x < y ? -1 : 1; } else { r = typeof x === 'number' ? -1 : 1; }
+      return desc ? -r : r;
+    });
+    rows.forEach(function (r) { body.appendChild(r); });
+    var heads = table.tHead.rows[0].cells;
+    for (var i = 0; i < heads.length; i++) {
+      heads[i].setAttribute('aria-sort', i === col ? (desc ? 'descending' : 'ascending') : 'none');
+    }
+    table.setAttribute('data-sorted-by', heads[col].getAttribute('data-key') + ':' + (desc ? 'desc' : 'asc'));
+  }
+  var tables = document.querySelectorAll('table.leaderboard');
+  tables.forEach(function (table) {
+    var heads = table.tHead.rows[0].cells;
+    Array.prototype.forEach.call(heads, function (th, col) {
+      th.addEventListener('click', function () {
+        var desc = th.getAttribute('aria-sort') === 'ascending' ||
+          (th.getAttribute('aria-sort') !== 'descending' && th.getAttribute('data-desc') === '1');
+        sortTable(table, col, desc);
+      });
+    });
+  });
+  var m = /sort=([a-z_]+)(?::(asc|desc))?/.exec(window.location.hash);
+  if (m) {
+    tables.forEach(function (table) {
+      var heads = table.tHead.rows[0].cells;
+      for (var i = 0; i < heads.length; i++) {
+        if (heads[i].getAttribute('data-key') === m[1]) { sortTable(table, i, m[2] !== 'asc'); }
+      }
+    });
+  }
+  document.body.setAttribute('data-sortable', 'ready');
+})();
+"""
+
+# (key, header, left-aligned, sort descending on first click)
+_COLUMNS = [
+    ("rank", "Rank", False, False), ("policy", "Policy", True, False), ("success", "Success", False, True),
+    ("wilson", "Wilson 95% CI", False, True), ("worst", "Worst-case 95%", False, True), ("n", "n", False, True),
+    ("discarded", "Discarded", False, True), ("abstained", "Abstained", False, True), ("errors", "Errors", False, True),
+    ("next", "vs next", False, False), ("campaign", "Campaign", True, False),
+]
+
+
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def _ci(pair: list | None) -> str:
+    return "–" if not pair else f"[{100 * pair[0]:.1f}, {100 * pair[1]:.1f}]"
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else repr(float(x))
+
+
+def _row(e: dict[str, Any]) -> str:
+    if e["separable_from_next"] is None:
+        nxt, nxt_sort = "–", ""
+    elif e["separable_from_next"]:
+        nxt, nxt_sort = '<span class="sep">separable</span>', "1"
+    else:
+        nxt, nxt_sort = '<span class="tie">not separable</span>', "0"
+    diff = e.get("diff_95_to_next")
+    nxt_title = f' title="95% CI of the difference: {escape(_ci(diff))}"' if diff else ""
+    hub = f'<br><span class="muted">{escape(e["hub_model_id"])}</span>' if e.get("hub_model_id") else ""
+    cells = [
+        f'<td data-sort="{e["rank"]}">{e["rank"]}</td>',
+        f'<td class="l policy" data-sort="{escape(e["policy"])}"><code>{escape(e["policy"])}</code>{hub}</td>',
+        f'<td data-sort="{_num(e["success_rate"])}">{_pct(e["success_rate"])}</td>',
+        f'<td data-sort="{_num(e["wilson_95"][0] if e["wilson_95"] else None)}">{_ci(e["wilson_95"])}</td>',
+        f'<td data-sort="{_num(e["worst_case_95"][0] if e["worst_case_95"] else None)}">{_ci(e["worst_case_95"])}</td>',
+        f'<td>{e["n"]}</td>', f'<td>{e["discarded"]}</td>', f'<td>{e["abstained"]}</td>', f'<td>{e["errors"]}</td>',
+        f'<td data-sort="{nxt_sort}"{nxt_title}>{nxt}</td>',
+        f'<td class="l" data-sort="{escape(e["campaign_id"])}"><code>{escape(e["campaign_id"])}</code></td>',
+    ]
+    return f'<tr data-policy="{escape(e["policy"])}" data-rank="{e["rank"]}">' + "".join(cells) + "</tr>"
+
+
+def _plot(entries: list[dict[str, Any]], idx: int) -> str:
+    """Inline SVG: one row per entry, a dot at the success rate and a bar over its Wilson interval."""
+    left, width, row_h, top = 260, 420, 24, 28
+    height = top + row_h * len(entries) + 30
+    parts = [f'<svg class="plot" id="plot-{idx}" xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" '
+             f'height="{height}" role="img" aria-label="success rate with Wilson 95% intervals">']
+    for t in range(0, 101, 20):
+        x = left + width * t / 100
+        parts.append(f'<line x1="{x}" y1="{top - 8}" x2="{x}" y2="{height - 26}" stroke="#d0d7de"/>')
+        parts.append(f'<text x="{x}" y="{height - 10}" font-size="11" text-anchor="middle">{t}%</text>')
+    for i, e in enumerate(entries):
+        y = top + row_h * i + row_h / 2
+        label = e["policy"] if len(e["policy"]) <= 38 else e["policy"][:37] + "…"
+        parts.append(f'<text x="{left - 8}" y="{y + 4}" font-size="12" text-anchor="end">{escape(label)}</text>')
+        if e["wilson_95"]:
+            x0, x1 = (left + width * v for v in e["wilson_95"])
+            parts.append(f'<line class="ci" x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#0969da" '
+                         'stroke-width="3"/>')
+        if e["success_rate"] is not None:
+            cx = left + width * e["success_rate"]
+            parts.append(f'<circle class="rate" cx="{cx:.1f}" cy="{y}" r="5" fill="#1b1f24"><title>'
+                         f'{escape(e["policy"])}: {_pct(e["success_rate"])} {_ci(e["wilson_95"])}</title></circle>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _board(board: dict[str, Any], idx: int) -> str:
+    badge = '<span class="badge official">official</span>' if board["official"] else \
+        '<span class="badge nondefault">non-default spec or judge</span>'
+    cls = ' class="l"'
+    heads = "".join(f'<th data-key="{k}" data-desc="{int(d)}"{cls if left else ""}>{escape(h)}</th>'
+                    for k, h, left, d in _COLUMNS)
+    rows = "".join(_row(e) for e in board["entries"])
+    overrides = board.get("spec_overrides") or {}
+    lines = [
+        f'<section class="board" id="board-{idx}">',
+        f'<h2>{escape(board["env_id"])} · spec <code>{escape(board["spec_hash"][:12])}</code>{badge}</h2>',
+        f'<p class="muted">spec hash <code>{escape(board["spec_hash"])}</code>; judge '
+        f'<code>{escape(json.dumps(board["judge"], sort_keys=True))}</code>'
+        + (f'; overrides <code>{escape(json.dumps(overrides, sort_keys=True))}</code>' if overrides else "")
+        + f'; campaigns: {escape(", ".join(board["campaigns"]))}</p>',
+    ]
+    lines += [f'<p class="muted">{escape(n)}</p>' for n in board["notes"]]
+    lines += [f'<table class="leaderboard" id="lb-{idx}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>',
+              _plot(board["entries"], idx), "</section>"]
+    return "\n".join(lines)
+
+
+def _rejected(rejected: list[dict[str, Any]]) -> str:
+    if not rejected:
+        return '<h2>Rejected submissions</h2><p class="muted" id="no-rejections">none</p>'
+    rows = "".join(f'<tr class="rejection" data-check="{escape(r["check"])}"><td><code>{escape(r["submission"])}'
+                   f'</code></td><td>{escape(r["check"])}</td><td>{escape(r["reason"])}</td></tr>' for r in rejected)
+    return ('<h2>Rejected submissions</h2><table class="rejected" id="rejected"><thead><tr><th class="l">Submission'
+            '</th><th class="l">Check</th><th class="l">Reason</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table>')
+
+
+def render_html(data: dict[str, Any]) -> str:
+    """The whole page as one string."""
+    method = data.get("method", {})
+    boards = "\n".join(_board(b, i) for i, b in enumerate(data["boards"])) or \
+        '<p id="no-boards">No submission was accepted.</p>'
+    return "\n".join([
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        "<title>Kosmos-Env leaderboard</title>",
+        f"<style>{_CSS}</style></head><body>",
+        "<h1>Kosmos-Env leaderboard</h1>",
+        f'<p class="muted">Built {escape(data.get("built", ""))} by kosmos-env {escape(data.get("package_version", ""))} '
+        f'from {len(data["accepted"])} verified submission(s); {len(data["rejected"])} rejected. Every number was '
+        "recomputed from per-episode rows after checking each file's sha256 and the env spec hash. "
+        f'Success: {escape(method.get("success_rate", ""))}. Intervals: {escape(method.get("interval", ""))}. '
+        f'"not separable": {escape(method.get("separable", ""))}.</p>',
+        boards,
+        _rejected(data["rejected"]),
+        f"<script>{_SCRIPT}</script>",
+        "</body></html>",
+        "",
+    ])

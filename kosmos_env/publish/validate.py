@@ -1,0 +1,533 @@
+"""Verify a results bundle (a campaign directory or a published submission) trusting nothing in it.
+
+A submission is a directory holding ``results.json``, ``episodes.parquet``, ``manifest.json``
+and optionally artifacts (``artifacts/sha256/..``) and a ``README.md``. :func:`verify_submission`
+checks, in this order, and stops at the first problem with a :class:`SubmissionRejected` whose
+message says what is wrong and what to do about it:
+
+1. **The tree.** No symlinks anywhere (a link could point outside the submission), no file whose
+   extension is not on :data:`ALLOWED_EXTENSIONS`; pickles, torch checkpoints and other formats
+   that can run code when loaded (:data:`FORBIDDEN_EXTENSIONS`) are named as such. Nothing in a
+   submission is ever executed, unpickled or loaded with ``allow_pickle``: JSON is parsed as
+   data and the parquet file is read with pyarrow (plain columns); artifacts are only hashed.
+2. **The manifest.** ``manifest.json`` lists every other file with its sha256. Every listed path
+   must be relative, without ``..`` or backslashes, and hash to the listed value; in strict mode
+   (leaderboard submissions) a file on disk that the manifest does not list is refused too. The
+   campaign's live ledger (``ledger.sqlite`` and its WAL files) and ``.bundle.lock`` are never
+   in the manifest and are ignored (never opened).
+3. **The spec.** ``campaign.env_id`` must be registered in this kosmos-env version, and
+   ``campaign.spec`` must hash (``EnvSpec.from_dict(spec).hash``) to ``campaign.spec_hash``.
+   A spec equal to the registered one is *official*. A spec with overrides (a smaller image, a
+   shorter horizon, ...) hashes to something else: it is accepted only with
+   ``allow_overrides=True`` and then always ranked on its own board, never with official results.
+   The same holds for a campaign judge that differs from the spec's judge (the judge is not part
+   of the spec hash but changes every outcome), which also gets its own board.
+4. **The design.** ``per_episode`` holds every policy × task × seed × repeat of the declared
+   design exactly once, no extras; outcomes are known labels and ``success`` agrees with the
+   outcome (true for success, false for failure, null otherwise); ``episodes.parquet`` carries the
+   same episodes with the same outcomes.
+5. **The numbers.** Every aggregate (counts, success rate, Wilson 95% interval, worst-case 95%
+   bounds, per policy and per policy × task, and the ranking) is recomputed from the rows; a
+   submitted number that differs is a forged (or stale) aggregate and rejects the submission.
+   The leaderboard only ever shows the recomputed numbers.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import Any, Mapping, Sequence
+
+RESULTS_SCHEMA = "kosmos-env/results"
+MANIFEST_SCHEMA = "kosmos-env/manifest"
+SUPPORTED_SCHEMA_VERSIONS = (1,)
+OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
+COUNT_FIELDS = (("success", "successes"), ("failure", "failures"), ("discarded", "discarded"),
+                ("abstained", "abstained"), ("error", "errors"))
+
+#: every file extension a submission may contain (lower case, with the dot)
+ALLOWED_EXTENSIONS = (".json", ".parquet", ".mp4", ".webm", ".npy", ".npz", ".md", ".yaml", ".yml", ".txt",
+                      ".png", ".jpg", ".jpeg", ".csv")
+#: extensions named in the rejection because loading them can execute code
+FORBIDDEN_EXTENSIONS = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".dill", ".npy_obj",
+                        ".h5", ".hdf5", ".keras", ".pb", ".onnx", ".safetensors", ".py", ".pyc", ".sh", ".so",
+                        ".exe", ".dll", ".js", ".html", ".htm", ".zip", ".tar", ".gz")
+#: local campaign files that are never part of a submission: ignored, never opened
+IGNORED_LOCAL_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal",
+                       ".bundle.lock")
+MAX_JSON_BYTES = 256 * 1024 * 1024
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_TOL = 1e-9
+
+
+class SubmissionRejected(ValueError):
+    """A submission failed a check. ``check`` names the check, ``reason`` says what to do."""
+
+    def __init__(self, submission: str | os.PathLike, check: str, reason: str):
+        self.submission = str(submission)
+        self.check = check
+        self.reason = reason
+        super().__init__(f"{submission}: rejected ({check}): {reason}")
+
+
+@dataclass
+class VerifiedSubmission:
+    """A submission that passed every check, with aggregates recomputed from its rows.
+
+    ``official`` is True when the spec hash equals the registered env version's hash and the
+    campaign judge is the spec's judge. ``board_key`` groups submissions that may be ranked
+    together: (env id, spec hash, judge hash). ``omitted_artifacts`` counts artifacts the rows
+    name that are not in the submission (a published tree keeps only selected videos).
+    """
+
+    root: Path
+    results: dict
+    manifest: dict
+    rows: list[dict]
+    aggregated: dict
+    official: bool
+    registered_spec_hash: str
+    judge_hash: str
+    results_sha256: str
+    omitted_artifacts: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def campaign(self) -> dict:
+        return self.results["campaign"]
+
+    @property
+    def env_id(self) -> str:
+        return self.campaign["env_id"]
+
+    @property
+    def spec_hash(self) -> str:
+        return self.campaign["spec_hash"]
+
+    @property
+    def campaign_id(self) -> str:
+        return str(self.campaign["id"])
+
+    @property
+    def labels(self) -> list[str]:
+        return [p["label"] for p in self.campaign["policies"]]
+
+    @property
+    def board_key(self) -> tuple[str, str, str]:
+        return (self.env_id, self.spec_hash, self.judge_hash)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def sha256_path(path: Path, block: int = 1 << 20) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(block), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def canonical_hash(data: Any) -> str:
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_relpath(rel: Any) -> str | None:
+    """Why ``rel`` is not a safe relative POSIX path inside a submission (None when it is)."""
+    if not isinstance(rel, str) or not rel:
+        return f"path {rel!r} is not a non-empty string"
+    if "\x00" in rel or "\\" in rel:
+        return f"path {rel!r} contains a NUL byte or a backslash"
+    if rel.startswith("/") or re.match(r"^[A-Za-z]:", rel):
+        return f"path {rel!r} is absolute; paths must be relative to the submission folder"
+    parts = PurePosixPath(rel).parts
+    if ".." in parts or "." in rel.split("/") or "" in rel.split("/"):
+        return f"path {rel!r} escapes or is not normalised ('..', '.' and empty components are not allowed)"
+    return None
+
+
+def _ext(name: str) -> str:
+    return os.path.splitext(name)[1].lower()
+
+
+def _load_json(root: Path, rel: str, check: str) -> Any:
+    path = root / rel
+    if not path.is_file():
+        raise SubmissionRejected(root, check, f"{rel} is missing; a submission needs results.json, "
+                                              "episodes.parquet and manifest.json (as `kosmos-env eval` writes them)")
+    if path.stat().st_size > MAX_JSON_BYTES:
+        raise SubmissionRejected(root, check, f"{rel} is larger than {MAX_JSON_BYTES} bytes")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise SubmissionRejected(root, check, f"{rel} is not valid UTF-8 JSON: {exc}") from None
+
+
+# ----------------------------------------------------------------------------- 1. the tree
+
+
+def scan_tree(root: Path) -> list[str]:
+    """Every regular file under ``root`` as a relative POSIX path; refuses links and bad types."""
+    if root.is_symlink():
+        raise SubmissionRejected(root, "tree", "the submission folder itself is a symlink; pass the real folder")
+    if not root.is_dir():
+        raise SubmissionRejected(root, "tree", "not a directory (pass the campaign or submission folder)")
+    files: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        base = Path(dirpath)
+        for name in sorted(dirnames + filenames):
+            full = base / name
+            rel = full.relative_to(root).as_posix()
+            mode = os.lstat(full).st_mode
+            if stat.S_ISLNK(mode):
+                raise SubmissionRejected(root, "tree", f"{rel} is a symlink; submissions may not contain links "
+                                                       "(copy the real file in and list it in the manifest)")
+            if stat.S_ISDIR(mode):
+                continue
+            if not stat.S_ISREG(mode):
+                raise SubmissionRejected(root, "tree", f"{rel} is not a regular file")
+            if name in IGNORED_LOCAL_FILES and base == root:
+                continue
+            ext = _ext(name)
+            if ext in FORBIDDEN_EXTENSIONS or name.lower().endswith(".npy.pkl"):
+                raise SubmissionRejected(root, "tree", f"{rel}: {ext} files are not accepted because loading them "
+                                                       "can execute code; submissions hold only data formats "
+                                                       f"({', '.join(ALLOWED_EXTENSIONS)})")
+            if ext not in ALLOWED_EXTENSIONS:
+                hint = " (a leftover from an interrupted write; delete it and re-run `kosmos-env eval`)" \
+                    if name.startswith(".tmp-") else ""
+                raise SubmissionRejected(root, "tree", f"{rel}: extension {ext or '(none)'!r} is not on the allow-list "
+                                                       f"{', '.join(ALLOWED_EXTENSIONS)}{hint}")
+            files.append(rel)
+    return sorted(files)
+
+
+# ----------------------------------------------------------------------------- 2. the manifest
+
+
+def check_manifest(root: Path, on_disk: Sequence[str], strict: bool) -> dict:
+    manifest = _load_json(root, "manifest.json", "manifest")
+    if not isinstance(manifest, dict) or manifest.get("schema") != MANIFEST_SCHEMA:
+        raise SubmissionRejected(root, "manifest", f"manifest.json must be an object with schema {MANIFEST_SCHEMA!r}")
+    files = manifest.get("files")
+    if not isinstance(files, dict) or not files:
+        raise SubmissionRejected(root, "manifest", "manifest.json has no 'files' mapping of path -> sha256")
+    for rel, digest in files.items():
+        why = check_relpath(rel)
+        if why:
+            raise SubmissionRejected(root, "manifest", f"manifest.json lists an unsafe {why}")
+        if rel == "manifest.json":
+            raise SubmissionRejected(root, "manifest", "manifest.json may not list itself")
+        if not isinstance(digest, str) or not _HEX64.match(digest):
+            raise SubmissionRejected(root, "manifest", f"manifest.json: {rel} has no valid sha256 (64 lower-case hex)")
+    present = set(on_disk)
+    for rel in sorted(files):
+        if rel not in present:
+            raise SubmissionRejected(root, "manifest", f"{rel} is listed in manifest.json but missing from the "
+                                                       "submission; upload every listed file")
+    if strict:
+        unlisted = sorted(present - set(files) - {"manifest.json"})
+        if unlisted:
+            raise SubmissionRejected(root, "manifest", f"{unlisted[0]} is not listed in manifest.json"
+                                                       f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}; "
+                                                       "every file must be hash-bound by the manifest")
+    for rel in sorted(files):
+        actual = sha256_path(root / rel)
+        if actual != files[rel]:
+            raise SubmissionRejected(root, "sha256", f"{rel} has sha256 {actual[:16]}… but manifest.json says "
+                                                     f"{files[rel][:16]}…: the file changed after the manifest was "
+                                                     "written (re-download it, or rebuild the bundle)")
+    for required in ("results.json", "episodes.parquet"):
+        if required not in files:
+            raise SubmissionRejected(root, "manifest", f"{required} is not listed in manifest.json")
+    return manifest
+
+
+# ----------------------------------------------------------------------------- 3. the spec
+
+
+def check_spec(root: Path, campaign: Mapping[str, Any], allow_overrides: bool) -> tuple[bool, str, str]:
+    """(official, registered hash, judge hash) after checking the spec hash chain."""
+    from kosmos_env.spec import EnvSpec, SpecError, load_spec
+
+    env_id = campaign.get("env_id")
+    if not isinstance(env_id, str) or not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", env_id):
+        raise SubmissionRejected(root, "spec", f"campaign.env_id {env_id!r} is not a valid env id")
+    try:
+        registered = load_spec(env_id)
+    except SpecError as exc:
+        raise SubmissionRejected(root, "spec", f"env {env_id!r} is not registered in this kosmos-env version ({exc}); "
+                                               "upgrade kosmos-env or evaluate on a registered env") from None
+    declared = campaign.get("spec_hash")
+    if not isinstance(declared, str) or not _HEX64.match(declared):
+        raise SubmissionRejected(root, "spec", f"campaign.spec_hash {declared!r} is not a sha256 hex digest")
+    raw = campaign.get("spec")
+    if not isinstance(raw, dict):
+        raise SubmissionRejected(root, "spec", "campaign.spec (the full spec the campaign ran) is missing")
+    try:
+        spec = EnvSpec.from_dict(raw)
+    except Exception as exc:  # noqa: BLE001 - untrusted data: any failure to build the spec is a rejection
+        raise SubmissionRejected(root, "spec", f"campaign.spec is not a valid spec: {exc}") from None
+    if spec.id != env_id:
+        raise SubmissionRejected(root, "spec", f"campaign.spec is for env {spec.id!r}, but campaign.env_id is {env_id!r}")
+    if spec.hash != declared:
+        raise SubmissionRejected(root, "spec", f"spec hash mismatch: campaign.spec hashes to {spec.hash[:12]}… but "
+                                               f"campaign.spec_hash says {declared[:12]}… (the spec was edited "
+                                               "after the campaign ran, or the hash was forged)")
+    judge = campaign.get("judge")
+    if not isinstance(judge, dict) or not isinstance(judge.get("type"), str):
+        raise SubmissionRejected(root, "spec", "campaign.judge must be a judge spec with a 'type'")
+    official = declared == registered.hash and canonical_hash(judge) == canonical_hash(dict(registered.judge))
+    if not official and not allow_overrides:
+        why = (f"its spec hash {declared[:12]}… differs from registered {env_id} ({registered.short_hash}…): "
+               "the campaign overrode spec fields") if declared != registered.hash else \
+              f"its judge {judge.get('type')!r} differs from the judge {env_id} specifies"
+        raise SubmissionRejected(root, "spec", f"not an official {env_id} result: {why}. Re-run without overrides, or "
+                                               "build with --allow-overrides to rank it on a separate board")
+    return official, registered.hash, canonical_hash(judge)
+
+
+# ----------------------------------------------------------------------------- 4. the design
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dict]:
+    policies = campaign.get("policies")
+    if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) and isinstance(p.get("label"), str)
+                                                                  for p in policies):
+        raise SubmissionRejected(root, "design", "campaign.policies must list policies with a 'label'")
+    labels = [p["label"] for p in policies]
+    tasks, seeds, repeats = campaign.get("tasks"), campaign.get("seeds"), campaign.get("repeats")
+    if not isinstance(tasks, list) or not tasks or not all(isinstance(t, str) for t in tasks):
+        raise SubmissionRejected(root, "design", "campaign.tasks must be a non-empty list of task names")
+    if not isinstance(seeds, list) or not seeds or not all(_is_int(s) for s in seeds):
+        raise SubmissionRejected(root, "design", "campaign.seeds must be a non-empty list of integers")
+    if not _is_int(repeats) or repeats < 1:
+        raise SubmissionRejected(root, "design", "campaign.repeats must be an integer >= 1")
+    for name, values in (("policies", labels), ("tasks", tasks), ("seeds", seeds)):
+        if len(set(values)) != len(values):
+            raise SubmissionRejected(root, "design", f"campaign.{name} lists a value twice")
+    if not isinstance(rows, list):
+        raise SubmissionRejected(root, "design", "results.json has no per_episode list")
+    expected = {(p, t, s, r) for p in labels for t in tasks for s in seeds for r in range(repeats)}
+    seen: dict[tuple, int] = {}
+    ids: set[str] = set()
+    for i, row in enumerate(rows):
+        where = f"per_episode[{i}]"
+        if not isinstance(row, dict):
+            raise SubmissionRejected(root, "design", f"{where} is not an object")
+        key = (row.get("policy"), row.get("task"), row.get("seed"), row.get("repeat"))
+        where += f" ({key[0]} | {key[1]} | seed {key[2]} | repeat {key[3]})"
+        if not (isinstance(key[0], str) and isinstance(key[1], str) and _is_int(key[2]) and _is_int(key[3])) \
+                or key not in expected:
+            raise SubmissionRejected(root, "design", f"{where} is not a cell of the declared design "
+                                                     "(policy, task, seed or repeat not in campaign)")
+        if key in seen:
+            raise SubmissionRejected(root, "design", f"{where} appears twice (also per_episode[{seen[key]}]); "
+                                                     "each cell must be run exactly once")
+        seen[key] = i
+        eid = row.get("episode_id")
+        if not isinstance(eid, str) or eid in ids:
+            raise SubmissionRejected(root, "design", f"{where}: episode_id {eid!r} is missing or duplicated")
+        ids.add(eid)
+        outcome = row.get("outcome")
+        if outcome not in OUTCOMES:
+            raise SubmissionRejected(root, "design", f"{where}: outcome {outcome!r} is not one of {OUTCOMES}")
+        success = row.get("success")
+        want = {"success": True, "failure": False}.get(outcome)
+        if success is not want:
+            raise SubmissionRejected(root, "design", f"{where}: success={success!r} contradicts outcome {outcome!r} "
+                                                     f"(expected {want!r})")
+        score = row.get("score")
+        if score is not None and (not isinstance(score, (int, float)) or isinstance(score, bool)
+                                  or not math.isfinite(score)):
+            raise SubmissionRejected(root, "design", f"{where}: score {score!r} is not a finite number or null")
+        arts = row.get("artifacts") or {}
+        if not isinstance(arts, dict):
+            raise SubmissionRejected(root, "design", f"{where}: artifacts must be an object")
+        for kind, rel in arts.items():
+            if rel is None:
+                continue
+            why = check_relpath(rel)
+            if why:
+                raise SubmissionRejected(root, "paths", f"{where}: artifact {kind}: {why}")
+    missing = sorted(expected - set(seen), key=str)
+    if missing:
+        p, t, s, r = missing[0]
+        raise SubmissionRejected(root, "design", f"{len(missing)} of {len(expected)} planned episodes are missing "
+                                                 f"(first: {p} | {t} | seed {s} | repeat {r}); the campaign is "
+                                                 "incomplete: finish it (re-run the same `kosmos-env eval` command "
+                                                 "to resume) before submitting")
+    return rows
+
+
+def check_parquet(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """episodes.parquet must hold the same episodes with the same design keys and outcomes."""
+    try:
+        import pyarrow.parquet as pq
+    except ImportError as exc:  # pragma: no cover - pyarrow is a dependency of the results extra
+        raise RuntimeError("verifying a submission needs pyarrow (pip install 'kosmos-env[results]')") from exc
+    cols = ("episode_id", "policy", "task", "seed", "repeat", "outcome", "success")
+    try:
+        table = pq.read_table(root / "episodes.parquet", columns=list(cols))
+    except Exception as exc:  # noqa: BLE001 - any parse failure is the submission's problem
+        raise SubmissionRejected(root, "parquet", f"episodes.parquet cannot be read as a table with columns "
+                                                  f"{cols}: {exc}") from None
+    data = table.to_pydict()
+    if table.num_rows != len(rows):
+        raise SubmissionRejected(root, "parquet", f"episodes.parquet has {table.num_rows} rows but results.json has "
+                                                  f"{len(rows)} episodes")
+    by_id = {r["episode_id"]: r for r in rows}
+    for i in range(table.num_rows):
+        eid = data["episode_id"][i]
+        row = by_id.get(eid)
+        if row is None:
+            raise SubmissionRejected(root, "parquet", f"episodes.parquet row {i} has episode_id {eid!r}, "
+                                                      "which results.json does not have")
+        for col in cols[1:]:
+            if data[col][i] != row.get(col):
+                raise SubmissionRejected(root, "parquet", f"episodes.parquet disagrees with results.json on episode "
+                                                          f"{eid!r}: {col} = {data[col][i]!r} vs {row.get(col)!r}")
+
+
+# ----------------------------------------------------------------------------- 5. the numbers
+
+
+def summarize(outcomes: Sequence[str]) -> dict[str, Any]:
+    """Counts, raw success rate with its Wilson 95% interval, and the worst-case 95% bounds."""
+    from kosmos_env.stats import summarize_rate
+
+    s = summarize_rate(list(outcomes))
+    out: dict[str, Any] = {"n": len(outcomes)}
+    for outcome, name in COUNT_FIELDS:
+        out[name] = s.counts[outcome]
+    decided = s.counts["success"] + s.counts["failure"]
+    out["success_rate"] = s.counts["success"] / decided if decided else None
+    out["wilson_95"] = [s.raw.lower, s.raw.upper] if decided else None
+    out["worst_case_95"] = list(s.worst_case_ci) if s.worst_case_ci is not None else None
+    return out
+
+
+def rank_labels(per_policy: Mapping[str, Mapping[str, Any]], labels: Sequence[str]) -> list[str]:
+    """Best first: success rate, then Wilson lower bound, then campaign order; no rate goes last."""
+    order = {label: i for i, label in enumerate(labels)}
+
+    def key(label: str):
+        s = per_policy[label]
+        rate = s["success_rate"]
+        lower = s["wilson_95"][0] if s["wilson_95"] else -1.0
+        return (rate is None, -(rate or 0.0), -lower, order[label])
+
+    return sorted(labels, key=key)
+
+
+def recompute(rows: Sequence[Mapping[str, Any]], labels: Sequence[str], tasks: Sequence[str]) -> dict[str, Any]:
+    """Every aggregate of results.json, from the per-episode rows alone."""
+    per_policy, per_task = {}, {}
+    for label in labels:
+        mine = [r for r in rows if r["policy"] == label]
+        per_policy[label] = summarize([r["outcome"] for r in mine])
+        per_task[label] = {t: summarize([r["outcome"] for r in mine if r["task"] == t]) for t in tasks}
+    return {"per_policy": per_policy, "per_policy_task": per_task, "ranking": rank_labels(per_policy, labels)}
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return math.isfinite(b) and abs(a - b) <= _TOL
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def _compare_summary(root: Path, where: str, mine: Mapping[str, Any], theirs: Any) -> None:
+    if not isinstance(theirs, dict):
+        raise SubmissionRejected(root, "aggregates", f"{where} is missing")
+    for key, value in mine.items():
+        if key not in theirs:
+            raise SubmissionRejected(root, "aggregates", f"{where}.{key} is missing")
+        if not _same(value, theirs[key]):
+            raise SubmissionRejected(root, "aggregates", f"forged or stale aggregate: {where}.{key} = {theirs[key]!r} "
+                                                         f"but the per-episode rows give {value!r}")
+
+
+def check_aggregates(root: Path, submitted: Any, mine: Mapping[str, Any], labels: Sequence[str],
+                     tasks: Sequence[str]) -> None:
+    if not isinstance(submitted, dict):
+        raise SubmissionRejected(root, "aggregates", "results.json has no 'aggregated' block")
+    for block in ("per_policy", "per_policy_task"):
+        theirs = submitted.get(block)
+        if not isinstance(theirs, dict) or set(theirs) != set(labels):
+            raise SubmissionRejected(root, "aggregates", f"aggregated.{block} must have exactly the campaign's "
+                                                         f"policies {labels}, got {sorted(theirs or {})}")
+    for label in labels:
+        _compare_summary(root, f"aggregated.per_policy[{label!r}]", mine["per_policy"][label],
+                         submitted["per_policy"][label])
+        theirs_t = submitted["per_policy_task"][label]
+        if not isinstance(theirs_t, dict) or set(theirs_t) != set(tasks):
+            raise SubmissionRejected(root, "aggregates", f"aggregated.per_policy_task[{label!r}] must have exactly "
+                                                         f"the campaign's tasks {list(tasks)}")
+        for task in tasks:
+            _compare_summary(root, f"aggregated.per_policy_task[{label!r}][{task!r}]",
+                             mine["per_policy_task"][label][task], theirs_t[task])
+    if submitted.get("ranking") != mine["ranking"]:
+        raise SubmissionRejected(root, "aggregates", f"forged or stale aggregate: aggregated.ranking = "
+                                                     f"{submitted.get('ranking')!r} but the per-episode rows rank "
+                                                     f"{mine['ranking']!r}")
+
+
+# ----------------------------------------------------------------------------- entry point
+
+
+def verify_submission(path: str | os.PathLike, *, strict: bool = True,
+                      allow_overrides: bool = False) -> VerifiedSubmission:
+    """Run every check on the submission at ``path``; return it verified or raise
+    :class:`SubmissionRejected`.
+
+    ``strict`` (leaderboard submissions) also refuses files the manifest does not list;
+    ``kosmos-env publish`` checks a local campaign folder with ``strict=False`` and then publishes
+    only manifest-listed files.
+    """
+    root = Path(path)
+    on_disk = scan_tree(root)
+    manifest = check_manifest(root, on_disk, strict)
+    results = _load_json(root, "results.json", "schema")
+    if not isinstance(results, dict) or results.get("schema") != RESULTS_SCHEMA:
+        raise SubmissionRejected(root, "schema", f"results.json must have schema {RESULTS_SCHEMA!r}")
+    version = results.get("schema_version")
+    if version not in SUPPORTED_SCHEMA_VERSIONS:
+        raise SubmissionRejected(root, "schema", f"results.json schema_version {version!r} is not supported by this "
+                                                 f"kosmos-env (supported: {SUPPORTED_SCHEMA_VERSIONS}); upgrade kosmos-env")
+    campaign = results.get("campaign")
+    if not isinstance(campaign, dict) or not isinstance(campaign.get("id"), str) or not campaign["id"]:
+        raise SubmissionRejected(root, "schema", "results.json has no campaign block with an id")
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", campaign["id"]):
+        raise SubmissionRejected(root, "schema", f"campaign.id {campaign['id']!r} must be letters, digits, '.', '_', '-'")
+    official, registered_hash, judge_hash = check_spec(root, campaign, allow_overrides)
+    rows = check_design(root, campaign, results.get("per_episode"))
+    check_parquet(root, rows)
+    labels = [p["label"] for p in campaign["policies"]]
+    mine = recompute(rows, labels, campaign["tasks"])
+    check_aggregates(root, results.get("aggregated"), mine, labels, campaign["tasks"])
+    listed = set(manifest["files"])
+    omitted = sum(1 for r in rows for rel in (r.get("artifacts") or {}).values() if rel is not None and rel not in listed)
+    notes = []
+    if omitted:
+        notes.append(f"{omitted} artifact(s) named by episodes are not included (only selected videos are published)")
+    if not official:
+        notes.append("non-default spec or judge: ranked on its own board")
+    return VerifiedSubmission(root=root, results=results, manifest=manifest, rows=rows, aggregated=mine,
+                              official=official, registered_spec_hash=registered_hash, judge_hash=judge_hash,
+                              results_sha256=manifest["files"]["results.json"], omitted_artifacts=omitted, notes=notes)

@@ -1,0 +1,35 @@
+"""Test-only policies (no tests here) for campaign tests, importable by spawned workers as
+``tests.test_campaign_support:SlowScripted`` (a ``module:Class`` policy entry point)."""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from kosmos_env.policies.scripted import ScriptedPolicy
+
+
+class SlowScripted(ScriptedPolicy):
+    """ScriptedPolicy that sleeps ``delay`` seconds per action, so a kill lands mid-campaign."""
+
+    def __init__(self, skill: float = 1.0, delay: float = 0.01, fail_seed: int = -1, crash_once_file: str = ""):
+        super().__init__(skill=skill)
+        self.delay = float(delay)
+        self.fail_seed = int(fail_seed)
+        self.crash_once_file = crash_once_file
+
+    def reset(self, instruction, seed=None):
+        if seed == self.fail_seed:
+            raise RuntimeError(f"SlowScripted refuses seed {seed} (test failure injection)")
+        if self.crash_once_file and seed == 1 and not os.path.exists(self.crash_once_file):
+            open(self.crash_once_file, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)  # a worker dying hard, as on a segfault
+        super().reset(instruction, seed=seed)
+
+    def act(self, obs):
+        time.sleep(self.delay)
+        return super().act(obs)
+
+    def config(self):
+        return {**super().config(), "delay": self.delay, "fail_seed": self.fail_seed,
+                "crash_once_file": self.crash_once_file}
