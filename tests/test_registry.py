@@ -14,11 +14,22 @@ from tests.conftest import kosmos_env_ids, make_test_env
 ENV_IDS = kosmos_env_ids()
 
 
+def _param(env_id: str):
+    """Real-model worlds run a tiny random model on CPU: seconds per step, so marked slow."""
+    from kosmos_env.spec import load_spec
+
+    slow = load_spec(env_id).world["type"] == "cosmos3"
+    return pytest.param(env_id, marks=pytest.mark.slow) if slow else env_id
+
+
+PARAMS = [_param(env_id) for env_id in ENV_IDS]
+
+
 def test_registry_lists_the_envs():
     assert "Kosmos-Tabletop-v1" in ENV_IDS
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", PARAMS)
 def test_check_env(env_id):
     env = make_test_env(env_id, image_size=(64, 64))
     try:
@@ -27,7 +38,7 @@ def test_check_env(env_id):
         env.close()
 
 
-@pytest.mark.parametrize("env_id", ENV_IDS)
+@pytest.mark.parametrize("env_id", PARAMS)
 def test_same_seed_same_frames_and_rewards(env_id):
     def rollout():
         env = make_test_env(env_id, image_size=(64, 64))

@@ -141,7 +141,7 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
     agg = aggregate(per_episode, labels, config.tasks)
     agg["cost"] = cost_summary(done, ledger.runs(), price_table)
     counts = ledger.counts()
-    return {
+    results = {
         "schema": RESULTS_SCHEMA,
         "schema_version": RESULTS_SCHEMA_VERSION,
         "package_version": __version__,
@@ -170,6 +170,9 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
         "per_episode": per_episode,
         "aggregated": agg,
     }
+    if meta.get("registration"):  # a pre-registered study (kosmos-env eval --registration): the whole record
+        results["campaign"]["registration"] = json.loads(meta["registration"])
+    return results
 
 
 def parquet_table(per_episode: Sequence[Mapping[str, Any]]):

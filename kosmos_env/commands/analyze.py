@@ -22,6 +22,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
     p.add_argument("--reference", type=Path, default=None, metavar="FILE.csv",
                    help="reference success rates: CSV with columns task, policy, reference")
+    p.add_argument("--registration", type=Path, default=None, metavar="REG.json",
+                   help="a pre-registered study: compute its registered metrics and report PASS/FAIL for each bar "
+                        "(with its interval) first; every other number is labelled exploratory")
     p.add_argument("--alpha", type=float, default=0.05, help="error level of intervals and tests (default 0.05)")
     p.add_argument("--power", type=float, default=0.8, help="power for the minimum detectable difference (default 0.8)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -43,13 +46,30 @@ def run(args: argparse.Namespace) -> int:
     if args.n_splits < 10:
         raise ValueError(f"--n-splits must be at least 10, got {args.n_splits}")
     bundle = load_bundle(args.dir)
+    registered = None
+    if args.registration is not None:
+        from kosmos_env.registration import load_registration
+        from kosmos_env.registration.report import registered_from_bundle
+
+        registered = registered_from_bundle(bundle, load_registration(args.registration))
     result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
                             n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
                             horizon_step=args.horizon_step)
+    if registered is not None:
+        from kosmos_env.registration.report import EXPLORATORY_NOTE
+
+        result = {"registered": registered, "exploratory_note": EXPLORATORY_NOTE, **result}
     text = json.dumps(result, indent=2, allow_nan=False, default=_jsonable)
     if not args.no_write:
         (bundle.root / "analysis.json").write_text(text + "\n", encoding="utf-8")
-    print(text if args.json else analysis_text(result))
+    if args.json:
+        print(text)
+    elif registered is not None:
+        from kosmos_env.registration.report import exploratory_header, registered_text
+
+        print(registered_text(registered) + "\n\n" + exploratory_header() + "\n\n" + analysis_text(result))
+    else:
+        print(analysis_text(result))
     if not args.no_write and not args.json:
         print(f"\nwrote {bundle.root / 'analysis.json'}")
     return 0

@@ -9,23 +9,36 @@ from __future__ import annotations
 import argparse
 import sys
 
+DEFAULT_ENV = "Kosmos-Tabletop-v1"
+DEFAULT_SEEDS = 5
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval", help="run or resume a campaign (policies × tasks × seeds) and print a ranking table",
         description="Run a paired campaign: every policy sees the same tasks, seeds and initial scenes. "
                     "Results go to a crash-safe ledger in --out; rerun the same command to resume.")
-    p.add_argument("--env", default="Kosmos-Tabletop-v1", help="registered env id (default: %(default)s)")
-    p.add_argument("--policy", action="append", required=True, metavar="NAME[:k=v,...]",
-                   help="a policy (repeat for each), e.g. scripted:skill=0.6 or random")
-    p.add_argument("--tasks", nargs="+", default=["all"],
+    # design flags default to None so that, with --registration, a flag given can be told from one not given
+    p.add_argument("--env", default=None, help=f"registered env id (default: {DEFAULT_ENV})")
+    p.add_argument("--policy", action="append", default=None, metavar="NAME[:k=v,...]",
+                   help="a policy (repeat for each), e.g. scripted:skill=0.6 or random (required without --registration)")
+    p.add_argument("--tasks", nargs="+", default=None,
                    help="task names (space or comma separated) or 'all' (default: all tasks of the suite)")
-    p.add_argument("--seeds", type=int, default=5, help="seeds per task, 0..N-1 (default: %(default)s)")
-    p.add_argument("--repeats", type=int, default=1, help="repeats of each (task, seed) cell (default: %(default)s)")
+    p.add_argument("--seeds", type=int, default=None, help=f"seeds per task, 0..N-1 (default: {DEFAULT_SEEDS})")
+    p.add_argument("--repeats", type=int, default=None, help="repeats of each (task, seed) cell (default: 1)")
+    p.add_argument("--registration", default=None, metavar="REG.json",
+                   help="run exactly the design of a registration written by `kosmos-env register`; design flags "
+                        "given as well must match it, and any deviation is refused")
     p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
-    p.add_argument("--executor", choices=("auto", "in-process", "process"), default="auto",
-                   help="auto: in this process for 1 worker, a spawn process pool for more (default: %(default)s)")
+    p.add_argument("--executor", choices=("auto", "in-process", "process", "ray"), default="auto",
+                   help="auto: in this process for 1 worker, a spawn process pool for more; ray: --workers Ray "
+                        "actors (needs the ray extra) (default: %(default)s)")
+    p.add_argument("--address", default=None,
+                   help="Ray cluster to join (e.g. auto or ray://head:10001); default: start a local Ray instance")
+    p.add_argument("--ray-num-cpus", type=float, default=None, help="CPUs of the local Ray instance (default: all)")
+    p.add_argument("--actor-resources", default=None, metavar="JSON",
+                   help='Ray resources per worker actor, e.g. \'{"num_gpus": 1}\' (default: {"num_cpus": 1})')
     p.add_argument("--judge", default=None, help="judge type (e.g. state) or JSON spec; default: the env spec's judge")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
                    help="override the spec's image size (changes the spec hash)")
@@ -54,15 +67,30 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
 
-    tasks = [t for item in args.tasks for t in item.split(",") if t]
+    tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if args.max_attempts < 1:
         raise ValueError("--max-attempts must be at least 1")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
-    config = make_config(args.env, args.policy, tasks=tasks, seeds=args.seeds, repeats=args.repeats,
-                         judge=args.judge, image_size=args.image_size, video=not args.no_video)
+    if args.registration:
+        from kosmos_env.registration import bind_registration, load_registration, registered_config
+
+        registration = load_registration(args.registration)
+        config = registered_config(registration, env=args.env, policies=args.policy, tasks=args.tasks and tasks,
+                                   seeds=args.seeds, repeats=args.repeats, judge=args.judge,
+                                   image_size=args.image_size, video=not args.no_video)
+        bind_registration(args.out, config, registration)
+        print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
+    else:
+        if not args.policy:
+            raise ValueError("give at least one --policy (or --registration REG.json)")
+        config = make_config(args.env or DEFAULT_ENV, args.policy, tasks=tasks,
+                             seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds,
+                             repeats=1 if args.repeats is None else args.repeats,
+                             judge=args.judge, image_size=args.image_size, video=not args.no_video)
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
-    executor = make_executor(args.workers, args.executor)
+    ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus, "actor_resources": args.actor_resources}
+    executor = make_executor(args.workers, args.executor, **ray_options)
     settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts)
     print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
           f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "

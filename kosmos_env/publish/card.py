@@ -91,6 +91,7 @@ def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
         "episodes.parquet, manifest.json (sha256 of every file), selected rollout videos",
         f"- Written by kosmos-env {sub.results.get('package_version', '?')} on {c.get('written') or c.get('created', '?')}",
         "",
+        *([_registered_section(sub)] if sub.campaign.get("registration") is not None else []),
         "### Ranking",
         "",
         "Success rate = successes / (successes + failures). Wilson 95% intervals; the worst-case interval "
@@ -119,6 +120,20 @@ def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
         "```",
         "",
     ])
+
+
+def _registered(sub: VerifiedSubmission) -> dict | None:
+    """A pre-registered study's verdicts, recomputed from the rows (None if not registered)."""
+    from kosmos_env.registration.report import registered_from_campaign
+
+    return registered_from_campaign(sub.campaign, sub.rows)
+
+
+def _registered_section(sub: VerifiedSubmission) -> str:
+    from kosmos_env.registration.report import registered_markdown
+
+    stamp = sub.campaign.get("registration")
+    return registered_markdown(_registered(sub), stamp) if stamp is not None else ""
 
 
 def campaign_card(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
@@ -159,7 +174,16 @@ def _campaign_meta(sub: VerifiedSubmission, prefix: str) -> dict[str, Any]:
             "official": sub.official, "episodes": len(sub.rows),
             "ranking": [{"policy": label, "success_rate": _round(sub.aggregated["per_policy"][label]["success_rate"]),
                          "wilson_95": _round(sub.aggregated["per_policy"][label]["wilson_95"])}
-                        for label in sub.aggregated["ranking"]]}
+                        for label in sub.aggregated["ranking"]]} | _registration_meta(sub)
+
+
+def _registration_meta(sub: VerifiedSubmission) -> dict[str, Any]:
+    res = _registered(sub)
+    if res is None:
+        return {}
+    return {"registration": {"sha256": res["registration"], "study": res["name"],
+                             "registered_utc": res["registered_utc"], "verdict": res["verdict"],
+                             "bars": {m["name"]: m["verdict"] for m in res["metrics"]}}}
 
 
 def _front_matter(meta: dict) -> str:

@@ -1,0 +1,66 @@
+"""`kosmos-env register PROTOCOL.yaml`: freeze a study's protocol before any result exists.
+
+The protocol (YAML, read with yaml.safe_load) names the env id and its spec hash (with any
+overrides), the policies with their content hashes, tasks, seeds, repeats, the judge, the
+reference data (with its sha256) and every registered metric with its pass bar. It is
+validated against the code and data as they are now (unknown fields, wrong types, a spec,
+policy or reference hash that does not match are refused), and its canonical form is written
+with its SHA-256 and the UTC time to a registration file, which is never overwritten. Then:
+`kosmos-env eval --registration REG --out DIR` and `kosmos-env analyze DIR --registration REG`.
+See kosmos_env/registration/protocol.py for the format and examples/protocol_example.yaml.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("register", help="freeze a study protocol (design, metrics, pass bars) and its SHA-256",
+                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("protocol", metavar="PROTOCOL.yaml", help="the study protocol")
+    p.add_argument("--out", default=None, metavar="REG.json",
+                   help="registration file to write (default: PROTOCOL.registration.json beside the protocol); "
+                        "an existing file is never overwritten")
+    p.add_argument("--hashes", action="store_true",
+                   help="print the current spec hash (with the protocol's overrides) and policy content hashes the "
+                        "protocol must declare, then stop (writes nothing)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kosmos_env.registration import build_registration, default_registration_path, write_registration
+
+    if args.hashes:
+        print(json.dumps(current_hashes(args.protocol), indent=1))
+        return 0
+    reg = build_registration(args.protocol)
+    out = write_registration(reg, args.out or default_registration_path(args.protocol))
+    p = reg.protocol
+    print(f"registered study {reg.name}: sha256 {reg.sha256} at {reg.registered_utc}")
+    print(f"  {p['env']['id']} (spec {p['env']['spec_hash'][:12]}), {len(p['policies'])} policies x "
+          f"{len(p['tasks'])} tasks x {len(p['seeds'])} seeds x {p['repeats']} repeats; "
+          f"{len(p['metrics'])} registered metric(s)")
+    print(f"wrote {out}\nnext: kosmos-env eval --registration {out} --out DIR", file=sys.stderr)
+    return 0
+
+
+def current_hashes(path: str) -> dict:
+    """The env spec hash and policy content hashes as the code computes them now."""
+    from kosmos_env.campaign.design import PolicyRef
+    from kosmos_env.registration.protocol import ProtocolError, load_protocol_file, policy_content_hash
+    from kosmos_env.spec import load_spec
+
+    raw = load_protocol_file(path)
+    env = raw.get("env") if isinstance(raw.get("env"), dict) else None
+    if env is None or not isinstance(env.get("id"), str):
+        raise ProtocolError("protocol.env.id is needed to compute the spec hash")
+    out = {"env": {"id": env["id"], "overrides": env.get("overrides") or {},
+                   "spec_hash": load_spec(env["id"]).with_overrides(**(env.get("overrides") or {})).hash},
+           "policies": []}
+    for entry in raw.get("policies") or []:
+        if isinstance(entry, dict) and isinstance(entry.get("policy"), str):
+            ref = PolicyRef.parse(entry["policy"])
+            out["policies"].append({"policy": ref.label, "content_hash": policy_content_hash(ref.name, ref.kwargs)})
+    return out
