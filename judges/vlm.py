@@ -58,8 +58,12 @@ class VLMJudge:
     ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts per forward pass in
     :meth:`judge_batch`), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
     ``prompt_sha256`` (must equal :data:`PROMPT_SHA256` when given: the spec pins the prompt),
-    ``device``, ``dtype``, ``trust_remote_code`` (default False). Runtime objects (not spec):
-    ``model``, ``tokenizer``, ``processor``.
+    ``device``, ``dtype``, ``trust_remote_code`` (default False), ``adapter`` (a folder with a
+    LoRA adapter saved by peft, e.g. by ``kosmos-env judge-distill``; it is applied on top of the
+    base model and its sha256, ``adapter_sha256``, enters the spec). Runtime objects (not spec): ``model``,
+    ``tokenizer``, ``processor``; ``model`` may also be a string, read as ``local_path`` when it
+    is a folder and as ``model_id`` otherwise (so ``{"type": "vlm", "model": PATH}`` works).
+    Every judgment's ``extras`` carries the full raw answers and the generated-token counts.
     """
 
     name = "vlm"
@@ -84,6 +88,7 @@ class VLMJudge:
         device: str | None = None,
         dtype: str = "auto",
         trust_remote_code: bool = False,
+        adapter: str | None = None,
         model: Any = None,
         tokenizer: Any = None,
         processor: Any = None,
@@ -105,10 +110,19 @@ class VLMJudge:
         self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
         self.seed, self.batch_size = int(seed), int(batch_size)
         self.trust_remote_code = bool(trust_remote_code)
+        if isinstance(model, (str, os.PathLike)):
+            if os.path.isdir(model):
+                local_path = os.fspath(model)
+            else:
+                self.model_id = str(model)
+            model = None
         if tokenizer is None and processor is not None:
             tokenizer = getattr(processor, "tokenizer", None)
         if model is None or tokenizer is None:
             model, tokenizer = self._load(local_path or os.environ.get(LOCAL_PATH_ENV), device, dtype)
+        self.adapter, self.adapter_sha256 = None, None
+        if adapter is not None:
+            model, self.adapter, self.adapter_sha256 = _apply_adapter(model, os.fspath(adapter))
         self.model, self.tokenizer = model, tokenizer
         self.family = getattr(model.config, "model_type", "")
         if self.family not in FAMILY_SETTINGS:
@@ -127,6 +141,8 @@ class VLMJudge:
             "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
             "seed": self.seed, "min_pixels": self.video.min_pixels, "max_pixels": self.video.max_pixels,
             "prompt_sha256": PROMPT_SHA256,
+            # only present with an adapter, so the spec of a plain judge is unchanged
+            **({"adapter_sha256": self.adapter_sha256} if self.adapter else {}),
         }
 
     # -- loading ----------------------------------------------------------------------------
@@ -206,17 +222,21 @@ class VLMJudge:
             chunk = rollouts[start : start + self.batch_size]
             t0 = time.perf_counter()
             items = [self._inputs(r) for r in chunk]
-            texts = self._generate(items, seed=self.seed + b)
-            seconds = (time.perf_counter() - t0) / len(chunk)
+            t1 = time.perf_counter()
+            texts, n_tokens = self._generate(items, seed=self.seed + b)
+            t2 = time.perf_counter()
+            seconds, gen_seconds = (t2 - t0) / len(chunk), (t2 - t1) / len(chunk)
             for i, _ in enumerate(chunk):
                 answers = texts[i * self.k : (i + 1) * self.k]
+                tokens = n_tokens[i * self.k : (i + 1) * self.k]
                 res = quorum(answers, self.min_valid)
                 out.append(Judgment(
                     success=res.success, score=res.score, rationale=res.rationale, votes=res.votes,
                     judge=self.name, model_id=self.model_id + (f"@{self.revision}" if self.revision else ""),
                     prompt_sha256=PROMPT_SHA256, seconds=seconds,
                     extras={"n_valid": res.n_valid, "k": self.k, "min_valid": self.min_valid, "family": self.family,
-                            "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"])},
+                            "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"]),
+                            "raw_answers": list(answers), "generated_tokens": tokens, "generate_seconds": gen_seconds},
                 ))
         return out
 
@@ -245,8 +265,12 @@ class VLMJudge:
         return {"ids": ids, "patches": patches, "grid": grid, "frames_shown": len(idx),
                 "second_per_grid": self.video.temporal_patch_size / self.sample_fps}
 
-    def _generate(self, items: Sequence[dict[str, Any]], seed: int) -> list[str]:
-        """Sample ``k`` answers for each item in one ``generate`` call; returns len(items) * k texts."""
+    def _generate(self, items: Sequence[dict[str, Any]], seed: int) -> tuple[list[str], list[int]]:
+        """Sample ``k`` answers for each item in one ``generate`` call.
+
+        Returns len(items) * k texts and, per text, the number of tokens generated (up to and
+        including the first end-of-sequence token; the padding after it is not counted).
+        """
         import torch
 
         rows = [it for it in items for _ in range(self.k)]
@@ -281,7 +305,50 @@ class VLMJudge:
                 max_new_tokens=self.max_new_tokens, pad_token_id=pad_id,
             )
         new = out[:, width:]
-        return self.tokenizer.batch_decode(new, skip_special_tokens=True)
+        return self.tokenizer.batch_decode(new, skip_special_tokens=True), _generated_lengths(new, self._eos_ids(pad_id))
+
+    def _eos_ids(self, pad_id: int) -> set[int]:
+        """Token ids that end generation (generation config and tokenizer); padding follows them."""
+        ids = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids = set(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(self.tokenizer.eos_token_id)
+        return ids or {pad_id}
+
+
+def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:
+    """Per row of generated ids: tokens up to and including the first end token, else all."""
+    lengths = []
+    for row in new.tolist():
+        end = next((j for j, t in enumerate(row) if t in eos_ids), None)
+        lengths.append(len(row) if end is None else end + 1)
+    return lengths
+
+
+def _apply_adapter(model: Any, adapter: str) -> tuple[Any, str, str]:
+    """Wrap ``model`` with the LoRA adapter saved in folder ``adapter`` (peft); returns (model, path, sha256).
+
+    The adapter's layers are injected into ``model`` itself (peft replaces the target modules),
+    so a model object passed in is changed; load a fresh one for the base judge.
+    """
+    import hashlib
+
+    cfg = os.path.join(adapter, "adapter_config.json")
+    if not os.path.isfile(cfg):
+        raise FileNotFoundError(f"no LoRA adapter in {adapter!r} (adapter_config.json is missing)")
+    try:
+        from peft import PeftModel
+    except ImportError as exc:  # pragma: no cover - peft is in the models extra
+        raise RuntimeError("loading a judge adapter needs peft: pip install peft") from exc
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(adapter)):
+        if name.startswith("adapter_") and os.path.isfile(os.path.join(adapter, name)):
+            digest.update(name.encode("utf-8") + b"\0")
+            with open(os.path.join(adapter, name), "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    digest.update(block)
+    wrapped = PeftModel.from_pretrained(model, adapter, is_trainable=False).eval()
+    return wrapped, os.path.abspath(adapter), digest.hexdigest()
 
 
 def _cuda_available() -> bool:
