@@ -213,7 +213,9 @@ class KosmosEnv(gymnasium.Env):
         if self._gate is not None:
             self._gate.reset()
         obs = self._observation(frame, start.state)
-        info = {"task": self._task.name, "spec_hash": self.spec_hash, "frames": frame[None]}
+        # no "frames" here: info["frames"] holds what a step generated, and a vector env merges
+        # reset and step infos in one batch, where a reset's single frame would not line up
+        info = {"task": self._task.name, "spec_hash": self.spec_hash}
         return obs, info
 
     def step(self, action):

@@ -16,7 +16,7 @@ def test_observation_and_info(tabletop_env):
     assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
     assert obs["instruction"] == "put the carrot on the plate"
     assert set(obs) >= {"ee_pos", "ee_euler", "gripper"}
-    assert info["frames"].shape == (1, 64, 64, 3)
+    assert "frames" not in info  # reset generates nothing: the first frame is obs["image"]
     assert len(info["spec_hash"]) == 64
     obs, reward, terminated, truncated, info = tabletop_env.step(NOOP)
     assert info["frames"].shape == (1, 64, 64, 3)

@@ -160,15 +160,25 @@ class ProcessPoolExecutor(Executor):
         return counts["pending"] + counts["leased"] > 0
 
 
-EXECUTORS = ("auto", "in-process", "process")
+EXECUTORS = ("auto", "in-process", "process", "ray")
 
 
-def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn") -> Executor:
-    """``auto``: in this process for one worker, a process pool for more; or force either."""
+def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn", **ray_options: Any) -> Executor:
+    """``auto``: in this process for one worker, a process pool for more; or force either.
+
+    ``ray``: Ray actors (:mod:`kosmos_env.campaign.ray_executor`, imported only then);
+    ``ray_options`` are its ``address``, ``num_cpus`` and ``actor_resources``.
+    """
     if kind not in EXECUTORS:
         raise ValueError(f"unknown executor {kind!r}; choose from {EXECUTORS}")
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
+    if kind == "ray":
+        from kosmos_env.campaign.ray_executor import RayExecutor
+
+        return RayExecutor(workers, **ray_options)
+    if any(v is not None for v in ray_options.values()):
+        raise ValueError(f"{sorted(k for k, v in ray_options.items() if v is not None)} only apply to --executor ray")
     if kind == "in-process" or (kind == "auto" and workers == 1):
         if workers != 1:
             raise ValueError("the in-process executor runs exactly one worker; use --executor process for more")

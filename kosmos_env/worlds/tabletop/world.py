@@ -54,6 +54,7 @@ class TabletopWorld:
         # one compiled model per task, built lazily and kept (switching tasks must stay cheap)
         self._scenes: dict[str, tuple[mujoco.MjModel, mujoco.MjData, mujoco.Renderer]] = {}
         self._task: TaskSpec | None = None
+        self._owner_pid = os.getpid()
 
     # -- WorldModel protocol --------------------------------------------------------------
     def state_space(self) -> Mapping[str, spaces.Space]:
@@ -256,6 +257,13 @@ class TabletopWorld:
         }
 
     def _render(self) -> np.ndarray:
+        if os.getpid() != self._owner_pid:
+            # an EGL context does not survive fork(): rendering in the child would hang
+            raise RuntimeError(
+                "this tabletop world was created in another process and inherited through fork(); "
+                "create it in the worker process, or use the 'spawn' start method "
+                "(gymnasium.make_vec(..., vectorization_mode='async', vector_kwargs={'context': 'spawn'}))"
+            )
         self.renderer.update_scene(self.data, camera="main")
         return self.renderer.render().copy()
 

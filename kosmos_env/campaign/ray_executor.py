@@ -1,0 +1,381 @@
+"""Ray executor: campaign workers as long-lived Ray actors, the ledger kept by the driver.
+
+World-model rollouts are independent, so a campaign scales by running many *warm* workers, not
+by splitting a rollout. This executor starts ``workers`` Ray actors; each builds the env, judge
+and policies once (on its first episode) and keeps them for the whole campaign. Ray places each
+actor by the resources it asks for (``actor_resources``: ``{"num_gpus": 1}`` for one GPU per
+world model, ``{"num_gpus": 0.5}`` to pack two small models on one GPU, ``{"num_cpus": 2}``,
+custom ``resources`` ...); inside the actor Ray sets ``CUDA_VISIBLE_DEVICES`` so the world
+model's ``cuda`` device is the GPU it was given. Resources are per actor: the env, its world
+model, the judge and the policies of one worker share them.
+
+Why the driver, not the actors, talks to the ledger: SQLite in WAL mode needs one host's local
+disk, and actors may run on other nodes. So the driver claims episodes *with the same leases*
+every other executor uses (one lease owner per actor, ``host:driver-pid:ray-a<i>``), sends the
+episode key to a free actor, renews the lease while the actor works, and records the result the
+actor returns: the ledger record plus the bytes of its artifacts (MP4, actions, robot log),
+which the driver stores content-addressed under the campaign folder. Episodes are dispatched as
+actors free up (``ray.wait``), one in flight per actor, so a slow episode never holds others.
+
+Consequences:
+- local workers (``kosmos-env eval`` in another shell, a process pool) can share the same
+  campaign folder at the same time: they take leases from the same ledger;
+- if the driver crashes, Ray tears its actors down (they are owned by the driver's job) and the
+  leases name a dead process on this host, so a rerun takes them over at once and finishes
+  exactly the missing episodes (a resume); with ``--address`` of a remote cluster, actors of a
+  dead driver are likewise cleaned up by Ray;
+- an actor that dies (OOM, segfault, a lost node) costs its episode one attempt, recorded in
+  the ledger, and is replaced (up to ``max_restarts`` times in all);
+- an episode that raised is recorded as a failed attempt and retried, as in every executor;
+  a worker that cannot start (missing weights, bad config) or a policy whose content hash
+  changed stops the campaign with that error.
+
+Ray is an optional extra (``pip install 'kosmos-env[ray]'``) imported only inside this
+executor. ``address=None`` starts a private local Ray instance (``num_cpus`` caps it) and shuts
+it down at the end; ``address="auto"`` or ``"ray://host:10001"`` joins an existing cluster and
+leaves it running. If Ray is already initialised in this process, that instance is used as is.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import time
+import traceback
+from typing import Any, Callable, Mapping
+
+from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
+from kosmos_env.campaign.executors import CampaignJob, Executor, WorkerFailed
+from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger, make_owner
+
+# Ray actor options a user may set through --actor-resources (all are resource requests or
+# placement hints; anything else, e.g. max_concurrency, would change how the executor works)
+ACTOR_OPTION_KEYS = ("num_cpus", "num_gpus", "memory", "resources", "accelerator_type", "scheduling_strategy")
+
+
+def import_ray():
+    """Import Ray or explain how to install it (it is an optional extra)."""
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("the Ray executor needs Ray: pip install 'kosmos-env[ray]' (or 'ray[default]')") from exc
+    return ray
+
+
+def parse_actor_resources(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Check ``--actor-resources`` (a JSON object or a mapping) and return Ray actor options.
+
+    Default: one CPU per actor, no GPU. ``{"num_gpus": 1}`` gives each actor a whole GPU.
+    """
+    import json
+
+    if value is None or value == "":
+        return {"num_cpus": 1}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--actor-resources must be a JSON object, e.g. '{{\"num_gpus\": 1}}': {exc}") from None
+    if not isinstance(value, Mapping):
+        raise ValueError(f"--actor-resources must be a JSON object, got {type(value).__name__}")
+    unknown = sorted(set(value) - set(ACTOR_OPTION_KEYS))
+    if unknown:
+        raise ValueError(f"unknown actor resource option(s) {unknown}; allowed: {list(ACTOR_OPTION_KEYS)}")
+    out = dict(value)
+    for key in ("num_cpus", "num_gpus", "memory"):
+        if key in out:
+            amount = out[key]
+            if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
+                raise ValueError(f"actor resource {key!r} must be a non-negative number, got {amount!r}")
+            if key == "num_gpus" and amount > 1 and float(amount) != int(amount):
+                raise ValueError(f"num_gpus above 1 must be a whole number (Ray's rule), got {amount}")
+    if "resources" in out and not (isinstance(out["resources"], Mapping)
+                                   and all(isinstance(v, (int, float)) and v >= 0 for v in out["resources"].values())):
+        raise ValueError(f"actor resource 'resources' must map names to non-negative numbers, got {out['resources']!r}")
+    out.setdefault("num_cpus", 1)
+    return out
+
+
+class _PolicyRegistrations:
+    """Stands in for the ledger inside an actor: EpisodeRunner only registers policy hashes.
+
+    The registrations travel back with the episode and the driver applies them to the real
+    ledger (which refuses a policy whose content hash changed) before recording the episode.
+    """
+
+    def __init__(self):
+        self.pending: list[tuple[str, str, str | None, str]] = []
+
+    def register_policy(self, label: str, content_hash: str, hub_model_id: str | None, worker: str) -> None:
+        self.pending.append((label, content_hash, hub_model_id, worker))
+
+    def drain(self) -> list[tuple[str, str, str | None, str]]:
+        out, self.pending = self.pending, []
+        return out
+
+
+class EpisodeActor:
+    """The body of one Ray actor: a warm :class:`EpisodeRunner` that runs episodes on request.
+
+    Artifacts are written to a private temporary store and sent back as bytes (the driver's
+    store may be on another node); the temporary files are removed right after.
+    """
+
+    def __init__(self, config: Mapping[str, Any], owner: str):
+        self.config = CampaignConfig.from_dict(config)
+        self.owner = owner
+        self.tmp = tempfile.mkdtemp(prefix="kosmos-ray-actor-")
+        self.registry = _PolicyRegistrations()
+        self.runner = None
+
+    def where(self) -> dict[str, Any]:
+        """Host, pid and the GPUs Ray gave this actor (for logs and tests)."""
+        import ray
+
+        return {"host": socket.gethostname(), "pid": os.getpid(), "gpus": [str(g) for g in ray.get_gpu_ids()],
+                "node_id": ray.get_runtime_context().get_node_id()}
+
+    def run(self, key: tuple[str, str, int, int, int]) -> dict[str, Any]:
+        """Run one episode; returns {"status": ok|error|fatal, ...} (never raises for an episode)."""
+        from kosmos_env.campaign.worker import EpisodeRunner
+
+        episode = EpisodeKey(*key)
+        if self.runner is None:
+            try:
+                self.runner = EpisodeRunner(self.config, self.tmp, self.registry, self.owner)
+            except BaseException as exc:
+                return {"status": "fatal", "error": f"worker could not start: {type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc()}
+        try:
+            record, artifacts = self.runner.run(episode)
+        except ConfigMismatchError as exc:
+            return {"status": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        except Exception:
+            return {"status": "error", "error": traceback.format_exc(), "policies": self.registry.drain()}
+        payload = []
+        for sha, rel, size, kind in artifacts:
+            path = os.path.join(self.tmp, rel)
+            with open(path, "rb") as fh:
+                payload.append((sha, rel, size, kind, fh.read()))
+            try:
+                os.chmod(path, 0o600)
+                os.unlink(path)
+            except OSError:
+                pass
+        return {"status": "ok", "record": record, "artifacts": payload, "policies": self.registry.drain()}
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class RayExecutor(Executor):
+    """``workers`` Ray actors fed episodes by lease from this process's ledger."""
+
+    name = "ray"
+
+    def __init__(self, workers: int, address: str | None = None, num_cpus: float | None = None,
+                 actor_resources: str | Mapping[str, Any] | None = None, max_restarts: int | None = None,
+                 poll_seconds: float = 0.2, init_kwargs: Mapping[str, Any] | None = None):
+        if workers < 1:
+            raise ValueError(f"--workers must be at least 1, got {workers}")
+        if num_cpus is not None and address is not None:
+            raise ValueError("--ray-num-cpus sizes a new local Ray instance; it cannot be used with --address "
+                             "(the cluster's resources are set where it was started)")
+        if num_cpus is not None and num_cpus <= 0:
+            raise ValueError(f"--ray-num-cpus must be positive, got {num_cpus}")
+        self.workers = int(workers)
+        self.address = address
+        self.num_cpus = num_cpus
+        self.actor_options = parse_actor_resources(actor_resources)
+        self.max_restarts = 2 * self.workers if max_restarts is None else int(max_restarts)
+        self.poll_seconds = float(poll_seconds)
+        self.init_kwargs = dict(init_kwargs or {})
+        self.actor_info: list[dict[str, Any]] = []  # where each actor ran (filled during run)
+
+    # -- Ray lifetime -----------------------------------------------------------------
+    def _init(self, ray) -> bool:
+        """Start or join Ray; True when this call started it (and must shut it down)."""
+        if ray.is_initialized():
+            return False
+        kwargs = {"include_dashboard": False, "logging_level": "warning", **self.init_kwargs}
+        if self.address is not None:
+            kwargs["address"] = self.address
+        if self.num_cpus is not None:
+            kwargs["num_cpus"] = self.num_cpus
+        ray.init(**kwargs)
+        return True
+
+    def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
+        ray = import_ray()
+        started = self._init(ray)
+        try:
+            _Dispatcher(ray, self, job, refresh).run()
+        finally:
+            if started:
+                ray.shutdown()
+        refresh()
+
+
+class _Dispatcher:
+    """The driver's loop: claim, dispatch to free actors, renew leases, record results."""
+
+    def __init__(self, ray, executor: RayExecutor, job: CampaignJob, refresh: Callable[[], None]):
+        from kosmos_env.campaign.artifacts import ArtifactStore
+
+        self.ray = ray
+        self.ex = executor
+        self.job = job
+        self.refresh = refresh
+        self.settings = job.settings
+        self.config = job.config.to_dict()
+        self.ledger = Ledger(os.path.join(job.out_dir, LEDGER_NAME), create=False)
+        self.store = ArtifactStore(job.out_dir)
+        self.actor_cls = ray.remote(EpisodeActor).options(max_restarts=0, max_task_retries=0,
+                                                          **executor.actor_options)
+        self.actors: dict[int, Any] = {}
+        self.owners = {i: make_owner(f"ray-a{i}") for i in range(executor.workers)}
+        self.in_flight: dict[Any, tuple[int, EpisodeKey, float]] = {}
+        self.idle: set[int] = set()
+        self.restarts = 0
+
+    def _start_actor(self, slot: int) -> None:
+        self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot])
+        self.idle.add(slot)
+
+    def run(self) -> None:
+        try:
+            for slot in range(self.ex.workers):
+                self._start_actor(slot)
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _loop(self) -> None:
+        s = self.settings
+        next_renew = time.monotonic() + s.lease_seconds / 3.0
+        while True:
+            self._dispatch()
+            if not self.in_flight:
+                counts = self.ledger.counts()
+                if counts["pending"] == 0 and counts["leased"] == 0:
+                    return
+                if not s.wait_for_others:
+                    return
+                time.sleep(s.poll_seconds)  # leased by other live workers: wait, take over if they die
+                self.refresh()
+                continue
+            ready, _ = self.ray.wait(list(self.in_flight), num_returns=1,
+                                     timeout=min(self.ex.poll_seconds, s.lease_seconds / 3.0))
+            for ref in ready:
+                self._collect(ref)
+            if time.monotonic() >= next_renew:
+                for slot, key, _ in self.in_flight.values():
+                    self.ledger.renew(key.episode_id, self.owners[slot], s.lease_seconds)
+                next_renew = time.monotonic() + s.lease_seconds / 3.0
+            self.refresh()
+
+    def _dispatch(self) -> None:
+        s = self.settings
+        for slot in sorted(self.idle):
+            key = self.ledger.claim(self.owners[slot], s.lease_seconds, s.max_attempts)
+            if key is None:
+                return
+            ref = self.actors[slot].run.remote((key.policy, key.task, key.seed, key.repeat, key.order))
+            self.in_flight[ref] = (slot, key, time.perf_counter())
+            self.idle.discard(slot)
+
+    def _collect(self, ref) -> None:
+        slot, key, t_sent = self.in_flight.pop(ref)
+        owner = self.owners[slot]
+        s = self.settings
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            # the actor process died (OOM killer, segfault, lost node): one attempt used
+            self.ledger.fail(key.episode_id, owner, f"Ray actor {slot} died while running the episode: {exc}",
+                             s.max_attempts)
+            self._replace(slot, exc)
+            return
+        except self.ray.exceptions.RayError as exc:  # e.g. the result could not be sent back
+            self.ledger.release(key.episode_id, owner)
+            raise WorkerFailed(f"Ray actor {slot} failed: {type(exc).__name__}: {exc}") from exc
+        self.idle.add(slot)
+        status = result["status"]
+        if status == "fatal":
+            self.ledger.release(key.episode_id, owner)  # not the episode's fault: no attempt used
+            raise WorkerFailed(f"Ray actor {slot} failed: {result['error']}\n{result.get('traceback', '')}")
+        try:
+            self._register(result.get("policies", ()))
+        except ConfigMismatchError:
+            self.ledger.release(key.episode_id, owner)
+            raise
+        if status == "error":
+            self.ledger.fail(key.episode_id, owner, result["error"], s.max_attempts)
+            return
+        record = result["record"]
+        t0 = time.perf_counter()
+        artifacts = []
+        for sha, rel, size, kind, data in result["artifacts"]:
+            got_sha, got_rel, got_size = self.store.put_bytes(data, rel.rsplit(".", 1)[1])
+            if (got_sha, got_rel, got_size) != (sha, rel, size):
+                raise WorkerFailed(f"artifact {rel} from Ray actor {slot} arrived damaged (sha256 {got_sha[:12]})")
+            artifacts.append((sha, rel, size, kind))
+        timings = dict(record["timings"])
+        timings["io"] = float(timings.get("io", 0.0)) + time.perf_counter() - t0
+        timings["total"] = time.perf_counter() - t_sent  # dispatch to record, as the other executors' claim to record
+        record = {**record, "timings": timings}
+        self.ledger.complete(key.episode_id, owner, record, artifacts)
+
+    def _register(self, policies) -> None:
+        for label, content_hash, hub, worker in policies:
+            self.ledger.register_policy(label, content_hash, hub, worker)
+
+    def _replace(self, slot: int, exc: BaseException) -> None:
+        counts = self.ledger.counts()
+        if counts["pending"] + counts["leased"] == 0:
+            return
+        if self.restarts >= self.ex.max_restarts:
+            raise WorkerFailed(f"Ray actor {slot} died ({exc}) and the restart limit ({self.ex.max_restarts}) is "
+                               "used up; rerun the same command to resume")
+        self.restarts += 1
+        self._start_actor(slot)
+
+    def _shutdown(self) -> None:
+        # episodes still in flight (we are leaving on an error or an interrupt): hand them back
+        for slot, key, _ in self.in_flight.values():
+            try:
+                self.ledger.release(key.episode_id, self.owners[slot])
+            except Exception:
+                pass
+        self.in_flight.clear()
+        info_refs = []
+        for handle in self.actors.values():
+            try:
+                info_refs.append(handle.where.remote())
+            except Exception:
+                pass
+        try:
+            self.ex.actor_info = [i for i in self.ray.get(info_refs, timeout=10)]
+        except Exception:
+            self.ex.actor_info = []
+        closing = []
+        for handle in self.actors.values():
+            try:
+                closing.append(handle.close.remote())
+            except Exception:
+                pass
+        try:
+            self.ray.wait(closing, num_returns=len(closing), timeout=30)
+        except Exception:
+            pass
+        for handle in self.actors.values():
+            try:
+                self.ray.kill(handle)
+            except Exception:
+                pass
+        self.actors.clear()
+        self.ledger.close()
