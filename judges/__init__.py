@@ -17,6 +17,8 @@ JUDGES = {
     "veto": "kosmos_env.judges.combine:VetoJudge",
     "fusion": "kosmos_env.judges.combine:FusionJudge",
     "optimistic": "kosmos_env.judges.combine:OptimisticJudge",
+    # frame classifier trained on simulator frames; the learned tabletop world's vision judge
+    "vision_frame": "kosmos_env.worlds.tabletop_learned.vision_judge:FrameVisionJudge",
 }
 
 

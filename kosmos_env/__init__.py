@@ -18,3 +18,4 @@ __version__ = "0.1.0"
 
 register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"})
 register(id="Kosmos-Bridge-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Bridge-v1"})
+register(id="Kosmos-TabletopLearned-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-TabletopLearned-v1"})

@@ -8,8 +8,13 @@ import sys
 
 # subcommand modules under kosmos_env.commands, in the order `--help` lists them
 COMMANDS = [
-    "rollout",
-    "compare",
+    # run and inspect campaigns
+    "eval", "verify", "report", "analyze", "compare", "rollout",
+    # studies, publishing, leaderboard
+    "register", "publish", "leaderboard",
+    # the evaluator itself: gate, learned world, judges
+    "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit",
+    # policies served out of process
     "serve_policy",
 ]
 

@@ -84,6 +84,19 @@ class KosmosEnv(gymnasium.Env):
     - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
       ``gate={"enabled": False}``); the overridden spec has its own hash.
 
+    ## Kosmos-TabletopLearned-v1 (learned tabletop world)
+
+    - World: a small action-conditioned next-frame network (weights ship with the package,
+      bound by sha256 in the spec) trained only on recorded tabletop transitions
+      (``kosmos-env train-world``); 64×64 only (another ``image_size`` raises ``ValueError``).
+    - The first frame is the simulator's layout for the seed (same seed, same scene as
+      ``Kosmos-Tabletop-v1``); every later frame is predicted. ``ee_pos``/``ee_euler`` are
+      integrated from the actions with the simulator's workspace clipping; the measured
+      ``gripper`` is predicted by the network.
+    - No simulator state (``evaluate()`` is None): judged by the robot-log judge on the
+      predicted gripper log (default) or ``judge="vision_frame"``, a frame classifier trained
+      on simulator frames. The gate is off by default; ``kosmos-env study`` measures its effect.
+
     ## Kosmos-Bridge-v1 (Cosmos 3)
 
     - World: ``nvidia/Cosmos3-Nano`` through diffusers' ``Cosmos3OmniPipeline`` (forward dynamics,

@@ -20,6 +20,7 @@ from kosmos_env.worlds.base import (
 WORLD_BACKENDS = {
     "tabletop": "kosmos_env.worlds.tabletop.world:TabletopWorld",
     "cosmos3": "kosmos_env.worlds.cosmos3:Cosmos3World",
+    "tabletop_learned": "kosmos_env.worlds.tabletop_learned.world:LearnedTabletopWorld",
 }
 
 
