@@ -21,6 +21,8 @@ from typing import Mapping
 
 import numpy as np
 
+from kosmos_env.fileio import fsync_dir
+
 STORE_DIR = "artifacts"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
 
@@ -50,19 +52,6 @@ def npz_bytes(arrays: Mapping[str, np.ndarray]) -> bytes:
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, npy_bytes(arrays[name]))
     return buf.getvalue()
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 class ArtifactStore:
@@ -147,4 +136,4 @@ class ArtifactStore:
             if final.exists():
                 return
             os.replace(tmp, final)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +26,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from kosmos_env.campaign.artifacts import ArtifactStore, sha256_file
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+from kosmos_env.fileio import atomic_write
 
 RESULTS_SCHEMA = "kosmos-env/results"
 RESULTS_SCHEMA_VERSION = 1
@@ -48,21 +48,6 @@ def bundle_lock(out_dir: str | os.PathLike) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
-def atomic_write(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``data`` to a temp file beside ``path``, fsync, and rename it over ``path``."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def episode_entry(row: Mapping[str, Any]) -> dict[str, Any]:

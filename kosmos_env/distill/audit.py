@@ -29,6 +29,8 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.fileio import atomic_write
+
 AUDIT_SCHEMA = "kosmos-env/judge-audit"
 ROLES = ("teacher", "student")
 JUDGMENT_COLUMNS = {
@@ -366,6 +368,4 @@ def render_markdown(report: Mapping[str, Any]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, text)

@@ -21,6 +21,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from kosmos_env.fileio import atomic_write, fsync_dir
+
 LABELS_SCHEMA = "kosmos-env/judge-labels"
 LABELS_SCHEMA_VERSION = 1
 _PART_GLOB = "part-*.parquet"
@@ -104,10 +106,8 @@ class LabelStore:
         if meta.exists():
             self._check_meta()
             return
-        tmp = self.root / f".tmp-{uuid.uuid4().hex}.json"
-        tmp.write_text(json.dumps({"schema": LABELS_SCHEMA, "schema_version": LABELS_SCHEMA_VERSION,
-                                   "key": list(KEY), "columns": COLUMNS}, indent=1), encoding="utf-8")
-        os.replace(tmp, meta)
+        atomic_write(meta, json.dumps({"schema": LABELS_SCHEMA, "schema_version": LABELS_SCHEMA_VERSION,
+                                       "key": list(KEY), "columns": COLUMNS}, indent=1))
 
     def _check_meta(self) -> None:
         meta = self.root / "dataset.json"
@@ -139,7 +139,7 @@ class LabelStore:
             os.fsync(fh.fileno())
         final = self.root / name
         os.replace(tmp, final)
-        _fsync_dir(self.root)
+        fsync_dir(self.root)
         return final
 
     def read(self) -> list[dict[str, Any]]:
@@ -161,19 +161,6 @@ class LabelStore:
             t = pq.read_table(part, columns=list(KEY))
             keys.update(zip(t.column("rollout_hash").to_pylist(), t.column("spec_hash").to_pylist()))
         return keys
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:  # pragma: no cover - not every platform opens folders
-        return
-    try:
-        os.fsync(fd)
-    except OSError:  # pragma: no cover
-        pass
-    finally:
-        os.close(fd)
 
 
 def labels_sha256(rows: Iterable[Mapping[str, Any]]) -> str:

@@ -13,6 +13,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from kosmos_env.fileio import atomic_write
+
 SPLIT_FILE = "split.json"
 RULE = "int(sha256(rollout_hash).hexdigest(), 16) % 100 < heldout_pct -> held out"
 
@@ -40,9 +42,7 @@ def make_split(rollout_hashes: Iterable[str], heldout_pct: int = 20) -> dict[str
 
 def write_split(folder: str | os.PathLike, split: Mapping[str, Any]) -> Path:
     path = Path(folder) / SPLIT_FILE
-    tmp = path.with_name(f".tmp-{SPLIT_FILE}")
-    tmp.write_text(json.dumps(dict(split), indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(dict(split), indent=1))
     return path
 
 

@@ -29,6 +29,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.fileio import atomic_write
+
 DISTILL_SCHEMA = "kosmos-env/judge-distill"
 CONFIG_FILE = "distill_config.json"
 JUDGE_SPEC_FILE = "judge_spec.json"
@@ -264,9 +266,7 @@ def _row_rollout(row: Mapping[str, Any], roots: Mapping[str, str]):
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(f".tmp-{path.name}")
-    tmp.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(data, indent=1, default=str))
 
 
 # -- checkpoints ---------------------------------------------------------------------------
