@@ -17,6 +17,7 @@ from kosmos_env import cli
 from kosmos_env.campaign import make_config, run_campaign, verify_campaign
 from kosmos_env.campaign.executors import InProcessExecutor, ProcessPoolExecutor
 from kosmos_env.campaign.worker import WorkSettings
+from tests.test_campaign_support import done_count
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
@@ -35,20 +36,6 @@ def _spawn(argv):
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1")
     return subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _done(out) -> int:
-    path = Path(out) / "ledger.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.OperationalError:
-        return 0
 
 
 def _outcomes(out) -> dict[str, tuple]:
@@ -73,7 +60,7 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, reference):
     out = tmp_path / "killed"
     proc = _spawn(_eval_argv(out))
     deadline = time.time() + 120
-    while _done(out) < 3 and proc.poll() is None and time.time() < deadline:
+    while done_count(out) < 3 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)
     assert proc.poll() is None, f"campaign ended before it could be killed: {proc.communicate()[1][-2000:]}"
     os.kill(proc.pid, signal.SIGKILL)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import time
+from pathlib import Path
 
 from kosmos_env.policies.scripted import ScriptedPolicy
 
@@ -33,3 +35,19 @@ class SlowScripted(ScriptedPolicy):
     def config(self):
         return {**super().config(), "delay": self.delay, "fail_seed": self.fail_seed,
                 "crash_once_file": self.crash_once_file}
+
+
+def done_count(out) -> int:
+    """Episodes a campaign folder's ledger records as done (0 while it does not exist yet);
+    read-only, so tests can poll a running campaign."""
+    path = Path(out) / "ledger.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0

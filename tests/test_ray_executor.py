@@ -21,6 +21,7 @@ from kosmos_env.campaign import make_config, run_campaign, verify_campaign
 from kosmos_env.campaign.executors import InProcessExecutor, make_executor
 from kosmos_env.campaign.ray_executor import parse_actor_resources
 from kosmos_env.campaign.worker import WorkSettings
+from tests.test_campaign_support import done_count
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
@@ -42,20 +43,6 @@ def _workers(out) -> list[str]:
         return [w for (w,) in con.execute("SELECT worker FROM episodes WHERE status = 'done'")]
     finally:
         con.close()
-
-
-def _done(out) -> int:
-    path = Path(out) / "ledger.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.OperationalError:
-        return 0
 
 
 def _descendants():
@@ -158,7 +145,7 @@ def test_ray_campaign_matches_in_process_and_shares_the_ledger(tmp_path, monkeyp
     def local_worker():  # joins once the Ray actors are running, then takes leases like them
         try:
             deadline = time.time() + 90
-            while _done(out) < 1 and time.time() < deadline:
+            while done_count(out) < 1 and time.time() < deadline:
                 time.sleep(0.05)
             local_done.append(work(out, cfg, owner, WorkSettings(wait_for_others=False)))
         except BaseException as exc:  # surfaced by the assertions below
@@ -219,7 +206,7 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
         driver = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *_eval_argv(out, address)], cwd=ROOT,
                                   env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.time() + 90
-        while _done(out) < 2 and driver.poll() is None and time.time() < deadline:
+        while done_count(out) < 2 and driver.poll() is None and time.time() < deadline:
             time.sleep(0.02)
         assert driver.poll() is None, f"campaign ended before it could be killed: {driver.communicate()[1][-2000:]}"
         os.kill(driver.pid, signal.SIGKILL)

@@ -47,8 +47,6 @@ RESULTS_SCHEMA = "kosmos-env/results"
 MANIFEST_SCHEMA = "kosmos-env/manifest"
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
-COUNT_FIELDS = (("success", "successes"), ("failure", "failures"), ("discarded", "discarded"),
-                ("abstained", "abstained"), ("error", "errors"))
 
 #: every file extension a submission may contain (lower case, with the dot)
 ALLOWED_EXTENSIONS = (".json", ".parquet", ".mp4", ".webm", ".npy", ".npz", ".md", ".yaml", ".yml", ".txt",
@@ -402,42 +400,12 @@ def check_parquet(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
 # ----------------------------------------------------------------------------- 5. the numbers
 
 
-def summarize(outcomes: Sequence[str]) -> dict[str, Any]:
-    """Counts, raw success rate with its Wilson 95% interval, and the worst-case 95% bounds."""
-    from kosmos_env.stats import summarize_rate
-
-    s = summarize_rate(list(outcomes))
-    out: dict[str, Any] = {"n": len(outcomes)}
-    for outcome, name in COUNT_FIELDS:
-        out[name] = s.counts[outcome]
-    decided = s.counts["success"] + s.counts["failure"]
-    out["success_rate"] = s.counts["success"] / decided if decided else None
-    out["wilson_95"] = [s.raw.lower, s.raw.upper] if decided else None
-    out["worst_case_95"] = list(s.worst_case_ci) if s.worst_case_ci is not None else None
-    return out
-
-
-def rank_labels(per_policy: Mapping[str, Mapping[str, Any]], labels: Sequence[str]) -> list[str]:
-    """Best first: success rate, then Wilson lower bound, then campaign order; no rate goes last."""
-    order = {label: i for i, label in enumerate(labels)}
-
-    def key(label: str):
-        s = per_policy[label]
-        rate = s["success_rate"]
-        lower = s["wilson_95"][0] if s["wilson_95"] else -1.0
-        return (rate is None, -(rate or 0.0), -lower, order[label])
-
-    return sorted(labels, key=key)
-
-
 def recompute(rows: Sequence[Mapping[str, Any]], labels: Sequence[str], tasks: Sequence[str]) -> dict[str, Any]:
-    """Every aggregate of results.json, from the per-episode rows alone."""
-    per_policy, per_task = {}, {}
-    for label in labels:
-        mine = [r for r in rows if r["policy"] == label]
-        per_policy[label] = summarize([r["outcome"] for r in mine])
-        per_task[label] = {t: summarize([r["outcome"] for r in mine if r["task"] == t]) for t in tasks}
-    return {"per_policy": per_policy, "per_policy_task": per_task, "ranking": rank_labels(per_policy, labels)}
+    """Every aggregate of results.json, recounted from the per-episode rows alone with the
+    campaign writer's own code: the submitted numbers are compared with this, never reused."""
+    from kosmos_env.campaign.bundle import aggregate
+
+    return aggregate(rows, labels, tasks)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -121,11 +121,11 @@ class WandbLogger:
         """Log the tables and summaries, close the run; returns the run's local directory."""
         if self.run is None:
             raise RuntimeError("call WandbLogger.start(config) before finish()")
-        from kosmos_env.publish.validate import summarize
+        from kosmos_env.campaign.bundle import summarize_counts
 
         wandb = self._wandb
         summary = dict(per_policy_summary) if per_policy_summary is not None else {
-            label: summarize(outcomes) for label, outcomes in self._outcomes.items()}
+            label: summarize_counts(outcomes) for label, outcomes in self._outcomes.items()}
         table = wandb.Table(columns=EPISODE_COLUMNS, data=self._rows, allow_mixed_types=True)
         prow = []
         for label, s in summary.items():

@@ -1,9 +1,12 @@
-"""Camera geometry of the tabletop, computable without MuJoCo (policies and the gate use it)."""
+"""What a tabletop robot shows a policy besides pixels: camera geometry and robot-state spaces.
+
+Computable without MuJoCo (policies, the gate and the learned world use it)."""
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 import numpy as np
+from gymnasium import spaces
 
 from kosmos_env.worlds.base import CameraCalibration
 from kosmos_env.worlds.tabletop.scene import camera_frame
@@ -19,3 +22,12 @@ def tabletop_calibration(camera: Mapping[str, Any], image_size: tuple[int, int])
     world_to_camera[:3, :3] = axes.T
     world_to_camera[:3, 3] = -axes.T @ pos
     return CameraCalibration(intrinsics=intrinsics, world_to_camera=world_to_camera)
+
+
+def robot_state_space() -> dict[str, spaces.Space]:
+    """Observation extras of a tabletop robot: TCP position (m), roll/pitch/yaw, measured opening."""
+    return {
+        "ee_pos": spaces.Box(-2.0, 2.0, (3,), dtype=np.float32),
+        "ee_euler": spaces.Box(-np.pi, np.pi, (3,), dtype=np.float32),
+        "gripper": spaces.Box(0.0, 1.0, (1,), dtype=np.float32),
+    }

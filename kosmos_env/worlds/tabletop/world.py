@@ -25,7 +25,7 @@ from kosmos_env.rotations import (  # noqa: E402
 )
 from kosmos_env.tasks import TaskSpec  # noqa: E402
 from kosmos_env.worlds.base import WorldReset, WorldStep  # noqa: E402
-from kosmos_env.worlds.tabletop.geometry import tabletop_calibration  # noqa: E402
+from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration  # noqa: E402
 from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
     FINGER_TRAVEL,
     TCP_OFFSET,
@@ -58,11 +58,7 @@ class TabletopWorld:
 
     # -- WorldModel protocol --------------------------------------------------------------
     def state_space(self) -> Mapping[str, spaces.Space]:
-        return {
-            "ee_pos": spaces.Box(-2.0, 2.0, (3,), dtype=np.float32),
-            "ee_euler": spaces.Box(-np.pi, np.pi, (3,), dtype=np.float32),
-            "gripper": spaces.Box(0.0, 1.0, (1,), dtype=np.float32),
-        }
+        return robot_state_space()
 
     def load(self) -> None:
         """Nothing to load: scenes are compiled per task on first use."""

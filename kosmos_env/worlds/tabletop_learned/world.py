@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium import spaces
 
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
-from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
+from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE, HeatmapRenderer, PoseIntegrator
 
 _OWN_KEYS = ("type", "reference", "weights", "weights_sha256")
@@ -68,11 +68,7 @@ class LearnedTabletopWorld:
 
     # -- WorldModel protocol --------------------------------------------------------------
     def state_space(self) -> Mapping[str, spaces.Space]:
-        return {
-            "ee_pos": spaces.Box(-2.0, 2.0, (3,), dtype=np.float32),
-            "ee_euler": spaces.Box(-np.pi, np.pi, (3,), dtype=np.float32),
-            "gripper": spaces.Box(0.0, 1.0, (1,), dtype=np.float32),
-        }
+        return robot_state_space()
 
     def load(self) -> None:
         if self._model is not None:
