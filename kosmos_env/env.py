@@ -23,8 +23,9 @@ class KosmosEnv(gymnasium.Env):
     ## Description
 
     A robot manipulation episode inside a *world*: the embedded MuJoCo tabletop
-    (``Kosmos-Tabletop-v1``, the ground truth), or an action-conditioned video world model
-    (``Kosmos-Bridge-v1``: NVIDIA Cosmos 3). A policy sends end-effector actions; the world
+    (``Kosmos-Tabletop-v1``, the ground truth), a small learned video world model of that
+    tabletop (``Kosmos-TabletopLearned-v1``, for measuring the evaluator against a known truth),
+    or an action-conditioned video world model (``Kosmos-Bridge-v1``: NVIDIA Cosmos 3). A policy sends end-effector actions; the world
     returns frames; an action-consistency gate can reject generations whose motion does not
     match the command; a judge scores the finished rollout. Every setting that can change a
     result lives in a versioned spec (``envs_registry/<id>.json``) whose content hash is
@@ -46,23 +47,28 @@ class KosmosEnv(gymnasium.Env):
     - ``instruction``: ``Text``, the task's instruction;
     - world extras. Tabletop: ``ee_pos`` (3,) end-effector position in metres (base frame),
       ``ee_euler`` (3,) its roll/pitch/yaw, ``gripper`` (1,) the *measured* opening in [0, 1]
-      (fingers stop short of the command when something is held). Bridge (Cosmos 3): none.
+      (fingers stop short of the command when something is held). The learned tabletop has the
+      same extras (pose integrated from the actions, opening predicted). Bridge (Cosmos 3): none.
 
-    Every frame generated during a step is in ``info["frames"]`` (n, H, W, 3).
+    Every frame generated during a step is in ``info["frames"]`` (n, H, W, 3); a reset generates
+    none (its frame is ``obs["image"]``). Per-stage wall-clock seconds of the last step are in
+    ``env.unwrapped.last_step_timings`` (kept out of ``info`` so that ``info`` is deterministic).
 
     ## Rewards
 
     0 on every step but the last. On the last step, the judge's score in [0, 1], with the
     full verdict in ``info["judgment"]`` (success True/False/None = abstained, score,
-    rationale, votes). Tabletop judges with the simulator state by default; Bridge with the
-    VLM judge. With ``defer_judging=True`` the last reward is 0.0 and ``info["judgment"]`` is
+    rationale, votes). Tabletop judges with the simulator state by default, the learned
+    tabletop with the robot-log judge, Bridge with the VLM judge. On simulator worlds
+    ``info["ground_truth"]`` holds the task's ``evaluate()`` at the last step. With ``defer_judging=True`` the last reward is 0.0 and ``info["judgment"]`` is
     marked pending: a campaign judges rollouts in its own stage.
 
     ## Starting State
 
     ``reset(seed=s)`` lays out the task's scene (tabletop: object and target positions and yaw
     drawn from ``np_random``; gripper open at a fixed home pose) or loads the task's
-    hash-checked initial frame (Bridge). Same seed, same start, same frames.
+    hash-checked initial frame (Bridge). The learned tabletop starts from the simulator's frame
+    for the same seed. Same seed, same start, same frames.
 
     ## Episode End
 
@@ -124,7 +130,7 @@ class KosmosEnv(gymnasium.Env):
 
     ## Version History
 
-    - v1: initial release (Kosmos-Tabletop-v1, Kosmos-Bridge-v1).
+    - v1: initial release (Kosmos-Tabletop-v1, Kosmos-TabletopLearned-v1, Kosmos-Bridge-v1).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
