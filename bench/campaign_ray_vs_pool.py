@@ -23,6 +23,8 @@ import sys
 import tempfile
 import time
 
+from _report import load_average, save  # bench/_report.py: the script's folder is on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICIES = ["scripted:skill=1.0", "scripted:skill=0.6", "random"]
 
@@ -64,7 +66,7 @@ def main(argv=None) -> int:
     lines = [f"campaign throughput, Ray executor vs process pool, {time.strftime('%Y-%m-%d %H:%M:%S')}",
              f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
              f"python {platform.python_version()}, ray {ray.__version__}",
-             f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}",
+             f"load average before: {load_average()}",
              f"campaign: Kosmos-Tabletop-v1 64x64, {len(POLICIES)} policies x 4 tasks x {args.seeds} seeds = {n_eps} "
              f"episodes (MP4 kept), {args.workers} workers each"]
     print("\n".join(lines), flush=True)
@@ -89,13 +91,11 @@ def main(argv=None) -> int:
         lines.append(f"RATIO ray / process pool (medians over {args.rounds} rounds): wall {med['ray']['per_min_wall'] / med['process']['per_min_wall']:.2f}x, "
                      f"steady state {med['ray']['per_min_steady'] / med['process']['per_min_steady']:.2f}x; time to first "
                      f"episode {med['ray']['to_first_episode']:.1f} s (ray) vs {med['process']['to_first_episode']:.1f} s (pool)")
-        lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        lines.append(f"load average after: {load_average()}")
         print("\n".join(lines[-2:]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    save("\n".join(lines), args.out)
     print(f"wrote {args.out}")
     return 0
 

@@ -27,6 +27,8 @@ import time
 
 import psutil
 
+from _report import load_average, save  # bench/_report.py: the script's folder is on sys.path
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 POLICIES = ["scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.6", "scripted:skill=0.3", "random"]
 
@@ -89,7 +91,7 @@ def main() -> int:
     lines = [f"campaign scaling bench, {time.strftime('%Y-%m-%d %H:%M:%S')}",
              f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other "
              f"jobs), python {platform.python_version()}",
-             f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}"]
+             f"load average before: {load_average()}"]
     print("\n".join(lines), flush=True)
     tmp = tempfile.mkdtemp(prefix="kosmos-campaign-bench-")
     try:
@@ -126,13 +128,11 @@ def main() -> int:
                      f"(target within 20%, i.e. <= 1.20x): {'PASS' if ratio <= 1.2 else 'MISS'}")
         lines.append(f"largest single-process peak (ru_maxrss of any child): "
                      f"{mem['large']['max_child_rss_mb_so_far']:.0f} MiB")
-        lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        lines.append(f"load average after: {load_average()}")
         print("\n".join(lines[-3:]), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
-        fh.write("\n".join(lines) + "\n")
+    save("\n".join(lines), args.out)
     print(f"wrote {args.out}")
     return 0
 

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from _report import save  # bench/_report.py: the script's folder is on sys.path
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
@@ -115,10 +117,7 @@ def main(argv=None) -> int:
     ]
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    save(text, args.out)
     return 0
 
 

@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from _report import load_average, save  # bench/_report.py: the script's folder is on sys.path
+
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -27,7 +29,7 @@ sys.path.insert(0, ROOT)
 
 def machine() -> str:
     return (f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
-            f"python {platform.python_version()}, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+            f"python {platform.python_version()}, load average {load_average()}")
 
 
 def actions(space, n, seed=0):
@@ -110,13 +112,10 @@ def main(argv=None) -> int:
     lines += tabletop(args.steps)
     if args.cosmos_steps:
         lines += cosmos(args.cosmos_steps)
-    lines.append(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    lines.append(f"load average after: {load_average()}")
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    save(text, args.out)
     return 0
 
 

@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from _report import save  # bench/_report.py: the script's folder is on sys.path
+
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -70,9 +72,7 @@ def main() -> int:
     ]
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as fh:
-            fh.write(text + "\n")
+    save(text, args.out)
     return 0
 
 

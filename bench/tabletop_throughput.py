@@ -19,6 +19,8 @@ import numpy as np  # noqa: E402
 
 import kosmos_env  # noqa: E402,F401
 
+from _report import save  # bench/_report.py: the script's folder is on sys.path
+
 
 def rate(env, steps: int, render: bool) -> float:
     """Steps per second of step (+ render() when the env does not return the frame itself)."""
@@ -60,9 +62,7 @@ def main() -> None:
         lines.append(f"{size:>4}x{size:<4} {t_rate:>17.1f} {p_rate:>18.1f} {t_rate / p_rate:>6.2f}x")
     text = "\n".join(lines)
     print(text)
-    if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(text + "\n")
+    save(text, args.out)
 
 
 if __name__ == "__main__":

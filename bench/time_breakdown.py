@@ -16,6 +16,8 @@ import os
 import platform
 import time
 
+from _report import load_average  # bench/_report.py: the script's folder is on sys.path
+
 STAGES = ("policy", "world", "gate", "judge", "io", "overhead")
 
 
@@ -91,7 +93,7 @@ def main(argv=None) -> int:
     text = "\n".join([
         f"time per rollout by stage, {time.strftime('%Y-%m-%d %H:%M:%S')}",
         f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared), "
-        f"load average {' '.join(f'{x:.2f}' for x in os.getloadavg())} (when this table was made; the campaign ran earlier)",
+        f"load average {load_average()} (when this table was made; the campaign ran earlier)",
         title,
         "mean milliseconds per rollout (share of the rollout's total)",
         format_table(table),
