@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,7 +15,7 @@ from kosmos_env import cli
 from kosmos_env.campaign import make_config, run_campaign, verify_campaign
 from kosmos_env.campaign.executors import InProcessExecutor, ProcessPoolExecutor
 from kosmos_env.campaign.worker import WorkSettings
-from tests.test_campaign_support import done_count
+from tests.test_campaign_support import kill_after_done
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
@@ -59,12 +57,7 @@ def reference(tmp_path_factory):
 def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, reference):
     out = tmp_path / "killed"
     proc = _spawn(_eval_argv(out))
-    deadline = time.time() + 120
-    while done_count(out) < 3 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.02)
-    assert proc.poll() is None, f"campaign ended before it could be killed: {proc.communicate()[1][-2000:]}"
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
+    kill_after_done(proc, out, 3, timeout=120)
     before = _outcomes(out)
     n_before = sum(1 for v in before.values() if v[0] == "done")
     assert 3 <= n_before < 12, n_before

@@ -51,3 +51,17 @@ def done_count(out) -> int:
             con.close()
     except sqlite3.OperationalError:
         return 0
+
+
+def kill_after_done(proc, out, n: int, timeout: float):
+    """SIGKILL ``proc`` once its campaign ledger in ``out`` records ``n`` finished episodes.
+
+    Fails the test if the campaign ends (or the deadline passes) before it could be killed."""
+    import time as _time
+
+    deadline = _time.time() + timeout
+    while done_count(out) < n and proc.poll() is None and _time.time() < deadline:
+        _time.sleep(0.02)
+    assert proc.poll() is None, f"campaign ended before it could be killed: {proc.communicate()[1][-2000:]}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -21,7 +20,7 @@ from kosmos_env.campaign import make_config, run_campaign, verify_campaign
 from kosmos_env.campaign.executors import InProcessExecutor, make_executor
 from kosmos_env.campaign.ray_executor import parse_actor_resources
 from kosmos_env.campaign.worker import WorkSettings
-from tests.test_campaign_support import done_count
+from tests.test_campaign_support import done_count, kill_after_done
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
@@ -205,12 +204,7 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
         out = tmp_path / "killed"
         driver = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *_eval_argv(out, address)], cwd=ROOT,
                                   env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        deadline = time.time() + 90
-        while done_count(out) < 2 and driver.poll() is None and time.time() < deadline:
-            time.sleep(0.02)
-        assert driver.poll() is None, f"campaign ended before it could be killed: {driver.communicate()[1][-2000:]}"
-        os.kill(driver.pid, signal.SIGKILL)
-        driver.communicate()
+        kill_after_done(driver, out, 2, timeout=90)
         snapshot = _outcomes(out)
         n_done = sum(1 for v in snapshot.values() if v[0] == "done")
         in_flight = sorted(k for k, v in snapshot.items() if v[0] == "leased")

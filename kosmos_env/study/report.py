@@ -19,6 +19,13 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     import matplotlib.pyplot as plt
 
     files = []
+
+    def save(fig, name: str) -> None:
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files.append(name)
+
     pols = results["policies"]
     truth = np.asarray(results["reference_rates"], dtype=float)
     evs = results["evaluators"]
@@ -33,10 +40,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     ax.set_ylabel("success rate")
     ax.set_title("Per-policy success: simulator truth (reference/state) vs each evaluator")
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "success_rates.png", dpi=110)
-    plt.close(fig)
-    files.append("success_rates.png")
+    save(fig, "success_rates.png")
 
     # 2. scatter of learned-world rates vs truth
     fig, ax = plt.subplots(figsize=(4.5, 4.5))
@@ -47,10 +51,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     ax.set_xlabel("simulator success (truth)")
     ax.set_ylabel("learned-world success")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(out / "learned_vs_truth.png", dpi=110)
-    plt.close(fig)
-    files.append("learned_vs_truth.png")
+    save(fig, "learned_vs_truth.png")
 
     # 3. agreement vs horizon
     fig, ax = plt.subplots(figsize=(6, 3.5))
@@ -66,10 +67,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     ax.set_ylabel("Kendall tau")
     ax.set_title("Ranking agreement as a function of horizon")
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "agreement_vs_horizon.png", dpi=110)
-    plt.close(fig)
-    files.append("agreement_vs_horizon.png")
+    save(fig, "agreement_vs_horizon.png")
 
     # 4. per-task Kendall
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -83,10 +81,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     ax.set_ylabel("Kendall tau vs truth")
     ax.set_title("Per-task ranking agreement")
     ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(out / "agreement_per_task.png", dpi=110)
-    plt.close(fig)
-    files.append("agreement_per_task.png")
+    save(fig, "agreement_per_task.png")
 
     # 5. cost
     cost = results["cost_seconds_per_rollout"]
@@ -95,10 +90,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     ax.bar(labels, [cost[k]["episode"] for k in labels], label="episode (world + policy)")
     ax.set_ylabel("seconds per rollout")
     ax.set_title("Cost per 40-step rollout (CPU)")
-    fig.tight_layout()
-    fig.savefig(out / "cost.png", dpi=110)
-    plt.close(fig)
-    files.append("cost.png")
+    save(fig, "cost.png")
 
     # 6. an example rollout in both worlds
     ex = study.get("examples") or {}
@@ -117,10 +109,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
                     axes[r, c].set_title(f"t={s}", fontsize=7)
             axes[r, 0].set_ylabel(k[0].replace("Kosmos-", "").replace("-v1", ""), fontsize=6)
         fig.suptitle(f"{keys[0][1]} on {keys[0][2]}, seed index {keys[0][3]}", fontsize=8)
-        fig.tight_layout()
-        fig.savefig(out / "example_rollout.png", dpi=110)
-        plt.close(fig)
-        files.append("example_rollout.png")
+        save(fig, "example_rollout.png")
     return files
 
 
