@@ -1,13 +1,16 @@
-"""Crash-safe file writes shared by campaigns, labels and adapters.
+"""Crash-safe file writes and cross-process locks shared by campaigns, labels and adapters.
 
 A killed process must leave either the old file or the new one, never half of one: write a
 temp file beside the target, fsync it, rename it over the target, fsync the folder.
 """
 from __future__ import annotations
 
+import fcntl
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -40,3 +43,18 @@ def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
     fsync_dir(path.parent)
+
+
+@contextmanager
+def file_lock(path: str | os.PathLike) -> Iterator[None]:
+    """Hold an exclusive advisory lock (``flock``) on ``path`` — created if absent — for the block.
+
+    Serialises steps that several processes sharing one folder must not interleave; the lock
+    goes with the process, so a killed holder never blocks the others.
+    """
+    with open(path, "a+") as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)

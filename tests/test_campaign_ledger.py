@@ -238,3 +238,28 @@ def test_heartbeat_keeps_a_long_episode_leased(tmp_path):
         assert not hb.lost
         time.sleep(0.4)  # no more renewals: the lease expires and is taken over
         assert led.claim(other, 0.3, 3).episode_id == key.episode_id
+
+
+def _open_new_ledger(path: str, barrier) -> str:
+    from kosmos_env.campaign.ledger import Ledger
+
+    barrier.wait()  # every process opens the brand-new ledger at the same moment
+    with Ledger(path) as ledger:
+        return ledger.conn.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_processes_creating_one_ledger_at_once_all_succeed(tmp_path):
+    """Switching a new ledger to WAL takes an exclusive lock SQLite does not wait for; set-up is
+    serialised, so processes starting on the same new folder never see 'database is locked'."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    n = 4
+    with ctx.Manager() as manager:
+        barrier = manager.Barrier(n)
+        with ctx.Pool(n) as pool:
+            for attempt in range(8):  # the race is timing-dependent: run it on several new folders
+                path = tmp_path / f"c{attempt}" / "ledger.sqlite"
+                path.parent.mkdir()
+                modes = pool.starmap(_open_new_ledger, [(str(path), barrier)] * n)
+                assert modes == ["wal"] * n

@@ -15,7 +15,6 @@ on ``DIR/.bundle.lock`` so two processes finishing together leave one consistent
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import time
@@ -26,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from kosmos_env.campaign.artifacts import ArtifactStore, sha256_file
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
-from kosmos_env.fileio import atomic_write
+from kosmos_env.fileio import atomic_write, file_lock
 
 RESULTS_SCHEMA = "kosmos-env/results"
 RESULTS_SCHEMA_VERSION = 1
@@ -41,13 +40,8 @@ OUTCOME_COUNTS = (("success", "successes"), ("failure", "failures"), ("discarded
 @contextmanager
 def bundle_lock(out_dir: str | os.PathLike) -> Iterator[None]:
     """Exclusive advisory lock on ``DIR/.bundle.lock`` while the bundle is written."""
-    path = os.path.join(os.fspath(out_dir), ".bundle.lock")
-    with open(path, "a+") as fh:
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+    with file_lock(os.path.join(os.fspath(out_dir), ".bundle.lock")):
+        yield
 
 
 def episode_entry(row: Mapping[str, Any]) -> dict[str, Any]:

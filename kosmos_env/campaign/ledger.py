@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, canonical, describe_difference
+from kosmos_env.fileio import file_lock
 
 LEDGER_NAME = "ledger.sqlite"
 LEDGER_SCHEMA_VERSION = 1
@@ -115,13 +116,17 @@ class Ledger:
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
         self.conn.row_factory = sqlite3.Row
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
-        if create:
-            mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode.lower() != "wal":
-                raise RuntimeError(f"could not put the ledger {self.path} in WAL mode (got {mode}); is it on a local disk?")
         self.conn.execute("PRAGMA synchronous = FULL")
         if create:
-            self.conn.executescript(_SCHEMA)
+            # Switching to WAL needs an exclusive lock and SQLite does not wait on its busy handler
+            # for it: two processes opening a new campaign folder at once would see "database is
+            # locked". Set-up is serialised across processes instead.
+            with file_lock(f"{self.path}-setup.lock"):
+                mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+                if mode.lower() != "wal":
+                    raise RuntimeError(f"could not put the ledger {self.path} in WAL mode (got {mode}); "
+                                       f"is it on a local disk?")
+                self.conn.executescript(_SCHEMA)
 
     def close(self) -> None:
         self.conn.close()

@@ -13,7 +13,7 @@ message says what is wrong and what to do about it:
 2. **The manifest.** ``manifest.json`` lists every other file with its sha256. Every listed path
    must be relative, without ``..`` or backslashes, and hash to the listed value; in strict mode
    (leaderboard submissions) a file on disk that the manifest does not list is refused too. The
-   campaign's live ledger (``ledger.sqlite`` and its WAL files) and ``.bundle.lock`` are never
+   campaign's live ledger (``ledger.sqlite``, its WAL files and set-up lock) and ``.bundle.lock`` are never
    in the manifest and are ignored (never opened).
 3. **The spec.** ``campaign.env_id`` must be registered in this kosmos-env version, and
    ``campaign.spec`` must hash (``EnvSpec.from_dict(spec).hash``) to ``campaign.spec_hash``.
@@ -57,7 +57,7 @@ FORBIDDEN_EXTENSIONS = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".job
                         ".exe", ".dll", ".js", ".html", ".htm", ".zip", ".tar", ".gz")
 #: local campaign files that are never part of a submission: ignored, never opened
 IGNORED_LOCAL_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal",
-                       ".bundle.lock")
+                       "ledger.sqlite-setup.lock", ".bundle.lock")
 MAX_JSON_BYTES = 256 * 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TOL = 1e-9
