@@ -51,8 +51,11 @@ def _teach_teacher(path, campaign_dir):
     judge = VLMJudge(model=model, tokenizer=tok, k=1, min_valid=1, max_frames=4, max_pixels=3136, min_pixels=784)
     camp = load_campaign(campaign_dir)
     batches = []
-    for task in TASKS:
-        ref = next(r for r in camp.rollouts if r.task == task)
+    # taught on every clip of the campaign, not one per task: labelling then asks about clips the
+    # teacher has seen, so whether its answers are decided does not hinge on how a tiny random
+    # model generalises to unseen video (which differs in the last bits between CPUs)
+    for ref in camp.rollouts:
+        task = ref.task
         item = judge._inputs(load_rollout(camp, ref))
         target = tok(ANSWERS[task] + "<|im_end|>", add_special_tokens=False)["input_ids"]
         ids = torch.tensor([list(item["ids"]) + target])
@@ -65,17 +68,22 @@ def _teach_teacher(path, campaign_dir):
                         "second_per_grid_ts": torch.tensor([item["second_per_grid"]])})
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
-    for step in range(300):
-        loss = model(**batches[step % 2]).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        if step % 2 and loss.item() < 0.02:
+    worst = float("inf")
+    for epoch in range(150):
+        losses = []
+        for batch in batches:
+            loss = model(**batch).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        worst = max(losses)
+        if worst < 0.02:  # every clip's answer learnt, not only the last one seen
             break
     model.eval()
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    return loss.item()
+    return worst
 
 
 def _student(path):
@@ -139,7 +147,8 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
 
     # 1. label (in two runs: the second resumes and labels only the rest)
     labels = tmp_path / "labels"
-    spec = f"vlm:model={teacher},k=3,min_valid=2,max_new_tokens=80,{VIDEO}"
+    # a low temperature: the labels are the taught answers on any CPU, yet k votes are still sampled
+    spec = f"vlm:model={teacher},k=3,min_valid=2,max_new_tokens=80,temperature=0.1,{VIDEO}"
     assert main(["judge-label", "--judge", spec, "--rollouts", str(camp), "--out", str(labels), "--limit", "3", "--no-progress"]) == 0
     assert len(LabelStore(labels).read()) == 3
     capsys.readouterr()
