@@ -22,7 +22,9 @@ def success_rate(policy, task: str, seeds: range, size: int = 128) -> float:
 @pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
 def test_skill_sweep_is_monotone_and_scripted_solves_the_task(task):
-    seeds = range(25)
+    # 12 seeds keep the suite inside CI's budget on a loaded 2-core machine (25 seeds took ~4 min a
+    # task there); the margins between skills are wide enough that the ordering holds at 12
+    seeds = range(12)
     rates = {skill: success_rate(ScriptedPolicy(skill=skill), task, seeds) for skill in (1.0, 0.6, 0.3, 0.0)}
     random_rate = success_rate(make_policy("random"), task, seeds)
     print(f"{task}: " + ", ".join(f"skill {s}: {r:.2f}" for s, r in rates.items()) + f", random: {random_rate:.2f}")
