@@ -4,7 +4,6 @@ Each refusal is checked for one clear line AND for the side effect that must not
 (a file a called object would have written, a module that would have been imported)."""
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
@@ -125,16 +124,18 @@ def test_builtins_still_resolve():
     assert type(make_policy("scripted", skill=0.5)).__name__ == "ScriptedPolicy"
 
 
-def test_cli_refuses_os_system_policy_with_one_line_and_no_side_effect(tmp_path):
+def test_cli_refuses_os_system_policy_with_one_line_and_no_side_effect(tmp_path, monkeypatch, capsys):
+    from kosmos_env import cli
+
+    monkeypatch.setenv(ALLOW_IMPORT_ENV, "0")  # restored after the test: --allow-import sets it to 1
     marker = tmp_path / "pwned"
-    env = {k: v for k, v in __import__("os").environ.items() if k != ALLOW_IMPORT_ENV}
     for extra in ([], ["--allow-import"]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "kosmos_env.cli", *extra, "eval", "--env", "Kosmos-Tabletop-v1", "--seeds", "1",
-             "--tasks", "carrot_on_plate", "--no-progress", "--no-video", "--out", str(tmp_path / "out"),
-             "--policy", f"os:system:command=touch {marker}"],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert proc.returncode == 2, proc.stderr
-        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-        assert "Traceback" not in proc.stderr and any("os:system" in ln and "error" in ln for ln in lines), proc.stderr
+        code = cli.main([*extra, "eval", "--env", "Kosmos-Tabletop-v1", "--seeds", "1", "--tasks", "carrot_on_plate",
+                         "--no-progress", "--no-video", "--out", str(tmp_path / "out"),
+                         "--policy", f"os:system:command=touch {marker}"])
+        err = capsys.readouterr().err
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert code == 2 and len(lines) == 1 and "os:system" in lines[0] and "error" in lines[0], err
         assert not marker.exists()
+    # refused before any episode: no ledger was started
+    assert not (tmp_path / "out" / "ledger.sqlite").exists()

@@ -37,13 +37,17 @@ class ReplayWorld:
 
     def __init__(self, spec: Any, **kwargs: Any):
         params: Mapping[str, Any] = spec.world
-        unknown = set(params) - {"type", "episode", "seed"}
+        unknown = set(params) - {"type", "episode", "seed", "start"}
         if unknown:
-            raise ValueError(f"replay world: unknown world field(s) {sorted(unknown)}; known: episode, seed")
+            raise ValueError(f"replay world: unknown world field(s) {sorted(unknown)}; known: episode, seed, start")
         self.episode = params.get("episode", "real")
         if self.episode not in EPISODES:
             raise ValueError(f"replay world: world.episode must be one of {EPISODES}, got {self.episode!r}")
         self.seed = int(params.get("seed", 0))
+        # first frame shown (the real recording's first two frames are the same picture)
+        self.start = params.get("start", 0)
+        if not isinstance(self.start, int) or isinstance(self.start, bool) or self.start < 0:
+            raise ValueError(f"replay world: world.start must be an integer >= 0, got {self.start!r}")
         self.image_size = tuple(spec.image_size)
         self._frames: np.ndarray | None = None
         self._t = 0
@@ -61,9 +65,12 @@ class ReplayWorld:
         recording = load_real_episode()
         if self.episode != "real":
             recording = negative(self.episode, recording, seed=self.seed)
+        if self.start >= len(recording.frames) - 1:
+            raise ValueError(f"replay world: world.start = {self.start} leaves no frame to play "
+                             f"(the recording has {len(recording.frames)})")
         height, width = self.image_size
         self._frames = np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA)
-                                 for f in recording.frames]).astype(np.uint8)
+                                 for f in recording.frames[self.start:]]).astype(np.uint8)
 
     def reset(self, task: Any, rng: np.random.Generator) -> WorldReset:
         self.load()
