@@ -24,7 +24,22 @@ rm -rf "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip "setuptools>=68" wheel
 "$VENV/bin/pip" install -q "torch==${TORCH_VERSION}"
 "$VENV/bin/pip" install -q "lerobot==${LEROBOT_VERSION}" "torch==${TORCH_VERSION}"
-"$VENV/bin/pip" install -q --no-deps -e "$ROOT"
+# PyPI's torchvision is built against CUDA torch; beside the CPU torch its compiled ops cannot load
+# and two unconditional fake-op registrations make `import torchvision` fail. LeRobot's ACT and
+# Diffusion need only its Python parts (models, transforms): guard those two registrations.
+"$VENV/bin/python" - <<'PY'
+import pathlib, sysconfig
+path = pathlib.Path(sysconfig.get_paths()["purelib"]) / "torchvision" / "_meta_registrations.py"
+text = path.read_text()
+for op in ("nms", "qnms"):
+    old = f'@torch.library.register_fake("torchvision::{op}")'
+    new = f'@(torch.library.register_fake("torchvision::{op}") if torchvision.extension._has_ops() else (lambda fn: fn))'
+    text = text.replace(old, new)
+path.write_text(text)
+PY
+"$VENV/bin/pip" install -q --no-deps --no-build-isolation -e "$ROOT"
+# what `kosmos-env serve-policy` imports to build its parser, beyond LeRobot's own dependencies
+"$VENV/bin/pip" install -q scipy "torch==${TORCH_VERSION}"
 "$VENV/bin/python" -c "import lerobot, torch; from lerobot.policies.act.modeling_act import ACTPolicy; print('lerobot', lerobot.__version__ if hasattr(lerobot, '__version__') else '?', 'torch', torch.__version__)"
 touch "$VENV/.complete"
 echo "built $VENV in $(( $(date +%s) - start )) s" >&2
