@@ -139,3 +139,18 @@ def test_cli_refuses_os_system_policy_with_one_line_and_no_side_effect(tmp_path,
         assert not marker.exists()
     # refused before any episode: no ledger was started
     assert not (tmp_path / "out" / "ledger.sqlite").exists()
+
+
+def test_register_refuses_a_protocol_naming_os_system(tmp_path, monkeypatch, capsys):
+    """A protocol YAML received from someone else cannot run code through its policy list."""
+    from kosmos_env import cli
+
+    marker = tmp_path / "pwned"
+    text = (ROOT / "examples" / "protocol_example.yaml").read_text()
+    evil = text.replace('{policy: random, content_hash:', f'{{policy: "os:system:command=touch {marker}", content_hash:')
+    assert evil != text
+    (tmp_path / "p.yaml").write_text(evil)
+    code = cli.main(["register", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "reg.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and len([ln for ln in err.splitlines() if ln.strip()]) == 1 and "os:system" in err, err
+    assert not marker.exists() and not (tmp_path / "reg.json").exists()
