@@ -36,7 +36,7 @@ print("seconds per rollout: simulator", round(a.timings["world"], 2), "learned",
 # judged from what it produces: the robot-log judge reads the predicted gripper/end-effector log,
 # the vision judge (a frame classifier trained on simulator frames) reads the generated last frame.
 from kosmos_env.judges import make_judge  # noqa: E402
-from kosmos_env.worlds.tabletop_learned.vision_judge import FrameVisionJudge  # noqa: E402
+from kosmos_env.judges.vision_frame import FrameVisionJudge  # noqa: E402
 
 vision = FrameVisionJudge()
 for name, result in (("simulator", a), ("learned", b)):

@@ -4,7 +4,6 @@ Imported as ``kosmos_env.judges``. Heavy judges (VLM) import transformers only w
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any, Mapping
 
 from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout, judge_many
@@ -18,7 +17,7 @@ JUDGES = {
     "fusion": "kosmos_env.judges.combine:FusionJudge",
     "optimistic": "kosmos_env.judges.combine:OptimisticJudge",
     # frame classifier trained on simulator frames; the learned tabletop world's vision judge
-    "vision_frame": "kosmos_env.worlds.tabletop_learned.vision_judge:FrameVisionJudge",
+    "vision_frame": "kosmos_env.judges.vision_frame:FrameVisionJudge",
 }
 
 
@@ -33,11 +32,17 @@ def make_judge(spec: "str | Mapping[str, Any] | Judge", **overrides: Any) -> Jud
     params = dict(spec)
     params.update(overrides)
     kind = params.pop("type", None)
-    if kind not in JUDGES:
-        raise ValueError(f"unknown judge type {kind!r}; known: {sorted(JUDGES)}")
-    module_name, attr = JUDGES[kind].split(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    return cls(**params)
+    return resolve_judge(kind)(**params)
 
 
-__all__ = ["Judge", "Judgment", "Rollout", "PENDING", "JUDGES", "make_judge", "judge_many"]
+def resolve_judge(kind: str) -> type:
+    """The judge class of ``kind`` (built-in or a ``kosmos_env.judges`` plug-in), checked before it is called."""
+    from kosmos_env.plugins import implements, resolve_class
+
+    if not isinstance(kind, str):
+        raise ValueError(f"a judge spec needs a string 'type'; known: {sorted(JUDGES)}")
+    # judge types are names only: a spec never imports a module:attr of its own choosing
+    return resolve_class("judge", kind, JUDGES, implements(Judge), names_only=True)
+
+
+__all__ = ["Judge", "Judgment", "Rollout", "PENDING", "JUDGES", "make_judge", "judge_many", "resolve_judge"]

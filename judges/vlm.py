@@ -39,7 +39,7 @@ from kosmos_env.judges.vlm_video import (
     sample_indices,
     video_placeholder,
 )
-from kosmos_env.worlds.base import MissingWeightsError
+from kosmos_env.errors import MissingWeightsError
 
 LOCAL_PATH_ENV = "KOSMOS_VLM_JUDGE_PATH"
 DEFAULT_MODEL_ID = "nvidia/Cosmos-Reason1-7B"

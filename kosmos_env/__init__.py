@@ -1,7 +1,8 @@
 """Kosmos-Env: rank robot manipulation policies inside world models, and measure the evaluator.
 
-Importing this package registers every env id with Gymnasium (string entry points: nothing
-heavy is imported until an env is made).
+Importing this package registers every env id with Gymnasium, built-in and from installed
+plug-ins (``kosmos_env.envs`` entry points; see :mod:`kosmos_env.plugins`), as string entry
+points: nothing heavy is imported until an env is made.
 """
 from __future__ import annotations
 
@@ -19,3 +20,13 @@ __version__ = "0.1.0"
 register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"})
 register(id="Kosmos-Bridge-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Bridge-v1"})
 register(id="Kosmos-TabletopLearned-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-TabletopLearned-v1"})
+
+
+def _register_plugin_envs() -> None:
+    # env ids from installed plug-ins (entry-point group kosmos_env.envs), from metadata only
+    from kosmos_env.plugins import register_plugin_envs
+
+    register_plugin_envs()
+
+
+_register_plugin_envs()

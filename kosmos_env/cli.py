@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rank robot manipulation policies inside world models, and measure the evaluator itself.",
     )
     parser.add_argument("--version", action="version", version=f"kosmos-env {__version__}")
+    parser.add_argument("--allow-import", action="store_true",
+                        help="let a policy be named as 'module:Class' (imports that module; only for code you trust). "
+                             "Without it only registered policies (built-in or installed plug-ins) are accepted")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"kosmos_env.commands.{name}").add_parser(sub)
@@ -39,6 +42,12 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    if args.allow_import:  # an environment variable, so campaign worker processes inherit the opt-in
+        import os
+
+        from kosmos_env.plugins import ALLOW_IMPORT_ENV
+
+        os.environ[ALLOW_IMPORT_ENV] = "1"
     try:
         return int(args.func(args) or 0)
     except (ValueError, FileNotFoundError, RuntimeError) as exc:

@@ -12,7 +12,6 @@ with a message naming the field. Nothing in them is executed.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from dataclasses import dataclass, field
 from importlib import resources
@@ -21,6 +20,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from kosmos_env.actions import ACTION_DIM
+from kosmos_env.errors import SpecError
+from kosmos_env.hashing import canonical_json, sha256_hex
 
 SPEC_SCHEMA_VERSION = 1
 
@@ -41,21 +42,6 @@ _TOP_LEVEL = {
 _REQUIRED = ("schema_version", "id", "world", "image_size", "action", "horizon", "render_fps", "tasks", "judge", "gate")
 # fields that describe, not configure: they never enter the hash
 _NOT_HASHED = ("description", "deprecated")
-
-
-class SpecError(ValueError):
-    """An env spec file or override is invalid (the message names the field)."""
-
-
-def canonical_json(data: Any) -> str:
-    """Canonical JSON: sorted keys, no whitespace, floats as Python repr. Same data, same text."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
-def sha256_hex(data: bytes | str) -> str:
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -201,21 +187,29 @@ class EnvSpec:
 
 
 def registered_spec_ids() -> list[str]:
-    """Every env id with a spec file in ``envs_registry/``."""
+    """Every env id with a spec file in ``envs_registry/`` or from an installed plug-in."""
+    from kosmos_env.plugins import plugin_env_ids
+
     root = resources.files("kosmos_env.envs_registry")
-    return sorted(p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json"))
+    builtin = {p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json")}
+    return sorted(builtin | set(plugin_env_ids()))
 
 
 def load_spec(env_id: str) -> EnvSpec:
-    """Load the frozen spec of a registered env id."""
+    """Load the frozen spec of a registered env id (built-in, else a ``kosmos_env.envs`` plug-in)."""
     root = resources.files("kosmos_env.envs_registry")
     path = root / f"{env_id}.json"
-    if not path.is_file():
-        raise SpecError(f"no env spec for {env_id!r}; registered: {registered_spec_ids()}")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"env spec {env_id!r} is not valid JSON: {exc}") from None
+    if path.is_file():
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise SpecError(f"env spec {env_id!r} is not valid JSON: {exc}") from None
+    else:
+        from kosmos_env.plugins import load_plugin_spec_data
+
+        raw = load_plugin_spec_data(env_id)
+        if raw is None:
+            raise SpecError(f"no env spec for {env_id!r}; registered: {registered_spec_ids()}")
     spec = EnvSpec.from_dict(raw)
     if spec.id != env_id:
         raise SpecError(f"env spec file {env_id}.json declares id {spec.id!r}")

@@ -1,12 +1,14 @@
 """Policy adapters, imported as ``kosmos_env.policies``.
 
-``make_policy("scripted", skill=0.6)`` builds a built-in adapter by name; any other class is
-reachable as ``make_policy("my_pkg.module:MyPolicy", **kwargs)``. Adapters with heavy stacks
-import them only when built.
+``make_policy("scripted", skill=0.6)`` builds a built-in adapter by name, or one an installed
+package registers under the ``kosmos_env.policies`` entry-point group. Any other class is reachable
+as ``make_policy("my_pkg.module:MyPolicy", allow_import=True, **kwargs)`` (CLI: ``kosmos-env
+--allow-import ...``): without that opt-in a ``module:attr`` name is refused before it is imported.
+Whatever the name, the object is checked to be a :class:`Policy` subclass before it is called
+(:mod:`kosmos_env.plugins`). Adapters with heavy stacks import them only when built.
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from kosmos_env.policies.base import Policy
@@ -22,17 +24,16 @@ POLICIES = {
 }
 
 
-def make_policy(name: str, **kwargs: Any) -> Policy:
-    """Build a policy by built-in name or by ``"module:Class"`` entry point."""
-    target = POLICIES.get(name, name)
-    if ":" not in target:
-        raise ValueError(f"unknown policy {name!r}; built-in: {sorted(POLICIES)}, or pass 'module:Class'")
-    module_name, attr = target.split(":", 1)
-    cls = getattr(importlib.import_module(module_name), attr)
-    policy = cls(**kwargs)
-    if not isinstance(policy, Policy):
-        raise TypeError(f"{target} does not build a kosmos_env.policies.Policy")
-    return policy
+def resolve_policy(name: str, allow_import: bool | None = None) -> type[Policy]:
+    """The :class:`Policy` subclass ``name`` stands for, checked before anything calls it."""
+    from kosmos_env.plugins import resolve_class, subclass_of
+
+    return resolve_class("policy", name, POLICIES, subclass_of(Policy), allow_import=allow_import)
+
+
+def make_policy(name: str, allow_import: bool | None = None, **kwargs: Any) -> Policy:
+    """Build a policy by registered name (built-in or plug-in) or, with the opt-in, ``"module:Class"``."""
+    return resolve_policy(name, allow_import)(**kwargs)
 
 
 def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
@@ -59,4 +60,4 @@ def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
     return head, kwargs
 
 
-__all__ = ["Policy", "POLICIES", "make_policy", "parse_policy_arg"]
+__all__ = ["Policy", "POLICIES", "make_policy", "parse_policy_arg", "resolve_policy"]

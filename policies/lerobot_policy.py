@@ -184,7 +184,7 @@ def _feature_type(feature: Any) -> str:
 def _load(path: str, policy_type: str | None, device: str, preprocessor: Any, postprocessor: Any):
     from pathlib import Path
 
-    from kosmos_env.worlds.base import MissingWeightsError
+    from kosmos_env.errors import MissingWeightsError
 
     root = Path(path)
     if not (root / "config.json").is_file():

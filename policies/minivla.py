@@ -67,7 +67,7 @@ class MiniVLAPolicy(OpenVLAPolicy):
     def _load(self) -> tuple[Any, Any]:
         from pathlib import Path
 
-        from kosmos_env.worlds.base import MissingWeightsError
+        from kosmos_env.errors import MissingWeightsError
 
         if not Path(self.model_path).exists():
             raise MissingWeightsError(

@@ -128,7 +128,7 @@ class OpenVLAPolicy(Policy):
 
     # -- loading -------------------------------------------------------------------------------
     def _load(self) -> tuple[Any, Any]:
-        from kosmos_env.worlds.base import MissingWeightsError
+        from kosmos_env.errors import MissingWeightsError
 
         path = Path(self.model_path)
         if not (path.is_dir() and (path / "config.json").is_file()):

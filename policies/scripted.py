@@ -110,9 +110,10 @@ class ScriptedPolicy(Policy):
         vs, us = np.nonzero(mask)
         size = image.shape[:2]
         if size not in self._calibrations:
-            from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
+            from kosmos_env.camera import look_at_calibration
 
-            self._calibrations[size] = tabletop_calibration(self._camera, size)
+            # the spec's published camera (world.camera), not the world's code: policies never import worlds
+            self._calibrations[size] = look_at_calibration(self._camera, size)
         points = self._calibrations[size].backproject_to_plane(np.c_[us + 0.5, vs + 0.5], height)[:, :2]
         (_, _), (w, h), angle = cv2.minAreaRect(points.astype(np.float32))
         yaw = np.deg2rad(angle if w >= h else angle + 90.0)
@@ -121,7 +122,7 @@ class ScriptedPolicy(Policy):
 
     # -- planning -------------------------------------------------------------------------
     def _make_plan(self, image: np.ndarray, ee: np.ndarray):
-        from kosmos_env.worlds.tabletop.scene import object_half_height, target_top
+        from kosmos_env.tasks.shapes import object_half_height, target_top  # heights from the task's public params
 
         obj, target = self._task["object"], self._task["target"]
         obj_half = object_half_height(obj)

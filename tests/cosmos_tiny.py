@@ -2,7 +2,7 @@
 
 No weights can be downloaded on the machines this project is built on, so the Cosmos 3 backend
 is exercised end to end with the *real* diffusers pipeline class built from small random
-components (recipe in ``CONTRACTS.md``): a 2-layer ``Cosmos3OmniTransformer`` with an action
+components (see "Real backends without weights" in docs/architecture.md): a 2-layer ``Cosmos3OmniTransformer`` with an action
 head, a small ``AutoencoderKLWan``, a ``UniPCMultistepScheduler`` and a word-level tokenizer
 built here. Everything is seeded, so two builds in two processes hold identical weights.
 

@@ -22,6 +22,14 @@ SLOW = "tests.test_campaign_support:SlowScripted"
 TASKS = ["carrot_on_plate", "spoon_on_towel"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _allow_test_policy_import():
+    """SLOW is a ``module:Class`` policy: importing one needs the explicit opt-in (inherited by workers)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+        yield
+
+
 def _eval_argv(out, *extra, policies=(f"{SLOW}:skill=1.0,delay=0.01", f"{SLOW}:skill=0.3,delay=0.01")):
     argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", *TASKS, "--seeds", "3", "--image-size", "64", "64",
             "--no-video", "--no-progress", "--out", str(out)]

@@ -56,7 +56,7 @@ def test_wrong_resolution_is_refused_with_a_clear_error():
 
 def test_shipped_weights_load_match_the_spec_and_are_small():
     from kosmos_env.worlds.tabletop_learned.model import NextFrameNet, load_weights
-    from kosmos_env.worlds.tabletop_learned.vision_judge import load_classifier, shipped_classifier_path
+    from kosmos_env.judges.vision_frame import load_classifier, shipped_classifier_path
     from kosmos_env.worlds.tabletop_learned.world import file_sha256, weights_dir
 
     spec = load_spec(ENV_ID)
@@ -101,8 +101,11 @@ def test_shipped_model_beats_copy_last_frame_on_fresh_episodes():
     from kosmos_env.worlds.tabletop_learned.train import multistep_error, prepare
     from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
-    eps = record(("scripted:skill=1.0", "scripted:skill=0.6", "random"), seeds_per_task=1, seed_offset=777000,
-                 progress=False)
+    from kosmos_env.policies import make_policy
+
+    policies = {"scripted:skill=1.0": make_policy("scripted", skill=1.0),
+                "scripted:skill=0.6": make_policy("scripted", skill=0.6), "random": make_policy("random")}
+    eps = record(policies, seeds_per_task=1, seed_offset=777000, progress=False)
     model, _ = load_weights(weights_dir() / "world.safetensors")
     result = multistep_error(model, prepare(eps, load_spec("Kosmos-Tabletop-v1").world), horizon=10, stride=10, threads=1)
     assert all(m < c for m, c in zip(result["model_mse"], result["copy_mse"])), result
@@ -113,7 +116,7 @@ def test_tiny_training_run_end_to_end(tmp_path):
     """Record tiny data, train a tiny model and vision judge a few steps, save, load, run the env on it."""
     from kosmos_env.cli import main
     from kosmos_env.worlds.tabletop_learned.model import load_weights
-    from kosmos_env.worlds.tabletop_learned.vision_judge import FrameVisionJudge
+    from kosmos_env.judges.vision_frame import FrameVisionJudge
     from kosmos_env.worlds.tabletop_learned.world import file_sha256
 
     out = tmp_path / "w"

@@ -27,6 +27,14 @@ SLOW = "tests.test_campaign_support:SlowScripted"
 TASKS = ["carrot_on_plate", "spoon_on_towel"]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _allow_test_policy_import():
+    """SLOW is a ``module:Class`` policy: importing one needs the explicit opt-in (inherited by workers)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+        yield
+
+
 def _outcomes(out) -> dict[str, tuple]:
     con = sqlite3.connect(Path(out) / "ledger.sqlite")
     try:

@@ -49,9 +49,10 @@ class PolicyRef:
     @classmethod
     def parse(cls, arg: str) -> "PolicyRef":
         """From the CLI form ``name[:k=v,...]``; the label is normalised (kwargs sorted)."""
-        from kosmos_env.policies import parse_policy_arg
+        from kosmos_env.policies import parse_policy_arg, resolve_policy
 
         name, kwargs = parse_policy_arg(arg.strip())
+        resolve_policy(name)  # unknown, not opted-in or wrong-kind: refused before any episode runs
         return cls(label=policy_label(name, kwargs), name=name, kwargs=dict(kwargs))
 
     def to_dict(self) -> dict[str, Any]:

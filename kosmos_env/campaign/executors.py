@@ -23,33 +23,13 @@ import os
 import queue
 import time
 import traceback
-from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, Callable
 
 from kosmos_env.campaign.design import CampaignConfig
+from kosmos_env.campaign.executor_base import CampaignJob, Executor, WorkerFailed
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.worker import WorkSettings, work
-
-
-@dataclass(frozen=True)
-class CampaignJob:
-    """What every worker needs: where the ledger is, the frozen config, how to take work."""
-
-    out_dir: str
-    config: CampaignConfig
-    settings: WorkSettings = WorkSettings()
-
-
-class Executor(ABC):
-    """Runs a campaign's workers until the ledger has nothing left to claim."""
-
-    name: str = "executor"
-    workers: int = 1
-
-    @abstractmethod
-    def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
-        """Run workers for ``job``; call ``refresh()`` now and then (progress display)."""
 
 
 class InProcessExecutor(Executor):
@@ -73,10 +53,6 @@ def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any],
     except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
         errors.put((tag, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         raise SystemExit(1)
-
-
-class WorkerFailed(RuntimeError):
-    """A pool worker raised (not an episode error: those are recorded and the campaign goes on)."""
 
 
 class ProcessPoolExecutor(Executor):

@@ -46,7 +46,7 @@ import traceback
 from typing import Any, Callable, Mapping
 
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
-from kosmos_env.campaign.executors import CampaignJob, Executor, WorkerFailed
+from kosmos_env.campaign.executor_base import CampaignJob, Executor, WorkerFailed
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger, make_owner
 
 # Ray actor options a user may set through --actor-resources (all are resource requests or

@@ -55,7 +55,10 @@ def run(args) -> int:
         episodes = ds.Episodes.load(args.data)
         print(f"read {len(episodes)} episodes from {args.data}", file=sys.stderr)
     else:
-        episodes = ds.record(policies, seeds_per_task=args.seeds_per_task, progress=not args.quiet)
+        from kosmos_env.policies import make_policy, parse_policy_arg
+
+        built = {p: make_policy(n, **kw) for p, (n, kw) in ((p, parse_policy_arg(p)) for p in policies)}
+        episodes = ds.record(built, seeds_per_task=args.seeds_per_task, progress=not args.quiet)
         if args.data:
             episodes.save(args.data)
     train_eps, held_eps = ds.split_by_seed(episodes, args.holdout)
@@ -94,7 +97,7 @@ def run(args) -> int:
             Path(args.error_report).parent.mkdir(parents=True, exist_ok=True)
             Path(args.error_report).write_text(text)
     if "judge" in args.parts:
-        from kosmos_env.worlds.tabletop_learned import vision_judge as vj
+        from kosmos_env.judges import vision_frame as vj
 
         judge_model, judge_eval = vj.train_classifier(train_eps, held_eps, steps=args.judge_steps, seed=args.seed,
                                                       progress=not args.quiet)

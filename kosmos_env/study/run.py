@@ -45,7 +45,7 @@ class StudyConfig:
 
 def _judges(vision_weights):
     from kosmos_env.judges import make_judge
-    from kosmos_env.worlds.tabletop_learned.vision_judge import FrameVisionJudge
+    from kosmos_env.judges.vision_frame import FrameVisionJudge
 
     return {"robot_log": make_judge("robot_log"), "vision": FrameVisionJudge(vision_weights)}
 

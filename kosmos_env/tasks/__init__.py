@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
 
+from kosmos_env.errors import SpecError
+from kosmos_env.hashing import canonical_json, sha256_hex
+
 
 @dataclass(frozen=True)
 class TaskSpec:
@@ -39,8 +42,6 @@ def available_suites() -> list[str]:
 
 def load_suite(name: str) -> TaskSuite:
     """Load and validate the task suite ``name`` shipped with the package."""
-    from kosmos_env.spec import SpecError, canonical_json, sha256_hex
-
     path = resources.files("kosmos_env.tasks") / f"{name}.json"
     if not path.is_file():
         raise SpecError(f"unknown task suite {name!r}; available: {available_suites()}")

@@ -5,7 +5,6 @@ stays cheap (no MuJoCo, no torch, no diffusers).
 """
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from kosmos_env.worlds.base import (
@@ -16,7 +15,8 @@ from kosmos_env.worlds.base import (
     WorldStep,
 )
 
-# world "type" in an env spec -> "module:factory"; the factory takes the spec and returns a WorldModel
+# world "type" in an env spec -> "module:Class"; the class takes the spec and is a WorldModel.
+# Installed packages add more under the ``kosmos_env.worlds`` entry-point group.
 WORLD_BACKENDS = {
     "tabletop": "kosmos_env.worlds.tabletop.world:TabletopWorld",
     "cosmos3": "kosmos_env.worlds.cosmos3:Cosmos3World",
@@ -26,17 +26,18 @@ WORLD_BACKENDS = {
 
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
     """Build the world named by ``spec.world["type"]``."""
-    kind = spec.world["type"]
-    try:
-        target = WORLD_BACKENDS[kind]
-    except KeyError:
-        raise ValueError(
-            f"unknown world type {kind!r} in spec {spec.id}; known: {sorted(WORLD_BACKENDS)}"
-        ) from None
-    module_name, attr = target.split(":")
-    factory = getattr(importlib.import_module(module_name), attr)
-    return factory(spec, **kwargs)
+    return resolve_world(spec.world["type"], getattr(spec, "id", "?"))(spec, **kwargs)
 
+
+def resolve_world(kind: str, spec_id: str = "?") -> type:
+    """The world class of ``kind`` (built-in or a ``kosmos_env.worlds`` plug-in), checked before it is called."""
+    from kosmos_env.plugins import implements, resolve_class
+
+    try:
+        # world types are names only: a spec never imports a module:attr of its own choosing
+        return resolve_class("world", kind, WORLD_BACKENDS, implements(WorldModel), names_only=True)
+    except ValueError as exc:
+        raise type(exc)(f"{exc} (world.type of spec {spec_id})") from None
 
 __all__ = [
     "CameraCalibration",
@@ -46,4 +47,5 @@ __all__ = [
     "WorldStep",
     "WORLD_BACKENDS",
     "make_world",
+    "resolve_world",
 ]

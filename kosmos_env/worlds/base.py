@@ -11,41 +11,8 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-
-class MissingWeightsError(RuntimeError):
-    """A real model was asked for but its weights are not on disk (the message says what to fetch)."""
-
-
-@dataclass(frozen=True)
-class CameraCalibration:
-    """Pinhole camera of a world whose geometry is known (the tabletop); Bridge worlds have none.
-
-    ``intrinsics`` is the 3×3 K matrix for the observation resolution; ``world_to_camera`` is the
-    4×4 transform from the robot base frame to an OpenCV-style camera frame (x right, y down,
-    z forward).
-    """
-
-    intrinsics: np.ndarray
-    world_to_camera: np.ndarray
-
-    def project(self, points: np.ndarray) -> np.ndarray:
-        """Project base-frame points (N, 3) to pixel coordinates (N, 2) as (u, v)."""
-        pts = np.asarray(points, dtype=np.float64).reshape(-1, 3)
-        cam = (self.world_to_camera[:3, :3] @ pts.T + self.world_to_camera[:3, 3:4]).T
-        uvw = (self.intrinsics @ cam.T).T
-        return uvw[:, :2] / uvw[:, 2:3]
-
-    def backproject_to_plane(self, uv: np.ndarray, z: float) -> np.ndarray:
-        """Intersect the rays through pixels (N, 2) with the horizontal plane at height ``z``."""
-        uv = np.asarray(uv, dtype=np.float64).reshape(-1, 2)
-        k_inv = np.linalg.inv(self.intrinsics)
-        rays_cam = (k_inv @ np.c_[uv, np.ones(len(uv))].T).T
-        r = self.world_to_camera[:3, :3]
-        t = self.world_to_camera[:3, 3]
-        origin = -r.T @ t
-        rays = (r.T @ rays_cam.T).T
-        s = (z - origin[2]) / rays[:, 2]
-        return origin + rays * s[:, None]
+from kosmos_env.camera import CameraCalibration
+from kosmos_env.errors import MissingWeightsError  # noqa: F401  (its old home; kept importable)
 
 
 @dataclass

@@ -8,20 +8,12 @@ from typing import Any, Mapping
 import numpy as np
 from gymnasium import spaces
 
-from kosmos_env.worlds.base import CameraCalibration
-from kosmos_env.worlds.tabletop.scene import camera_frame
+from kosmos_env.camera import CameraCalibration, look_at_calibration
 
 
 def tabletop_calibration(camera: Mapping[str, Any], image_size: tuple[int, int]) -> CameraCalibration:
     """Pinhole calibration of the tabletop camera at ``image_size`` (MuJoCo's fovy is vertical)."""
-    height, width = image_size
-    pos, axes = camera_frame(camera)
-    f = (height / 2) / np.tan(np.deg2rad(camera["fovy"]) / 2)
-    intrinsics = np.array([[f, 0, width / 2], [0, f, height / 2], [0, 0, 1.0]])
-    world_to_camera = np.eye(4)
-    world_to_camera[:3, :3] = axes.T
-    world_to_camera[:3, 3] = -axes.T @ pos
-    return CameraCalibration(intrinsics=intrinsics, world_to_camera=world_to_camera)
+    return look_at_calibration(camera, image_size)
 
 
 def robot_state_space() -> dict[str, spaces.Space]:

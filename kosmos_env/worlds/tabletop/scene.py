@@ -13,6 +13,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from kosmos_env.camera import camera_frame
+from kosmos_env.tasks.shapes import object_half_height
+
 #: finger joint travel: each finger's inner face sits ``q`` from the centre line, q in [0, FINGER_TRAVEL]
 FINGER_TRAVEL = 0.04
 #: tool centre point below the hand origin (between the fingertips)
@@ -36,22 +39,6 @@ def _geom(shape: str, size, rgba, contype: int, conaffinity: int, pos=(0, 0, 0),
         geom = f'type="{shape}" size="{_fmt(size)}"'
     return (f'<geom{name_attr} {geom} pos="{_fmt(pos)}" rgba="{_fmt(rgba)}" contype="{contype}" '
             f'conaffinity="{conaffinity}" friction="1.2 0.01 0.001" condim="4" {extra}/>')
-
-
-def object_half_height(spec: Mapping[str, Any]) -> float:
-    """Height of an object's centre above the surface it rests on."""
-    if spec["shape"] == "capsule":
-        return float(spec["size"][0])
-    if spec["shape"] == "basket":
-        return float(spec["size"][2])
-    return float(spec["size"][-1])
-
-
-def target_top(spec: Mapping[str, Any]) -> float:
-    """Height of a target's support surface above the table (basket: its floor)."""
-    if spec["shape"] == "basket":
-        return 0.006
-    return 2 * object_half_height(spec)
 
 
 def _target_body(spec: Mapping[str, Any]) -> str:
@@ -135,12 +122,3 @@ def build_mjcf(task_params: Mapping[str, Any], world: Mapping[str, Any], image_s
 """
 
 
-def camera_frame(camera: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(position, 3×3 rotation whose columns are the OpenCV camera axes in the base frame)."""
-    pos, lookat = np.asarray(camera["pos"], float), np.asarray(camera["lookat"], float)
-    forward = lookat - pos
-    forward /= np.linalg.norm(forward)
-    right = np.cross(forward, [0.0, 0.0, 1.0])
-    right /= np.linalg.norm(right)
-    up = np.cross(right, forward)
-    return pos, np.stack([right, -up, forward], axis=1)

@@ -24,14 +24,13 @@ from kosmos_env.rotations import (  # noqa: E402
     matrix_to_euler,
 )
 from kosmos_env.tasks import TaskSpec  # noqa: E402
+from kosmos_env.tasks.shapes import object_half_height, target_top  # noqa: E402
 from kosmos_env.worlds.base import WorldReset, WorldStep  # noqa: E402
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration  # noqa: E402
 from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
     FINGER_TRAVEL,
     TCP_OFFSET,
     build_mjcf,
-    object_half_height,
-    target_top,
 )
 
 # a held object is "released" once no finger touches it; "settled" below this speed (m/s)

@@ -3,7 +3,7 @@
 The model is trained only on recorded tabletop transitions (:mod:`.dataset`, :mod:`.train`)
 and predicts the next frame from the last two frames and the action (:mod:`.model`). It has
 no simulator state, so its episodes are judged by the robot-log judge on its *predicted*
-gripper log or by a vision judge on its generated frames (:mod:`.vision_judge`); the study
+gripper log or by a vision judge on its generated frames (:mod:`kosmos_env.judges.vision_frame`); the study
 (:mod:`kosmos_env.study`) measures how far rankings made inside it agree with the simulator.
 
 What is predicted and what is integrated (documented in the env card too):

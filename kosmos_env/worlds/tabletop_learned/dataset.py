@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -72,25 +73,26 @@ def split_by_seed(episodes: Episodes, holdout_fraction: float = 0.15) -> tuple[E
     return episodes.subset(~held), episodes.subset(held)
 
 
-def record(policies=DEFAULT_POLICIES, seeds_per_task: int = 14, seed_offset: int = 0, horizon: int = 40,
+def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: int = 0, horizon: int = 40,
            image_size: tuple[int, int] = (64, 64), progress: bool = True) -> Episodes:
     """Run every policy on every task of the reference tabletop for ``seeds_per_task`` seeds.
 
-    Seeds are ``seed_offset + task_index * 1000 + i``: one layout per (task, seed), shared by all
-    policies, so a seed held out is held out for every policy.
+    ``policies`` maps a label (kept in ``Episodes.policy_names``) to a built policy; the caller
+    builds them (e.g. from :data:`DEFAULT_POLICIES` with ``kosmos_env.policies.make_policy``),
+    because worlds never import policies. Seeds are ``seed_offset + task_index * 1000 + i``: one
+    layout per (task, seed), shared by all policies, so a seed held out is held out for every policy.
     """
     import gymnasium
     from tqdm import tqdm
 
     import kosmos_env  # noqa: F401  (registers the env ids)
-    from kosmos_env.policies import make_policy, parse_policy_arg
     from kosmos_env.rollouts import run_episode
 
     if seeds_per_task < 1:
         raise ValueError(f"seeds_per_task must be >= 1, got {seeds_per_task}")
     env = gymnasium.make(REFERENCE_ENV, image_size=tuple(image_size), horizon=horizon)
     tasks = env.unwrapped.task_names
-    built = [make_policy(name, **kw) for name, kw in map(parse_policy_arg, policies)]
+    labels, built = list(policies), list(policies.values())
     rows: dict[str, list] = {k: [] for k in ("frames", "actions", "gripper", "success", "task", "policy", "seed")}
     jobs = [(p, t, seed_offset + t * 1000 + i) for p in range(len(built)) for t in range(len(tasks))
             for i in range(seeds_per_task)]
@@ -99,7 +101,7 @@ def record(policies=DEFAULT_POLICIES, seeds_per_task: int = 14, seed_offset: int
             result = run_episode(env, built[p], seed=seed, task=tasks[t])
             r = result.rollout
             if len(r.actions) != horizon:  # only a gate could end an episode early; the tabletop has none
-                raise RuntimeError(f"episode {policies[p]} {tasks[t]} {seed} ended after {len(r.actions)} steps")
+                raise RuntimeError(f"episode {labels[p]} {tasks[t]} {seed} ended after {len(r.actions)} steps")
             rows["frames"].append(r.frames)
             rows["actions"].append(r.actions.astype(np.float32))
             rows["gripper"].append(np.r_[1.0, r.log["gripper_measured"]].astype(np.float32))
@@ -111,4 +113,4 @@ def record(policies=DEFAULT_POLICIES, seeds_per_task: int = 14, seed_offset: int
         env.close()
     return Episodes(*(np.stack(rows[k]) if k in ("frames", "actions", "gripper", "success") else np.asarray(rows[k])
                       for k in ("frames", "actions", "gripper", "success", "task", "policy", "seed")),
-                    task_names=list(tasks), policy_names=list(policies))
+                    task_names=list(tasks), policy_names=labels)
