@@ -24,6 +24,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.worlds.shuffled import ShuffledCommandWorld  # noqa: F401  (re-exported: the controls use it)
+
 # -- recording --------------------------------------------------------------------------------
 @dataclass
 class Episode:
@@ -220,64 +222,6 @@ def replay_controls(gate_spec, episodes: Sequence[Episode], calibration, use_log
 
 
 # -- campaign ---------------------------------------------------------------------------------
-class ShuffledCommandWorld:
-    """A world that executes other actions than the commanded ones (a world model ignoring
-    its conditioning). The env and its gate see the commanded actions; the world executes
-    ``source[t]`` (set per episode with :meth:`set_source`) or, with a ``driver`` policy,
-    what that policy does from the world's own observation (a world that shows an expert
-    solving the task whatever it is told). Its frames and log follow what it executed."""
-
-    def __init__(self, inner: Any, driver: Any = None):
-        self.inner = inner
-        self.driver = driver
-        self.frames_per_action = inner.frames_per_action
-        self.calibration = inner.calibration
-        self._source: np.ndarray | None = None
-        self._obs: dict[str, Any] | None = None
-        self._t = 0
-
-    def set_source(self, actions: np.ndarray) -> None:
-        self._source = np.asarray(actions, dtype=np.float32)
-
-    def state_space(self):
-        return self.inner.state_space()
-
-    def load(self) -> None:
-        self.inner.load()
-
-    def reset(self, task, rng):
-        self._t = 0
-        start = self.inner.reset(task, rng)
-        if self.driver is not None:
-            self.driver.reset(task.instruction, seed=0)
-            self._obs = {"image": start.frame, "instruction": task.instruction, **start.state}
-        return start
-
-    def step(self, actions):
-        rows = np.asarray(actions).reshape(-1, 7)
-        if self.driver is not None:
-            frames, logs, result = [], [], None
-            for _ in range(len(rows)):
-                executed = np.asarray(self.driver.act(self._obs), dtype=np.float32)[None]
-                result = self.inner.step(executed)
-                self._obs = dict(self._obs, image=result.frames[-1], **result.state)
-                frames.append(result.frames)
-                logs.append(result.log)
-            log = {k: np.concatenate([entry[k] for entry in logs]) for k in logs[0]}
-            return type(result)(frames=np.concatenate(frames), state=result.state, log=log)
-        if self._source is None:
-            raise RuntimeError("ShuffledCommandWorld needs set_source() or a driver before an episode")
-        executed = np.stack([self._source[(self._t + i) % len(self._source)] for i in range(len(rows))])
-        self._t += len(rows)
-        return self.inner.step(executed)
-
-    def evaluate(self):
-        return self.inner.evaluate()
-
-    def close(self) -> None:
-        self.inner.close()
-
-
 def campaign(env_id: str, image_size: int, gate_spec: Mapping[str, Any], skills: Sequence[float],
              tasks: Sequence[str], seeds: Sequence[int], seed: int, progress=None) -> dict[str, Any]:
     """Success rates of scripted skills in the true and the shuffled-command world, with and

@@ -209,3 +209,43 @@ def test_cost_sweep_over_campaign_runs(campaign, tmp_path, capsys):
     assert "answer: the cheapest run that holds the bar is" in out and "judge share" in out
     msg = _err(["analyze", "--cost-sweep", str(a)], capsys)
     assert "at least 2" in msg
+
+
+def test_history_shuffled_world_executes_only_earlier_commands():
+    from kosmos_env.worlds.shuffled import ShuffledCommandWorld
+
+    executed = []
+
+    class Inner(_StubWorld):
+        def step(self, actions):
+            executed.append(np.asarray(actions).copy())
+            return None
+
+    w = ShuffledCommandWorld(Inner(), history=True)
+    w.reset(None, np.random.default_rng(3))
+    given = [np.full(7, float(i), dtype=np.float32) for i in range(20)]
+    for t, a in enumerate(given):
+        w.step(a[None])
+        assert executed[-1][0, 0] <= t  # never a command not yet given
+    assert len({float(e[0, 0]) for e in executed}) > 3
+    assert any(float(e[0, 0]) != t for t, e in enumerate(executed))  # decoupled in time
+
+
+@pytest.mark.slow
+def test_eval_control_shuffled_is_a_different_world(tmp_path, capsys):
+    import json
+
+    from kosmos_env.cli import main
+
+    out = tmp_path / "ctl"
+    rc = main(["eval", "--policy", "scripted:skill=1.0", "--tasks", "carrot_on_plate", "--seeds", "1", "--no-video",
+               "--no-progress", "--control", "shuffled", "--out", str(out)])
+    assert rc in (0, 1)
+    res = json.loads((out / "results.json").read_text())
+    from kosmos_env.spec import load_spec
+
+    assert res["campaign"]["spec_hash"] != load_spec("Kosmos-Tabletop-v1").hash
+    assert [e["outcome"] for e in res["per_episode"]] != ["success"]  # the expert's commands no longer act
+    capsys.readouterr()
+    msg = _err(["eval", "--registration", str(tmp_path / "r.json"), "--control", "shuffled", "--out", str(out)], capsys)
+    assert "--control" in msg
