@@ -54,7 +54,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
             ax.plot(k["null_quantile"], i, "k|", ms=10)
     ax.set_yticks(range(len(names)), names, fontsize=7)
     ax.axvline(0, color="grey", lw=0.6)
-    ax.set_xlabel("Kendall tau vs simulator truth (bar: 95 % bootstrap interval; |: random ranking's 95 % quantile)")
+    ax.set_xlabel("Kendall vs simulator truth; bar: 95 % interval, |: random ranking's 95 % quantile", fontsize=8)
     save(fig, "agreement_intervals.png")
 
     # 2. per-policy success: truth vs the main evaluators
@@ -271,7 +271,9 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
             L.append(f"| {s['setting'].replace('sweep:', '')} | {_f(s['cost_seconds'])} | {_f(s['judge_share'], 3)} | "
                      f"{_f(s['world_seconds'])} | {format_metric(s['kendall'])} | {format_metric(s['spearman'])} | "
                      f"{format_metric(s['mmrv'])} | {'holds' if s['bar_holds'] else 'fails'} |")
-        L += ["", f"**Answer:** {sw['answer'].replace('sweep:', '') if sw['answer'] else 'no swept setting holds the bar'}."]
+        L += ["", f"**Answer:** {sw['answer'].replace('sweep:', '') if sw['answer'] else 'no swept setting holds the bar'}.",
+              "", "Seconds are wall clock, and the settings ran one after another (the default in the main run): on a "
+              "shared machine their ratio carries the load changes between those phases as well as the setting."]
     else:
         L.append("Not run (the study runs it with `--sweep NAME=V1,V2,...`).")
 
@@ -282,7 +284,9 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
                  ", ".join(f"{p}: {_f(v, 2)}" for p, v in g["discard_rate_per_policy"].items()) + ".")
     else:
         L.append(f"Gate: {g.get('detail')}.")
-    L += ["", "## Cost per rollout (seconds, mean)", "", "| world | episode | world model | policy | gate | judges |",
+    L += ["", "## Cost per rollout (seconds, mean)", "",
+          "Wall clock per rollout, worlds run one after another on the same machine (see the note under the sweep).", "",
+          "| world | episode | world model | policy | gate | judges |",
           "|---|---|---|---|---|---|"]
     for w, c in results["cost_seconds_per_rollout"].items():
         judges = ", ".join(f"{k[6:]} {_f(v, 4)}" for k, v in c.items() if k.startswith("judge_"))
