@@ -13,6 +13,7 @@ JUDGES = {
     "state": "kosmos_env.judges.state:StateJudge",
     "vlm": "kosmos_env.judges.vlm:VLMJudge",
     "robot_log": "kosmos_env.judges.robot_log:RobotLogJudge",
+    "action_only": "kosmos_env.judges.action_only:ActionOnlyJudge",
     "veto": "kosmos_env.judges.combine:VetoJudge",
     "fusion": "kosmos_env.judges.combine:FusionJudge",
     "optimistic": "kosmos_env.judges.combine:OptimisticJudge",

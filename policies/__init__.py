@@ -17,6 +17,7 @@ from kosmos_env.policies.base import Policy
 POLICIES = {
     "random": "kosmos_env.policies.random_policy:RandomPolicy",
     "scripted": "kosmos_env.policies.scripted:ScriptedPolicy",
+    "deceptive": "kosmos_env.policies.deceptive:DeceptivePolicy",
     "remote": "kosmos_env.policies.remote:RemotePolicy",
     "openvla": "kosmos_env.policies.openvla:OpenVLAPolicy",
     "minivla": "kosmos_env.policies.minivla:MiniVLAPolicy",

@@ -6,7 +6,16 @@ pairwise differences and of the ranking; split-half repeatability of the ranking
 detectable difference and the share of policy pairs the campaign separates; horizon
 sensitivity from per-step ground truth in the robot logs; an anytime-valid paired A/B test of
 the top two policies. ``--reference FILE.csv`` (columns task, policy, reference) adds rank
-agreement (Pearson, Spearman, Kendall tau-b, MMRV, each with its random floor).
+agreement (Pearson, Spearman, Kendall tau-b, MMRV, each with its random floor), and over all
+(task, policy) cells each metric with a bootstrap interval over (task, seed) units, a permutation
+p-value against a random ranking and the difference to the action-only baseline (the commands
+alone, judged from each episode's stored actions). ``--map "csv_name=label;..."`` maps the
+CSV's policy and task names onto the campaign's (every name must map, else one error).
+
+``kosmos-env analyze --cost-sweep RUN1 RUN2 ...`` compares campaigns of one design run at several
+settings of a world: cost per rollout (with the judge's share), agreement with the truth (the
+``--reference`` CSV, else the most expensive run) with intervals, and the cheapest run whose
+Kendall interval's lower end holds ``--cost-bar``.
 """
 from __future__ import annotations
 
@@ -19,9 +28,18 @@ def add_parser(subparsers) -> None:
     p = subparsers.add_parser("analyze", help="statistics of a campaign: intervals, ranking uncertainty, "
                               "repeatability, detectable differences, horizon, A/B, agreement",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
+    p.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=None,
+                   help="campaign output directory (holds results.json)")
     p.add_argument("--reference", type=Path, default=None, metavar="FILE.csv",
-                   help="reference success rates: CSV with columns task, policy, reference")
+                   help="reference success rates: CSV with columns task, policy, reference (or real)")
+    p.add_argument("--map", dest="name_map", default=None, metavar="NAME=LABEL;...",
+                   help="map the reference CSV's policy/task names to campaign labels, e.g. "
+                        "\"rt-1-x=scripted:skill=0.3;widowx_spoon_on_towel=spoon_on_towel\"")
+    p.add_argument("--cost-sweep", nargs="+", default=None, metavar="RUN",
+                   help="campaign directories of one design at several world settings: find the cheapest that ranks "
+                        "correctly (DIR is then not needed)")
+    p.add_argument("--cost-bar", type=float, default=0.6,
+                   help="cost sweep bar: lower end of the Kendall interval must be >= this (default 0.6)")
     p.add_argument("--registration", type=Path, default=None, metavar="REG.json",
                    help="a pre-registered study: compute its registered metrics and report PASS/FAIL for each bar "
                         "(with its interval) first; every other number is labelled exploratory")
@@ -45,6 +63,21 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--n-boot must be at least 100, got {args.n_boot}")
     if args.n_splits < 10:
         raise ValueError(f"--n-splits must be at least 10, got {args.n_splits}")
+    name_map = None
+    if args.name_map is not None:
+        from kosmos_env.report.name_map import parse_name_map
+
+        name_map = parse_name_map(args.name_map)
+    if args.cost_sweep:
+        from kosmos_env.report.cost_sweep import cost_sweep_runs, format_cost_sweep
+
+        runs = ([args.dir] if args.dir is not None else []) + list(args.cost_sweep)
+        sweep = cost_sweep_runs(runs, reference=args.reference, name_map=name_map, bar=args.cost_bar,
+                                alpha=args.alpha, n_boot=args.n_boot, seed=args.seed)
+        print(json.dumps(sweep, indent=2, default=_jsonable) if args.json else format_cost_sweep(sweep))
+        return 0
+    if args.dir is None:
+        raise ValueError("give a campaign directory DIR (or --cost-sweep RUN...)")
     bundle = load_bundle(args.dir)
     registered = None
     if args.registration is not None:
@@ -54,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         registered = registered_from_bundle(bundle, load_registration(args.registration))
     result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
                             n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
-                            horizon_step=args.horizon_step)
+                            horizon_step=args.horizon_step, name_map=name_map)
     if registered is not None:
         from kosmos_env.registration.report import EXPLORATORY_NOTE
 

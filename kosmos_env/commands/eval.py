@@ -43,6 +43,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
                    help="override the spec's image size (changes the spec hash)")
     p.add_argument("--no-video", action="store_true", help="do not keep MP4s of the rollouts")
+    p.add_argument("--control", choices=["shuffled"], default=None,
+                   help="shuffled: run the campaign in a control world that executes, at each step, a command drawn "
+                        "from the episode's earlier commands instead of the one given (any world; its spec hash "
+                        "differs). An evaluator whose ranking survives this control is not reading the commands")
     p.add_argument("--price-table", default=None, metavar="FILE|JSON",
                    help='device prices, e.g. \'{"accelerator_per_hour": {"cpu": 0, "h100": 2.5}, "world": "h100", '
                         '"policy": "h100", "judge": "h100"}\' (see kosmos_env/campaign/cost.py)')
@@ -72,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-attempts must be at least 1")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
+    if args.registration and args.control:
+        raise ValueError("--control runs a different world than the registered one; run it without --registration")
     if args.registration:
         from kosmos_env.registration import bind_registration, load_registration, registered_config
 
@@ -87,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
         config = make_config(args.env or DEFAULT_ENV, args.policy, tasks=tasks,
                              seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds,
                              repeats=1 if args.repeats is None else args.repeats,
-                             judge=args.judge, image_size=args.image_size, video=not args.no_video)
+                             judge=args.judge, image_size=args.image_size, video=not args.no_video,
+                             spec_overrides=control_overrides(args.control))
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
     ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus, "actor_resources": args.actor_resources}
     executor = make_executor(args.workers, args.executor, **ray_options)
@@ -111,3 +118,14 @@ def run(args: argparse.Namespace) -> int:
     print(format_cost(results["aggregated"]["cost"]))
     print(f"results: {args.out}/results.json, episodes.parquet, manifest.json")
     return 0 if camp["complete"] else 1
+
+
+def control_overrides(control: str | None) -> dict | None:
+    """Spec overrides that put the campaign's world under a control (kosmos_env.worlds.shuffled)."""
+    if control is None:
+        return None
+    from kosmos_env.worlds.shuffled import CONTROLS
+
+    if control not in CONTROLS:
+        raise ValueError(f"unknown --control {control!r}; known: {list(CONTROLS)}")
+    return {"world": {"control": control}}

@@ -1,14 +1,19 @@
-"""``kosmos-env study``: measure an evaluator world against its ground truth.
+"""``kosmos-env study``: measure an evaluator world against its ground truth and its baselines.
 
     kosmos-env study --world Kosmos-TabletopLearned-v1 --reference Kosmos-Tabletop-v1 --out study_out
 
-Runs the same policies (scripted at several skills, random) on both worlds with paired seeds,
-judges every rollout with every applicable judge, and writes ``report.md``, PNG plots and
-``study.json`` (every number and every episode row) into ``--out``. Defaults: 6 policies ×
-4 tasks × 10 seeds per world, a few minutes on 2 CPU cores.
+Registers its bars (``registration.json``: bars, design, sha256, UTC time) before any episode runs;
+runs the same policies (scripted at several skills, deceptive policies, random) in the world, the
+simulator and the null world with paired seeds; judges every rollout with every applicable judge
+(and the action-only judge), at the full horizon and cut at each ``--horizons`` step; replays
+simulator commands open loop for the frame-error table; optionally runs the shuffled-command
+control (``--control shuffled``) and a cost sweep (``--sweep NAME=V1,V2 ...`` over settings the
+world declares, e.g. ``image_size`` or ``physics_dt`` on Kosmos-Tabletop-v1). Writes ``report.md``
+(bars PASS/FAIL first), PNG plots and ``study.json`` into ``--out``.
 """
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -16,46 +21,81 @@ import time
 def add_parser(subparsers) -> None:
     from kosmos_env.study.run import DEFAULT_HORIZONS, DEFAULT_POLICIES
 
-    p = subparsers.add_parser("study", help="evaluator-validity study: rank policies in a world and in its simulator",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser("study", help="evaluator-validity study: rank policies in a world, its simulator and "
+                                            "baselines; bars, drift, cost sweep",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", default="Kosmos-TabletopLearned-v1", help="the evaluator world (default Kosmos-TabletopLearned-v1)")
     p.add_argument("--reference", default="Kosmos-Tabletop-v1", help="the ground-truth simulator (default Kosmos-Tabletop-v1)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), help="policies as name:k=v (default: scripted at 5 skills + random)")
+    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
+                   help="policies as name:k=v (default: scripted at 6 skills, random, 3 deceptive)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks (default: every task of the suite)")
-    p.add_argument("--seeds", type=int, default=10, help="seeds per (policy, task) (default 10)")
+    p.add_argument("--seeds", type=int, default=5, help="seeds per (policy, task) (default 5)")
     p.add_argument("--seed-offset", type=int, default=100000, help="first seed (default 100000, away from training seeds)")
-    p.add_argument("--horizons", type=int, nargs="+", default=list(DEFAULT_HORIZONS), help="horizons for the horizon sweep")
-    p.add_argument("--no-gate", action="store_true", help="skip the with-gate run")
+    p.add_argument("--horizons", type=int, nargs="+", default=list(DEFAULT_HORIZONS),
+                   help="cut horizons H for the drift table (each within the episode length)")
+    p.add_argument("--gate", action="store_true", help="also run the world with the consistency gate")
+    p.add_argument("--no-null-world", action="store_true", help="skip the null world (and so the action-only baseline)")
+    p.add_argument("--control", choices=["shuffled"], default=None,
+                   help="shuffled: also run the world executing another episode's commands permuted in time")
+    p.add_argument("--sweep", action="append", default=[], metavar="NAME=V1,V2",
+                   help="a world setting to sweep (repeat for several); one setting varied at a time")
+    p.add_argument("--sweep-world", default=None, help="world whose settings are swept (default: --world)")
+    p.add_argument("--sweep-seeds", type=int, default=3, help="seeds per (policy, task) for each swept setting (default 3)")
+    p.add_argument("--frame-error-seeds", type=int, default=1,
+                   help="seeds per (policy, task) replayed open loop for the frame-error table (default 1; 0 = skip)")
+    p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads (default 1)")
     p.add_argument("--weights", default=None, help="learned-world weights file (its sha256 must match the spec)")
     p.add_argument("--vision-weights", default=None, help="vision-judge weights (default: the shipped ones)")
     p.add_argument("--out", default="study_out", help="output directory (default study_out)")
+    p.add_argument("--from-episodes", default=None, metavar="DIR",
+                   help="re-analyse the episodes a previous study saved in DIR (episodes.json, examples.npz) instead of "
+                        "running them; the registration in DIR is kept")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from kosmos_env.study import StudyConfig, analyze, run_study, write_report
+    from kosmos_env.study.bars import default_bars, judge_bars, register
+    from kosmos_env.study.run import validate
+    from kosmos_env.study.sweep import parse_sweep
 
-    if args.world != "Kosmos-TabletopLearned-v1" or args.reference != "Kosmos-Tabletop-v1":
-        from kosmos_env.spec import load_spec
-
-        if load_spec(args.reference).world["type"] != "tabletop":
-            raise ValueError(f"--reference must be a simulator with ground truth (a tabletop env), got {args.reference}")
-        load_spec(args.world)
+    if args.n_boot < 100:
+        raise ValueError(f"--n-boot must be at least 100, got {args.n_boot}")
     cfg = StudyConfig(world=args.world, reference=args.reference, policies=tuple(args.policies),
                       tasks=tuple(args.tasks) if args.tasks else None, seeds=args.seeds, seed_offset=args.seed_offset,
-                      horizons=tuple(sorted(set(args.horizons))), gate=not args.no_gate, threads=args.threads,
+                      horizons=tuple(sorted(set(args.horizons))), gate=args.gate, null_world=not args.no_null_world,
+                      control=args.control, sweep=parse_sweep(args.sweep), sweep_world=args.sweep_world,
+                      sweep_seeds=args.sweep_seeds, threads=args.threads,
                       world_kwargs={"weights_path": args.weights} if args.weights else {},
-                      vision_weights=args.vision_weights)
+                      vision_weights=args.vision_weights, frame_error_seeds=args.frame_error_seeds)
+    validate(cfg)
+    from kosmos_env.spec import load_spec
+
+    world_judge = load_spec(cfg.world).judge.get("type", "robot_log")
+    world_judge = world_judge if world_judge in ("robot_log", "vision") else "robot_log"
     t0 = time.perf_counter()
-    study = run_study(cfg, progress=not args.quiet)
-    results = analyze(study)
-    files = write_report(results, study, args.out)
-    head = results["evaluators"]
-    for name in ("learned/vision", "learned/robot_log"):
-        a = head[name]["agreement"]
-        print(f"{name}: Spearman {a['spearman']['value']}, Kendall {a['kendall']['value']}, "
-              f"Pearson {a['pearson']['value']}, MMRV {a['mmrv']['value']} (floor {a['mmrv']['random_floor']})")
+    if args.from_episodes:
+        from kosmos_env.study.episodes import load_episodes, load_registration
+
+        study = load_episodes(args.from_episodes)
+        registration = load_registration(args.from_episodes)
+    else:
+        from kosmos_env.study.episodes import save_episodes
+
+        registration = register(args.out, cfg.to_dict(), default_bars(f"learned/{world_judge}"))
+        study = run_study(cfg, progress=not args.quiet)
+        save_episodes(study, args.out)  # before any analysis: the episodes outlive a failing report
+    results = analyze(study, n_boot=args.n_boot)
+    bars = judge_bars(registration, results)
+    files = write_report(results, study, args.out, bars=bars, registration=registration)
+    for b in bars:
+        print(f"[{b['verdict']}] {b['text']}")
+    agr = results["agreement"]["evaluators"]
+    for name in ("learned/robot_log", "learned/vision", "baseline/action_only"):
+        if name in agr:
+            k = agr[name]["kendall"]
+            print(f"{name}: Kendall {k['value']} interval {k['interval']} p {k['p_value']}")
     print(f"wrote {files['report']} and {len(files) - 2} plots in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0

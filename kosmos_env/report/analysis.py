@@ -239,7 +239,8 @@ def _quantiles(x: np.ndarray) -> dict:
 
 def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, reference: str | Path | None = None,
                    n_boot: int = 2000, n_splits: int = 1000, seed: int = 0, horizon_step: int = HORIZON_STEP,
-                   horizon_metric: str = "kendall", horizon_threshold: float = 0.8) -> dict:
+                   horizon_metric: str = "kendall", horizon_threshold: float = 0.8,
+                   name_map: dict[str, str] | None = None) -> dict:
     """Run every applicable analysis on ``bundle``; returns a JSON-ready dict (see module doc)."""
     if not 0 < alpha < 1:
         raise ValueError(f"--alpha must be in (0, 1), got {alpha}")
@@ -248,6 +249,12 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     if horizon_step < 1:
         raise ValueError(f"horizon step must be >= 1, got {horizon_step}")
     ref_rows = read_reference_csv(reference) if reference is not None else None  # fail fast on a bad CSV
+    if name_map is not None:
+        if ref_rows is None:
+            raise ValueError("--map renames the names of a --reference CSV; give --reference too")
+        from kosmos_env.report.name_map import apply_name_map
+
+        ref_rows = apply_name_map(ref_rows, name_map, bundle.policies, bundle.tasks)
     rows = bundle.rows
     camp = bundle.campaign
     rates = per_policy(bundle, alpha)
@@ -344,6 +351,10 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         table, rnotes = reference_agreement(ref_rows, cells, source=str(reference), seed=seed)
         out["agreement"] = table.to_dict() | {"reference": str(reference), "evaluator": "campaign success rate"}
         notes += rnotes
+        from kosmos_env.report.reference_baselines import reference_uncertainty
+
+        matched = [r for r in ref_rows if r["policy"] in cells and r["task"] in cells[r["policy"]]]
+        out["agreement_uncertainty"] = reference_uncertainty(bundle, matched, alpha=alpha, n_boot=n_boot, seed=seed)
     out["notes"] = notes
     return json_ready(out)
 

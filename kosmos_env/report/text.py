@@ -115,9 +115,9 @@ def analysis_text(a: dict) -> str:
         if d["resampled"]:
             parts.append("MDD by subsampling units (median-variance pair): " +
                          ", ".join(f"{k} units: {num(v)}" for k, v in d["resampled"].items()))
-        if d["paired_mdd_median"] == 0:
-            parts.append("(a paired MDD of 0 means the per-unit differences had no spread at all: too few units "
-                         "to estimate their variance, not a perfect campaign)")
+        if d.get("n_pairs_not_estimable"):
+            parts.append(f"({d['n_pairs_not_estimable']} pair(s) have per-unit differences with no spread: their MDD is "
+                         f"not estimable; the design's resolution is 1/{d['n_seeds']} = {num(d.get('resolution'))})")
         n_pairs = len(d["pairs"])
         parts.append(f"separable pairs (paired t, Holm): {round(d['fraction_separable'] * n_pairs)}/{n_pairs} "
                      f"= {pct(d['fraction_separable'])}")
@@ -137,7 +137,7 @@ def analysis_text(a: dict) -> str:
         parts.append(format_table(["horizon"] + pols + [h["metric"], "floor"], rows))
         why = next((ag["reason"] for ag in h["agreements"] if ag["value"] is None and ag["reason"]), None)
         if why:
-            parts.append(f"n/a: {why} (an undefined agreement counts as broken)")
+            parts.append(f"n/a: {why} (undefined: neither passes nor breaks)")
         parts.append(f"reference: {h['reference_source']}; threshold {h['metric']} >= {h['threshold']:g}; "
                      f"ranking breaks at horizon: {h['break_horizon'] if h['break_horizon'] is not None else 'never'}; "
                      f"shortest safe horizon: {h['shortest_safe_horizon']}")
@@ -161,6 +161,24 @@ def analysis_text(a: dict) -> str:
                   format_table(["task", "n"] + list(METRICS), rows),
                   f"mmrv: lower is better; weight={ag['convention'].get('mmrv_weight')}, "
                   f"ties={ag['convention'].get('mmrv_ties')} (SIMPLER's convention)."]
+
+    if "agreement_uncertainty" in a:
+        from kosmos_env.stats.uncertainty import format_difference, format_metric
+
+        u = a["agreement_uncertainty"]
+        order = ("kendall", "spearman", "pearson", "mmrv")
+        rows = [[name] + [format_metric(e[m]) for m in order] for name, e in u["evaluators"].items()]
+        parts += ["", _title(f"agreement over all {len(u['cells'])} (task, policy) cells, with 95 % intervals over "
+                             f"{u['n_units']} (task, seed) units and permutation p-values"),
+                  format_table(["evaluator"] + list(order), rows)]
+        for name, by_b in u["differences"].items():
+            for b, d in by_b.items():
+                parts.append(f"{name} - {b}: " + ", ".join(f"{m} {format_difference(d[m])}" for m in order))
+        adds = [n for n, by_b in u["differences"].items() if by_b.get("baseline/action_only", {}).get("kendall", {})
+                .get("excludes_zero")]
+        parts.append(f"the world adds information over the action-only baseline (Kendall): {'yes' if adds else 'no'}; "
+                     f"action-only baseline {u['action_only']}; null world {u['null_world']}")
+        parts.append(u["convention"])
 
     if a.get("notes"):
         parts += ["", _title("notes")] + [f"- {n}" for n in a["notes"]]

@@ -32,6 +32,19 @@ def _z_sum(alpha: float, power: float) -> float:
     return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
 
 
+class NotEstimable(ValueError):
+    """An MDD the data cannot estimate (zero variance): report the design's resolution instead of 0."""
+
+
+def design_resolution(n_units: int) -> float:
+    """The smallest success-rate difference a design with ``n_units`` paired binary episodes per
+    policy can express at all: 1 / n. The honest answer where the variance (hence the MDD) is
+    not estimable."""
+    if n_units < 1:
+        raise ValueError(f"n_units must be >= 1, got {n_units}")
+    return 1.0 / n_units
+
+
 def mdd_from_se(se: float, alpha: float = 0.05, power: float = 0.8) -> float:
     """(z_{1-alpha/2} + z_power) * se."""
     return _z_sum(alpha, power) * float(se)
@@ -43,7 +56,12 @@ def mdd_paired(diffs: Sequence[float], alpha: float = 0.05, power: float = 0.8) 
     d = d[~np.isnan(d)]
     if d.size < 2:
         raise ValueError(f"paired MDD needs at least 2 per-seed differences, got {d.size}")
-    return mdd_from_se(d.std(ddof=1) / math.sqrt(d.size), alpha, power)
+    sd = d.std(ddof=1)
+    if sd == 0:
+        # the normal approximation has nothing to work with; a 0 here would claim a perfect design
+        raise NotEstimable(f"paired MDD is not estimable: the {d.size} per-seed differences have no spread "
+                           f"(all equal {d[0]:+g}); the design's resolution is 1/{d.size} = {1 / d.size:.3g}")
+    return mdd_from_se(sd / math.sqrt(d.size), alpha, power)
 
 
 def mdd_two_proportion(p: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -52,6 +70,9 @@ def mdd_two_proportion(p: float, n: int, alpha: float = 0.05, power: float = 0.8
         raise ValueError(f"success rate p must be in [0, 1], got {p}")
     if n < 1:
         raise ValueError(f"episodes per policy n must be >= 1, got {n}")
+    if p in (0.0, 1.0):
+        raise NotEstimable(f"unpaired MDD is not estimable at success rate {p:g} (zero variance); "
+                           f"the design's resolution is 1/{n} = {1 / n:.3g}")
     return mdd_from_se(math.sqrt(2 * p * (1 - p) / n), alpha, power)
 
 
@@ -69,6 +90,8 @@ def mdd_resampled(diffs: Sequence[float], sizes: Sequence[int] | None = None, *,
         raise ValueError(f"resampled MDD needs at least 2 per-seed differences, got {d.size}")
     if sizes is None:
         sizes = sorted({max(2, d.size // 4), max(2, d.size // 2), d.size, 2 * d.size})
+    if d.std() == 0:
+        raise NotEstimable("resampled MDD is not estimable: the per-seed differences have no spread")
     rng = np.random.default_rng(seed)
     out = {}
     for m in sizes:
@@ -119,7 +142,10 @@ def separable_pairs(matrix, policies: Sequence[str] | None = None, *, alpha: flo
         d = d[~np.isnan(d)]
         if d.size == 0:
             raise ValueError(f"policies {names[i]!r} and {names[j]!r} share no seed")
-        mdd = mdd_paired(d, alpha, power) if d.size >= 2 else None
+        try:
+            mdd = mdd_paired(d, alpha, power) if d.size >= 2 else None
+        except NotEstimable:
+            mdd = None  # zero spread: no MDD, never a 0 that reads as "detects everything"
         raw.append((i, j, float(d.mean()), int(d.size), _paired_p(d), mdd))
     k = len(raw)
     reject = [False] * k
@@ -138,7 +164,12 @@ def separable_pairs(matrix, policies: Sequence[str] | None = None, *, alpha: flo
 @dataclass
 class DetectableSummary:
     """Campaign-level MDD: median paired MDD over pairs, unpaired MDD at the pooled rate, the
-    resampling curve for the median-variance pair, and the fraction of separable pairs."""
+    resampling curve for the median-variance pair, and the fraction of separable pairs.
+
+    Pairs whose per-seed differences have no spread have no MDD (``n_pairs_not_estimable``
+    counts them); ``paired_mdd_median`` is over the others and None when none is estimable.
+    ``resolution`` (1 / seeds) is the smallest difference the design can express: where an MDD
+    is not estimable, that, not 0, is what the design can claim."""
 
     paired_mdd_median: float | None
     unpaired_mdd: float | None
@@ -149,10 +180,13 @@ class DetectableSummary:
     pairs: list[PairTest]
     alpha: float
     power: float
+    n_pairs_not_estimable: int = 0
+    resolution: float | None = None
 
     def to_dict(self) -> dict:
         return {
             "paired_mdd_median": self.paired_mdd_median, "unpaired_mdd": self.unpaired_mdd,
+            "n_pairs_not_estimable": self.n_pairs_not_estimable, "resolution": self.resolution,
             "pooled_rate": self.pooled_rate, "n_seeds": self.n_seeds, "resampled": self.resampled,
             "fraction_separable": self.fraction_separable, "alpha": self.alpha, "power": self.power,
             "pairs": [p.__dict__ for p in self.pairs],
@@ -174,9 +208,15 @@ def detectable_summary(matrix, policies: Sequence[str] | None = None, *, alpha: 
         pick = [t for t in tests if t.mdd is not None][int(order[len(order) // 2])]
         ia, ib = names.index(pick.a), names.index(pick.b)
         resampled = mdd_resampled(m[ia] - m[ib], alpha=alpha, power=power, seed=seed)
+    try:
+        unpaired = mdd_two_proportion(pooled, n_seeds, alpha, power) if n_seeds >= 1 else None
+    except NotEstimable:
+        unpaired = None
     return DetectableSummary(
         paired_mdd_median=float(np.median(mdds)) if mdds else None,
-        unpaired_mdd=mdd_two_proportion(pooled, n_seeds, alpha, power) if n_seeds >= 1 else None,
+        unpaired_mdd=unpaired,
         pooled_rate=pooled, n_seeds=n_seeds, resampled=resampled, fraction_separable=frac,
         pairs=tests, alpha=alpha, power=power,
+        n_pairs_not_estimable=sum(t.mdd is None for t in tests),
+        resolution=design_resolution(n_seeds) if n_seeds >= 1 else None,
     )

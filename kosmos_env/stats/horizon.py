@@ -7,7 +7,7 @@ short horizon that keeps the ranking is cheaper and safer; this finds where it b
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
@@ -21,9 +21,11 @@ class HorizonResult:
 
     ``break_horizon``: scanning from the longest horizon towards shorter ones, the first
     horizon whose agreement fails ``threshold`` (correlations: value < threshold; MMRV:
-    value > threshold; undefined counts as failing), i.e. the truncation at which the ranking
-    breaks. None if no horizon fails. ``shortest_safe_horizon``: the shortest horizon h such
-    that every horizon >= h passes (None if even the longest fails).
+    value > threshold), i.e. the truncation at which the ranking breaks. None if no horizon
+    fails. ``shortest_safe_horizon``: the shortest defined horizon h such that every defined
+    horizon >= h passes (None if the longest defined one fails). Undefined stays undefined: a
+    horizon whose metric is undefined (e.g. nothing has succeeded yet, so the scores are
+    constant) neither passes nor breaks; ``undefined_horizons`` lists them.
     """
 
     metric: str
@@ -33,11 +35,13 @@ class HorizonResult:
     reference_source: str
     break_horizon: object | None
     shortest_safe_horizon: object | None
+    undefined_horizons: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return {"metric": self.metric, "threshold": self.threshold, "horizons": list(self.horizons),
                 "agreements": [a.to_dict() for a in self.agreements], "reference_source": self.reference_source,
-                "break_horizon": self.break_horizon, "shortest_safe_horizon": self.shortest_safe_horizon}
+                "break_horizon": self.break_horizon, "shortest_safe_horizon": self.shortest_safe_horizon,
+                "undefined_horizons": list(self.undefined_horizons)}
 
 
 def horizon_agreement(scores, horizons: Sequence, reference: Sequence[float] | None = None, *,
@@ -67,11 +71,13 @@ def horizon_agreement(scores, horizons: Sequence, reference: Sequence[float] | N
             raise ValueError(f"reference has {ref.size} values for {s.shape[1]} policies")
         source = "given reference"
     ags = [measure_agreement(row, ref, metric, floor=floor, seed=seed) for row in s]
-    ok = [meets(metric, a.value, threshold) for a in ags]
-    brk = next((hs[i] for i in reversed(range(len(hs))) if not ok[i]), None)
+    defined = [i for i, a in enumerate(ags) if a.value is not None]
+    ok = {i: meets(metric, ags[i].value, threshold) for i in defined}
+    brk = next((hs[i] for i in reversed(defined) if not ok[i]), None)
     safe = None
-    for i in reversed(range(len(hs))):
+    for i in reversed(defined):
         if not ok[i]:
             break
         safe = hs[i]
-    return HorizonResult(metric, threshold, hs, ags, source, brk, safe)
+    undefined = [hs[i] for i in range(len(hs)) if i not in ok]
+    return HorizonResult(metric, threshold, hs, ags, source, brk, safe, undefined)

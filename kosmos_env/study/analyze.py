@@ -1,7 +1,11 @@
 """Turn the study's episode rows into every number of the report (plain dicts, JSON-ready).
 
-Evaluators are (world, gate, judge) combinations; the reference is the simulator's state judge
-(ground truth) on the same (policy, task, seed). All statistics come from :mod:`kosmos_env.stats`.
+Evaluators are (world, judge) combinations; the reference is the simulator's state judge (ground
+truth) on the same (policy, task, seed). Every agreement number comes with a bootstrap interval
+over (task, seed) units, a permutation p-value against a random ranking, and its difference to
+the action-only and null-world baselines (:mod:`kosmos_env.stats.uncertainty`). Undefined
+stays undefined: a metric that cannot be computed (e.g. nobody has succeeded yet at a short
+horizon) is reported as undefined with its reason, never as broken or as 0.
 """
 from __future__ import annotations
 
@@ -9,150 +13,197 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from kosmos_env.stats import all_agreements, detectable_summary, horizon_agreement, measure_agreement, split_half
-from kosmos_env.stats.matrix import success_matrix
+from kosmos_env.stats import detectable_summary, split_half, wilson
+from kosmos_env.stats.uncertainty import ALPHA, agreement_uncertainty, aligned_matrix
 
 REFERENCE_KEY = "reference/state"
+ACTION_ONLY = "baseline/action_only"
+BASELINES = (ACTION_ONLY, "baseline/null_world/robot_log", "baseline/null_world/vision")
 
 
-def _rows_for(rows, world: str, gate: bool, judge: str, horizon: int | None = None) -> list[dict]:
+def _rows_for(rows, world: str, judge: str, horizon: int | None = None) -> list[dict]:
     out = []
     for r in rows:
-        if r["world"] != world or bool(r["gate"]) != gate:
+        if r["world"] != world:
             continue
         if horizon is None:
             verdict = r["judges"].get(judge, "missing")
         else:
-            verdict = r["horizon_judges"].get(judge, {}).get(horizon, r["horizon_judges"].get(judge, {}).get(str(horizon), "missing"))
+            hj = r["horizon_judges"].get(judge, {})
+            verdict = hj.get(horizon, hj.get(str(horizon), "missing"))
         if verdict == "missing":
             continue
-        success = None if r["discarded"] else verdict
-        out.append({"policy": r["policy"], "task": r["task"], "seed": r["seed"], "repeat": 0, "success": success})
+        out.append({"policy": r["policy"], "task": r["task"], "seed": r["seed"],
+                    "success": None if r["discarded"] else verdict})
     return out
 
 
-def _rates(rows, policies: Sequence[str], task: str | None = None) -> np.ndarray:
-    m = success_matrix(rows, "success", task=task)
-    out = np.full(len(policies), np.nan)
-    for i, p in enumerate(policies):
-        if p in m.policies:
-            v = m.row(p)
-            if np.isfinite(v).any():
-                out[i] = float(np.nanmean(v))
-    return out
+def evaluator_table(rows, has: set) -> dict[str, tuple[str, str]]:
+    """Evaluator name -> (world label, judge) for the worlds present in ``rows``."""
+    ev = {REFERENCE_KEY: ("reference", "state")}
+    for judge in ("robot_log", "vision"):
+        ev[f"learned/{judge}"] = ("learned", judge)
+    if "learned+gate" in has:
+        for judge in ("robot_log", "vision"):
+            ev[f"learned+gate/{judge}"] = ("learned+gate", judge)
+    for judge in ("robot_log", "vision"):
+        ev[f"reference/{judge}"] = ("reference", judge)
+    if "null" in has:
+        ev[ACTION_ONLY] = ("null", "action_only")
+        ev["baseline/null_world/robot_log"] = ("null", "robot_log")
+        ev["baseline/null_world/vision"] = ("null", "vision")
+    if "control:shuffled" in has:
+        for judge in ("robot_log", "vision"):
+            ev[f"control:shuffled/{judge}"] = ("control:shuffled", judge)
+    return ev
 
 
-def _agree(e: np.ndarray, r: np.ndarray) -> dict[str, Any]:
-    ok = np.isfinite(e) & np.isfinite(r)
-    if ok.sum() < 2:
-        return {m: {"metric": m, "value": None, "random_floor": None, "reason": "fewer than 2 policies with values"}
-                for m in ("pearson", "spearman", "kendall", "mmrv")}
-    return {k: a.to_dict() for k, a in all_agreements(e[ok], r[ok]).items()}
+def _rates(m: np.ndarray) -> list:
+    with np.errstate(invalid="ignore"):
+        v = [float(np.nanmean(r)) if np.isfinite(r).any() else None for r in m]
+    return v
 
 
-def _matrix(rows, policies):
-    m = success_matrix(rows, "success")
-    order = [m.policies.index(p) for p in policies if p in m.policies]
-    return m.values[order], [m.policies[i] for i in order]
+def _split_half(m: np.ndarray) -> dict:
+    try:
+        s = split_half(m, metric="spearman", n_splits=500)
+    except ValueError as exc:
+        return {"error": str(exc)}
+    d = s.to_dict()
+    c = s.corrected[np.isfinite(s.corrected)]
+    d["corrected_q05"] = float(np.quantile(c, 0.05)) if c.size else None
+    d["corrected_q95"] = float(np.quantile(c, 0.95)) if c.size else None
+    return d
 
 
-def _episode_accuracy(rows_eval, rows_ref) -> float | None:
-    ref = {(r["policy"], r["task"], r["seed"]): r["success"] for r in rows_ref}
-    pairs = [(r["success"], ref.get((r["policy"], r["task"], r["seed"]))) for r in rows_eval]
-    pairs = [(a, b) for a, b in pairs if a is not None and b is not None]
-    return float(np.mean([a == b for a, b in pairs])) if pairs else None
-
-
-def analyze(study: dict[str, Any], kendall_threshold: float = 0.6) -> dict[str, Any]:
+def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     cfg = study["config"]
     rows = study["rows"]
     policies = list(cfg["policies"])
-    tasks = list(cfg["tasks"] or sorted({r["task"] for r in rows}, key=[r["task"] for r in rows].index))
-    world, ref = cfg["world"], cfg["reference"]
-    horizons = list(cfg["horizons"])
-    has_gate = any(r["gate"] for r in rows)
-
-    evaluators = {REFERENCE_KEY: (ref, False, "state")}
-    evaluators["learned/vision"] = (world, False, "vision")
-    evaluators["learned/robot_log"] = (world, False, "robot_log")
-    if has_gate:
-        evaluators["learned+gate/vision"] = (world, True, "vision")
-        evaluators["learned+gate/robot_log"] = (world, True, "robot_log")
-    evaluators["reference/vision"] = (ref, False, "vision")
-    evaluators["reference/robot_log"] = (ref, False, "robot_log")
-
-    ref_rows = _rows_for(rows, *evaluators[REFERENCE_KEY])
-    truth = _rates(ref_rows, policies)
-    out: dict[str, Any] = {"policies": policies, "tasks": tasks, "reference_rates": truth.tolist(), "evaluators": {}}
-    for name, (w, g, j) in evaluators.items():
-        ev_rows = _rows_for(rows, w, g, j)
-        rates = _rates(ev_rows, policies)
-        values, names = _matrix(ev_rows, policies)
-        entry: dict[str, Any] = {
-            "world": w, "gate": g, "judge": j, "rates": rates.tolist(),
-            "agreement": _agree(rates, truth),
-            "per_task": {t: {"rates": _rates(ev_rows, policies, t).tolist(),
-                             "reference_rates": _rates(ref_rows, policies, t).tolist(),
-                             "agreement": _agree(_rates(ev_rows, policies, t), _rates(ref_rows, policies, t))}
-                         for t in tasks},
-            "episode_accuracy": _episode_accuracy(ev_rows, ref_rows),
-            "n_episodes": len(ev_rows),
-            "n_undecided": int(sum(r["success"] is None for r in ev_rows)),
-        }
+    tasks = list(study.get("tasks") or cfg["tasks"] or sorted({r["task"] for r in rows}))
+    units = sorted({(r["task"], r["seed"]) for r in rows if r["world"] == "reference"})
+    horizons = [int(h) for h in cfg["horizons"]]
+    has = {r["world"] for r in rows}
+    evaluators = evaluator_table(rows, has)
+    mats = {name: aligned_matrix(_rows_for(rows, w, j), policies, units) for name, (w, j) in evaluators.items()}
+    truth = mats.pop(REFERENCE_KEY)
+    baselines = [b for b in BASELINES if b in mats]
+    out: dict[str, Any] = {"policies": policies, "tasks": tasks, "alpha": alpha, "n_units": len(units),
+                           "evaluators": {}}
+    out["agreement"] = agreement_uncertainty(mats, truth, baselines=baselines, alpha=alpha, n_boot=n_boot, seed=seed)
+    n_truth = (~np.isnan(truth)).sum(axis=1)
+    k_truth = np.nansum(truth, axis=1)
+    out["truth"] = {"rates": _rates(truth),
+                    "intervals": [[iv.lower, iv.upper] for iv in (wilson(int(k), int(n), alpha) for k, n in zip(k_truth, n_truth))],
+                    "episodes": n_truth.tolist()}
+    for name, m in {REFERENCE_KEY: truth, **mats}.items():
+        w, j = evaluators[name]
+        entry: dict[str, Any] = {"world": w, "judge": j, "rates": _rates(m),
+                                 "n_episodes": int((~np.isnan(m)).sum())}
+        agree = np.isfinite(m) & np.isfinite(truth)
+        entry["episode_accuracy"] = float((m[agree] == truth[agree]).mean()) if agree.any() else None
+        entry["per_task"] = {}
+        for t in tasks:
+            cols = [k for k, u in enumerate(units) if u[0] == t]
+            sub = agreement_uncertainty({"e": m[:, cols]}, truth[:, cols], metrics=("kendall",), alpha=alpha,
+                                        n_boot=200, seed=seed)["evaluators"]["e"]["kendall"]
+            entry["per_task"][t] = sub
+        entry["split_half"] = _split_half(m)
         try:
-            entry["split_half"] = split_half(values, metric="spearman", n_splits=500).to_dict()
-        except ValueError as exc:
-            entry["split_half"] = {"error": str(exc)}
-        try:
-            entry["detectable"] = {k: v for k, v in detectable_summary(values, names).to_dict().items() if k != "pairs"}
+            entry["detectable"] = {k: v for k, v in detectable_summary(m, policies, alpha=alpha).to_dict().items()
+                                   if k != "pairs"}
         except ValueError as exc:
             entry["detectable"] = {"error": str(exc)}
         out["evaluators"][name] = entry
 
-    # horizon: learned-world verdicts after h steps vs the simulator's truth after h steps (drift),
-    # and vs the simulator's final truth (how early the final ranking can be read off)
-    out["horizon"] = {}
-    ref_h = {h: _rates(_rows_for(rows, ref, False, "state", h), policies) for h in horizons}
-    for name in ("learned/vision", "learned/robot_log"):
-        w, g, j = evaluators[name]
-        scores = np.stack([_rates(_rows_for(rows, w, g, j, h), policies) for h in horizons])
-        same_h = []
-        for h, row in zip(horizons, scores):
-            ok = np.isfinite(row) & np.isfinite(ref_h[h])
-            a = measure_agreement(row[ok], ref_h[h][ok], "kendall") if ok.sum() >= 2 else None
-            same_h.append(None if a is None else a.to_dict())
-        passing = [a is not None and a["value"] is not None and a["value"] >= kendall_threshold for a in same_h]
-        brk = next((horizons[i] for i in range(len(horizons)) if not passing[i] and any(passing[:i])), None)
-        first_fail_from_end = next((horizons[i] for i in reversed(range(len(horizons))) if not passing[i]), None)
-        finite = np.isfinite(scores).all(axis=0) & np.isfinite(truth)
-        vs_final = (horizon_agreement(np.nan_to_num(scores[:, finite]), horizons, truth[finite], metric="kendall",
-                                      threshold=kendall_threshold).to_dict() if finite.sum() >= 2 else None)
-        out["horizon"][name] = {
-            "horizons": horizons, "scores": scores.tolist(), "reference_scores": [ref_h[h].tolist() for h in horizons],
-            "kendall_vs_reference_same_horizon": same_h, "threshold": kendall_threshold,
-            "first_break_after_passing": brk, "longest_failing_horizon": first_fail_from_end,
-            "vs_reference_final": vs_final,
-        }
+    # horizon as drift: the world's verdict on the episode cut at H vs the simulator's state at H
+    out["horizon"] = {"horizons": horizons, "truth_rates": {}, "agreement": {}}
+    drift_evs = [n for n in ("learned/robot_log", "learned/vision", ACTION_ONLY, "baseline/null_world/robot_log",
+                             "reference/robot_log", "reference/vision") if n in evaluators]
+    for h in horizons:
+        t_h = aligned_matrix(_rows_for(rows, "reference", "state", h), policies, units)
+        out["horizon"]["truth_rates"][h] = _rates(t_h)
+        ev_h = {n: aligned_matrix(_rows_for(rows, *evaluators[n], h), policies, units) for n in drift_evs}
+        res = agreement_uncertainty(ev_h, t_h, baselines=[ACTION_ONLY] if ACTION_ONLY in ev_h else [],
+                                    metrics=("kendall",), alpha=alpha, n_boot=n_boot, seed=seed)
+        out["horizon"]["agreement"][h] = {"evaluators": {n: res["evaluators"][n]["kendall"] for n in drift_evs},
+                                          "differences": {n: d[ACTION_ONLY]["kendall"] for n, d in res["differences"].items()
+                                                          if ACTION_ONLY in d}}
+    out["frame_error"] = study.get("frame_error") or {}
+    out["sweep"] = _sweep(study, policies, truth, units, alpha, n_boot, seed)
 
-    # gate
-    if has_gate:
-        gated = [r for r in rows if r["world"] == world and r["gate"]]
+    gated = [r for r in rows if r["world"] == "learned+gate"]
+    if gated:
         out["gate"] = {"available": True, "detail": study["gate_status"]["detail"],
-                       "discard_rate": float(np.mean([r["discarded"] for r in gated])) if gated else None,
+                       "discard_rate": float(np.mean([r["discarded"] for r in gated])),
                        "discard_rate_per_policy": {p: float(np.mean([r["discarded"] for r in gated if r["policy"] == p]))
                                                    for p in policies}}
     else:
         out["gate"] = dict(study["gate_status"], available=False)
+    out["cost_seconds_per_rollout"] = _cost(rows, sorted(has))
+    out["wall_seconds"] = study.get("wall_seconds")
+    return out
 
-    # cost per rollout
+
+def _cost(rows: Sequence[dict], labels: Sequence[str]) -> dict[str, dict]:
     cost = {}
-    for label, (w, g) in {"reference": (ref, False), "learned": (world, False), "learned+gate": (world, True)}.items():
-        rs = [r for r in rows if r["world"] == w and bool(r["gate"]) == g]
+    for label in labels:
+        rs = [r for r in rows if r["world"] == label]
         if not rs:
             continue
         keys = sorted({k for r in rs for k in r["seconds"]})
         cost[label] = {k: float(np.mean([r["seconds"].get(k, 0.0) for r in rs])) for k in keys}
         cost[label]["steps"] = float(np.mean([r["steps"] for r in rs]))
-    out["cost_seconds_per_rollout"] = cost
-    out["wall_seconds"] = study.get("wall_seconds")
-    return out
+    return cost
+
+
+def _sweep(study, policies, truth, units, alpha, n_boot, seed) -> dict[str, Any] | None:
+    """Per setting: the world's own judge vs the truth on the same episodes, with interval, cost per
+    rollout (episode + judge) and the judge's share; the answer is the cheapest setting whose
+    Kendall interval's lower end holds the registered bar."""
+    from kosmos_env.study.bars import SWEEP_KENDALL_LOWER_BAR
+
+    rows = study.get("sweep_rows") or []
+    if not rows:
+        return None
+    cfg = study["config"]
+    sweep_world = rows[0]["sweep"]["world"]
+    sweep_units = sorted({(r["task"], r["seed"]) for r in rows})
+    # the default setting comes from the main run when the sweep world is one of its worlds
+    default = {cfg["reference"]: ("reference", "state"), cfg["world"]: ("learned", None)}.get(sweep_world)
+    if default is not None:
+        label, judge_name = default
+        if judge_name is None:
+            from kosmos_env.spec import load_spec
+
+            judge_name = load_spec(sweep_world).judge.get("type", "robot_log")
+        extra = []
+        for r in study["rows"]:
+            if r["world"] == label and (r["task"], r["seed"]) in set(sweep_units) and judge_name in r["judges"]:
+                extra.append(dict(r, world="sweep:default", sweep={"name": "default", "value": None, "world": sweep_world},
+                                  judges={"spec": r["judges"][judge_name]},
+                                  seconds={**r["seconds"], "judge_spec": r["seconds"].get(f"judge_{judge_name}", 0.0)}))
+        rows = extra + list(rows)
+    labels = list(dict.fromkeys(r["world"] for r in rows))
+    cols = [units.index(u) for u in sweep_units]
+    judge = "spec"
+    mats = {lab: aligned_matrix(_rows_for(rows, lab, judge), policies, sweep_units) for lab in labels}
+    res = agreement_uncertainty(mats, truth[:, cols], metrics=("kendall", "spearman", "mmrv"), alpha=alpha,
+                                n_boot=n_boot, seed=seed)
+    settings = []
+    for lab in labels:
+        rs = [r for r in rows if r["world"] == lab]
+        episode = float(np.mean([r["seconds"]["episode"] for r in rs]))
+        judge_s = float(np.mean([r["seconds"].get(f"judge_{judge}", 0.0) for r in rs]))
+        k = res["evaluators"][lab]["kendall"]
+        holds = bool(k["interval"] is not None and k["interval"][0] >= SWEEP_KENDALL_LOWER_BAR)
+        settings.append({"setting": lab, "name": rs[0]["sweep"]["name"], "value": rs[0]["sweep"]["value"],
+                         "world": rs[0]["sweep"]["world"], "cost_seconds": episode + judge_s,
+                         "judge_share": judge_s / (episode + judge_s) if episode + judge_s > 0 else None,
+                         "world_seconds": float(np.mean([r["seconds"]["world"] for r in rs])),
+                         "kendall": k, "spearman": res["evaluators"][lab]["spearman"],
+                         "mmrv": res["evaluators"][lab]["mmrv"], "bar_holds": holds})
+    settings.sort(key=lambda s: s["cost_seconds"])
+    answer = next((s["setting"] for s in settings if s["bar_holds"]), None)
+    return {"judge": judge, "bar": f"lower end of the Kendall {100 * (1 - alpha):g} % interval >= {SWEEP_KENDALL_LOWER_BAR}",
+            "units": len(sweep_units), "settings": settings, "answer": answer}

@@ -1,4 +1,5 @@
-"""Write the study's Markdown report, PNG plots (matplotlib, Agg) and a JSON of every number."""
+"""Write the study's Markdown report (registered bars first), PNG plots (matplotlib, Agg) and a
+JSON of every number."""
 from __future__ import annotations
 
 import json
@@ -7,9 +8,17 @@ from typing import Any
 
 import numpy as np
 
+from kosmos_env.stats.uncertainty import alpha_convention, format_difference, format_metric
+
+METRIC_ORDER = ("kendall", "spearman", "pearson", "mmrv")
+
 
 def _f(x, d: int = 3) -> str:
     return "—" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{d}f}"
+
+
+def _iv(iv, d: int = 2) -> str:
+    return "—" if not iv else f"[{iv[0]:.{d}f}, {iv[1]:.{d}f}]"
 
 
 def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[str]:
@@ -27,76 +36,86 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
         files.append(name)
 
     pols = results["policies"]
-    truth = np.asarray(results["reference_rates"], dtype=float)
+    truth = np.array([np.nan if v is None else v for v in results["truth"]["rates"]])
     evs = results["evaluators"]
+    agr = results["agreement"]["evaluators"]
 
-    # 1. per-policy success: truth vs each evaluator
-    fig, ax = plt.subplots(figsize=(8, 4))
-    names = [n for n in evs]
-    width = 0.8 / len(names)
+    # 1. Kendall with interval per evaluator (world vs baselines)
+    names = list(agr)
+    fig, ax = plt.subplots(figsize=(7, 0.35 * len(names) + 1.2))
     for i, n in enumerate(names):
-        ax.bar(np.arange(len(pols)) + i * width, np.nan_to_num(np.asarray(evs[n]["rates"], float)), width, label=n)
-    ax.set_xticks(np.arange(len(pols)) + 0.4 - width / 2, pols, rotation=20, fontsize=7)
+        k = agr[n]["kendall"]
+        if k["value"] is None:
+            ax.text(0, i, "undefined", va="center", fontsize=7)
+            continue
+        lo, hi = k["interval"] or (k["value"], k["value"])
+        ax.errorbar(k["value"], i, xerr=[[k["value"] - lo], [hi - k["value"]]], fmt="o", capsize=3)
+        if k.get("null_quantile") is not None:
+            ax.plot(k["null_quantile"], i, "k|", ms=10)
+    ax.set_yticks(range(len(names)), names, fontsize=7)
+    ax.axvline(0, color="grey", lw=0.6)
+    ax.set_xlabel("Kendall vs simulator truth; bar: 95 % interval, |: random ranking's 95 % quantile", fontsize=8)
+    save(fig, "agreement_intervals.png")
+
+    # 2. per-policy success: truth vs the main evaluators
+    fig, ax = plt.subplots(figsize=(9, 4))
+    shown = [n for n in ("reference/state", "learned/robot_log", "learned/vision", "baseline/action_only",
+                         "baseline/null_world/robot_log") if n in evs]
+    width = 0.8 / len(shown)
+    for i, n in enumerate(shown):
+        ax.bar(np.arange(len(pols)) + i * width, [np.nan if v is None else v for v in evs[n]["rates"]], width, label=n)
+    ax.set_xticks(np.arange(len(pols)) + 0.4 - width / 2, [p.replace("deceptive:mode=", "dec:") for p in pols],
+                  rotation=25, fontsize=6)
     ax.set_ylabel("success rate")
-    ax.set_title("Per-policy success: simulator truth (reference/state) vs each evaluator")
     ax.legend(fontsize=6)
     save(fig, "success_rates.png")
 
-    # 2. scatter of learned-world rates vs truth
-    fig, ax = plt.subplots(figsize=(4.5, 4.5))
-    for n in ("learned/vision", "learned/robot_log", "learned+gate/vision"):
-        if n in evs:
-            ax.scatter(truth, evs[n]["rates"], label=n)
-    ax.plot([0, 1], [0, 1], "k--", lw=0.8)
-    ax.set_xlabel("simulator success (truth)")
-    ax.set_ylabel("learned-world success")
-    ax.legend(fontsize=7)
-    save(fig, "learned_vs_truth.png")
+    # 3. horizon as drift: Kendall at H vs the simulator's state at H
+    h = results["horizon"]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 3.5))
+    for n in next(iter(h["agreement"].values()))["evaluators"]:
+        vals, los, his = [], [], []
+        for hh in h["horizons"]:
+            e = h["agreement"][hh]["evaluators"][n]
+            vals.append(np.nan if e["value"] is None else e["value"])
+            iv = e.get("interval") or (np.nan, np.nan)
+            los.append(iv[0])
+            his.append(iv[1])
+        axes[0].plot(h["horizons"], vals, "o-", label=n)
+        axes[0].fill_between(h["horizons"], los, his, alpha=0.12)
+    axes[0].set_xlabel("cut horizon H (steps)")
+    axes[0].set_ylabel("Kendall vs simulator state at H")
+    axes[0].legend(fontsize=6)
+    fe = results.get("frame_error") or {}
+    if fe.get("world"):
+        hs = [int(x) for x in fe["world"]]
+        axes[1].plot(hs, list(fe["world"].values()), "o-", label="world (open loop)")
+        axes[1].plot(hs, list(fe["copy_last_frame"].values()), "s--", label="copy-last-frame")
+        axes[1].set_xlabel("H (steps)")
+        axes[1].set_ylabel("mean |pixel error| (0-255)")
+        axes[1].legend(fontsize=7)
+    save(fig, "horizon_drift.png")
 
-    # 3. agreement vs horizon
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    for n, h in results["horizon"].items():
-        vals = [None if a is None else a["value"] for a in h["kendall_vs_reference_same_horizon"]]
-        ax.plot(h["horizons"], [np.nan if v is None else v for v in vals], "o-", label=f"{n} vs truth at same step")
-        if h.get("vs_reference_final"):
-            ax.plot(h["horizons"], [np.nan if a["value"] is None else a["value"] for a in h["vs_reference_final"]["agreements"]],
-                    "s:", label=f"{n} vs final truth")
-    first = next(iter(results["horizon"].values()))
-    ax.axhline(first["threshold"], color="grey", lw=0.8, ls="--")
-    ax.set_xlabel("horizon (steps judged)")
-    ax.set_ylabel("Kendall tau")
-    ax.set_title("Ranking agreement as a function of horizon")
-    ax.legend(fontsize=6)
-    save(fig, "agreement_vs_horizon.png")
+    # 4. sweep: cost vs Kendall
+    sw = results.get("sweep")
+    if sw:
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        for s in sw["settings"]:
+            k = s["kendall"]
+            if k["value"] is None:
+                continue
+            lo, hi = k["interval"] or (k["value"], k["value"])
+            ax.errorbar(s["cost_seconds"], k["value"], yerr=[[k["value"] - lo], [hi - k["value"]]], fmt="o", capsize=3)
+            ax.annotate(s["setting"].replace("sweep:", ""), (s["cost_seconds"], k["value"]), fontsize=6)
+        ax.set_xlabel("seconds per rollout (world + policy + judge)")
+        ax.set_ylabel("Kendall vs truth")
+        save(fig, "sweep.png")
 
-    # 4. per-task Kendall
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    tasks = results["tasks"]
-    shown = [n for n in evs if n != "reference/state"]
-    width = 0.8 / len(shown)
-    for i, n in enumerate(shown):
-        vals = [evs[n]["per_task"][t]["agreement"]["kendall"]["value"] for t in tasks]
-        ax.bar(np.arange(len(tasks)) + i * width, [np.nan if v is None else v for v in vals], width, label=n)
-    ax.set_xticks(np.arange(len(tasks)) + 0.4 - width / 2, tasks, fontsize=7)
-    ax.set_ylabel("Kendall tau vs truth")
-    ax.set_title("Per-task ranking agreement")
-    ax.legend(fontsize=6)
-    save(fig, "agreement_per_task.png")
-
-    # 5. cost
-    cost = results["cost_seconds_per_rollout"]
-    fig, ax = plt.subplots(figsize=(5, 3.2))
-    labels = list(cost)
-    ax.bar(labels, [cost[k]["episode"] for k in labels], label="episode (world + policy)")
-    ax.set_ylabel("seconds per rollout")
-    ax.set_title("Cost per 40-step rollout (CPU)")
-    save(fig, "cost.png")
-
-    # 6. an example rollout in both worlds
+    # 5. an example rollout in each world
     ex = study.get("examples") or {}
     if ex:
         keys = sorted(ex, key=str)
-        steps = [0, 5, 10, 15, 20, 25, 30, 40]
+        steps = [0, 5, 10, 20, 30, 40]
         fig, axes = plt.subplots(len(keys), len(steps), figsize=(len(steps) * 1.2, len(keys) * 1.35))
         axes = np.atleast_2d(axes)
         for r, k in enumerate(keys):
@@ -107,78 +126,187 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
                 axes[r, c].set_yticks([])
                 if r == 0:
                     axes[r, c].set_title(f"t={s}", fontsize=7)
-            axes[r, 0].set_ylabel(k[0].replace("Kosmos-", "").replace("-v1", ""), fontsize=6)
+            axes[r, 0].set_ylabel(k[0], fontsize=6)
         fig.suptitle(f"{keys[0][1]} on {keys[0][2]}, seed index {keys[0][3]}", fontsize=8)
         save(fig, "example_rollout.png")
+    del truth
     return files
 
 
-def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str]) -> str:
+def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], bars: list[dict] | None,
+              registration: dict | None) -> str:
     cfg = study["config"]
     evs = results["evaluators"]
+    agr = results["agreement"]
     pols = results["policies"]
     L = [f"# Evaluator-validity study: {cfg['world']} vs {cfg['reference']}", ""]
+    if bars is not None:
+        L += ["## Registered bars (fixed before any episode ran)", ""]
+        if registration:
+            L.append(f"Registration `registration.json`, sha256 `{registration['sha256'][:16]}…`, registered "
+                     f"{registration['registered_utc']}.")
+            L.append("")
+        L += ["| verdict | bar | measured |", "|---|---|---|"]
+        for b in bars:
+            L.append(f"| **{b['verdict']}** | {b['text']} | {_bar_value(b['value'])} |")
+        L += ["", f"Decision convention: {alpha_convention(results['alpha'])}. Everything below the bars is "
+              "exploratory.", ""]
     L += [f"Policies: {', '.join(pols)}. Tasks: {', '.join(results['tasks'])}. {cfg['seeds']} seeds per "
-          f"(policy, task), paired across worlds (same seed, same initial scene), seeds from {cfg['seed_offset']} "
-          f"(disjoint from the world model's training seeds). Wall time {_f(results.get('wall_seconds'), 0)} s.", ""]
-    L += ["Reference = the simulator's state judge (ground truth). Evaluators: `learned/*` = the learned world "
-          "judged by the vision judge (frame classifier on generated frames) or the robot-log judge (on the "
-          "predicted gripper log); `reference/vision` and `reference/robot_log` apply the same judges to "
-          "simulator rollouts, so judge error and world error can be told apart.", ""]
-    L += ["## Headline: ranking agreement with the simulator", "",
-          "| evaluator | Spearman (floor) | Kendall (floor) | Pearson (floor) | MMRV (floor) | episode accuracy |",
-          "|---|---|---|---|---|---|"]
-    for n, e in evs.items():
-        a = e["agreement"]
-        cells = [f"{_f(a[m]['value'])} ({_f(a[m]['random_floor'])})" for m in ("spearman", "kendall", "pearson", "mmrv")]
-        L.append(f"| {n} | " + " | ".join(cells) + f" | {_f(e['episode_accuracy'])} |")
-    L += ["", "MMRV: lower is better (0 = no rank violation); the floor is its value for a random ranking. "
-          "Episode accuracy: share of paired episodes whose verdict equals the simulator's ground truth.", ""]
-    L += ["## Per-policy success rates", "", "| policy | " + " | ".join(evs) + " |", "|---|" + "---|" * len(evs)]
+          f"(policy, task) = {results['n_units']} (task, seed) units, paired across worlds (same seed, same initial "
+          f"scene), seeds from {cfg['seed_offset']} (disjoint from the world model's training seeds). Wall time "
+          f"{_f(results.get('wall_seconds'), 0)} s.", ""]
+    L += ["Truth = the simulator's state judge. Evaluators: `learned/*` = the world under test judged by the "
+          "robot-log judge (on its predicted gripper log) or the vision judge (frame classifier on its frames); "
+          "`reference/*` = the same judges on the simulator's own rollouts (judge error alone); "
+          "`baseline/action_only` = the action-only judge (pose integrated from the commands with workspace "
+          "clipping, holding whenever the gripper is commanded closed; no world at all); "
+          "`baseline/null_world/*` = the null world (copies the first frame; in closed loop the last frame a "
+          "world was given is the first, so copy-last-frame coincides with it) through the same judges.", ""]
+
+    L += ["## Agreement with the simulator: world vs baselines", "",
+          "Each cell: value [95 % bootstrap interval over (task, seed) units] and the one-sided permutation p-value "
+          "against a random ranking; in brackets under the table, the random ranking's 95 % quantile (5 % for "
+          "MMRV, lower is better). — = undefined (a constant side, e.g. a judge that never says success).", "",
+          "| evaluator | " + " | ".join(m.capitalize() if m != "mmrv" else "MMRV" for m in METRIC_ORDER)
+          + " | episode accuracy |", "|---|" + "---|" * (len(METRIC_ORDER) + 1)]
+    for n, e in agr["evaluators"].items():
+        L.append(f"| {n} | " + " | ".join(format_metric(e[m]) for m in METRIC_ORDER) +
+                 f" | {_f(evs[n]['episode_accuracy'])} |")
+    first = next(iter(agr["evaluators"].values()))
+    L += ["", "Random ranking's quantile: " + ", ".join(f"{m} {_f(first[m].get('null_quantile'), 2)}" for m in METRIC_ORDER
+                                                         if first[m].get("null_quantile") is not None) +
+          f" (P = {first['kendall'].get('n_policies')} policies; {first['kendall'].get('permutation')}).", ""]
+    L += ["### Difference to the baselines (positive = better than the baseline; ✓ = interval excludes 0)", "",
+          "| evaluator | vs baseline | " + " | ".join(m if m != "mmrv" else "MMRV" for m in METRIC_ORDER) + " |",
+          "|---|---|" + "---|" * len(METRIC_ORDER)]
+    adds = []
+    for n, by_b in agr["differences"].items():
+        if n.startswith("baseline/"):
+            continue
+        for b, d in by_b.items():
+            L.append(f"| {n} | {b} | " + " | ".join(format_difference(d[m]) for m in METRIC_ORDER) + " |")
+            if b == "baseline/action_only" and d["kendall"].get("excludes_zero"):
+                adds.append(n)
+    L += [""]
+    L.append("**The world adds information** over the action-only baseline (Kendall difference interval above 0) for: "
+             + (", ".join(adds) if adds else "no evaluator") + ".")
+    L += [""]
+
+    L += ["## Per-policy success rates", "",
+          "Ground truth (simulator) with its 95 % Wilson interval, then each evaluator's rate.", "",
+          "| policy | truth [95 %] | " + " | ".join(n for n in evs if n != "reference/state") + " |",
+          "|---|---|" + "---|" * (len(evs) - 1)]
     for i, p in enumerate(pols):
-        L.append(f"| {p} | " + " | ".join(_f(evs[n]["rates"][i], 2) for n in evs) + " |")
-    L += ["", "## Per-task agreement (Kendall tau, random floor in brackets)", "",
+        t = results["truth"]
+        L.append(f"| {p} | {_f(t['rates'][i], 2)} {_iv(t['intervals'][i])} | " +
+                 " | ".join(_f(evs[n]["rates"][i], 2) for n in evs if n != "reference/state") + " |")
+    L += [""]
+    L += ["## Per-task agreement (Kendall [95 % interval])", "",
           "| evaluator | " + " | ".join(results["tasks"]) + " |", "|---|" + "---|" * len(results["tasks"])]
     for n, e in evs.items():
-        cells = [f"{_f(e['per_task'][t]['agreement']['kendall']['value'])} ({_f(e['per_task'][t]['agreement']['kendall']['random_floor'])})"
-                 for t in results["tasks"]]
-        L.append(f"| {n} | " + " | ".join(cells) + " |")
+        if n == "reference/state":
+            continue
+        L.append(f"| {n} | " + " | ".join(format_metric(e["per_task"][t]) for t in results["tasks"]) + " |")
+
     L += ["", "## Repeatability and minimum detectable difference", "",
-          "| evaluator | split-half Spearman (median) | Spearman–Brown corrected | paired MDD (median over pairs) | unpaired MDD | separable pairs |",
-          "|---|---|---|---|---|---|"]
+          "Split-half: Spearman between the rankings of two random halves of the (task, seed) units over 500 splits; "
+          "median and 5–95 % range, raw and Spearman–Brown corrected to the full design. MDD: the smallest success-"
+          f"rate difference detectable at alpha = {results['alpha']:g} (two-sided) with 80 % power; pairs whose "
+          "per-unit differences never vary have no MDD (not estimable), and the design's resolution (1 / units) is "
+          "given instead of a 0.", "",
+          "| evaluator | split-half median [5–95 %] | Spearman–Brown median [5–95 %] | paired MDD (median over pairs) | "
+          "pairs not estimable | unpaired MDD | resolution | separable pairs |", "|---|---|---|---|---|---|---|---|"]
     for n, e in evs.items():
         s, d = e["split_half"], e["detectable"]
-        L.append(f"| {n} | {_f(s.get('median'))} | {_f(s.get('corrected_median'))} | {_f(d.get('paired_mdd_median'))} | "
-                 f"{_f(d.get('unpaired_mdd'))} | {_f(d.get('fraction_separable'), 2)} |")
-    L += ["", "MDD: the smallest success-rate difference between two policies detectable at α = 0.05 with 80 % power "
-          "with this many paired episodes.", ""]
-    L += ["## Agreement as a function of horizon", ""]
-    for n, h in results["horizon"].items():
-        vals = [None if a is None else a["value"] for a in h["kendall_vs_reference_same_horizon"]]
-        L.append(f"- **{n}** Kendall vs simulator truth at the same step: " +
-                 ", ".join(f"h={hh}: {_f(v, 2)}" for hh, v in zip(h["horizons"], vals)))
-        L.append(f"  - breaks (first step below τ = {h['threshold']} after passing): {h['first_break_after_passing']}; "
-                 f"longest failing horizon: {h['longest_failing_horizon']}")
-        vf = h.get("vs_reference_final")
-        if vf:
-            L.append(f"  - vs the simulator's *final* truth: shortest safe horizon {vf['shortest_safe_horizon']}, "
-                     f"break horizon {vf['break_horizon']}")
+        if "error" in s:
+            sh = sb = f"not estimable ({s['error']})"
+        else:
+            sh = f"{_f(s.get('median'))} [{_f(s.get('q05'), 2)}, {_f(s.get('q95'), 2)}]"
+            sb = f"{_f(s.get('corrected_median'))} [{_f(s.get('corrected_q05'), 2)}, {_f(s.get('corrected_q95'), 2)}]"
+        if "error" in d:
+            L.append(f"| {n} | {sh} | {sb} | not estimable ({d['error']}) | | | | |")
+            continue
+        pm = d.get("paired_mdd_median")
+        um = d.get("unpaired_mdd")
+        L.append(f"| {n} | {sh} | {sb} | {_f(pm) if pm is not None else 'not estimable'} | "
+                 f"{d.get('n_pairs_not_estimable', 0)} | {_f(um) if um is not None else 'not estimable'} | "
+                 f"{_f(d.get('resolution'))} | {_f(d.get('fraction_separable'), 2)} |")
+
+    L += ["", "## Horizon as drift", "",
+          "Every episode is cut at H and judged at H; the truth is the simulator's state at step H. Kendall [95 % "
+          "interval]; — = undefined (the truth or the evaluator is constant at H, e.g. nothing has succeeded yet): "
+          "undefined is not broken and not counted either way.", ""]
+    h = results["horizon"]
+    evn = list(next(iter(h["agreement"].values()))["evaluators"])
+    L += ["| H | truth: policies with any success | " + " | ".join(evn) + " |", "|---|---|" + "---|" * len(evn)]
+    for hh in h["horizons"]:
+        a = h["agreement"][hh]
+        tr = h["truth_rates"][hh]
+        L.append(f"| {hh} | {sum(1 for v in tr if v)} / {len(tr)} | " +
+                 " | ".join(format_metric(a["evaluators"][n]) for n in evn) + " |")
+    diffs = {n for hh in h["horizons"] for n in h["agreement"][hh]["differences"]}
+    if diffs:
+        L += ["", "Difference to the action-only baseline at H (Kendall, ✓ = interval above 0):", "",
+              "| H | " + " | ".join(sorted(diffs)) + " |", "|---|" + "---|" * len(diffs)]
+        for hh in h["horizons"]:
+            dd = h["agreement"][hh]["differences"]
+            L.append(f"| {hh} | " + " | ".join(format_difference(dd[n]) if n in dd else "—" for n in sorted(diffs)) + " |")
+    fe = results.get("frame_error") or {}
+    if fe.get("world"):
+        L += ["", f"Open-loop frame error ({fe['n_episodes']} simulator episodes replayed command by command in the "
+              "world; mean absolute pixel error 0–255) against copy-last-frame (the last real frame the world was given, "
+              "here the first):", "", "| H | world | copy-last-frame | ratio [95 %] |", "|---|---|---|---|"]
+        for hh in fe["world"]:
+            L.append(f"| {hh} | {_f(fe['world'][hh], 1)} | {_f(fe['copy_last_frame'][hh], 1)} | "
+                     f"{_f(fe['ratio'][hh], 2)} {_iv(fe['ratio_interval'].get(hh))} |")
+
+    sw = results.get("sweep")
+    L += ["", "## Cost sweep: the cheapest setting that still ranks correctly", ""]
+    if sw:
+        L += [f"World {sw['settings'][0]['world']}, one setting varied at a time, {sw['units']} (task, seed) units, judged "
+              f"by the world's own spec judge against the simulator's truth on the same units. Bar: {sw['bar']}.", "",
+              "| setting | seconds per rollout | judge share | world seconds | Kendall | Spearman | MMRV | bar |",
+              "|---|---|---|---|---|---|---|---|"]
+        for s in sw["settings"]:
+            L.append(f"| {s['setting'].replace('sweep:', '')} | {_f(s['cost_seconds'])} | {_f(s['judge_share'], 3)} | "
+                     f"{_f(s['world_seconds'])} | {format_metric(s['kendall'])} | {format_metric(s['spearman'])} | "
+                     f"{format_metric(s['mmrv'])} | {'holds' if s['bar_holds'] else 'fails'} |")
+        L += ["", f"**Answer:** {sw['answer'].replace('sweep:', '') if sw['answer'] else 'no swept setting holds the bar'}.",
+              "", "Seconds are wall clock, and the settings ran one after another (the default in the main run): on a "
+              "shared machine their ratio carries the load changes between those phases as well as the setting."]
+    else:
+        L.append("Not run (the study runs it with `--sweep NAME=V1,V2,...`).")
+
     L += ["", "## Consistency gate", ""]
     g = results["gate"]
     if g.get("available"):
         L.append(f"Gate: {g['detail']}. Discard rate {_f(g['discard_rate'])}; per policy: " +
                  ", ".join(f"{p}: {_f(v, 2)}" for p, v in g["discard_rate_per_policy"].items()) + ".")
-        L.append("With vs without the gate: compare the `learned+gate/*` rows with the `learned/*` rows above.")
     else:
-        L.append(f"**gate: not available** — {g.get('detail')}. The study runs the learned world with the gate "
-                 "as soon as `kosmos_env.gate.ConsistencyGate` exists; rerun it then.")
-    L += ["", "## Cost per rollout (seconds, mean)", "", "| world | episode | world model | policy | gate | judges |",
+        L.append(f"Gate: {g.get('detail')}.")
+    L += ["", "## Cost per rollout (seconds, mean)", "",
+          "Wall clock per rollout, worlds run one after another on the same machine (see the note under the sweep).", "",
+          "| world | episode | world model | policy | gate | judges |",
           "|---|---|---|---|---|---|"]
     for w, c in results["cost_seconds_per_rollout"].items():
         judges = ", ".join(f"{k[6:]} {_f(v, 4)}" for k, v in c.items() if k.startswith("judge_"))
         L.append(f"| {w} | {_f(c['episode'])} | {_f(c['world'])} | {_f(c['policy'])} | {_f(c.get('gate', 0.0))} | {judges} |")
     L += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(L)
+
+
+def _bar_value(v) -> str:
+    if not v:
+        return "—"
+    parts = []
+    for k, x in v.items():
+        if isinstance(x, list):
+            parts.append(f"{k} {_iv(x)}")
+        elif isinstance(x, float):
+            parts.append(f"{k} {x:.3f}")
+        else:
+            parts.append(f"{k} {x}")
+    return "; ".join(parts)
 
 
 def _jsonable(x):
@@ -195,12 +323,14 @@ def _jsonable(x):
     return x
 
 
-def write_report(results: dict[str, Any], study: dict[str, Any], out_dir) -> dict[str, Path]:
+def write_report(results: dict[str, Any], study: dict[str, Any], out_dir, *, bars: list[dict] | None = None,
+                 registration: dict | None = None) -> dict[str, Path]:
     """Write report.md, study.json (numbers, config, episode rows) and the PNG plots into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     plots = _plots(results, study, out)
-    (out / "report.md").write_text(_markdown(results, study, plots))
-    payload = {"config": study["config"], "results": results, "gate_status": study["gate_status"], "episodes": study["rows"]}
+    (out / "report.md").write_text(_markdown(results, study, plots, bars, registration))
+    payload = {"config": study["config"], "bars": bars, "results": results, "gate_status": study["gate_status"],
+               "episodes": study["rows"], "sweep_episodes": study.get("sweep_rows", [])}
     (out / "study.json").write_text(json.dumps(_jsonable(payload), indent=1))
     return {"report": out / "report.md", "json": out / "study.json", **{p: out / p for p in plots}}

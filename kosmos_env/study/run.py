@@ -1,27 +1,38 @@
-"""Run the study's episodes: every policy × task × seed in the learned world and the simulator.
+"""Run the study's episodes: every policy × task × seed in the world under test, the simulator
+and the baselines, plus the open-loop frame-error replays, the controls and the cost sweep.
 
 Each episode is recorded as a plain row (no frames kept except a few for the report): the
-verdict of every judge at the full horizon and at shorter horizons, the simulator's ground
-truth, and the seconds it cost. Judges:
+verdict of every judge at the full horizon and at each cut horizon H, the simulator's ground
+truth at H, and the seconds it cost. Worlds (the row's ``world`` label):
 
-- ``state`` (simulator only): ground truth from MuJoCo state — the reference;
-- ``robot_log``: the robot-log judge on the world's log (the learned world's is predicted);
-- ``vision``: the frame classifier on the world's frames (the learned world's are generated).
+- ``reference``: the simulator; judges ``state`` (ground truth, the reference), ``robot_log``,
+  ``vision`` and ``action_only``, so judge error and world error can be told apart;
+- ``learned`` (and ``learned+gate``): the world under test (``--world``);
+- ``null``: the null world (:mod:`kosmos_env.worlds.null`: copy the first frame, pose from the
+  commands, nothing ever grasped) through the same policies and judges; its ``action_only``
+  verdicts are the action-only baseline (no world at all);
+- ``control:shuffled`` (with ``control="shuffled"``): the world under test executing another
+  episode's commands permuted in time (:class:`kosmos_env.controls.ShuffledCommandWorld`);
+- ``sweep:NAME=VALUE``: the sweep world at one setting (:mod:`kosmos_env.study.sweep`).
 
-Applying ``robot_log`` and ``vision`` to the simulator too separates judge error from world
-error. Seeds start at ``seed_offset`` (default 100000), far from the training seeds.
+Seeds start at ``seed_offset`` (default 100000), far from the world model's training seeds; a
+(policy, task, seed index) has the same seed, hence the same initial scene, in every world.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
-DEFAULT_POLICIES = ("scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.6", "scripted:skill=0.45",
-                    "scripted:skill=0.3", "random")
-DEFAULT_HORIZONS = (5, 10, 15, 20, 25, 30, 35, 40)
+DEFAULT_POLICIES = (
+    "scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.7", "scripted:skill=0.6", "scripted:skill=0.45",
+    "scripted:skill=0.3", "random",
+    "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=wrong_target,rate=0.5", "deceptive:mode=knock_away,rate=0.7",
+)
+DEFAULT_HORIZONS = (5, 10, 20, 30, 40)
+FRAME_ERROR_SEEDS = 1  # seed indices per (policy, task) replayed open loop for the frame-error table
 
 
 @dataclass
@@ -30,28 +41,65 @@ class StudyConfig:
     reference: str = "Kosmos-Tabletop-v1"
     policies: tuple = DEFAULT_POLICIES
     tasks: tuple | None = None  # None: every task of the suite
-    seeds: int = 10  # per (policy, task)
+    seeds: int = 5  # per (policy, task)
     seed_offset: int = 100000
     horizons: tuple = DEFAULT_HORIZONS
-    gate: bool = True  # also run the learned world with the consistency gate, when it exists
+    gate: bool = False  # also run the world under test with the consistency gate
+    null_world: bool = True
+    control: str | None = None  # "shuffled": the shuffled-command control of the world under test
+    sweep: dict = field(default_factory=dict)  # setting name -> list of values
+    sweep_world: str | None = None  # default: the world under test
+    sweep_seeds: int = 3
     threads: int = 1
     world_kwargs: dict = field(default_factory=dict)
     vision_weights: str | None = None
+    frame_error_seeds: int = FRAME_ERROR_SEEDS
     keep_examples: int = 1  # (policy, task, seed) triples whose frames go in the report
 
     def to_dict(self) -> dict[str, Any]:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(self).items()}
 
 
-def _judges(vision_weights):
+def validate(cfg: StudyConfig) -> None:
+    """Every check that can fail before an episode runs, each one clear line (ValueError)."""
+    from kosmos_env.spec import load_spec
+
+    if cfg.seeds < 2:
+        raise ValueError(f"the study needs at least 2 seeds per (policy, task) for split-half numbers, got {cfg.seeds}")
+    if len(cfg.policies) < 2:
+        raise ValueError("the study ranks policies: give at least 2")
+    ref = load_spec(cfg.reference)
+    if ref.world["type"] != "tabletop":
+        raise ValueError(f"--reference must be a simulator with ground truth (a tabletop env), got {cfg.reference}")
+    world = load_spec(cfg.world)
+    episode = min(ref.horizon, world.horizon)
+    bad = [h for h in cfg.horizons if not 1 <= int(h) <= episode]
+    if bad:
+        raise ValueError(f"horizon(s) {bad} lie outside the episode: {cfg.world} and {cfg.reference} run "
+                         f"{episode} steps, so cut horizons must be 1..{episode}")
+    if cfg.control not in (None, "shuffled"):
+        raise ValueError(f"unknown control {cfg.control!r}; the study knows 'shuffled'")
+    if cfg.sweep:
+        from kosmos_env.study.sweep import validate_sweep
+
+        validate_sweep(cfg.sweep_world or cfg.world, cfg.sweep)
+        if not 2 <= cfg.sweep_seeds <= cfg.seeds:
+            raise ValueError(f"--sweep-seeds must be between 2 and --seeds ({cfg.seeds}), got {cfg.sweep_seeds}")
+    if not 0 <= cfg.frame_error_seeds <= cfg.seeds:
+        raise ValueError(f"frame-error seeds must be between 0 and --seeds ({cfg.seeds})")
+
+
+def _judges(vision_weights, reference_world: dict) -> dict:
     from kosmos_env.judges import make_judge
+    from kosmos_env.judges.action_only import ActionOnlyJudge
     from kosmos_env.judges.vision_frame import FrameVisionJudge
 
-    return {"robot_log": make_judge("robot_log"), "vision": FrameVisionJudge(vision_weights)}
+    return {"robot_log": make_judge("robot_log"), "vision": FrameVisionJudge(vision_weights),
+            "action_only": ActionOnlyJudge.from_world(reference_world)}
 
 
 def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
-    """(final verdicts, verdicts per horizon, judge seconds) for one rollout."""
+    """(final verdicts, verdicts per cut horizon, judge seconds per verdict) for one rollout."""
     final, per_h, seconds = {}, {}, {}
     n = len(rollout.actions)
     for name, judge in judges.items():
@@ -65,7 +113,7 @@ def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
             for r in rolls:
                 try:
                     verdicts.append(judge.judge(r))
-                except ValueError:  # e.g. a log too short to judge: a failure to show anything
+                except ValueError:  # e.g. a log too short to judge: it shows nothing, so no verdict
                     verdicts.append(None)
         seconds[name] = (time.perf_counter() - t0) / len(cuts)
         per_h[name] = {int(h): (None if v is None else bool(v.success)) for h, v in zip(cuts, verdicts)}
@@ -73,40 +121,54 @@ def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
     return final, per_h, seconds
 
 
-def _run_world(env_id: str, cfg: StudyConfig, judges: dict, *, with_gate: bool, is_reference: bool,
-               progress: bool, examples: dict) -> list[dict]:
+def _seed(cfg: StudyConfig, tasks: list, task: str, i: int) -> int:
+    return cfg.seed_offset + tasks.index(task) * 1000 + i
+
+
+def _make_env(env_id: str, *, world_model=None, world_kwargs=None, gate=False, spec_overrides=None):
     import gymnasium
-    from tqdm import tqdm
 
     import kosmos_env  # noqa: F401
+    from kosmos_env.spec import load_spec
+
+    spec = load_spec(env_id)
+    kwargs: dict[str, Any] = {"defer_judging": True, **(spec_overrides or {})}
+    kwargs.setdefault("image_size", (64, 64))
+    if gate:  # the gate clips commands to the workspace exactly as the world does
+        kwargs["gate"] = {"enabled": True, "workspace": spec.world["workspace"]}
+    else:  # a spec's own gate (the tabletop's) would discard the null world's frozen frames
+        kwargs["gate"] = {"enabled": False}
+    if world_model is not None:
+        kwargs["world_model"] = world_model
+    elif world_kwargs:
+        kwargs["world_kwargs"] = dict(world_kwargs)
+    return gymnasium.make(env_id, **kwargs)
+
+
+def _run(label: str, env, cfg: StudyConfig, judges: dict, jobs: list, tasks: list, *, is_reference: bool,
+         progress: bool, examples: dict, before: Callable | None = None, keep_actions: dict | None = None) -> list[dict]:
+    from tqdm import tqdm
+
     from kosmos_env.policies import make_policy, parse_policy_arg
     from kosmos_env.rollouts import run_episode
 
-    kwargs: dict[str, Any] = {"image_size": (64, 64), "defer_judging": True}
-    if with_gate:  # the gate clips commands to the workspace exactly as the world does
-        from kosmos_env.spec import load_spec
-
-        kwargs["gate"] = {"enabled": True, "workspace": load_spec(env_id).world["workspace"]}
-    if not is_reference and cfg.world_kwargs:
-        kwargs["world_kwargs"] = dict(cfg.world_kwargs)
-    env = gymnasium.make(env_id, **kwargs)
-    tasks = list(cfg.tasks) if cfg.tasks else env.unwrapped.task_names
-    label = f"{env_id}{' + gate' if with_gate else ''}"
     rows = []
-    jobs = [(p, t, i) for p in cfg.policies for t in tasks for i in range(cfg.seeds)]
+    t_start = time.perf_counter()
     built = {p: make_policy(n, **kw) for p, (n, kw) in ((p, parse_policy_arg(p)) for p in cfg.policies)}
     try:
         for policy, task, i in tqdm(jobs, desc=f"study: {label}", disable=not progress):
-            seed = cfg.seed_offset + tasks.index(task) * 1000 + i
+            seed = _seed(cfg, tasks, task, i)
+            if before is not None:
+                before(policy, task, i)
             t0 = time.perf_counter()
             result = run_episode(env, built[policy], seed=seed, task=task)
             episode_seconds = time.perf_counter() - t0
             rollout = result.rollout
             final, per_h, judge_seconds = _judge_all(judges, rollout, cfg.horizons)
             row = {
-                "world": env_id, "gate": with_gate, "policy": policy, "task": task, "seed": seed, "repeat": 0,
-                "outcome": result.outcome, "discarded": result.outcome == "discarded", "steps": result.steps,
-                "judges": final, "horizon_judges": per_h, "seconds": {
+                "world": label, "gate": label.endswith("+gate"), "policy": policy, "task": task, "seed": seed,
+                "repeat": 0, "outcome": result.outcome, "discarded": result.outcome == "discarded",
+                "steps": result.steps, "judges": final, "horizon_judges": per_h, "seconds": {
                     "episode": episode_seconds, "world": result.timings.get("world", 0.0),
                     "policy": result.timings.get("policy", 0.0), "gate": result.timings.get("gate", 0.0),
                     **{f"judge_{k}": v for k, v in judge_seconds.items()}},
@@ -117,22 +179,85 @@ def _run_world(env_id: str, cfg: StudyConfig, judges: dict, *, with_gate: bool, 
                 steps_truth = np.asarray(rollout.log.get("gt_success", []), dtype=bool)
                 row["horizon_judges"]["state"] = {int(h): bool(steps_truth[h - 1]) for h in cfg.horizons
                                                   if h <= len(steps_truth)}
+                row["horizon_judges"]["state"][int(result.steps)] = row["judges"]["state"]
+            if keep_actions is not None:
+                keep_actions[(policy, task, i)] = np.asarray(rollout.actions).copy()
             if result.gate is not None:
                 row["gate_verdict"] = result.gate
             key = (policy, task, i)
-            if key in examples.get("keys", ()) and not with_gate:
-                examples.setdefault("frames", {})[(env_id, *key)] = rollout.frames.copy()
+            if key in examples.get("keys", ()) and label in ("reference", "learned", "null"):
+                examples.setdefault("frames", {})[(label, *key)] = rollout.frames.copy()
             rows.append(row)
     finally:
         env.close()
+        if progress:
+            print(f"study: {label}: {len(rows)} episodes in {time.perf_counter() - t_start:.0f} s", flush=True)
     return rows
+
+
+def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -> dict[str, Any]:
+    """Open-loop frame error of the world under test against the simulator at each cut horizon.
+
+    For the first ``cfg.frame_error_seeds`` seed indices of every (policy, task), the simulator's
+    own commands are replayed in both worlds from the same initial scene (no policy in the loop,
+    so the worlds see identical commands); the error at H is the mean absolute pixel difference
+    (0-255) between the two frames after H commands. The baseline is copy-last-frame: the last
+    real frame the world was given, here the first, against the simulator's frame at H.
+    """
+    from tqdm import tqdm
+
+    keys = [k for k in actions if k[2] < cfg.frame_error_seeds]
+    hs = sorted(int(h) for h in cfg.horizons)
+    world_err = {h: [] for h in hs}
+    copy_err = {h: [] for h in hs}
+    if not keys:
+        return {"horizons": hs, "n_episodes": 0}
+    envs = {"reference": _make_env(cfg.reference),
+            "world": _make_env(cfg.world, world_kwargs=cfg.world_kwargs)}
+    try:
+        for policy, task, i in tqdm(keys, desc="study: open-loop frame error", disable=not progress):
+            seed = _seed(cfg, tasks, task, i)
+            frames = {}
+            for name, env in envs.items():
+                obs, _ = env.reset(seed=seed, options={"task": task})
+                seq = [obs["image"]]
+                for a in actions[(policy, task, i)]:
+                    obs, _, term, trunc, _ = env.step(a)
+                    seq.append(obs["image"])
+                    if term or trunc:
+                        break
+                frames[name] = np.asarray(seq, dtype=np.float32)
+            ref, gen = frames["reference"], frames["world"]
+            for h in hs:
+                if h < len(ref) and h < len(gen) and ref.shape[1:] == gen.shape[1:]:
+                    world_err[h].append(float(np.abs(gen[h] - ref[h]).mean()))
+                    copy_err[h].append(float(np.abs(ref[0] - ref[h]).mean()))
+    finally:
+        for env in envs.values():
+            env.close()
+    out: dict[str, Any] = {"horizons": hs, "n_episodes": len(keys), "world": {}, "copy_last_frame": {},
+                           "ratio": {}, "ratio_interval": {}}
+    rng = np.random.default_rng(0)
+    for h in hs:
+        w, c = np.asarray(world_err[h]), np.asarray(copy_err[h])
+        if not len(w):
+            continue
+        out["world"][h] = float(w.mean())
+        out["copy_last_frame"][h] = float(c.mean())
+        out["ratio"][h] = float(w.mean() / c.mean()) if c.mean() > 0 else None
+        idx = rng.integers(0, len(w), size=(1000, len(w)))
+        cm = c[idx].mean(axis=1)
+        ratios = np.where(cm > 0, w[idx].mean(axis=1) / np.where(cm > 0, cm, 1.0), np.nan)
+        ratios = ratios[np.isfinite(ratios)]
+        out["ratio_interval"][h] = [float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))] if len(ratios) else None
+    return out
 
 
 def gate_available() -> tuple[bool, str]:
     """Whether the consistency gate module exists and builds from a minimal spec."""
     try:
         from kosmos_env.gate import ConsistencyGate  # noqa: F401
-    except Exception as exc:  # the gate is written by another issue; absent until it lands
+    except Exception as exc:  # report plainly rather than lose the study
         return False, f"kosmos_env.gate is not importable ({type(exc).__name__}: {exc})"
     try:
         ConsistencyGate.from_spec({"enabled": True})
@@ -142,26 +267,71 @@ def gate_available() -> tuple[bool, str]:
 
 
 def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
-    """Run everything; returns {"config", "rows", "gate_status", "examples", "wall_seconds"}."""
+    """Run everything; returns {"config", "rows", "gate_status", "examples", "frame_error", "wall_seconds"}."""
     import torch
 
-    if cfg.seeds < 2:
-        raise ValueError(f"the study needs at least 2 seeds per (policy, task) for split-half numbers, got {cfg.seeds}")
-    if len(cfg.policies) < 2:
-        raise ValueError("the study ranks policies: give at least 2")
+    from kosmos_env.spec import load_spec
+
+    validate(cfg)
     torch.set_num_threads(max(1, min(2, cfg.threads)))
     t0 = time.perf_counter()
-    judges = _judges(cfg.vision_weights)
-    first_task = (cfg.tasks or ("spoon_on_towel",))[0]
-    examples: dict[str, Any] = {"keys": {(cfg.policies[0], first_task, 0)}}
-    rows = _run_world(cfg.reference, cfg, judges, with_gate=False, is_reference=True, progress=progress, examples=examples)
-    rows += _run_world(cfg.world, cfg, judges, with_gate=False, is_reference=False, progress=progress, examples=examples)
-    ok, why = gate_available() if cfg.gate else (False, "disabled by the study settings (--no-gate)")
+    ref_spec = load_spec(cfg.reference)
+    judges = _judges(cfg.vision_weights, ref_spec.world)
+    probe = _make_env(cfg.reference)
+    all_tasks = probe.unwrapped.task_names
+    probe.close()
+    tasks = list(cfg.tasks) if cfg.tasks else list(all_tasks)
+    unknown = [t for t in tasks if t not in all_tasks]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; tasks: {all_tasks}")
+    jobs = [(p, t, i) for p in cfg.policies for t in tasks for i in range(cfg.seeds)]
+    examples: dict[str, Any] = {"keys": {(cfg.policies[0], tasks[0], 0)}}
+    ref_actions: dict = {}
+    rows = _run("reference", _make_env(cfg.reference), cfg, judges, jobs, tasks, is_reference=True,
+                progress=progress, examples=examples, keep_actions=ref_actions)
+    rows += _run("learned", _make_env(cfg.world, world_kwargs=cfg.world_kwargs), cfg, judges, jobs, tasks,
+                 is_reference=False, progress=progress, examples=examples)
+    if cfg.null_world:
+        from kosmos_env.worlds import make_world
+        from kosmos_env.worlds.null import NullWorld
+
+        spec = load_spec(cfg.reference).with_overrides(image_size=[64, 64])
+        null = NullWorld(make_world(spec), spec.world)
+        rows += _run("null", _make_env(cfg.reference, world_model=null), cfg, judges, jobs, tasks,
+                     is_reference=False, progress=progress, examples=examples)
+    if cfg.control == "shuffled":
+        rows += _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples)
+    ok, why = gate_available() if cfg.gate else (False, "not run (the study runs it with --gate)")
     gate_status = {"available": ok, "detail": why}
     if ok:
         try:
-            rows += _run_world(cfg.world, cfg, judges, with_gate=True, is_reference=False, progress=progress, examples=examples)
+            rows += _run("learned+gate", _make_env(cfg.world, world_kwargs=cfg.world_kwargs, gate=True), cfg, judges,
+                         jobs, tasks, is_reference=False, progress=progress, examples=examples)
         except Exception as exc:  # report it plainly rather than lose the rest of the study
             gate_status = {"available": False, "detail": f"running with the gate failed: {type(exc).__name__}: {exc}"}
-    return {"config": cfg.to_dict(), "rows": rows, "gate_status": gate_status,
-            "examples": examples.get("frames", {}), "wall_seconds": time.perf_counter() - t0}
+    sweep_rows: list[dict] = []
+    if cfg.sweep:
+        from kosmos_env.study.sweep import run_sweep
+
+        sweep_rows = run_sweep(cfg, judges, tasks, progress)
+    frame = frame_errors(cfg, tasks, ref_actions, progress) if cfg.frame_error_seeds else {"n_episodes": 0}
+    return {"config": cfg.to_dict(), "tasks": tasks, "rows": rows, "sweep_rows": sweep_rows, "gate_status": gate_status,
+            "examples": examples.get("frames", {}), "frame_error": frame, "wall_seconds": time.perf_counter() - t0}
+
+
+def _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples) -> list[dict]:
+    """The world under test made to execute another seed's reference commands, permuted in time."""
+    from kosmos_env.controls import ShuffledCommandWorld
+    from kosmos_env.spec import load_spec
+    from kosmos_env.worlds import make_world
+
+    spec = load_spec(cfg.world).with_overrides(image_size=[64, 64])
+    world = ShuffledCommandWorld(make_world(spec, **dict(cfg.world_kwargs)))
+    rng = np.random.default_rng(cfg.seed_offset + 7919)
+
+    def before(policy, task, i):
+        other = ref_actions[(policy, task, (i + 1) % cfg.seeds)]
+        world.set_source(other[rng.permutation(len(other))])
+
+    return _run("control:shuffled", _make_env(cfg.world, world_model=world), cfg, judges, jobs, tasks,
+                is_reference=False, progress=progress, examples=examples, before=before)

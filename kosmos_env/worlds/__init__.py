@@ -25,7 +25,14 @@ WORLD_BACKENDS = {
 
 
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
-    """Build the world named by ``spec.world["type"]``."""
+    """Build the world named by ``spec.world["type"]`` (under ``spec.world["control"]`` when set)."""
+    if spec.world.get("control") is not None:  # a control wraps the world the rest of the spec names
+        from kosmos_env.spec import EnvSpec
+        from kosmos_env.worlds.shuffled import wrap_control
+
+        data = spec.to_dict()
+        control = data["world"].pop("control")
+        return wrap_control(control, make_world(EnvSpec.from_dict(data), **kwargs))
     return resolve_world(spec.world["type"], getattr(spec, "id", "?"))(spec, **kwargs)
 
 

@@ -41,6 +41,11 @@ class TabletopWorld:
     """MuJoCo tabletop implementing :class:`~kosmos_env.worlds.base.WorldModel`."""
 
     frames_per_action = 1
+    # what `kosmos-env study --sweep` may vary (kosmos_env.study.sweep): cost against fidelity
+    sweep_settings = {
+        "image_size": {"spec": "image_size", "help": "square frame size in pixels (rendering cost)"},
+        "physics_dt": {"spec": "world.physics_dt", "help": "MuJoCo step in seconds (physics cost and accuracy)"},
+    }
 
     def __init__(self, spec: Any):
         self.spec = spec

@@ -1,0 +1,237 @@
+"""Agreement with its uncertainty: bootstrap intervals, permutation p-values, baseline differences.
+
+An agreement number (Kendall, Spearman, Pearson, MMRV) between an evaluator's per-policy success
+rates and the truth's says little alone: with few, widely spaced policies a judge that reads only
+the commands already agrees. This module gives each number the three things that can explain it
+away:
+
+- a **bootstrap interval**: resample the (task, seed) units (columns of the policy × unit success
+  matrices) with replacement, jointly for the evaluator, the truth and every baseline (the
+  episodes are paired on the unit), recompute the per-policy rates and the metric;
+- a **permutation p-value against a random ranking**: the share of permutations of the
+  evaluator's per-policy rates across policies whose metric is at least as good as the observed
+  one (exact over all P! orders for P <= 8, else Monte Carlo, with the +1 correction), and the
+  null distribution's (1 - alpha) quantile (alpha for MMRV, where lower is better), which is what
+  a random ranking reaches by luck. The permutation *mean* of a correlation is 0 by symmetry and
+  says nothing about luck;
+- the **difference to a baseline** on the same resamples, signed so that positive means "better
+  than the baseline" (world - baseline for correlations, baseline - world for MMRV), with its
+  interval. The evaluator adds information over the baseline only where that interval excludes 0.
+
+The alpha convention (one for the whole package): intervals are two-sided percentile intervals
+at 1 - alpha; p-values are one-sided (better than random) and compared with alpha; "excludes 0"
+means the two-sided 1 - alpha interval lies strictly above 0. Default alpha = 0.05.
+
+Undefined stays undefined: where a metric is undefined (constant rates), its value, interval and
+p-value are None with the reason; resamples where it is undefined are counted, never scored as 0.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from kosmos_env.stats.agreement import HIGHER_IS_BETTER, METRICS, _kernel, _mmrv_rows, measure_agreement, rowwise
+
+ALPHA = 0.05
+EXACT_PERMUTATION_MAX_P = 8
+MIN_DEFINED_SHARE = 0.5  # an interval from fewer defined resamples than this is "not estimable"
+
+
+def alpha_convention(alpha: float = ALPHA) -> str:
+    """The one sentence every report prints next to a decision."""
+    return (f"alpha = {alpha:g}: intervals are two-sided {100 * (1 - alpha):g} % percentile bootstrap intervals over "
+            f"(task, seed) units; p-values are one-sided permutation p-values against a random ranking, significant "
+            f"when <= {alpha:g}; a difference counts only when its {100 * (1 - alpha):g} % interval excludes 0")
+
+
+def _rates(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Per-policy means over resampled columns: (P, U) matrix, (B, U) index -> (B, P); NaN where a
+    policy has no decided episode in the resample."""
+    sub = matrix[:, idx]  # (P, B, U)
+    ok = ~np.isnan(sub)
+    cnt = ok.sum(axis=2)
+    tot = np.where(ok, sub, 0.0).sum(axis=2)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = tot / cnt
+    return np.where(cnt > 0, out, np.nan).T
+
+
+def _paired_metric(metric: str, E: np.ndarray, R: np.ndarray) -> np.ndarray:
+    """``metric`` between matching rows of E and R (B, P); NaN where undefined or a rate is missing."""
+    bad = np.isnan(E).any(axis=1) | np.isnan(R).any(axis=1)
+    E0, R0 = np.nan_to_num(E), np.nan_to_num(R)
+    if metric == "mmrv":
+        out = np.array([_mmrv_rows(E0[i:i + 1], R0[i], "reference", "greater")[0] for i in range(len(E0))])
+    else:
+        out = rowwise(metric, E0, R0)
+    return np.where(bad, np.nan, out)
+
+
+def permutation_test(evaluator: Sequence[float], reference: Sequence[float], metric: str, *, alpha: float = ALPHA,
+                     n_perm: int = 10_000, seed: int = 0) -> dict:
+    """One-sided permutation p-value of ``metric`` against a random ranking, and the null quantile.
+
+    Returns {"p_value", "null_quantile", "null_mean", "method"}; p_value None where the observed
+    metric is undefined. Permutations where the metric is undefined count as not extreme.
+    """
+    e = np.asarray(evaluator, dtype=float)
+    r = np.asarray(reference, dtype=float)
+    obs = measure_agreement(e, r, metric, floor=False).value
+    kern = _kernel(metric)
+    n = e.size
+    if n <= EXACT_PERMUTATION_MAX_P:
+        perms = np.array(list(itertools.permutations(range(n))), dtype=np.intp)
+        method, plus = "exact", 0
+    else:
+        rng = np.random.default_rng(seed)
+        perms = rng.permuted(np.tile(np.arange(n), (n_perm, 1)), axis=1)
+        method, plus = f"monte-carlo({n_perm}, seed={seed})", 1
+    vals = np.concatenate([kern(e[perms[i:i + 4096]], r) for i in range(0, len(perms), 4096)])
+    defined = vals[~np.isnan(vals)]
+    higher = HIGHER_IS_BETTER[metric]
+    q = None
+    if defined.size:
+        q = float(np.quantile(defined, 1 - alpha if higher else alpha))
+    p = None
+    if obs is not None:
+        tol = 1e-12
+        extreme = (vals >= obs - tol) if higher else (vals <= obs + tol)
+        extreme &= ~np.isnan(vals)
+        p = float((extreme.sum() + plus) / (len(vals) + plus))
+    return {"p_value": p, "null_quantile": q, "null_mean": float(defined.mean()) if defined.size else None,
+            "method": method}
+
+
+def _interval(values: np.ndarray, alpha: float) -> tuple[list[float] | None, float, str | None]:
+    defined = values[~np.isnan(values)]
+    share = defined.size / values.size if values.size else 0.0
+    if share < MIN_DEFINED_SHARE:
+        return None, share, (f"not estimable: the metric is undefined in {100 * (1 - share):.0f} % of the "
+                             f"bootstrap resamples")
+    lo, hi = np.quantile(defined, [alpha / 2, 1 - alpha / 2])
+    return [float(lo), float(hi)], share, None
+
+
+def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarray, *,
+                          baselines: Sequence[str] = (), metrics: Sequence[str] = METRICS, alpha: float = ALPHA,
+                          n_boot: int = 1000, n_perm: int = 10_000, seed: int = 0) -> dict:
+    """Every evaluator's agreement with the truth, with interval and p-value, and its difference
+    to each named baseline (itself one of ``evaluators``).
+
+    ``evaluators`` maps a name to a (policies × units) success matrix (NaN: undecided or
+    missing); ``truth`` is the truth's matrix on the same policies and units (same column order).
+    Returns {"alpha", "convention", "n_units", "n_boot", "evaluators": {name: {metric: {...}}},
+    "differences": {name: {baseline: {metric: {...}}}}}.
+    """
+    T = np.asarray(truth, dtype=float)
+    if T.ndim != 2 or T.shape[1] < 2:
+        raise ValueError(f"truth must be a (policies x units) matrix with >= 2 units, got shape {T.shape}")
+    mats = {k: np.asarray(v, dtype=float) for k, v in evaluators.items()}
+    for k, v in mats.items():
+        if v.shape != T.shape:
+            raise ValueError(f"evaluator {k!r} has shape {v.shape}, the truth {T.shape}: they must pair up")
+    for b in baselines:
+        if b not in mats:
+            raise ValueError(f"baseline {b!r} is not one of the evaluators {sorted(mats)}")
+    unknown = [m for m in metrics if m not in METRICS]
+    if unknown:
+        raise ValueError(f"unknown metric(s) {unknown}; choose from {METRICS}")
+    P, U = T.shape
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, U, size=(n_boot, U))
+    all_idx = np.arange(U)[None]
+    truth_obs = _rates(T, all_idx)[0]
+    truth_boot = _rates(T, idx)
+    boot: dict[str, dict[str, np.ndarray]] = {}
+    out: dict = {"alpha": alpha, "convention": alpha_convention(alpha), "n_units": U, "n_boot": n_boot,
+                 "evaluators": {}, "differences": {}}
+    for name, M in mats.items():
+        obs = _rates(M, all_idx)[0]
+        e_boot = _rates(M, idx)
+        boot[name] = {}
+        entry = {"rates": [None if np.isnan(x) else float(x) for x in obs]}
+        for metric in metrics:
+            ok = ~np.isnan(obs) & ~np.isnan(truth_obs)
+            if ok.sum() < 2:
+                entry[metric] = {"value": None, "interval": None, "p_value": None, "null_quantile": None,
+                                 "reason": "fewer than 2 policies with decided episodes"}
+                boot[name][metric] = np.full(n_boot, np.nan)
+                continue
+            a = measure_agreement(obs[ok], truth_obs[ok], metric, floor=False)
+            vals = _paired_metric(metric, e_boot[:, ok], truth_boot[:, ok])
+            boot[name][metric] = vals
+            iv, share, why = _interval(vals, alpha) if a.value is not None else (None, 0.0, a.reason)
+            perm = permutation_test(obs[ok], truth_obs[ok], metric, alpha=alpha, n_perm=n_perm, seed=seed)
+            entry[metric] = {"value": a.value, "interval": iv, "defined_share": share, "p_value": perm["p_value"],
+                             "null_quantile": perm["null_quantile"], "null_mean": perm["null_mean"],
+                             "permutation": perm["method"], "reason": a.reason or why,
+                             "n_policies": int(ok.sum())}
+        out["evaluators"][name] = entry
+    for name in mats:
+        for b in baselines:
+            if b == name:
+                continue
+            d: dict = {}
+            for metric in metrics:
+                sign = 1.0 if HIGHER_IS_BETTER[metric] else -1.0
+                ev, bv = out["evaluators"][name][metric]["value"], out["evaluators"][b][metric]["value"]
+                if ev is None or bv is None:
+                    d[metric] = {"estimate": None, "interval": None, "excludes_zero": False,
+                                 "reason": "undefined for the evaluator or the baseline"}
+                    continue
+                diffs = sign * (boot[name][metric] - boot[b][metric]) + 0.0
+                iv, share, why = _interval(diffs, alpha)
+                iv = None if iv is None else [x + 0.0 for x in iv]  # no "-0.00"
+                d[metric] = {"estimate": sign * (ev - bv) + 0.0, "interval": iv, "defined_share": share,
+                             "excludes_zero": bool(iv is not None and iv[0] > 0), "reason": why}
+            out["differences"].setdefault(name, {})[b] = d
+    return out
+
+
+def aligned_matrix(rows: Sequence[Mapping], policies: Sequence[str], units: Sequence[tuple]) -> np.ndarray:
+    """(policies × units) success matrix from rows with ``policy``, ``task``, ``seed`` and ``success``
+    (True/False/None); ``units`` are (task, seed) pairs. Missing or undecided cells are NaN; a
+    duplicate (policy, task, seed) is a ValueError."""
+    pi = {p: i for i, p in enumerate(policies)}
+    ui = {u: j for j, u in enumerate(units)}
+    m = np.full((len(policies), len(units)), np.nan)
+    seen = set()
+    for r in rows:
+        key = (r["policy"], (r["task"], r["seed"]))
+        if key in seen:
+            raise ValueError(f"duplicate episode for {key}")
+        seen.add(key)
+        i, j = pi.get(r["policy"]), ui.get((r["task"], r["seed"]))
+        if i is None or j is None or r["success"] is None:
+            continue
+        m[i, j] = float(bool(r["success"]))
+    return m
+
+
+def format_metric(entry: Mapping, digits: int = 2) -> str:
+    """"0.93 [0.81, 1.00] p=0.001 (null q 0.42)" or "— (reason)"."""
+    v = entry.get("value")
+    if v is None:
+        return "—"
+    iv = entry.get("interval")
+    s = f"{v:.{digits}f}"
+    s += f" [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]" if iv else " [n.e.]"
+    p = entry.get("p_value")
+    if p is not None:
+        s += f" p={p:.3g}" if p >= 0.001 else " p<0.001"
+    return s
+
+
+def format_difference(entry: Mapping, digits: int = 2) -> str:
+    if entry.get("estimate") is None:
+        return "—"
+    iv = entry.get("interval")
+    s = f"{entry['estimate']:+.{digits}f}"
+    s += f" [{iv[0]:+.{digits}f}, {iv[1]:+.{digits}f}]" if iv else " [n.e.]"
+    return s + (" ✓" if entry.get("excludes_zero") else "")
+
+
+__all__ = ["ALPHA", "alpha_convention", "agreement_uncertainty", "permutation_test", "aligned_matrix",
+           "format_metric", "format_difference"]
