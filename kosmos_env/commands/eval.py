@@ -95,11 +95,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
           f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
           f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s) -> {args.out}", file=sys.stderr)
-    results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv, progress=not args.no_progress)
-    if args.wandb:  # after the campaign, from the bundle: workers in other processes need no W&B handle
-        from kosmos_env.publish.wandb_logger import log_bundle
+    feed = None
+    if args.wandb:  # episodes go to W&B as the ledger records them; workers in other processes need no handle
+        from kosmos_env.publish.wandb_logger import LedgerFeed
 
-        print(f"W&B run: {log_bundle(args.out, project=args.wandb)}", file=sys.stderr)
+        feed = LedgerFeed(args.out, project=args.wandb)
+    try:
+        results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv,
+                               progress=not args.no_progress, on_progress=feed.poll if feed else None)
+    except BaseException:
+        if feed is not None:
+            feed.finish()
+        raise
+    if feed is not None:
+        print(f"W&B run: {feed.finish(results)}", file=sys.stderr)
+    _say_if_cancelled(args.out, results)
     if args.json:
         print(json.dumps(results["aggregated"], indent=1))
         return 0
@@ -111,3 +121,17 @@ def run(args: argparse.Namespace) -> int:
     print(format_cost(results["aggregated"]["cost"]))
     print(f"results: {args.out}/results.json, episodes.parquet, manifest.json")
     return 0 if camp["complete"] else 1
+
+
+def _say_if_cancelled(out: str, results: dict) -> None:
+    """A campaign stopped by a cancel request (``kosmos-env serve``'s cancel control) says how to resume."""
+    import os
+
+    from kosmos_env.campaign.control import control_state
+    from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+
+    with Ledger(os.path.join(out, LEDGER_NAME), create=False) as ledger:
+        state = control_state(ledger)
+    if state and state["action"] == "cancel" and not results["campaign"]["complete"]:
+        print(f"campaign cancelled (by {state['by']}) after {len(results['per_episode'])}/"
+              f"{results['campaign']['planned']} episodes; rerun the same command to resume", file=sys.stderr)
