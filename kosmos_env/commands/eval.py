@@ -52,8 +52,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print results.json's aggregated section as JSON instead of a table")
     p.add_argument("--wandb", nargs="?", const="kosmos-env", default=None, metavar="PROJECT",
-                   help="log the spec, an episode table, sampled rollout videos and per-policy summaries to W&B "
-                        "(project PROJECT, default kosmos-env; honours WANDB_MODE=offline)")
+                   help="log the spec, each episode as it finishes (with running success rates), sampled rollout "
+                        "videos, the episode table and per-policy summaries to W&B (project PROJECT, default "
+                        "kosmos-env; honours WANDB_MODE=offline)")
     p.set_defaults(func=run)
 
 

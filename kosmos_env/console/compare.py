@@ -53,7 +53,7 @@ def compare_campaigns(a: cz.CampaignRef, b: cz.CampaignRef, n_boot: int = 2000, 
     for ref, s in ((a, sa), (b, sb)):
         rank = cz.ranking_so_far(s)
         svg = interval_chart([(r["policy"], r["rate"], *(r["wilson"] or (None, None))) for r in rank],
-                             xlabel="success rate (Wilson 95%)", width=540, label_width=180,
+                             xlabel="success rate (Wilson 95%)", width=560, label_width=200,
                              title=f"ranking of {ref.name}")
         sides.append({"key": ref.key, "s": s, "state": s.state(), "svg": svg})
     return {"a": sa, "b": sb, "sides": sides, "rows": rows}

@@ -47,8 +47,8 @@ def _ticks(lo: float, hi: float, integer: bool, n: int = 5) -> list[float]:
     return out
 
 
-def interval_chart(rows: Sequence[tuple], *, lo: float = 0.0, hi: float = 1.0, width: int = 720,
-                   label_width: int = 230, xlabel: str = "", zero: float | None = None, title: str = "",
+def interval_chart(rows: Sequence[tuple], *, lo: float = 0.0, hi: float = 1.0, width: int = 800,
+                   label_width: int = 300, xlabel: str = "", zero: float | None = None, title: str = "",
                    band_label: str = "", point_label: str = "") -> str:
     """One row per item: ``(label, estimate, lower, upper[, band_lo, band_hi])``.
 
@@ -57,7 +57,7 @@ def interval_chart(rows: Sequence[tuple], *, lo: float = 0.0, hi: float = 1.0, w
     Values outside [lo, hi] are clipped to the axis.
     """
     row_h, top, bottom = 26, 26 if (band_label or point_label) else 8, 34
-    plot_w = width - label_width - 110
+    plot_w = width - label_width - 140
     height = top + bottom + row_h * max(1, len(rows))
 
     def x(v: float) -> float:
@@ -92,7 +92,7 @@ def interval_chart(rows: Sequence[tuple], *, lo: float = 0.0, hi: float = 1.0, w
         band = row[4:6] if len(row) >= 6 else None
         y = top + row_h * i + row_h / 2
         out.append(f'<text x="{label_width - 8}" y="{_f(y + 4)}" text-anchor="end" fill="#1d2433">'
-                   f"<title>{_e(label)}</title>{_e(_short(str(label)))}</text>")
+                   f"<title>{_e(label)}</title>{_e(_short(str(label), label_width // 7))}</text>")
         if band and _finite(band[0]) and _finite(band[1]):
             out.append(f'<rect x="{_f(x(band[0]))}" y="{_f(y - 8)}" width="{_f(max(1.0, x(band[1]) - x(band[0])))}" '
                        f'height="16" fill="#dddddd"/>')
@@ -103,7 +103,7 @@ def interval_chart(rows: Sequence[tuple], *, lo: float = 0.0, hi: float = 1.0, w
                        f'x2="{_f(x(up))}" y2="{_f(y + 5)}" stroke="#1d2433"/>')
         if _finite(est):
             out.append(f'<circle cx="{_f(x(est))}" cy="{_f(y)}" r="5" fill="{PALETTE[0]}"/>')
-            text = f"{est:.3g}" + (f" [{low:.3g}, {up:.3g}]" if _finite(low) and _finite(up) else "")
+            text = f"{est:.2f}" + (f" [{low:.2f}, {up:.2f}]" if _finite(low) and _finite(up) else "")
         else:
             text = "n/a"
         out.append(f'<text x="{label_width + plot_w + 8}" y="{_f(y + 4)}" fill="#1d2433">{_e(text)}</text>')
