@@ -212,3 +212,44 @@ def test_wandb_feed_logs_episodes_while_the_campaign_runs(tmp_path, monkeypatch)
     assert len(feed.logged) == config.n_episodes
     table, = (Path(run_dir) / "files" / "media" / "table").glob("episodes_*.table.json")
     assert len(json.loads(table.read_text())["data"]) == config.n_episodes
+
+
+def test_static_report_has_the_analysis_section(finished, tmp_path):
+    from kosmos_env.report.render import write_report
+
+    shutil.copytree(finished, tmp_path / "a")
+    paths = write_report(tmp_path / "a", thumbnails=False)
+    html = paths["html"].read_text()
+    assert 'id="analysis"' in html and "Split-half repeatability" in html and "Minimum detectable difference" in html
+    assert "<svg" in html and "<script" not in html  # plots inline, still no script
+    assert "Statistical analysis" in paths["markdown"].read_text()
+
+
+def test_live_numbers_come_from_the_ledger(tmp_path):
+    import os
+    import socket
+
+    _planned_ledger(tmp_path / "c1", seeds=3)  # 2 policies x 3 seeds = 6 episodes
+    path = tmp_path / "c1" / "ledger.sqlite"
+    timings = json.dumps({"policy": 1.0, "world": 2.0, "gate": 0.0, "judge": 1.0, "io": 0.0, "total": 4.0})
+    with Ledger(path, create=False) as ledger:
+        ledger.set_meta("price_table", json.dumps({"accelerator_per_hour": {"cpu": 3.6}}))
+        ledger.start_run(f"{socket.gethostname()}:{os.getpid()}:main", "in-process", 1, [])
+        now = time.time()  # episodes finished during this run (after its start)
+        with ledger.transaction() as conn:
+            ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
+            for o, outcome in zip(ords[:3], ("success", "failure", "discarded")):
+                conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, timings = ?, finished = ? "
+                             "WHERE ord = ?", (outcome, {"success": 1, "failure": 0}.get(outcome), timings, now, o))
+            conn.execute("UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ? WHERE ord = ?",
+                         (f"{socket.gethostname()}:{os.getpid()}:w0", now + 60, ords[3]))
+    d = _client(tmp_path).get(f"/c/{folder_key(tmp_path / 'c1')}/live.json").json()
+    assert d["state"] == "running" and d["queue"] == {"pending": 2, "leased": 1, "done": 3}
+    assert d["outcomes"]["discarded"] == 1 and d["timed"] == 3
+    assert d["seconds_per_rollout"]["world"] == pytest.approx(2.0) and d["seconds_per_rollout"]["overhead"] == 0.0
+    money = d["money"]  # 3 rollouts x 4 s x 0.001 per s; the judge holds 1 s of each 4
+    assert money["total"] == pytest.approx(0.012) and money["judge_share"] == pytest.approx(0.25)
+    assert d["rollouts_per_hour"] > 0 and d["eta_seconds"] > 0
+    top = d["ranking"][0]
+    assert top["policy"] == "scripted:skill=1.0" and top["successes"] == 1 and top["decided"] == 1
+    assert 0 < top["wilson"][0] < 1 == top["wilson"][1]
