@@ -59,7 +59,9 @@ def test_pages_of_a_finished_campaign_read_only(finished, tmp_path):
     ledger = root / "a" / "ledger.sqlite"
     before = _digest(ledger)
     key = folder_key(root / "a")
-    c = _client(root)
+    reference = tmp_path / "reference.csv"
+    reference.write_text("task,policy,reference\ncarrot_on_plate,scripted:skill=1.0,0.9\ncarrot_on_plate,random,0.1\n")
+    c = _client(root, reference=reference)
     page = c.get("/")
     assert page.status_code == 200 and f'data-key="{key}"' in page.text
     assert "Kosmos-Tabletop-v1" in page.text and "scripted:skill=1.0" in page.text
@@ -80,6 +82,7 @@ def test_pages_of_a_finished_campaign_read_only(finished, tmp_path):
     assert "Gate verdict per world call" in ep.text and 'id="provenance"' in ep.text
     an = c.get(f"/c/{key}/analysis")
     assert an.status_code == 200 and "Split-half repeatability" in an.text and "<svg" in an.text
+    assert "Agreement with the reference" in an.text and "reference.csv" in an.text
     assert _digest(ledger) == before, "serving pages changed the ledger"
 
 

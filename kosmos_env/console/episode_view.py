@@ -7,7 +7,6 @@ file-system path. Arrays are read with ``allow_pickle=False``.
 """
 from __future__ import annotations
 
-import hashlib
 import re
 from pathlib import Path
 from typing import Any
@@ -183,7 +182,3 @@ def provenance(ep: dict, config: dict) -> list[tuple[str, str]]:
         ("judge (this episode)", f"{j.get('judge') or ep.get('judge') or '-'}; model {j.get('model_id') or '-'}"),
         ("episode id", str(ep.get("episode_id"))),
     ]
-
-
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
