@@ -35,7 +35,7 @@ ARTIFACTS = ROOT / "test-artifacts"
 TOKEN = "browser-test-token-0123456789"
 SLOW = "tests.test_campaign_support:SlowScripted"
 FUSION = '{"type": "fusion", "judges": ["state", "robot_log"]}'
-SEEDS = 4  # the live campaign: 2 policies x 1 task x SEEDS episodes
+SEEDS = 4  # the live campaign: 2 policies x 1 task x SEEDS episodes, >= 1.6 s each (40 steps x 0.04 s)
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
@@ -44,7 +44,7 @@ pytestmark = [pytest.mark.slow,
 def _live_argv(out: Path) -> list[str]:
     return ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--seeds", str(SEEDS), "--image-size",
             "64", "64", "--no-video", "--no-progress", "--out", str(out),
-            "--policy", f"{SLOW}:delay=0.01,skill=1.0", "--policy", f"{SLOW}:delay=0.01,skill=0.3"]
+            "--policy", f"{SLOW}:delay=0.04,skill=1.0", "--policy", f"{SLOW}:delay=0.04,skill=0.3"]
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import json
 import os
 import socket
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -259,14 +260,7 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         rate = n_recent / elapsed * 3600.0 if n_recent else None
         remaining = s.planned - s.done
         eta = remaining / rate * 3600.0 if rate and remaining and s.running else None
-        stages = {k: 0.0 for k in (*STAGES, "total")}
-        n_timed = 0
-        sql = ("SELECT COUNT(*) AS n, " + ", ".join(f"SUM(json_extract(timings, '$.{k}')) AS {k}" for k in stages)
-               + " FROM episodes WHERE status = 'done' AND timings IS NOT NULL")
-        row = conn.execute(sql).fetchone()
-        n_timed = row["n"] or 0
-        for k in stages:
-            stages[k] = float(row[k] or 0.0)
+        n_timed, stages = _stage_sums(ref, conn)
         stages["overhead"] = max(0.0, stages["total"] - sum(stages[k] for k in STAGES))
         per_rollout = {k: (v / n_timed if n_timed else None) for k, v in stages.items()}
         money = _money(stages, s.price_table)
@@ -282,6 +276,41 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         }
     finally:
         conn.close()
+
+
+_STAGE_CACHE: dict[str, tuple[int, float, int, dict[str, float]]] = {}
+_STAGE_LOCK = threading.Lock()
+
+
+def _stage_sums(ref: CampaignRef, conn: sqlite3.Connection) -> tuple[int, dict[str, float]]:
+    """(timed episodes, seconds per stage summed over them), updated incrementally.
+
+    Decoding every episode's timings on each live tick would cost a large campaign's console
+    a core; instead the sums are kept per ledger and only episodes finished after the last
+    tick are added. If the counts do not add up (an episode recorded with an older timestamp,
+    e.g. from another host's clock), everything is summed again.
+    """
+    keys = (*STAGES, "total")
+    cols = ", ".join(f"SUM(json_extract(timings, '$.{k}')) AS {k}" for k in keys)
+    base = "FROM episodes WHERE status = 'done' AND timings IS NOT NULL"
+    n_all, last = conn.execute(f"SELECT COUNT(*), MAX(finished) {base}").fetchone()
+    last = last or 0.0
+    with _STAGE_LOCK:
+        cached = _STAGE_CACHE.get(ref.key)
+    if cached and cached[0] == n_all and cached[1] == last:
+        return n_all, dict(cached[3])
+    if cached and cached[0] < n_all:
+        row = conn.execute(f"SELECT COUNT(*) AS n, {cols} {base} AND finished > ?", (cached[1],)).fetchone()
+        if cached[2] + (row["n"] or 0) == n_all:
+            sums = {k: cached[3][k] + float(row[k] or 0.0) for k in keys}
+            with _STAGE_LOCK:
+                _STAGE_CACHE[ref.key] = (n_all, last, n_all, sums)
+            return n_all, dict(sums)
+    row = conn.execute(f"SELECT COUNT(*) AS n, {cols} {base}").fetchone()
+    sums = {k: float(row[k] or 0.0) for k in keys}
+    with _STAGE_LOCK:
+        _STAGE_CACHE[ref.key] = (row["n"], last, row["n"], sums)
+    return row["n"], dict(sums)
 
 
 def _money(stages: dict[str, float], table: dict | None) -> dict[str, Any] | None:
