@@ -240,11 +240,30 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                           percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
                           queue_states=LIVE_QUEUE, stages=LIVE_STAGES)
 
+    live_cache: dict[str, tuple[tuple, float, dict]] = {}
+
+    def ledger_signature(ref: cz.CampaignRef) -> tuple:
+        sig = []
+        for suffix in ("", "-wal"):
+            try:
+                st = (ref.path / (cz.LEDGER_NAME + suffix)).stat()
+                sig.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                sig.append(None)
+        return tuple(sig)
+
     def live(ref: cz.CampaignRef) -> dict:
+        """The live numbers, shared by every client of this campaign: recomputed when the ledger's
+        files changed, and at least every 5 s (a worker that died changes nothing on disk)."""
+        sig, now = ledger_signature(ref), time.monotonic()
+        cached = live_cache.get(ref.key)
+        if cached and cached[0] == sig and now - cached[1] < 5.0:
+            return cached[2]
         d = cz.live_stats(ref)
         if d["queue"]["done"] == d["planned"] and d["planned"]:
             verification = con.verifier.status(ref, d["queue"]["done"])[0]
             d["state"] = "failed verification" if verification == "failed" else "finished"
+        live_cache[ref.key] = (sig, now, d)
         return d
 
     @app.get("/c/{key}/live.json")
@@ -269,8 +288,8 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             while not await request.is_disconnected():
                 try:
                     d = await run_in_threadpool(live, ref)
-                    d.pop("now", None)
-                    text = json.dumps(d, sort_keys=True, allow_nan=False, default=str)
+                    text = json.dumps({k: v for k, v in d.items() if k != "now"}, sort_keys=True, allow_nan=False,
+                                      default=str)
                 except (cz.CampaignError, ValueError) as exc:
                     text = json.dumps({"error": str(exc)})
                 if text != last:

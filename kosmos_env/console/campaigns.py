@@ -10,6 +10,7 @@ A campaign is named in URLs by a short hash of its resolved path, never by the p
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -165,19 +166,25 @@ class Summary:
 
     def success_so_far(self) -> dict[str, dict[str, Any]]:
         """Per policy: successes, decided, rate and its Wilson 95% interval so far."""
-        from kosmos_env.stats.intervals import wilson
-
         out = {}
         for p in self.policies:
             c = self.per_policy.get(p, {})
             k, decided = c.get("success", 0), c.get("success", 0) + c.get("failure", 0)
             n = sum(c.values())
-            ci = wilson(k, decided) if decided else None
+            ci = _wilson(k, decided) if decided else None
             out[p] = {"successes": k, "decided": decided, "done": n,
                       "rate": k / decided if decided else None,
                       "wilson": [ci.lower, ci.upper] if ci is not None else None,
                       "undecided": n - decided}
         return out
+
+
+@functools.lru_cache(maxsize=4096)
+def _wilson(k: int, n: int):
+    """Wilson 95% interval, memoised: the live view asks for the same few (k, n) every tick."""
+    from kosmos_env.stats.intervals import wilson
+
+    return wilson(k, n)
 
 
 def read_summary(ref: CampaignRef, conn: sqlite3.Connection | None = None) -> Summary:
