@@ -9,7 +9,7 @@ import sys
 # subcommand modules under kosmos_env.commands, in the order `--help` lists them
 COMMANDS = [
     # run and inspect campaigns
-    "eval", "verify", "report", "analyze", "compare", "rollout",
+    "eval", "verify", "report", "analyze", "compare", "rollout", "serve",
     # studies, publishing, leaderboard
     "register", "publish", "leaderboard",
     # the evaluator itself: gate, learned world, judges

@@ -19,6 +19,7 @@ class EpisodeResult:
     gate: dict[str, Any] | None = None
     ground_truth: dict[str, Any] | None = None
     rollout: Any = None
+    gate_calls: list[dict[str, Any]] = field(default_factory=list)  # one short verdict per world call
 
 
 def run_episode(env, policy, seed: int, task: str | None = None) -> EpisodeResult:
@@ -37,6 +38,7 @@ def run_episode(env, policy, seed: int, task: str | None = None) -> EpisodeResul
     pending: list[np.ndarray] = []
     steps = 0
     info: dict[str, Any] = {}
+    gate_calls: list[dict[str, Any]] = []
     done = False
     while not done:
         if not pending:
@@ -51,6 +53,10 @@ def run_episode(env, policy, seed: int, task: str | None = None) -> EpisodeResul
         obs, _, terminated, truncated, info = env.step(action[0] if chunk == 1 else action)
         for key, seconds in base.last_step_timings.items():
             timings[key] = timings.get(key, 0.0) + seconds
+        if info.get("gate") is not None:
+            g = info["gate"]
+            gate_calls.append({"step": steps, "passed": bool(g.get("passed")), "score": float(g.get("score", 0.0)),
+                               "check": g.get("check", ""), "reason": g.get("reason", "")})
         steps += 1
         done = terminated or truncated
     return EpisodeResult(
@@ -61,4 +67,5 @@ def run_episode(env, policy, seed: int, task: str | None = None) -> EpisodeResul
         gate=info.get("gate"),
         ground_truth=info.get("ground_truth"),
         rollout=base.rollout(),
+        gate_calls=gate_calls,
     )

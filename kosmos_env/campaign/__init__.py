@@ -6,7 +6,9 @@
 - :mod:`worker` and :mod:`executors`: warm workers taking episodes by lease, in process or in a pool;
 - :mod:`cost`, :mod:`progress`: where time and money go, and a progress bar;
 - :mod:`bundle`: results.json, episodes.parquet, manifest.json; :mod:`verify`: recheck a folder;
-- :mod:`runner`: run or resume a campaign end to end.
+- :mod:`runner`: run or resume a campaign end to end;
+- :mod:`control`: a cooperative cancel recorded in the ledger; :mod:`readonly`: read a live ledger
+  without writing to it (the console).
 """
 from __future__ import annotations
 

@@ -45,6 +45,7 @@ import time
 import traceback
 from typing import Any, Callable, Mapping
 
+from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.executor_base import CampaignJob, Executor, WorkerFailed
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger, make_owner
@@ -261,7 +262,7 @@ class _Dispatcher:
             self._dispatch()
             if not self.in_flight:
                 counts = self.ledger.counts()
-                if counts["pending"] == 0 and counts["leased"] == 0:
+                if (counts["pending"] == 0 and counts["leased"] == 0) or cancel_requested(self.ledger):
                     return
                 if not s.wait_for_others:
                     return
@@ -280,6 +281,8 @@ class _Dispatcher:
 
     def _dispatch(self) -> None:
         s = self.settings
+        if cancel_requested(self.ledger):  # cancelled: in-flight episodes finish, nothing new starts
+            return
         for slot in sorted(self.idle):
             key = self.ledger.claim(self.owners[slot], s.lease_seconds, s.max_attempts)
             if key is None:

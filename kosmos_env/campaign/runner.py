@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from kosmos_env.campaign.bundle import write_bundle
+from kosmos_env.campaign.control import clear_cancel
 from kosmos_env.campaign.cost import PriceTable
 from kosmos_env.campaign.design import CampaignConfig
 from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecutor
@@ -35,8 +36,12 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
 
 def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
                  settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
-                 argv: Sequence[str] | None = None, progress: bool = True) -> dict[str, Any]:
+                 argv: Sequence[str] | None = None, progress: bool = True,
+                 on_progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
+
+    ``on_progress()`` is called whenever the progress display refreshes (after each episode
+    in process, a few times a second with a pool): e.g. logging finished episodes to W&B.
 
     The bundle is rewritten at the end even if the executor failed (then the error is raised
     after it), so what finished is always visible.
@@ -45,10 +50,13 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
     executor = executor or InProcessExecutor()
     open_campaign(config, out_dir, price_table)
     with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
-        run_id = ledger.start_run(make_owner("main"), executor.name, executor.workers, argv)
+        owner = make_owner("main")
+        clear_cancel(ledger, owner)  # rerunning a cancelled campaign resumes it
+        run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
     monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
     try:
-        executor.run(CampaignJob(out_dir, config, settings), monitor.refresh)
+        refresh = monitor.refresh if on_progress is None else lambda: (monitor.refresh(), on_progress())
+        executor.run(CampaignJob(out_dir, config, settings), refresh)
     finally:
         monitor.close()
         with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:

@@ -45,8 +45,12 @@ class VerifyReport:
         return {"ok": self.ok, "problems": self.problems, "warnings": self.warnings, "checked": self.checked}
 
 
-def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20) -> VerifyReport:
-    """Verify ``out_dir``; never raises for a broken folder, it reports."""
+def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only: bool = False) -> VerifyReport:
+    """Verify ``out_dir``; never raises for a broken folder, it reports.
+
+    ``read_only`` reads the ledger through a read-only connection (the console verifies
+    folders that campaigns may still write to).
+    """
     out = Path(out_dir)
     report = VerifyReport()
     path = out / LEDGER_NAME
@@ -70,7 +74,13 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20) -> VerifyR
             report.problems.append(f"{where}: artifact {rel} is corrupt (its sha256 is {actual[:16]}..., "
                                    f"its name says {name[:16]}...)")
 
-    with Ledger(path, create=False) as ledger:
+    if read_only:
+        from kosmos_env.campaign.readonly import ReadOnlyLedger
+
+        opened = ReadOnlyLedger(path)
+    else:
+        opened = Ledger(path, create=False)
+    with opened as ledger:
         meta = ledger.meta()
         try:
             config = ledger.config()

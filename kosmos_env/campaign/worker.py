@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
+from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
 
@@ -111,7 +112,8 @@ class EpisodeRunner:
             "score": None if judgment is None or success is None else float(judgment.get("score", 0.0)),
             "judge": (judgment or {}).get("judge") or getattr(self.judge, "name", str(self.config.judge.get("type"))),
             "judgment": judgment,
-            "gate": _plain(result.gate),
+            # the last world call's verdict, plus every call's short verdict (the console lists them)
+            "gate": _plain(None if result.gate is None else {**result.gate, "calls": result.gate_calls}),
             "ground_truth": _plain(result.ground_truth),
             "steps": int(result.steps),
             "timings": timings,
@@ -185,6 +187,8 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
     """Take and run episodes until none is left; returns how many this worker finished.
 
     ``on_episode(episode_id, outcome)`` is called after each recorded episode (progress).
+    A cancel recorded in the ledger (:mod:`kosmos_env.campaign.control`) stops the loop before
+    the next claim.
     The env and models are built on the first claim, so an idle worker costs nothing.
     """
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
@@ -193,6 +197,8 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
     finished = 0
     try:
         while stop is None or not stop.is_set():
+            if cancel_requested(ledger):  # checked between episodes only: a running one finishes first
+                break
             key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
             if key is None:
                 counts = ledger.counts()

@@ -56,8 +56,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print results.json's aggregated section as JSON instead of a table")
     p.add_argument("--wandb", nargs="?", const="kosmos-env", default=None, metavar="PROJECT",
-                   help="log the spec, an episode table, sampled rollout videos and per-policy summaries to W&B "
-                        "(project PROJECT, default kosmos-env; honours WANDB_MODE=offline)")
+                   help="log the spec, each episode as it finishes (with running success rates), sampled rollout "
+                        "videos, the episode table and per-policy summaries to W&B (project PROJECT, default "
+                        "kosmos-env; honours WANDB_MODE=offline)")
     p.set_defaults(func=run)
 
 
@@ -102,11 +103,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
           f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
           f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s) -> {args.out}", file=sys.stderr)
-    results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv, progress=not args.no_progress)
-    if args.wandb:  # after the campaign, from the bundle: workers in other processes need no W&B handle
-        from kosmos_env.publish.wandb_logger import log_bundle
+    feed = None
+    if args.wandb:  # episodes go to W&B as the ledger records them; workers in other processes need no handle
+        from kosmos_env.publish.wandb_logger import LedgerFeed
 
-        print(f"W&B run: {log_bundle(args.out, project=args.wandb)}", file=sys.stderr)
+        feed = LedgerFeed(args.out, project=args.wandb)
+    try:
+        results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv,
+                               progress=not args.no_progress, on_progress=feed.poll if feed else None)
+    except BaseException:
+        if feed is not None:
+            feed.finish()
+        raise
+    if feed is not None:
+        print(f"W&B run: {feed.finish(results)}", file=sys.stderr)
+    _say_if_cancelled(args.out, results)
     if args.json:
         print(json.dumps(results["aggregated"], indent=1))
         return 0
@@ -129,3 +140,17 @@ def control_overrides(control: str | None) -> dict | None:
     if control not in CONTROLS:
         raise ValueError(f"unknown --control {control!r}; known: {list(CONTROLS)}")
     return {"world": {"control": control}}
+
+
+def _say_if_cancelled(out: str, results: dict) -> None:
+    """A campaign stopped by a cancel request (``kosmos-env serve``'s cancel control) says how to resume."""
+    import os
+
+    from kosmos_env.campaign.control import control_state
+    from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+
+    with Ledger(os.path.join(out, LEDGER_NAME), create=False) as ledger:
+        state = control_state(ledger)
+    if state and state["action"] == "cancel" and not results["campaign"]["complete"]:
+        print(f"campaign cancelled (by {state['by']}) after {len(results['per_episode'])}/"
+              f"{results['campaign']['planned']} episodes; rerun the same command to resume", file=sys.stderr)

@@ -1,6 +1,7 @@
 """``kosmos-env report DIR``: write DIR/report.md and a self-contained DIR/report.html for a
 campaign directory (figures and rollout thumbnails embedded; numbers recomputed from the
-per-episode rows of DIR/results.json)."""
+per-episode rows of DIR/results.json). Both include the statistics of ``kosmos-env analyze``
+(intervals, pairwise differences, split-half, MDD, horizon, discard bounds, A/B) with plots."""
 from __future__ import annotations
 
 import argparse
@@ -12,12 +13,13 @@ def add_parser(subparsers) -> None:
                               description=__doc__)
     p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
     p.add_argument("--no-thumbnails", action="store_true", help="skip the animated rollout thumbnails")
+    p.add_argument("--no-analysis", action="store_true", help="skip the statistical analysis section")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.report.render import write_report
 
-    paths = write_report(args.dir, thumbnails=not args.no_thumbnails)
+    paths = write_report(args.dir, thumbnails=not args.no_thumbnails, analysis=not args.no_analysis)
     print(f"wrote {paths['html']} and {paths['markdown']} (figures in {paths['assets']})")
     return 0

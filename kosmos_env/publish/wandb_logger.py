@@ -15,9 +15,11 @@
   ``<policy>/wilson_95_lo``, ...), and closes the run. Without a summary it is computed from the
   logged rows (Wilson intervals, as everywhere in kosmos-env).
 
-:func:`log_bundle` logs a finished campaign folder through the same three calls: this is what
-``kosmos-env eval --wandb`` does after the campaign ends, so workers in other processes never
-need a W&B handle.
+:func:`log_bundle` logs a finished campaign folder through the same three calls.
+:class:`LedgerFeed` is what ``kosmos-env eval --wandb`` uses: the main process reads the
+campaign ledger whenever the progress display refreshes and logs each episode as soon as it is
+recorded (plus running ``progress/*`` scalars), so the dashboard fills while the campaign runs
+and workers in other processes (pool, Ray) never need a W&B handle.
 
 Everything works with ``WANDB_MODE=offline`` (or ``mode="offline"``): the run directory then holds
 ``files/media/table/episodes_*.table.json``, ``files/media/table/policies_*.table.json`` and the
@@ -191,6 +193,95 @@ def log_bundle(bundle_dir: str | os.PathLike, logger: WandbLogger | None = None,
                 video = path
         logger.log_episode(row, video)
     return logger.finish(results["aggregated"]["per_policy"])
+
+
+class LedgerFeed:
+    """Log a running campaign's episodes to W&B as the ledger records them (see module doc).
+
+    ``poll()`` is cheap and throttled to ``min_interval`` seconds; the run opens on the first
+    poll that finds the ledger. ``finish(results)`` logs what is left and closes the run with the
+    campaign's per-policy summary.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike, logger: WandbLogger | None = None, min_interval: float = 1.0,
+                 **logger_kwargs: Any):
+        self.out_dir = Path(out_dir)
+        self.logger = logger
+        self.logger_kwargs = logger_kwargs
+        self.min_interval = float(min_interval)
+        self.logged: set[str] = set()
+        self._last = float("-inf")
+        self._ledger = None
+        self._outcomes: dict[str, list[str]] = {}
+
+    def _open(self) -> bool:
+        from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+
+        if self._ledger is not None:
+            return True
+        if not (self.out_dir / LEDGER_NAME).is_file():
+            return False
+        self._ledger = Ledger(self.out_dir / LEDGER_NAME, create=False)
+        config = self._ledger.config()
+        meta = self._ledger.meta()
+        if self.logger is None:
+            kwargs = dict(self.logger_kwargs)
+            kwargs.setdefault("name", f"{config.env_id}-{meta['campaign_id']}")
+            kwargs.setdefault("fps", float(dict(config.spec).get("render_fps", 5.0)))
+            self.logger = WandbLogger(**kwargs)
+        from kosmos_env import __version__
+
+        self.logger.start({"env_id": config.env_id, "spec_hash": config.spec_hash, "spec": dict(config.spec),
+                           "campaign_id": meta["campaign_id"], "policies": [p.label for p in config.policies],
+                           "tasks": list(config.tasks), "seeds": list(config.seeds), "repeats": config.repeats,
+                           "judge": dict(config.judge), "spec_overrides": dict(config.spec_overrides),
+                           "package_version": __version__})
+        return True
+
+    def poll(self, force: bool = False) -> int:
+        """Log the episodes recorded since the last poll; returns how many were logged now."""
+        import time
+
+        from kosmos_env.campaign.bundle import episode_entry
+
+        now = time.monotonic()
+        if not force and now - self._last < self.min_interval:
+            return 0
+        self._last = now
+        if not self._open():
+            return 0
+        new = [r for r in self._ledger.episodes("done") if r["episode_id"] not in self.logged]
+        new.sort(key=lambda r: (r["finished"] or 0.0, r["ord"]))
+        root = self.out_dir.resolve()
+        for r in new:
+            row = episode_entry(r)
+            video = None
+            if r.get("video"):
+                path = (self.out_dir / r["video"]).resolve()
+                if root in path.parents and path.is_file():
+                    video = path
+            self.logger.log_episode(row, video)
+            self.logged.add(r["episode_id"])
+            outs = self._outcomes.setdefault(row["policy"], [])
+            outs.append(row["outcome"])
+            decided = sum(o in ("success", "failure") for o in outs)
+            scalars = {"progress/episodes_done": len(self.logged)}
+            if decided:
+                scalars[f"success_so_far/{_slug(row['policy'])}"] = outs.count("success") / decided
+            self.logger.run.log(scalars)
+        return len(new)
+
+    def finish(self, results: Mapping[str, Any] | None = None) -> str | None:
+        """Log the rest and close the run (None if it never opened: the ledger never appeared)."""
+        try:
+            self.poll(force=True)
+            if self.logger is None or self.logger.run is None:
+                return None
+            return self.logger.finish(None if results is None else results["aggregated"]["per_policy"])
+        finally:
+            if self._ledger is not None:
+                self._ledger.close()
+                self._ledger = None
 
 
 def _slug(text: str) -> str:

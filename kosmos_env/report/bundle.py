@@ -151,6 +151,13 @@ def load_bundle(directory: str | Path) -> Bundle:
         raise ValueError(f"{path} is not UTF-8 text: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    return bundle_from_data(root, path, data)
+
+
+def bundle_from_data(root: Path, path: Path, data: Any) -> Bundle:
+    """Validate results.json content ``data`` (already parsed) as :func:`load_bundle` does;
+    ``path`` names it in error messages. The console uses this on results built live from a
+    campaign's ledger."""
     if not isinstance(data, dict):
         raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
     if data.get("schema") != RESULTS_SCHEMA:

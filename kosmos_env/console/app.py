@@ -1,0 +1,436 @@
+"""The console's web app (FastAPI): pages, live events, artifacts by hash, and the cancel control.
+
+Everything but ``POST /c/{key}/cancel`` is read-only. That request must carry the token
+printed at start-up in the ``X-Console-Token`` header (compared in constant time); a cross-site
+form cannot set a header, so the token also stops request forgery. When the server listens on
+loopback only, requests whose Host header is not a loopback name are refused too (a DNS-
+rebinding page cannot read the console).
+
+Routes: ``/`` campaigns; ``/c/{key}`` live view, ``/c/{key}/live.json`` and
+``/c/{key}/events`` (server-sent events) its numbers; ``/c/{key}/episodes`` browser and
+``/c/{key}/episodes/{n}`` one episode; ``/c/{key}/analysis``; ``/compare?a=&b=``;
+``/c/{key}/artifacts/{sha256}.{ext}`` an artifact by content hash.
+"""
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.concurrency import run_in_threadpool
+
+from kosmos_env.console import campaigns as cz
+from kosmos_env.console import episode_view as ev
+
+HERE = Path(__file__).resolve().parent
+PAGE_SIZE = 100
+OUTCOME_CHOICES = ("success", "failure", "discarded", "abstained", "error", "pending", "leased")
+LIVE_QUEUE = ("pending", "leased", "done", "success", "failure", "discarded", "abstained", "error")
+LIVE_STAGES = ("policy", "world", "gate", "judge", "io", "overhead", "total")
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def host_name(header: str) -> str:
+    """The name part of a Host header (``[::1]:8000`` -> ``[::1]``, ``localhost:80`` -> ``localhost``)."""
+    h = header.strip().lower()
+    if h.startswith("["):
+        return h[: h.find("]") + 1]
+    return h.rsplit(":", 1)[0] if ":" in h else h
+
+
+class Verifier:
+    """Runs ``verify_campaign`` (read-only) on finished campaigns in one background thread and
+    caches each verdict until the campaign's files change."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._cache: dict[str, tuple[tuple, str, str]] = {}  # key -> (signature, status, note)
+        self._busy: set[str] = set()
+
+    @staticmethod
+    def _signature(ref: cz.CampaignRef, done: int) -> tuple:
+        sig: list[Any] = [done]
+        for name in ("manifest.json", "results.json"):
+            try:
+                st = (ref.path / name).stat()
+                sig.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                sig.append(None)
+        return tuple(sig)
+
+    def status(self, ref: cz.CampaignRef, done: int) -> tuple[str, str]:
+        """("verified" | "failed" | "pending", a short note); starts a check when none is current."""
+        sig = self._signature(ref, done)
+        with self._lock:
+            cached = self._cache.get(ref.key)
+            if cached and cached[0] == sig:
+                return cached[1], cached[2]
+            if ref.key not in self._busy:
+                self._busy.add(ref.key)
+                threading.Thread(target=self._run, args=(ref, sig), daemon=True, name=f"verify:{ref.key}").start()
+        return "pending", "verifying artifacts and bundle…"
+
+    def _run(self, ref: cz.CampaignRef, sig: tuple) -> None:
+        from kosmos_env.campaign.verify import verify_campaign
+
+        try:
+            report = verify_campaign(ref.path, max_listed=3, read_only=True)
+            if report.ok:
+                status, note = "verified", f"verified: {report.checked.get('artifacts', 0)} artifacts hash to their names"
+            else:
+                status, note = "failed", "; ".join(report.problems[:2])
+        except Exception as exc:  # a broken folder is a finding, never a crash of the console
+            status, note = "failed", f"verification could not run: {exc}"
+        with self._lock:
+            self._cache[ref.key] = (sig, status, note)
+            self._busy.discard(ref.key)
+
+
+class Console:
+    """The app's state: where campaigns are, the token, caches."""
+
+    def __init__(self, roots: Sequence[str | Path], token: str, *, reference: str | Path | None = None,
+                 bind_note: str = "", poll_seconds: float = 1.0, analysis_options: dict | None = None):
+        import jinja2
+
+        self.roots = [str(r) for r in roots]
+        self.token = token
+        self.reference = None if reference is None else str(reference)
+        self.bind_note = bind_note
+        self.poll_seconds = float(poll_seconds)
+        self.analysis_options = dict(analysis_options or {})
+        self.verifier = Verifier()
+        self._analysis: dict[tuple, dict] = {}
+        self._analysis_lock = threading.Lock()
+        self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
+                                            undefined=jinja2.StrictUndefined)
+
+    # -- helpers ------------------------------------------------------------------------
+    def refs(self) -> list[cz.CampaignRef]:
+        return cz.discover(self.roots)
+
+    def ref(self, key: str) -> cz.CampaignRef | None:
+        if not (isinstance(key, str) and len(key) == 12 and all(c in "0123456789abcdef" for c in key)):
+            return None
+        return next((r for r in self.refs() if r.key == key), None)
+
+    def render(self, name: str, status: int = 200, **context) -> HTMLResponse:
+        html = self.templates.get_template(name).render(bind_note=self.bind_note, **context)
+        return HTMLResponse(html, status_code=status)
+
+    def error(self, title: str, message: str, status: int) -> HTMLResponse:
+        return self.render("error.html", status=status, title=title, message=message)
+
+    def token_ok(self, given: str | None) -> bool:
+        return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode("utf-8"))
+
+    def summary_row(self, ref: cz.CampaignRef) -> dict[str, Any]:
+        row: dict[str, Any] = {"key": ref.key, "name": ref.name, "error": ref.error}
+        if ref.error:
+            return row
+        try:
+            s = cz.read_summary(ref)
+        except cz.CampaignError as exc:
+            row["error"] = str(exc)
+            return row
+        verification, note = (None, "")
+        if s.complete:
+            verification, note = self.verifier.status(ref, s.done)
+        row.update(campaign_id=s.campaign_id, env_id=s.env_id, spec_hash=s.spec_hash, done=s.done, planned=s.planned,
+                   percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
+                   design=f"{len(s.policies)}×{len(s.tasks)}×{s.seeds}×{s.repeats} = {s.planned}",
+                   state=s.state(verification), verification_note=note,
+                   success=[{"policy": p, **v} for p, v in s.success_so_far().items()])
+        return row
+
+    def analysis(self, ref: cz.CampaignRef) -> tuple[dict | None, int, str]:
+        """(analysis dict or None, episodes it covers, error text); cached per done count."""
+        from kosmos_env.campaign.bundle import build_results
+        from kosmos_env.campaign.readonly import ReadOnlyLedger
+        from kosmos_env.report.analysis import analyze_bundle
+        from kosmos_env.report.bundle import bundle_from_data
+
+        with ReadOnlyLedger(ref.ledger_path) as ledger:
+            done = ledger.counts()["done"]
+            key = (ref.key, done, self.reference)
+            with self._analysis_lock:
+                if key in self._analysis:
+                    return self._analysis[key], done, ""
+            if done == 0:
+                return None, 0, "No finished episode yet: nothing to analyse."
+            results = build_results(ledger)
+        try:
+            bundle = bundle_from_data(ref.path, ref.ledger_path, results)
+            a = analyze_bundle(bundle, reference=self.reference, **self.analysis_options)
+        except (ValueError, FileNotFoundError) as exc:
+            return None, done, f"The analysis could not be computed: {exc}"
+        with self._analysis_lock:
+            self._analysis = {k: v for k, v in self._analysis.items() if k[0] != ref.key}
+            self._analysis[key] = a
+        return a, done, ""
+
+
+def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path | None = None,
+               loopback_only: bool = True, bind_note: str = "bound to 127.0.0.1 only",
+               poll_seconds: float = 1.0, analysis_options: dict | None = None) -> FastAPI:
+    """The console app over the campaign folders under ``roots`` (see module doc)."""
+    if not token or len(token) < 16:
+        raise ValueError("the console token must be at least 16 characters")
+    con = Console(roots, token, reference=reference, bind_note=bind_note, poll_seconds=poll_seconds,
+                  analysis_options=analysis_options)
+    app = FastAPI(title="Kosmos-Env console", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.console = con
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+
+    if loopback_only:
+        @app.middleware("http")
+        async def only_loopback_hosts(request: Request, call_next):
+            if host_name(request.headers.get("host") or "") not in LOOPBACK_HOSTS:
+                return Response("refused: the console only answers requests addressed to this machine's loopback "
+                                "name", status_code=421, media_type="text/plain")
+            return await call_next(request)
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["Referrer-Policy"] = "no-referrer"
+        response.headers["Content-Security-Policy"] = ("default-src 'self'; img-src 'self' data:; media-src 'self'; "
+                                                       "style-src 'self' 'unsafe-inline'; script-src 'self'")
+        return response
+
+    def lookup(key: str) -> tuple[cz.CampaignRef | None, HTMLResponse | None]:
+        ref = con.ref(key)
+        if ref is None:
+            return None, con.error("Unknown campaign", f"No campaign {key!r} under {', '.join(con.roots)}.", 404)
+        if ref.error:
+            return None, con.error(f"Campaign {ref.name} cannot be read", ref.error, 500)
+        return ref, None
+
+    def summary_or_error(ref: cz.CampaignRef):
+        try:
+            return cz.read_summary(ref), None
+        except cz.CampaignError as exc:
+            return None, con.error(f"Campaign {ref.name} cannot be read", str(exc), 500)
+
+    @app.get("/", response_class=HTMLResponse)
+    def campaigns_page():
+        rows = [con.summary_row(r) for r in con.refs()]
+        comparable = [r for r in rows if not r.get("error")]
+        return con.render("campaigns.html", rows=rows, roots=con.roots, comparable=comparable if len(comparable) >= 2 else [])
+
+    @app.get("/c/{key}", response_class=HTMLResponse)
+    def campaign_page(key: str):
+        ref, err = lookup(key)
+        if err:
+            return err
+        s, err = summary_or_error(ref)
+        if err:
+            return err
+        verification = con.verifier.status(ref, s.done)[0] if s.complete else None
+        return con.render("campaign.html", s=s, key=key, state=s.state(verification),
+                          percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
+                          queue_states=LIVE_QUEUE, stages=LIVE_STAGES)
+
+    live_cache: dict[str, tuple[tuple, float, dict]] = {}
+
+    def ledger_signature(ref: cz.CampaignRef) -> tuple:
+        sig = []
+        for suffix in ("", "-wal"):
+            try:
+                st = (ref.path / (cz.LEDGER_NAME + suffix)).stat()
+                sig.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                sig.append(None)
+        return tuple(sig)
+
+    def live(ref: cz.CampaignRef) -> dict:
+        """The live numbers, shared by every client of this campaign: recomputed when the ledger's
+        files changed, and at least every 5 s (a worker that died changes nothing on disk)."""
+        sig, now = ledger_signature(ref), time.monotonic()
+        cached = live_cache.get(ref.key)
+        if cached and cached[0] == sig and now - cached[1] < 5.0:
+            return cached[2]
+        d = cz.live_stats(ref)
+        if d["queue"]["done"] == d["planned"] and d["planned"]:
+            verification = con.verifier.status(ref, d["queue"]["done"])[0]
+            d["state"] = "failed verification" if verification == "failed" else "finished"
+        live_cache[ref.key] = (sig, now, d)
+        return d
+
+    @app.get("/c/{key}/live.json")
+    def live_json(key: str):
+        ref, err = lookup(key)
+        if err:
+            return JSONResponse({"error": "unknown or unreadable campaign"}, status_code=err.status_code)
+        try:
+            return JSONResponse(live(ref))
+        except cz.CampaignError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=500)
+
+    @app.get("/c/{key}/events")
+    async def events(key: str, request: Request):
+        ref, err = lookup(key)
+        if err:
+            return JSONResponse({"error": "unknown or unreadable campaign"}, status_code=err.status_code)
+
+        async def stream():
+            last, last_sent = None, 0.0
+            yield "retry: 2000\n\n"
+            while not await request.is_disconnected():
+                try:
+                    d = await run_in_threadpool(live, ref)
+                    text = json.dumps({k: v for k, v in d.items() if k != "now"}, sort_keys=True, allow_nan=False,
+                                      default=str)
+                except (cz.CampaignError, ValueError) as exc:
+                    text = json.dumps({"error": str(exc)})
+                if text != last:
+                    yield f"data: {text}\n\n"
+                    last, last_sent = text, time.monotonic()
+                elif time.monotonic() - last_sent > 15:
+                    yield ": keep-alive\n\n"
+                    last_sent = time.monotonic()
+                await asyncio.sleep(con.poll_seconds)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    @app.get("/c/{key}/episodes", response_class=HTMLResponse)
+    def episodes_page(key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1):
+        ref, err = lookup(key)
+        if err:
+            return err
+        s, err = summary_or_error(ref)
+        if err:
+            return err
+        seed_val = None
+        if seed.strip():
+            try:
+                seed_val = int(seed)
+            except ValueError:
+                return con.error("Bad filter", f"seed must be an integer, got {seed!r}", 400)
+        if outcome and outcome not in OUTCOME_CHOICES:
+            return con.error("Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}", 400)
+        page = max(1, int(page))
+        offset = (page - 1) * PAGE_SIZE
+        rows, total = cz.list_episodes(ref, policy=policy or None, task=task or None, seed=seed_val,
+                                       outcome=outcome or None, offset=offset, limit=PAGE_SIZE)
+        from urllib.parse import urlencode
+
+        def url(p: int) -> str:
+            q = {k: v for k, v in (("policy", policy), ("task", task), ("seed", seed), ("outcome", outcome)) if v}
+            return f"/c/{key}/episodes?" + urlencode({**q, "page": p})
+        return con.render("episodes.html", s=s, key=key, rows=rows, total=total, offset=offset,
+                          f={"policy": policy, "task": task, "seed": seed_val, "outcome": outcome},
+                          outcome_choices=OUTCOME_CHOICES, prev_url=url(page - 1) if page > 1 else None,
+                          next_url=url(page + 1) if offset + len(rows) < total else None)
+
+    @app.get("/c/{key}/episodes/{ord_}", response_class=HTMLResponse)
+    def episode_page(key: str, ord_: int):
+        ref, err = lookup(key)
+        if err:
+            return err
+        s, err = summary_or_error(ref)
+        if err:
+            return err
+        e = cz.read_episode(ref, ord_)
+        if e is None:
+            return con.error("Unknown episode", f"campaign {ref.name} has no episode #{ord_}", 404)
+        video = None
+        parts = ev.split_relpath(e.get("video"))
+        if parts and ev.store_path(ref.path, *parts) is not None:
+            video = {"url": f"/c/{key}/artifacts/{parts[0]}.{parts[1]}", "mime": ev.MEDIA_TYPES[parts[1]],
+                     "note": f"{parts[1].upper()} from the campaign's store, served by its content hash."}
+        actions_svg, actions_note = ev.actions_svg(ref.path, e)
+        log_svgs, log_note = ev.log_svgs(ref.path, e)
+        gate_head, gate_rows, gate_note = ev.gate_table(e)
+        return con.render("episode.html", s=s, key=key, e=e, video=video, judgment=ev.judgment_view(e),
+                          actions_svg=actions_svg, actions_note=actions_note, log_svgs=log_svgs, log_note=log_note,
+                          gate_head=gate_head, gate_rows=gate_rows, gate_note=gate_note,
+                          provenance=ev.provenance(e, e.get("config") or {}),
+                          artifacts=ev.artifact_status(ref.path, e))
+
+    @app.get("/c/{key}/artifacts/{name}")
+    def artifact(key: str, name: str):
+        ref = con.ref(key)
+        if ref is None or ref.error:
+            return JSONResponse({"error": "unknown campaign"}, status_code=404)
+        sha, dot, ext = name.partition(".")
+        if not dot or not ev.SHA256_RE.match(sha) or ext not in ev.MEDIA_TYPES:
+            return JSONResponse({"error": "artifacts are served by content hash only: /artifacts/<64 hex>.<ext>"},
+                                status_code=400)
+        try:
+            known = cz.artifact_relpath(ref, sha)
+        except cz.CampaignError:
+            known = None
+        path = ev.store_path(ref.path, sha, ext)
+        if known is None or path is None or ev.split_relpath(known[0]) != (sha, ext):
+            return JSONResponse({"error": "no such artifact in this campaign's store"}, status_code=404)
+        return FileResponse(path, media_type=ev.MEDIA_TYPES[ext], headers={"Cache-Control": "max-age=86400, immutable"})
+
+    @app.get("/c/{key}/analysis", response_class=HTMLResponse)
+    def analysis_page(key: str):
+        ref, err = lookup(key)
+        if err:
+            return err
+        s, err = summary_or_error(ref)
+        if err:
+            return err
+        a, n_done, message = con.analysis(ref)
+        html = None
+        if a is not None:
+            from kosmos_env.report.analysis_html import render_analysis_html
+
+            html = render_analysis_html(a)
+        return con.render("analysis.html", s=s, key=key, analysis_html=html, analysis_error=message, n_done=n_done,
+                          reference=con.reference)
+
+    @app.get("/compare", response_class=HTMLResponse)
+    def compare_page(a: str = "", b: str = ""):
+        from kosmos_env.console.compare import compare_campaigns
+
+        refs = []
+        for k in (a, b):
+            ref, err = lookup(k)
+            if err:
+                return err
+            refs.append(ref)
+        if refs[0].key == refs[1].key:
+            return con.error("Nothing to compare", "choose two different campaigns", 400)
+        try:
+            context = compare_campaigns(*refs)
+        except cz.CampaignError as exc:
+            return con.error("Cannot compare", str(exc), 409)
+        return con.render("compare.html", **context)
+
+    @app.post("/c/{key}/cancel")
+    def cancel(key: str, request: Request):
+        if not con.token_ok(request.headers.get("x-console-token")):
+            return JSONResponse({"message": "refused: a valid console token is needed (printed when the console "
+                                            "started)"}, status_code=403)
+        ref, err = lookup(key)
+        if err:
+            return JSONResponse({"message": "unknown or unreadable campaign"}, status_code=err.status_code)
+        from kosmos_env.campaign.control import request_cancel
+        from kosmos_env.campaign.ledger import Ledger, make_owner
+
+        s, err = summary_or_error(ref)
+        if err:
+            return JSONResponse({"message": "unreadable campaign"}, status_code=500)
+        if s.complete:
+            return JSONResponse({"message": "the campaign is already finished; nothing to cancel"}, status_code=409)
+        with Ledger(ref.ledger_path, create=False) as ledger:  # the one write the console makes
+            new = request_cancel(ledger, f"console {make_owner('console')}")
+        return JSONResponse({"message": "cancel recorded: running episodes finish, nothing new starts; rerun the "
+                                        "same kosmos-env eval command to resume" if new else
+                                        "the campaign was already cancelled", "cancelled": True})
+
+    return app

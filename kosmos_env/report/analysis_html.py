@@ -1,0 +1,176 @@
+"""The analysis section as HTML: every statistic of ``kosmos-env analyze`` with inline-SVG plots.
+
+One renderer for two readers: report.html embeds it (offline readers get the analysis too) and
+the console's analysis page shows it for a live or finished campaign. Input is the dict of
+:func:`kosmos_env.report.analysis.analyze_bundle`; every value is escaped.
+"""
+from __future__ import annotations
+
+import html
+
+from kosmos_env.report.svg import interval_chart, line_chart
+from kosmos_env.report.text import iv, num, pct
+
+CSS = """
+.an h3{font-size:1.02em;margin:1.4em 0 .3em}
+.an p.skip{color:#5b6475;font-style:italic}
+.an svg.chart{max-width:100%;height:auto;display:block;margin:.3em 0 .6em}
+"""
+
+
+def _h(x) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _table(head, rows, left=(0,)) -> str:
+    th = "".join(f'<th class="l">{_h(h)}</th>' if i in left else f"<th>{_h(h)}</th>" for i, h in enumerate(head))
+    body = "".join("<tr>" + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>"
+                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    return f'<div class="tw"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+
+
+def _skipped(section) -> str | None:
+    if isinstance(section, dict) and "skipped" in section:
+        return f'<p class="skip">Skipped: {_h(section["skipped"])}</p>'
+    return None
+
+
+def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
+    """HTML of every analysis section (headings at level ``heading``, sub-sections one below)."""
+    sub = "h3" if heading == "h2" else "h4"
+    conf = f"{100 * (1 - a['settings']['alpha']):g}%"
+    st = a["settings"]
+    parts = [f'<section class="an" id="analysis"><{heading}>Statistical analysis</{heading}>',
+             f"<p>The statistics of <code>kosmos-env analyze</code>: resampling unit (task, seed) with repeats "
+             f"averaged; alpha {st['alpha']:g}, power {st['power']:g}, {st['n_boot']} bootstrap resamples, "
+             f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>"]
+
+    # rates with intervals and discard bounds
+    rows, chart = [], []
+    for p in a["ranking"]:
+        r = a["per_policy"][p]
+        k = r["counts"]
+        rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
+                     iv(r["clopper_pearson"]), iv(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
+                     pct(r["abstain_rate"]), str(k["error"])])
+        wc = r["worst_case_ci"] or (None, None)
+        chart.append((p, r["success_rate"], *(r["wilson"] or (None, None)), *wc))
+    parts += [f"<{sub}>Success per policy, intervals and discard bounds</{sub}>",
+              interval_chart(chart, xlabel="success rate", title="success rate per policy",
+                             band_label=f"worst case {conf} (undecided as failure .. success)",
+                             point_label=f"rate with Wilson {conf}"),
+              _table(["rank", "policy", "succ/dec", "rate", f"Wilson {conf}", f"Clopper-Pearson {conf}",
+                      "worst case", f"worst case {conf}", "discarded", "abstained", "errors"], rows, left=(1,)),
+              "<p>Discard bounds: the worst case counts every discarded, abstained or errored episode as a failure "
+              "(lower end) and as a success (upper end).</p>"]
+
+    # pairwise differences
+    parts.append(f"<{sub}>Paired differences (bootstrap over (task, seed))</{sub}>")
+    sk = _skipped(a["pairwise"])
+    if sk:
+        parts.append(sk)
+    else:
+        ok = [d for d in a["pairwise"] if "skipped" not in d]
+        if ok:
+            parts.append(interval_chart([(f"{d['a']} − {d['b']}", d["estimate"], d["lower"], d["upper"]) for d in ok],
+                                        lo=-1.0, hi=1.0, zero=0.0, xlabel=f"difference in success ({conf} interval)",
+                                        title="pairwise differences"))
+        parts.append(_table(["pair", "difference", f"{conf} interval", "P(a better)", "pairs"],
+                            [[f"{d['a']} − {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
+                             [f"{d['a']} − {d['b']}", f"{d['estimate']:+.3f}", iv((d["lower"], d["upper"])),
+                              num(d["prob_a_better"]), str(d["n_pairs"])] for d in a["pairwise"]]))
+
+    parts.append(f"<{sub}>Ranking uncertainty</{sub}>")
+    sk = _skipped(a["bootstrap_ranking"])
+    if sk:
+        parts.append(sk)
+    else:
+        b = a["bootstrap_ranking"]
+        parts.append(_table(["policy", "mean", "mean rank", f"rank {conf}", "P(best)"],
+                            [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)] for p, m, rk, (lo, hi), pb in
+                             zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]))
+
+    parts.append(f"<{sub}>Split-half repeatability of the ranking</{sub}>")
+    sk = _skipped(a["split_half"])
+    if sk:
+        parts.append(sk)
+    else:
+        chart, rows = [], []
+        for m, s in a["split_half"].items():
+            d = s.get("distribution") or {}
+            cd = s.get("corrected_distribution") or {}
+            chart.append((f"{m} (half vs half)", s["median"], d.get("q05"), d.get("q95")))
+            chart.append((f"{m}, Spearman-Brown", s["corrected_median"], cd.get("q05"), cd.get("q95")))
+            rows.append([m, num(s["median"]), iv((d.get("q05"), d.get("q95"))) if d else "n/a",
+                         num(s["corrected_median"]), iv((cd.get("q05"), cd.get("q95"))) if cd else "n/a",
+                         str(s["n_splits"]), str(s["n_undefined"]), str(s["half_size"])])
+        parts += [interval_chart(chart, lo=-1.0, hi=1.0, zero=0.0, xlabel="rank correlation: median, 5-95% of splits",
+                                 title="split-half repeatability"),
+                  _table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
+                          "units/half"], rows)]
+
+    parts.append(f"<{sub}>Minimum detectable difference</{sub}>")
+    sk = _skipped(a["detectable"])
+    if sk:
+        parts.append(sk)
+    else:
+        d = a["detectable"]
+        n_pairs = len(d["pairs"])
+        parts.append(f"<p>Paired MDD (median over pairs): <b>{_h(num(d['paired_mdd_median']))}</b>; unpaired MDD at "
+                     f"the pooled rate {_h(num(d['pooled_rate']))} with {_h(d['n_seeds'])} units: "
+                     f"{_h(num(d['unpaired_mdd']))}. Separable pairs (paired t, Holm): "
+                     f"{round(d['fraction_separable'] * n_pairs)}/{n_pairs}.</p>")
+        if d.get("resampled"):
+            ks = list(d["resampled"])
+            parts.append(line_chart([float(k) for k in ks], {"MDD": [d["resampled"][k] for k in ks]},
+                                    xlabel="units (task, seed) subsampled", ylabel="minimum detectable difference",
+                                    height=200, title="MDD by number of units"))
+        parts.append(_table(["pair", "difference", "p", "MDD", "separated"],
+                            [[f"{t['a']} vs {t['b']}", f"{t['mean_diff']:+.3f}", num(t["p_value"], 4), num(t["mdd"]),
+                              "yes" if t["separated"] else "no"] for t in d["pairs"]]))
+
+    parts.append(f"<{sub}>Horizon sensitivity</{sub}>")
+    h = a["horizon"]
+    sk = _skipped(h)
+    if sk:
+        parts.append(sk)
+    else:
+        pols = h["policies"]
+        parts.append(line_chart(h["horizons"], {p: h["scores"][p] for p in pols}, xlabel="horizon (steps)",
+                                ylabel="ground-truth success", ylim=(0.0, 1.0), title="success by horizon"))
+        parts.append(line_chart(h["horizons"], {f"{h['metric']} vs longest horizon": [g["value"] for g in h["agreements"]],
+                                                "random floor": [g["random_floor"] for g in h["agreements"]]},
+                                xlabel="horizon (steps)", ylabel=h["metric"], ylim=(-1.0, 1.0), hline=h["threshold"],
+                                height=200, title="ranking agreement by horizon"))
+        parts.append(f"<p>Reference: {_h(h['reference_source'])}; threshold {_h(h['metric'])} ≥ {h['threshold']:g}; "
+                     f"ranking breaks at horizon {_h(h['break_horizon'] if h['break_horizon'] is not None else 'never')}; "
+                     f"shortest safe horizon {_h(h['shortest_safe_horizon'])}.</p>")
+
+    parts.append(f"<{sub}>Anytime-valid paired A/B test of the top two</{sub}>")
+    ab = a["ab"]
+    sk = _skipped(ab)
+    if sk:
+        parts.append(sk)
+    else:
+        f = ab["final"]
+        parts.append(interval_chart([(f"{ab['a']} − {ab['b']}", f["mean_diff"], f["lower"], f["upper"])], lo=-1.0,
+                                    hi=1.0, zero=0.0, xlabel=f"mean paired difference, {conf} anytime interval",
+                                    title="A/B test"))
+        parts.append(f"<p>A = {_h(ab['a'])}, B = {_h(ab['b'])}: <b>{_h(ab['decision'])}</b> after {_h(ab['n_used'])} of "
+                     f"{_h(ab['n_pairs'])} paired episodes (paired on task, seed, repeat; order {_h(ab['order'])}).</p>")
+
+    if "agreement" in a:
+        from kosmos_env.stats.agreement import METRICS
+
+        ag = a["agreement"]
+        parts += [f"<{sub}>Agreement with the reference {_h(ag['reference'])}</{sub}>",
+                  _table(["task", "n"] + list(METRICS),
+                         [[r["label"], str(r["n"])] + [f"{num(r['metrics'][m]['value'])} "
+                                                       f"(floor {num(r['metrics'][m]['random_floor'])})"
+                                                       for m in METRICS] for r in ag["rows"]]),
+                  "<p>Each value with its random floor; MMRV: lower is better.</p>"]
+    if a.get("notes"):
+        parts.append('<div class="notes"><strong>Analysis notes</strong><ul>'
+                     + "".join(f"<li>{_h(n)}</li>" for n in a["notes"]) + "</ul></div>")
+    parts.append("</section>")
+    return "\n".join(parts)

@@ -1,0 +1,258 @@
+"""The console app through its HTTP interface (no browser): pages, read-only access, artifacts by
+hash only, the token on cancel, broken folders, escaping, comparison across spec hashes, and the
+W&B feed during a campaign."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
+pytest.importorskip("httpx", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from kosmos_env import cli  # noqa: E402
+from kosmos_env.campaign.control import cancel_requested, control_state  # noqa: E402
+from kosmos_env.campaign.design import CampaignConfig, PolicyRef, make_config  # noqa: E402
+from kosmos_env.campaign.ledger import Ledger  # noqa: E402
+from kosmos_env.console.app import create_app  # noqa: E402
+from kosmos_env.console.campaigns import folder_key  # noqa: E402
+from tests.publish_bundles import campaign  # noqa: E402
+
+TOKEN = "test-token-0123456789abcdef"
+EVIL = '<script>document.body.dataset.pwned="1"</script>'
+
+
+def _client(*roots, **kwargs) -> TestClient:
+    app = create_app([str(r) for r in roots], TOKEN, analysis_options={"n_boot": 200, "n_splits": 50}, **kwargs)
+    return TestClient(app, base_url="http://127.0.0.1")
+
+
+def _planned_ledger(folder: Path, labels=("scripted:skill=1.0", "random"), seeds=3) -> CampaignConfig:
+    """A campaign folder whose ledger is planned but never run (no env is stepped)."""
+    base = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=seeds)
+    config = CampaignConfig(**{**base.__dict__, "policies": tuple(PolicyRef(lab, "scripted", {}) for lab in labels)})
+    folder.mkdir(parents=True)
+    with Ledger(folder / "ledger.sqlite") as ledger:
+        ledger.initialise(config)
+    return config
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    return campaign(tmp_path_factory, "a")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_pages_of_a_finished_campaign_read_only(finished, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(finished, root / "a")
+    ledger = root / "a" / "ledger.sqlite"
+    before = _digest(ledger)
+    key = folder_key(root / "a")
+    reference = tmp_path / "reference.csv"
+    reference.write_text("task,policy,reference\ncarrot_on_plate,scripted:skill=1.0,0.9\ncarrot_on_plate,random,0.1\n")
+    c = _client(root, reference=reference)
+    page = c.get("/")
+    assert page.status_code == 200 and f'data-key="{key}"' in page.text
+    assert "Kosmos-Tabletop-v1" in page.text and "scripted:skill=1.0" in page.text
+    live = c.get(f"/c/{key}/live.json").json()
+    assert live["queue"]["done"] == live["planned"] == 6 and live["queue"]["pending"] == 0
+    assert [r["policy"] for r in live["ranking"]][0] == "scripted:skill=1.0"
+    assert set(live["seconds_per_rollout"]) >= {"policy", "world", "gate", "judge", "io", "overhead", "total"}
+    for _ in range(100):  # background verification of the finished folder
+        if c.get(f"/c/{key}/live.json").json()["state"] != "running" and 'finished' in c.get("/").text:
+            break
+        time.sleep(0.05)
+    assert c.get(f"/c/{key}").status_code == 200
+    eps = c.get(f"/c/{key}/episodes", params={"policy": "random"})
+    assert eps.status_code == 200 and "3 matching episode(s)" in eps.text
+    assert c.get(f"/c/{key}/episodes", params={"seed": "x"}).status_code == 400
+    ep = c.get(f"/c/{key}/episodes/0")
+    assert ep.status_code == 200 and "<video" in ep.text and "verified (bytes hash to the name)" in ep.text
+    assert "Gate verdict per world call" in ep.text and 'id="provenance"' in ep.text
+    an = c.get(f"/c/{key}/analysis")
+    assert an.status_code == 200 and "Split-half repeatability" in an.text and "<svg" in an.text
+    assert "Agreement with the reference" in an.text and "reference.csv" in an.text
+    assert _digest(ledger) == before, "serving pages changed the ledger"
+
+
+def test_artifacts_only_by_content_hash_from_the_store(finished, tmp_path):
+    root = tmp_path / "a"
+    shutil.copytree(finished, root)
+    (root / "secret.txt").write_text("not an artifact")
+    key = folder_key(root)
+    c = _client(root)
+    con = sqlite3.connect(root / "ledger.sqlite")
+    sha, rel = con.execute("SELECT sha256, relpath FROM artifacts WHERE kind = 'video' LIMIT 1").fetchone()
+    con.close()
+    ok = c.get(f"/c/{key}/artifacts/{sha}.mp4")
+    assert ok.status_code == 200 and hashlib.sha256(ok.content).hexdigest() == sha
+    assert ok.headers["content-type"] == "video/mp4"
+    refused = [
+        f"/c/{key}/artifacts/..%2F..%2Fsecret.txt", f"/c/{key}/artifacts/..%2Fledger.sqlite",
+        f"/c/{key}/artifacts/{sha}.sqlite", f"/c/{key}/artifacts/{sha.upper()}.mp4",
+        f"/c/{key}/artifacts/{'0' * 64}.mp4", f"/c/{key}/artifacts/%2Fetc%2Fpasswd",
+        f"/c/{key}/artifacts/{sha}.mp4%2F..%2F..%2Fsecret.txt",
+    ]
+    for url in refused:
+        r = c.get(url)
+        assert r.status_code in (400, 404), (url, r.status_code)
+        assert b"not an artifact" not in r.content and b"SQLite format" not in r.content
+    assert c.get("/c/../../secret.txt").status_code == 404
+
+
+def test_cancel_needs_the_token_and_is_recorded(tmp_path):
+    _planned_ledger(tmp_path / "c1")
+    key = folder_key(tmp_path / "c1")
+    c = _client(tmp_path)
+    assert c.post(f"/c/{key}/cancel").status_code == 403
+    assert c.post(f"/c/{key}/cancel", headers={"X-Console-Token": TOKEN[:-1] + "x"}).status_code == 403
+    assert c.get(f"/c/{key}/cancel").status_code == 405  # never through GET
+    with Ledger(tmp_path / "c1" / "ledger.sqlite", create=False) as ledger:
+        assert not cancel_requested(ledger)
+    r = c.post(f"/c/{key}/cancel", headers={"X-Console-Token": TOKEN})
+    assert r.status_code == 200 and r.json()["cancelled"]
+    with Ledger(tmp_path / "c1" / "ledger.sqlite", create=False) as ledger:
+        assert cancel_requested(ledger) and control_state(ledger)["by"].startswith("console ")
+    assert c.get(f"/c/{key}/live.json").json()["state"] == "cancelled"
+
+
+def test_broken_folders_show_an_error_and_the_rest_is_served(finished, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(finished, root / "good")
+    (root / "corrupt").mkdir()
+    (root / "corrupt" / "ledger.sqlite").write_bytes(b"this is not a database" * 100)
+    (root / "nomata").mkdir()
+    sqlite3.connect(root / "nomata" / "ledger.sqlite").execute("CREATE TABLE meta (key TEXT, value TEXT)").connection.commit()
+    c = _client(root, tmp_path / "missing")
+    page = c.get("/")
+    assert page.status_code == 200
+    assert page.text.count('data-state="error"') == 3  # corrupt, no config, missing root
+    assert "folder not found" in page.text
+    bad = c.get(f"/c/{folder_key(root / 'corrupt')}")
+    assert bad.status_code == 500 and 'id="error"' in bad.text and "not a readable campaign ledger" in bad.text
+    assert c.get(f"/c/{folder_key(root / 'good')}").status_code == 200
+    assert c.get("/c/ffffffffffff").status_code == 404
+
+
+def test_untrusted_labels_are_escaped(tmp_path):
+    _planned_ledger(tmp_path / "evil", labels=(EVIL, "random"))
+    c = _client(tmp_path)
+    key = folder_key(tmp_path / "evil")
+    for url in ("/", f"/c/{key}", f"/c/{key}/episodes", f"/c/{key}/episodes/0"):
+        text = c.get(url).text
+        assert EVIL not in text, url
+        if url != f"/c/{key}":  # the live view writes labels from its events with textContent
+            assert "&lt;script&gt;" in text, url
+    assert c.get(f"/c/{key}/live.json").json()["ranking"][1]["policy"] in (EVIL, "random")
+
+
+def test_compare_refuses_different_spec_hashes(finished, tmp_path):
+    shutil.copytree(finished, tmp_path / "a1")
+    shutil.copytree(finished, tmp_path / "a2")
+    cfg = _planned_ledger(tmp_path / "other")
+    con = sqlite3.connect(tmp_path / "other" / "ledger.sqlite")
+    data = json.loads(con.execute("SELECT value FROM meta WHERE key = 'config'").fetchone()[0])
+    data["spec_hash"] = "f" * 64
+    con.execute("UPDATE meta SET value = ? WHERE key = 'config'", (json.dumps(data),))
+    con.commit()
+    con.close()
+    assert cfg.spec_hash != "f" * 64
+    c = _client(tmp_path)
+    same = c.get("/compare", params={"a": folder_key(tmp_path / "a1"), "b": folder_key(tmp_path / "a2")})
+    assert same.status_code == 200 and 'id="compare"' in same.text and "+0.000" in same.text
+    diff = c.get("/compare", params={"a": folder_key(tmp_path / "a1"), "b": folder_key(tmp_path / "other")})
+    assert diff.status_code == 409 and "never ranked together" in diff.text
+
+
+def test_loopback_console_refuses_foreign_host_headers(tmp_path):
+    _planned_ledger(tmp_path / "c1")
+    app = create_app([str(tmp_path)], TOKEN)
+    assert TestClient(app, base_url="http://localhost:8321").get("/").status_code == 200
+    assert TestClient(app, base_url="http://attacker.example").get("/").status_code == 421
+
+
+def test_serve_refuses_a_remote_host_without_the_flag(capsys, tmp_path):
+    assert cli.main(["serve", str(tmp_path), "--host", "0.0.0.0", "--port", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--allow-remote" in err[0]
+
+
+def test_wandb_feed_logs_episodes_while_the_campaign_runs(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from kosmos_env.campaign.runner import run_campaign
+    from kosmos_env.publish.wandb_logger import LedgerFeed
+
+    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_DATA_DIR", "data"), ("WANDB_CACHE_DIR", "cache"),
+                     ("WANDB_CONFIG_DIR", "config"), ("WANDB_ARTIFACT_DIR", "artifacts")):
+        (tmp_path / sub).mkdir()
+        monkeypatch.setenv(var, str(tmp_path / sub))
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=2,
+                         image_size=[64, 64], video=False)
+    out = tmp_path / "camp"
+    feed = LedgerFeed(out, min_interval=0.0)
+    seen = []
+
+    def progress():
+        feed.poll()
+        seen.append(len(feed.logged))
+
+    results = run_campaign(config, out, progress=False, on_progress=progress)
+    run_dir = feed.finish(results)
+    assert any(0 < n < config.n_episodes for n in seen), seen  # logged during the run, not only at the end
+    assert len(feed.logged) == config.n_episodes
+    table, = (Path(run_dir) / "files" / "media" / "table").glob("episodes_*.table.json")
+    assert len(json.loads(table.read_text())["data"]) == config.n_episodes
+
+
+def test_static_report_has_the_analysis_section(finished, tmp_path):
+    from kosmos_env.report.render import write_report
+
+    shutil.copytree(finished, tmp_path / "a")
+    paths = write_report(tmp_path / "a", thumbnails=False)
+    html = paths["html"].read_text()
+    assert 'id="analysis"' in html and "Split-half repeatability" in html and "Minimum detectable difference" in html
+    assert "<svg" in html and "<script" not in html  # plots inline, still no script
+    assert "Statistical analysis" in paths["markdown"].read_text()
+
+
+def test_live_numbers_come_from_the_ledger(tmp_path):
+    import os
+    import socket
+
+    _planned_ledger(tmp_path / "c1", seeds=3)  # 2 policies x 3 seeds = 6 episodes
+    path = tmp_path / "c1" / "ledger.sqlite"
+    timings = json.dumps({"policy": 1.0, "world": 2.0, "gate": 0.0, "judge": 1.0, "io": 0.0, "total": 4.0})
+    with Ledger(path, create=False) as ledger:
+        ledger.set_meta("price_table", json.dumps({"accelerator_per_hour": {"cpu": 3.6}}))
+        ledger.start_run(f"{socket.gethostname()}:{os.getpid()}:main", "in-process", 1, [])
+        now = time.time()  # episodes finished during this run (after its start)
+        with ledger.transaction() as conn:
+            ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
+            for o, outcome in zip(ords[:3], ("success", "failure", "discarded")):
+                conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, timings = ?, finished = ? "
+                             "WHERE ord = ?", (outcome, {"success": 1, "failure": 0}.get(outcome), timings, now, o))
+            conn.execute("UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ? WHERE ord = ?",
+                         (f"{socket.gethostname()}:{os.getpid()}:w0", now + 60, ords[3]))
+    d = _client(tmp_path).get(f"/c/{folder_key(tmp_path / 'c1')}/live.json").json()
+    assert d["state"] == "running" and d["queue"] == {"pending": 2, "leased": 1, "done": 3}
+    assert d["outcomes"]["discarded"] == 1 and d["timed"] == 3
+    assert d["seconds_per_rollout"]["world"] == pytest.approx(2.0) and d["seconds_per_rollout"]["overhead"] == 0.0
+    money = d["money"]  # 3 rollouts x 4 s x 0.001 per s; the judge holds 1 s of each 4
+    assert money["total"] == pytest.approx(0.012) and money["judge_share"] == pytest.approx(0.25)
+    assert d["rollouts_per_hour"] > 0 and d["eta_seconds"] > 0
+    top = d["ranking"][0]
+    assert top["policy"] == "scripted:skill=1.0" and top["successes"] == 1 and top["decided"] == 1
+    assert 0 < top["wilson"][0] < 1 == top["wilson"][1]
