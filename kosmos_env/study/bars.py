@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from kosmos_env.registration.protocol import canonical_json, protocol_hash
+from kosmos_env.hashing import canonical_json, sha256_hex
 from kosmos_env.stats.uncertainty import ALPHA
 
 WORLD_KENDALL_BAR = 0.8
@@ -45,7 +45,7 @@ def register(out_dir, config: Mapping[str, Any], bars: list[dict]) -> dict[str, 
     """Write ``registration.json`` (config, bars, alpha, sha256, UTC time) before the study runs."""
     body = {"kind": "kosmos-env validity study", "alpha": ALPHA, "config": dict(config), "bars": bars}
     canonical = json.loads(canonical_json(body))
-    record = {**canonical, "sha256": protocol_hash(canonical),
+    record = {**canonical, "sha256": _hash(canonical),
               "registered_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -90,3 +90,8 @@ def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> l
                 value = {"answer": sw.get("answer")}
         out.append({"id": bid, "text": bar["text"], "verdict": verdict, "value": value})
     return out
+
+
+def _hash(record: Mapping[str, Any]) -> str:
+    """SHA-256 of the record's canonical JSON (the same rule a registered protocol's hash uses)."""
+    return sha256_hex(canonical_json(record))

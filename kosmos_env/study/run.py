@@ -313,7 +313,7 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
     if cfg.sweep:
         from kosmos_env.study.sweep import run_sweep
 
-        sweep_rows = run_sweep(cfg, judges, tasks, progress)
+        sweep_rows = run_sweep(cfg, judges, tasks, progress, make_env=_make_env, run=_run)
     frame = frame_errors(cfg, tasks, ref_actions, progress) if cfg.frame_error_seeds else {"n_episodes": 0}
     return {"config": cfg.to_dict(), "tasks": tasks, "rows": rows, "sweep_rows": sweep_rows, "gate_status": gate_status,
             "examples": examples.get("frames", {}), "frame_error": frame, "wall_seconds": time.perf_counter() - t0}

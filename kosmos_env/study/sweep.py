@@ -19,20 +19,16 @@ and compared with the simulator's truth on the same episodes.
 """
 from __future__ import annotations
 
-import importlib
 import json
 from typing import Any, Mapping, Sequence
 
 
 def world_class(env_id: str):
     from kosmos_env.spec import load_spec
-    from kosmos_env.worlds import WORLD_BACKENDS
+    from kosmos_env.worlds import resolve_world
 
-    kind = load_spec(env_id).world["type"]
-    if kind not in WORLD_BACKENDS:
-        raise ValueError(f"unknown world type {kind!r} for {env_id}")
-    module_name, attr = WORLD_BACKENDS[kind].split(":")
-    return getattr(importlib.import_module(module_name), attr)
+    # resolved and checked like any world the env would build (built-in or plug-in, names only)
+    return resolve_world(load_spec(env_id).world["type"], env_id)
 
 
 def declared_settings(env_id: str) -> dict[str, dict]:
@@ -93,14 +89,13 @@ def overrides(env_id: str, name: str, value: Any) -> tuple[dict, dict]:
     raise ValueError(f"{env_id}: sweep setting {name!r} has a spec path deeper than two levels")
 
 
-def run_sweep(cfg, judges: dict, tasks: list, progress: bool) -> list[dict]:
+def run_sweep(cfg, judges: dict, tasks: list, progress: bool, *, make_env, run) -> list[dict]:
     """Episodes of the sweep world at every setting (rows labelled ``sweep:NAME=VALUE``).
 
     The world's default setting is not rerun: where the sweep world is the study's reference or
     world under test, the analysis takes the default's episodes from the main run."""
     from kosmos_env.judges import make_judge
     from kosmos_env.spec import load_spec
-    from kosmos_env.study.run import _make_env, _run
 
     env_id = cfg.sweep_world or cfg.world
     spec = load_spec(env_id)
@@ -112,11 +107,11 @@ def run_sweep(cfg, judges: dict, tasks: list, progress: bool) -> list[dict]:
             spec_over, kw = overrides(env_id, name, value)
             label = f"sweep:{name}={json.dumps(value)}"
             world_kwargs = {**cfg.world_kwargs, **kw} if env_id == cfg.world else kw
-            env = _make_env(env_id, world_kwargs=world_kwargs, spec_overrides=spec_over)
+            env = make_env(env_id, world_kwargs=world_kwargs, spec_overrides=spec_over)
             # only the world's own judge: other judges may not read every setting (the frame
             # classifier reads 64x64 only)
             setting_judges = {"spec": own} if own is not None else {}
-            got = _run(label, env, cfg, setting_judges, jobs, tasks, is_reference=spec.world["type"] == "tabletop",
+            got = run(label, env, cfg, setting_judges, jobs, tasks, is_reference=spec.world["type"] == "tabletop",
                        progress=progress, examples={})
             for r in got:
                 r["sweep"] = {"name": name, "value": value, "world": env_id}
