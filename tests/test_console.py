@@ -256,3 +256,19 @@ def test_live_numbers_come_from_the_ledger(tmp_path):
     top = d["ranking"][0]
     assert top["policy"] == "scripted:skill=1.0" and top["successes"] == 1 and top["decided"] == 1
     assert 0 < top["wilson"][0] < 1 == top["wilson"][1]
+
+
+def test_a_cancelled_worker_claims_nothing_and_a_rerun_clears_the_cancel(tmp_path):
+    from kosmos_env.campaign.control import clear_cancel, request_cancel
+    from kosmos_env.campaign.ledger import make_owner
+    from kosmos_env.campaign.worker import work
+
+    config = _planned_ledger(tmp_path / "c1")
+    path = tmp_path / "c1" / "ledger.sqlite"
+    with Ledger(path, create=False) as ledger:
+        assert request_cancel(ledger, "test") and not request_cancel(ledger, "test")  # the second is a no-op
+    assert work(tmp_path / "c1", config, make_owner("w0")) == 0  # the loop stops before its first claim
+    with Ledger(path, create=False) as ledger:
+        assert ledger.counts()["pending"] == 6 and ledger.attempts() == []
+        assert clear_cancel(ledger, "rerun") and not cancel_requested(ledger)
+        assert [r[0] for r in ledger.conn.execute("SELECT action FROM control ORDER BY id")] == ["cancel", "resume"]

@@ -47,6 +47,19 @@ def _live_argv(out: Path) -> list[str]:
             "--policy", f"{SLOW}:delay=0.04,skill=1.0", "--policy", f"{SLOW}:delay=0.04,skill=0.3"]
 
 
+def _planned(out: Path) -> bool:
+    if not (out / "ledger.sqlite").exists():
+        return False
+    try:
+        con = sqlite3.connect(f"file:{out / 'ledger.sqlite'}?mode=ro", uri=True)
+        try:
+            return con.execute("SELECT COUNT(*) FROM meta WHERE key = 'config'").fetchone()[0] == 1
+        finally:
+            con.close()
+    except sqlite3.Error:  # tables not created yet
+        return False
+
+
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
@@ -139,7 +152,7 @@ def test_live_view_rises_cancel_stops_and_rerun_completes_once(console, page):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.time() + 60
-        while not (out / "ledger.sqlite").exists() and time.time() < deadline:
+        while not _planned(out) and time.time() < deadline:  # the ledger exists and holds its plan
             time.sleep(0.05)
         key = folder_key(out)
         page.goto(server.url)  # the new campaign appears on the list

@@ -144,7 +144,7 @@ def judgment_view(ep: dict) -> dict | None:
         return None
     fields = [("outcome", ep.get("outcome")), ("score", j.get("score")), ("judge", j.get("judge") or ep.get("judge")),
               ("model", j.get("model_id") or "-"), ("prompt sha256", j.get("prompt_sha256") or "-"),
-              ("seconds", j.get("seconds"))]
+              ("seconds", f"{float(j['seconds']):.3g}" if isinstance(j.get("seconds"), (int, float)) else "-")]
     votes = []
     for v in j.get("votes") or []:
         if not isinstance(v, dict):
