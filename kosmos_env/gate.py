@@ -277,6 +277,7 @@ class ConsistencyGate:
         failures: list[tuple[str, str, int]] = []  # (check, reason, frame index in call)
         start_frame, first_action = -1, 0
         pos = self._pos
+        call_start: np.ndarray | None = None
         for i in range(k):
             if i + 1 < k and ends[i + 1] == ends[i]:
                 continue  # several actions end on the same frame: one segment
@@ -292,6 +293,8 @@ class ConsistencyGate:
                 for a in acts:  # the world clips after every action
                     target = np.clip(target + a[:3], ws[:, 0], ws[:, 1])
                 commanded = target - start
+            if not segments:
+                call_start = start
             a_img, b_img = grays[start_frame + 1], grays[end_frame + 1]
             rotation = float(np.abs(acts[:, 3:6]).sum(axis=0).max())
             seg = self._segment(a_img, b_img, commanded, rotation, start, calibration, scale)
@@ -306,6 +309,16 @@ class ConsistencyGate:
                 pos = start + commanded
             start_frame, first_action = end_frame, i + 1
         self._pos = pos
+
+        # a slowly drifting camera moves the scene by less than an analysis pixel between two
+        # frames but by several over a call of several frames: check the whole call as well
+        if len(segments) > 1 and not any(f[0] == "camera_motion" for f in failures):
+            moved = (pos - call_start) if (pos is not None and call_start is not None) else \
+                actions[:, :3].astype(np.float64).sum(axis=0)
+            reason = self._call_pan(grays[0], grays[-1], moved, call_start, calibration, scale,
+                                    any(sg["demanded"] for sg in segments), n)
+            if reason:
+                failures.append(("camera_motion", reason, n - 1))
 
         # image collapse (every frame)
         for j, g in enumerate(grays[1:]):
@@ -433,6 +446,21 @@ class ConsistencyGate:
                 and broken_fraction <= th.pan_max_broken_static:
             return moved, True, shift  # measure the arm against the camera-compensated frame
         return a, False, shift
+
+    def _call_pan(self, a, b, moved, start, calibration, scale, demanded: bool, n: int) -> str | None:
+        """Camera motion between a call's input frame and its last frame (None: no pan)."""
+        th = self.thresholds
+        seg: dict[str, Any] = {}
+        box, in_view = None, None
+        if calibration is not None and start is not None:
+            geo = self._geometry(moved, start, calibration, scale, a.shape)
+            box, in_view = geo["box"], geo["in_view"]
+        _, pan, shift = self._camera_motion(seg, a, b, box)
+        if pan and (demanded or (shift >= 2 * th.pan_min_px and in_view is not False)):
+            sx, sy = seg["global_shift_px"]
+            return (f"the whole image moved by ({sx:.1f}, {sy:.1f}) px over the call's {n} frames "
+                    f"(a camera pan explaining {seg['pan_explained']:.0%} of the change)")
+        return None
 
     def _geometry(self, commanded, start, calibration, scale, shape) -> dict[str, Any]:
         """Where the gripper is and should go in the analysis image (calibrated worlds)."""

@@ -22,6 +22,14 @@ load time and the per-call times separately. Tests and warm workers pass a ready
 either, and without a Hugging Face cache entry for the pinned revision, construction raises
 :class:`~kosmos_env.worlds.base.MissingWeightsError` saying what to download. There is no
 fallback to any other world.
+
+Camera and integrated pose (for the action-consistency gate): when the spec's ``world`` block
+holds a ``camera`` (:mod:`kosmos_env.worlds.bridge_camera`), the world exposes its
+``calibration`` at the observation size and logs ``ee_pos`` per action: the tool centre point
+**integrated from the commanded translations** from the start pose (``camera.start_ee_pos``, or
+the task's ``initial_ee_pos``), the way the learned tabletop integrates its pose. It is what
+was commanded, not a measurement of what the model drew; the gate projects it to check that
+the generated gripper moves the commanded way.
 """
 from __future__ import annotations
 
@@ -88,6 +96,15 @@ class Cosmos3World:
         if pipeline is None:
             self._weights_path = resolve_weights(self.config, weights_path)
         _require_stats(spec, self.config)
+        self.calibration = None
+        if self.config.get("camera") is not None:
+            from kosmos_env.spec import SpecError
+            from kosmos_env.worlds.bridge_camera import bridge_calibration
+
+            try:
+                self.calibration = bridge_calibration(self.config["camera"], self.image_size)
+            except ValueError as exc:
+                raise SpecError(f"spec {spec.id}: {exc}") from None
         self.timings: dict[str, Any] = {"load_seconds": None, "calls": 0, "call_seconds": []}
         self._rng: np.random.Generator | None = None
         self._cond_frame: np.ndarray | None = None
@@ -155,6 +172,11 @@ class Cosmos3World:
 
         self._ee_pos = np.zeros(3)
         self._ee_rot = euler_to_matrix(np.asarray(euler, dtype=np.float64))
+        self._tcp = None  # integrated base-frame TCP position (with a camera block only)
+        if self.calibration is not None:
+            from kosmos_env.worlds.bridge_camera import start_ee_pos
+
+            self._tcp = start_ee_pos(self.config["camera"], params)
         self._rng = rng
         self._prompt = task.instruction
         return WorldReset(frame=_resize(frame, self.image_size))
@@ -196,7 +218,13 @@ class Cosmos3World:
         native = _to_uint8(video[1 : self.env_chunk + 1])
         self._cond_frame = native[-1]
         frames = np.stack([_resize(f, self.image_size) for f in native])
-        return WorldStep(frames=frames)
+        log = {}
+        if self._tcp is not None:
+            # commanded, not measured (see the module doc): one row per action, like a robot log
+            path = self._tcp + np.cumsum(rows[:, :3].astype(np.float64), axis=0)
+            self._tcp = path[-1]
+            log["ee_pos"] = path.astype(np.float32)
+        return WorldStep(frames=frames, log=log)
 
     def evaluate(self) -> dict[str, Any] | None:
         return None
