@@ -155,6 +155,16 @@ def fmt(name: str, m: dict) -> list[str]:
     return lines
 
 
+def _pitched(block, degrees: float) -> np.ndarray:
+    """The camera's viewing direction tilted down by ``degrees`` (no roll)."""
+    from kosmos_env.worlds.bridge_camera import camera_pose
+
+    forward = camera_pose(block)[1][:, 2]
+    horizontal = float(np.hypot(forward[0], forward[1]))
+    pitch = np.arctan2(forward[2], horizontal) - np.deg2rad(degrees)
+    return np.array([forward[0] / horizontal * np.cos(pitch), forward[1] / horizontal * np.cos(pitch), np.sin(pitch)])
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="episodes per policy and task")
@@ -194,22 +204,15 @@ def main() -> int:
     lines += fmt(f"tabletop, Bridge camera, {size[0]}x{size[1]}, calibration from the camera model + integrated commanded pose", m)
     base = measure(gate, episodes, None, None, args.seed, args.boot)
     lines += ["", *fmt("baseline: same episodes, calibration-free mode (the Bridge gate before)", base)]
-    # the gate's sensitivity to a wrong camera model: the same replay with the camera's pitch off by 5 degrees
-    off = dict(block)
-    pos, look = np.asarray(off["position"], float), None
-    from kosmos_env.worlds.bridge_camera import camera_pose
-
-    _, axes = camera_pose(block)
-    forward = axes[:, 2]
-    ang = np.deg2rad(5.0)
-    horiz = np.hypot(forward[0], forward[1])
-    pitch = np.arctan2(forward[2], horiz) - ang
-    look = np.array([forward[0] / horiz * np.cos(pitch), forward[1] / horiz * np.cos(pitch), np.sin(pitch)])
+    # sensitivity to what a Bridge world can get wrong: the camera model (pitch 5 degrees off)
+    # and the start pose (3 cm off sideways); same episodes, same shuffles
     off = {k: v for k, v in block.items() if k != "quaternion_wxyz"}
-    off["look_direction"] = look.tolist()
+    off["look_direction"] = _pitched(block, 5.0).tolist()
     m_off = measure(gate, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
     lines += ["", *fmt("robustness: the calibration's pitch 5 degrees off (camera model error)", m_off)]
-    _ = pos
+    shifted = home + np.array([0.0, 0.03, 0.0])
+    m_start = measure(gate, episodes, cal, shifted, args.seed, args.boot)
+    lines += ["", *fmt("robustness: the start pose 3 cm off (y + 0.03 m)", m_start)]
 
     if not args.skip_learned:
         learned = load_spec("Kosmos-TabletopLearned-v1")

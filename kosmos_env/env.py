@@ -127,6 +127,18 @@ class KosmosEnv(gymnasium.Env):
       a frame from elsewhere and refuses it unless its sha256 matches the suite.
     - Seeds: each model call's diffusion seed is drawn from ``np_random``; same seed, same frames.
       ``env.unwrapped.world.timings`` reports load seconds and per-call seconds separately.
+    - Camera and gate: ``world.camera`` is SimplerEnv's Bridge-dataset camera relative to the
+      WidowX ``base_link`` (C920 intrinsics, scaled to ``image_size``;
+      :mod:`kosmos_env.worlds.bridge_camera`) and the start pose of the tool centre point
+      (``start_ee_pos``, SimplerEnv's for the real can episode; a task may give
+      ``initial_ee_pos``). The world exposes that ``calibration`` and logs ``ee_pos``: the pose
+      *integrated from the commands*, not measured. With them the gate runs calibrated: frozen
+      frames near the projected gripper, camera pans (per step and over each 4-frame call), the
+      direction of the gripper's visible motion against the projected command, image collapse.
+      Measured where ground truth exists (``bench/bridge_gate.py``: the tabletop rendered through
+      this camera, calibration and integrated pose as the Bridge world has them) and on the real
+      can episode (passes under commands derived from its video; frozen and panned copies
+      rejected). Numbers in ``bench/results/bridge_gate.txt`` and the README.
 
     ## Version History
 

@@ -72,6 +72,10 @@ def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
         assert obs in venv.observation_space or _obs_in(venv, obs)
         for i in range(n):
             if done[i]:
+                # an env that ended earlier (a gate discard) was reset by this step (next-step autoreset)
+                if "autoreset_obs" not in records[i]:
+                    assert not term[i] and not trunc[i] and r[i] == 0
+                    records[i]["autoreset_obs"] = _slice(obs, i)
                 continue
             records[i]["obs"].append(_slice(obs, i))
             records[i]["frames"].append(info["frames"][i])
@@ -87,9 +91,10 @@ def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
             break
     # next-step autoreset: the step after the end resets (the action is ignored)
     obs, r, term, trunc, info = venv.step(np.stack([a[0] for a in actions_per_env]))
-    assert not term.any() and not trunc.any() and np.all(r == 0)
     for i in range(n):
-        records[i]["autoreset_obs"] = _slice(obs, i)
+        if "autoreset_obs" not in records[i]:
+            assert not term[i] and not trunc[i] and r[i] == 0
+            records[i]["autoreset_obs"] = _slice(obs, i)
     return records
 
 
@@ -105,6 +110,8 @@ def _judgment(info, i):
     j = info.get("judgment")
     if j is None or not info["_judgment"][i]:
         return None
+    if not isinstance(j, dict):  # a discarded episode's judgment is None: gymnasium stacks an object array
+        return j[i]
     return {k: (v[i] if not isinstance(v, dict) else {kk: vv[i] for kk, vv in v.items()})
             for k, v in j.items() if not k.startswith("_") and info["judgment"].get(f"_{k}", np.ones(2, bool))[i]}
 
