@@ -141,7 +141,7 @@ def test_tiny_study_end_to_end_writes_report_plots_and_json(tmp_path):
     out = tmp_path / "study"
     rc = main(["study", "--policies", "scripted:skill=1.0", "deceptive:mode=grasp_miss,rate=1.0", "random",
                "--tasks", "carrot_on_plate", "--seeds", "2", "--horizons", "10", "40", "--frame-error-seeds", "1",
-               "--n-boot", "100", "--out", str(out), "--quiet"])
+               "--control", "shuffled", "--n-boot", "100", "--out", str(out), "--quiet"])
     assert rc == 0
     report = (out / "report.md").read_text()
     assert report.index("Registered bars") < report.index("Agreement with the simulator")
@@ -154,7 +154,8 @@ def test_tiny_study_end_to_end_writes_report_plots_and_json(tmp_path):
     assert truth[0] > truth[1] == truth[2] == 0.0  # the grasp-miss policy never succeeds in the simulator
     ao = res["evaluators"]["baseline/action_only"]["rates"]
     assert ao[1] == 1.0  # ...but its commands look like success
-    assert {r["world"] for r in data["episodes"]} == {"reference", "learned", "null"}
+    assert {r["world"] for r in data["episodes"]} == {"reference", "learned", "null", "control:shuffled"}
+    assert "control:shuffled/robot_log" in res["agreement"]["evaluators"]
     assert (out / "registration.json").exists() and (out / "episodes.json").exists()
     for png in ("agreement_intervals.png", "horizon_drift.png", "success_rates.png"):
         assert (out / png).stat().st_size > 1000

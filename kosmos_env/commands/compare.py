@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
         out["ab"] = res.to_dict() | {"paired_by": how}
         f = res.final
         texts.append(
-            f"anytime-valid paired A/B (empirical-Bernstein confidence sequence, alpha={args.alpha}):\n"
+            f"anytime-valid paired A/B (decision by betting; interval: empirical-Bernstein confidence sequence, alpha={args.alpha}):\n"
             f"  decision: {res.decision} after {res.n_used} of {res.n_total} paired episodes (paired by {how})\n"
             f"  mean(A - B) = {f.mean_diff:.3f}, {100 * (1 - args.alpha):g}% anytime interval "
             f"[{f.lower:.3f}, {f.upper:.3f}]"

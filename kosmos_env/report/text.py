@@ -143,7 +143,8 @@ def analysis_text(a: dict) -> str:
                      f"shortest safe horizon: {h['shortest_safe_horizon']}")
 
     ab = a["ab"]
-    parts += ["", _title("anytime-valid paired A/B test of the top two (empirical-Bernstein confidence sequence)")]
+    parts += ["", _title("anytime-valid paired A/B test of the top two "
+                         "(decision by betting; interval: empirical-Bernstein confidence sequence)")]
     sk = _skipped(ab)
     if sk:
         parts.append(sk)

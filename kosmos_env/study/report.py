@@ -172,8 +172,9 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     for n, e in agr["evaluators"].items():
         L.append(f"| {n} | " + " | ".join(format_metric(e[m]) for m in METRIC_ORDER) +
                  f" | {_f(evs[n]['episode_accuracy'])} |")
-    first = next(iter(agr["evaluators"].values()))
-    L += ["", "Random ranking's quantile: " + ", ".join(f"{m} {_f(first[m].get('null_quantile'), 2)}" for m in METRIC_ORDER
+    first_name, first = next(iter(agr["evaluators"].items()))
+    L += ["", f"Random ranking's quantile (permuting {first_name}'s rates; each evaluator's own, which depends on "
+          "its ties, is in study.json): " + ", ".join(f"{m} {_f(first[m].get('null_quantile'), 2)}" for m in METRIC_ORDER
                                                          if first[m].get("null_quantile") is not None) +
           f" (P = {first['kendall'].get('n_policies')} policies; {first['kendall'].get('permutation')}).", ""]
     L += ["### Difference to the baselines (positive = better than the baseline; ✓ = interval excludes 0)", "",
