@@ -42,6 +42,9 @@ from kosmos_env.judges.vlm_video import (
 from kosmos_env.errors import MissingWeightsError
 
 LOCAL_PATH_ENV = "KOSMOS_VLM_JUDGE_PATH"
+#: how sample seeds are drawn: per rollout (its content and the judge seed) and per sample index,
+#: so a rollout's votes do not depend on which rollouts share its batch or where it sits in it
+SEEDING = "per_rollout_content_v1"
 DEFAULT_MODEL_ID = "nvidia/Cosmos-Reason1-7B"
 _MODEL_CLASSES = {
     "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
@@ -56,7 +59,8 @@ class VLMJudge:
     ``sample_fps`` (frames per second shown to the model, default 4 as Cosmos-Reason uses),
     ``max_frames``, ``k`` (samples), ``min_valid`` (quorum size ``q``), ``temperature``,
     ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts per forward pass in
-    :meth:`judge_batch`), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
+    :meth:`judge_batch`; with ``memory_budget_mb`` it is the cap and the budget sizes each
+    batch from an estimate of its KV cache and vision activations), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
     ``prompt_sha256`` (must equal :data:`PROMPT_SHA256` when given: the spec pins the prompt),
     ``device``, ``dtype``, ``trust_remote_code`` (default False), ``adapter`` (a folder with a
     LoRA adapter saved by peft, e.g. by ``kosmos-env judge-distill``; it is applied on top of the
@@ -82,6 +86,7 @@ class VLMJudge:
         max_new_tokens: int = 256,
         seed: int = 0,
         batch_size: int = 4,
+        memory_budget_mb: float | None = None,
         max_pixels: int | None = None,
         min_pixels: int | None = None,
         prompt_sha256: str | None = None,
@@ -109,6 +114,9 @@ class VLMJudge:
         self.k, self.min_valid = int(k), int(min_valid)
         self.temperature, self.top_p, self.max_new_tokens = float(temperature), float(top_p), int(max_new_tokens)
         self.seed, self.batch_size = int(seed), int(batch_size)
+        if memory_budget_mb is not None and memory_budget_mb <= 0:
+            raise ValueError(f"memory_budget_mb must be > 0, got {memory_budget_mb}")
+        self.memory_budget_mb = None if memory_budget_mb is None else float(memory_budget_mb)
         self.trust_remote_code = bool(trust_remote_code)
         if isinstance(model, (str, os.PathLike)):
             if os.path.isdir(model):
@@ -140,7 +148,7 @@ class VLMJudge:
             "sample_fps": self.sample_fps, "max_frames": self.max_frames, "k": self.k, "min_valid": self.min_valid,
             "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
             "seed": self.seed, "min_pixels": self.video.min_pixels, "max_pixels": self.video.max_pixels,
-            "prompt_sha256": PROMPT_SHA256,
+            "prompt_sha256": PROMPT_SHA256, "seeding": SEEDING,
             # only present with an adapter, so the spec of a plain judge is unchanged
             **({"adapter_sha256": self.adapter_sha256} if self.adapter else {}),
         }
@@ -212,36 +220,81 @@ class VLMJudge:
         return self.judge_batch([rollout])[0]
 
     def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
-        """Judge rollouts ``batch_size`` at a time; each is sampled ``k`` times in the same forward pass.
+        """Judge rollouts in batches; each rollout's ``k`` samples come from the same ``generate`` call.
 
-        Sampling is seeded per call of the model (``seed`` + the index of the batch), so the
-        same rollouts in the same batches give the same votes.
+        Batches hold ``batch_size`` rollouts, or as many as ``memory_budget_mb`` allows (see
+        :meth:`plan_batches`). Each rollout's video is patchified once and encoded by the vision
+        tower once per batch (``num_return_sequences=k`` expands the encoded video, not the
+        pixels). Sample ``j`` of a rollout is drawn with its own generator seeded from the
+        judge seed, the rollout's content and ``j`` (:func:`rollout_seed`), so the votes are
+        the same whichever rollouts share the batch (up to float rounding of padded batches).
         """
-        out: list[Judgment] = []
-        for b, start in enumerate(range(0, len(rollouts), self.batch_size)):
-            chunk = rollouts[start : start + self.batch_size]
+        items = [self._inputs(r) for r in rollouts]
+        seeds = [rollout_seed(self.seed, r) for r in rollouts]
+        out: list[Judgment | None] = [None] * len(rollouts)
+        for batch in self.plan_batches(items):
             t0 = time.perf_counter()
-            items = [self._inputs(r) for r in chunk]
-            t1 = time.perf_counter()
-            texts, n_tokens = self._generate(items, seed=self.seed + b)
-            t2 = time.perf_counter()
-            seconds, gen_seconds = (t2 - t0) / len(chunk), (t2 - t1) / len(chunk)
-            for i, _ in enumerate(chunk):
-                answers = texts[i * self.k : (i + 1) * self.k]
-                tokens = n_tokens[i * self.k : (i + 1) * self.k]
+            texts, n_tokens = self._generate([items[i] for i in batch], seeds=[seeds[i] for i in batch])
+            seconds = (time.perf_counter() - t0) / len(batch)
+            for pos, i in enumerate(batch):
+                answers = texts[pos * self.k : (pos + 1) * self.k]
+                tokens = n_tokens[pos * self.k : (pos + 1) * self.k]
                 res = quorum(answers, self.min_valid)
-                out.append(Judgment(
+                out[i] = Judgment(
                     success=res.success, score=res.score, rationale=res.rationale, votes=res.votes,
                     judge=self.name, model_id=self.model_id + (f"@{self.revision}" if self.revision else ""),
-                    prompt_sha256=PROMPT_SHA256, seconds=seconds,
+                    prompt_sha256=PROMPT_SHA256, seconds=seconds + items[i]["prep_seconds"],
                     extras={"n_valid": res.n_valid, "k": self.k, "min_valid": self.min_valid, "family": self.family,
                             "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"]),
-                            "raw_answers": list(answers), "generated_tokens": tokens, "generate_seconds": gen_seconds},
-                ))
-        return out
+                            "raw_answers": list(answers), "generated_tokens": tokens, "generate_seconds": seconds,
+                            "batch_rollouts": len(batch), "sample_seed": seeds[i]},
+                )
+        return out  # type: ignore[return-value]
+
+    def estimate_bytes(self, item: dict[str, Any]) -> int:
+        """Working memory of one rollout's ``k`` samples in a batch (an estimate, for batch sizing).
+
+        KV cache of its k rows over prompt + ``max_new_tokens`` tokens, the text activations of
+        the prefill (a few hidden-size vectors per token), the vision tower's activations over its
+        patches (encoded once), and the float32 logits of one decoding step per row.
+        """
+        cfg = self.model.config
+        text = getattr(cfg, "text_config", cfg)
+        vision = getattr(cfg, "vision_config", None)
+        nbytes = next(self.model.parameters()).element_size()
+        heads = int(text.num_attention_heads)
+        head_dim = int(getattr(text, "head_dim", None) or text.hidden_size // heads)
+        kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
+        tokens = len(item["ids"]) + self.max_new_tokens
+        kv = 2 * int(text.num_hidden_layers) * kv_heads * head_dim * nbytes * tokens * self.k
+        prefill = 4 * int(text.hidden_size) * nbytes * len(item["ids"]) * self.k
+        patches = int(np.prod(item["grid"]))
+        vision_hidden = int(getattr(vision, "hidden_size", 0) or getattr(vision, "embed_dim", 0) or 0)
+        vis = 8 * vision_hidden * nbytes * patches
+        logits = 4 * int(text.vocab_size) * self.k
+        return kv + prefill + vis + logits
+
+    def plan_batches(self, items: Sequence[dict[str, Any]]) -> list[list[int]]:
+        """Indices of the rollouts in each batch, in order (at least one rollout per batch)."""
+        batches: list[list[int]] = []
+        budget = None if self.memory_budget_mb is None else self.memory_budget_mb * 2**20
+        current: list[int] = []
+        used = 0
+        for i, item in enumerate(items):
+            need = self.estimate_bytes(item) if budget is not None else 0
+            full = len(current) >= self.batch_size or (budget is not None and current and used + need > budget)
+            if full:
+                batches.append(current)
+                current, used = [], 0
+            current.append(i)
+            used += need
+        if current:
+            batches.append(current)
+        return batches
 
     def _inputs(self, rollout: Rollout) -> dict[str, Any]:
         """Token ids, patches and grid for one rollout (not yet batched)."""
+        t0 = time.perf_counter()
         frames = np.asarray(rollout.frames)
         idx = sample_indices(len(frames), float(rollout.fps), self.sample_fps, self.max_frames)
         patches, grid = patchify_video(frames[idx], self.video)
@@ -263,24 +316,27 @@ class VLMJudge:
         if n_video != expected:
             raise RuntimeError(f"tokenised prompt has {n_video} video tokens, the video needs {expected}")
         return {"ids": ids, "patches": patches, "grid": grid, "frames_shown": len(idx),
-                "second_per_grid": self.video.temporal_patch_size / self.sample_fps}
+                "second_per_grid": self.video.temporal_patch_size / self.sample_fps,
+                "prep_seconds": time.perf_counter() - t0}
 
-    def _generate(self, items: Sequence[dict[str, Any]], seed: int) -> tuple[list[str], list[int]]:
+    def _generate(self, items: Sequence[dict[str, Any]], seeds: Sequence[int]) -> tuple[list[str], list[int]]:
         """Sample ``k`` answers for each item in one ``generate`` call.
 
-        Returns len(items) * k texts and, per text, the number of tokens generated (up to and
-        including the first end-of-sequence token; the padding after it is not counted).
+        One row per item (its video encoded once); ``num_return_sequences=k`` expands the rows.
+        :class:`_SeededSampler` draws every token of row ``(item, j)`` from a generator seeded
+        with ``seeds[item] + j``. Returns len(items) * k texts and, per text, the number of
+        tokens generated (up to and including the first end-of-sequence token).
         """
         import torch
+        from transformers import LogitsProcessorList
 
-        rows = [it for it in items for _ in range(self.k)]
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id
-        width = max(len(r["ids"]) for r in rows)
-        input_ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding: generation continues every row at the end
+        width = max(len(r["ids"]) for r in items)
+        input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(items), width), dtype=torch.long)
+        for i, r in enumerate(items):  # left padding: generation continues every row at the end
             input_ids[i, width - len(r["ids"]) :] = torch.tensor(r["ids"], dtype=torch.long)
             attention[i, width - len(r["ids"]) :] = 1
         mm_types = torch.zeros_like(input_ids, dtype=torch.int32)
@@ -292,17 +348,20 @@ class VLMJudge:
             "input_ids": input_ids.to(device),
             "attention_mask": attention.to(device),
             "mm_token_type_ids": mm_types.to(device),
-            "pixel_values_videos": torch.from_numpy(np.concatenate([r["patches"] for r in rows])).to(device, vision_dtype),
-            "video_grid_thw": torch.tensor([r["grid"] for r in rows], dtype=torch.long, device=device),
+            "pixel_values_videos": torch.from_numpy(np.concatenate([r["patches"] for r in items])).to(device, vision_dtype),
+            "video_grid_thw": torch.tensor([r["grid"] for r in items], dtype=torch.long, device=device),
         }
         if self.family == "qwen2_5_vl":
-            kwargs["second_per_grid_ts"] = torch.tensor([r["second_per_grid"] for r in rows], dtype=torch.float32, device=device)
+            kwargs["second_per_grid_ts"] = torch.tensor([r["second_per_grid"] for r in items], dtype=torch.float32, device=device)
+        sampler = _SeededSampler([s + j for s in seeds for j in range(self.k)], self.temperature, self.top_p)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
-            torch.manual_seed(seed)
+            # the sampler decides each token (a one-hot distribution); generate's own sampling
+            # then picks it whatever the global RNG holds, and its warpers are switched off
             out = self.model.generate(
-                **kwargs, do_sample=True, temperature=self.temperature, top_p=self.top_p, top_k=0,
-                max_new_tokens=self.max_new_tokens, pad_token_id=pad_id,
+                **kwargs, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=self.k,
+                logits_processor=LogitsProcessorList([sampler]), max_new_tokens=self.max_new_tokens,
+                pad_token_id=pad_id,
             )
         new = out[:, width:]
         return self.tokenizer.batch_decode(new, skip_special_tokens=True), _generated_lengths(new, self._eos_ids(pad_id))
@@ -314,6 +373,50 @@ class VLMJudge:
         if self.tokenizer.eos_token_id is not None:
             ids.add(self.tokenizer.eos_token_id)
         return ids or {pad_id}
+
+
+def rollout_seed(judge_seed: int, rollout: Rollout) -> int:
+    """The base sampling seed of a rollout: a hash of the judge seed and what the judge sees."""
+    import hashlib
+
+    h = hashlib.sha256(f"{SEEDING}|{int(judge_seed)}|{rollout.instruction}|{float(rollout.fps)!r}|".encode())
+    frames = np.ascontiguousarray(rollout.frames)
+    h.update(f"{frames.shape}|{frames.dtype}|".encode())
+    h.update(frames.tobytes())
+    return int.from_bytes(h.digest()[:7], "big")  # < 2**56: seed + j stays a valid torch seed
+
+
+class _SeededSampler:
+    """A logits processor that samples each row's next token with that row's own generator.
+
+    Temperature and nucleus (top-p) filtering as ``generate`` would apply them, then one
+    multinomial draw per row from ``torch.Generator(seed_of_row)``; the returned scores are 0
+    at the chosen token and -inf elsewhere, so generate's own sampling can only pick it.
+    """
+
+    def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
+        import torch
+
+        self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+        self.temperature, self.top_p = float(temperature), float(top_p)
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        if scores.shape[0] != len(self.generators):
+            raise RuntimeError(f"sampler has {len(self.generators)} generators for {scores.shape[0]} rows")
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1).cpu()
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # keep the smallest head whose mass reaches top_p (the first token always stays)
+        drop = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
+        sorted_p = sorted_p.masked_fill(drop, 0.0)
+        chosen = torch.empty(scores.shape[0], dtype=torch.long)
+        for row, gen in enumerate(self.generators):
+            pick = torch.multinomial(sorted_p[row], 1, generator=gen)
+            chosen[row] = order[row, pick[0]]
+        out = torch.full_like(scores, float("-inf"))
+        out[torch.arange(scores.shape[0]), chosen.to(scores.device)] = 0.0
+        return out
 
 
 def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:

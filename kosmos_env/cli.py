@@ -10,6 +10,7 @@ import sys
 COMMANDS = [
     # run and inspect campaigns
     "eval", "verify", "report", "analyze", "compare", "rollout", "serve",
+    "judge",  # re-judge a campaign's stored rollouts with another judge
     # studies, publishing, leaderboard
     "register", "publish", "leaderboard",
     # the evaluator itself: gate, learned world, judges

@@ -8,6 +8,9 @@ actions -> chunk+1 frames, domain ``bridge_orig_lerobot``) over a grid of
 
 - sampling steps (``--steps``),
 - resolution tiers (``--tiers``; the pipeline's action resolution bins),
+- batch sizes (``--batch-sizes``): B episodes' chunks per call; B > 1 goes through
+  :func:`kosmos_env.worlds.cosmos3_batch.generate_batch` (one denoising loop over B latents;
+  options it cannot batch, e.g. SeaCache, fall back to B single calls and say so),
 - diffusers speed options (``--options``): ``baseline``; ``text_kv_cache`` (exact text K/V
   caching, lossless); ``sea_cache`` (SeaCache step skipping, approximate); ``attn:<backend>``
   (e.g. ``attn:_native_cudnn``, ``attn:flash``: ``set_attention_backend``); ``compile``
@@ -99,23 +102,31 @@ def build(args):
     return pipe, desc
 
 
-def call(pipe, args, tier: int, steps: int):
-    """One forward-dynamics chunk; returns the output frames."""
+def call(pipe, args, tier: int, steps: int, batch: int = 1):
+    """One forward-dynamics chunk per episode for ``batch`` episodes; returns (frames, batched?)."""
     import numpy as np
     import torch
     from diffusers import CosmosActionCondition
 
     rng = np.random.default_rng(0)
     h, w = (64, 64) if args.smoke else (256, 320)
-    image = rng.integers(0, 255, size=(h, w, 3), dtype=np.uint8)
-    actions = torch.as_tensor(rng.uniform(-1, 1, size=(args.chunk, 10)), dtype=torch.float32)
-    return pipe(
-        prompt="put the carrot on the plate",
-        action=CosmosActionCondition(mode="forward_dynamics", chunk_size=args.chunk, domain_name="bridge_orig_lerobot",
-                                     resolution_tier=tier, raw_actions=actions, image=image, view_point="ego_view"),
-        fps=5.0, num_inference_steps=steps, guidance_scale=1.0, use_system_prompt=False,
-        generator=torch.Generator().manual_seed(1), output_type="np",
-    )
+    requests = []
+    for b in range(batch):
+        image = rng.integers(0, 255, size=(h, w, 3), dtype=np.uint8)
+        actions = torch.as_tensor(rng.uniform(-1, 1, size=(args.chunk, 10)), dtype=torch.float32)
+        requests.append(dict(
+            prompt="put the carrot on the plate",
+            action=CosmosActionCondition(mode="forward_dynamics", chunk_size=args.chunk, domain_name="bridge_orig_lerobot",
+                                         resolution_tier=tier, raw_actions=actions, image=image, view_point="ego_view"),
+            fps=5.0, num_inference_steps=steps, guidance_scale=1.0, use_system_prompt=False,
+            generator=torch.Generator().manual_seed(1 + b), output_type="np",
+        ))
+    if batch == 1:
+        return pipe(**requests[0]).video, False
+    from kosmos_env.worlds.cosmos3_batch import generate_batch
+
+    videos, report = generate_batch(pipe, requests)
+    return np.stack(videos), report.batched
 
 
 def apply_option(pipe, option: str, args) -> None:
@@ -153,7 +164,7 @@ def undo_option(pipe, option: str, original_transformer) -> None:
         pipe.to(original_transformer.device)
 
 
-def measure(pipe, args, tier, steps, option) -> dict:
+def measure(pipe, args, tier, steps, option, batch=1) -> dict:
     import torch
 
     cuda = torch.cuda.is_available() and not args.smoke
@@ -163,23 +174,23 @@ def measure(pipe, args, tier, steps, option) -> dict:
             torch.cuda.synchronize()
 
     original = pipe.transformer
-    row = {"tier": tier, "steps": steps, "option": option}
+    row = {"tier": tier, "steps": steps, "option": option, "batch": batch}
     try:
         apply_option(pipe, option, args)
         if cuda:
             torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
         sync(); t0 = time.perf_counter()
-        out = call(pipe, args, tier, steps)
+        video, row["batched"] = call(pipe, args, tier, steps, batch)
         sync(); row["first_call_s"] = time.perf_counter() - t0
         times = []
         for _ in range(args.reps):
             sync(); t0 = time.perf_counter()
-            out = call(pipe, args, tier, steps)
+            video, _ = call(pipe, args, tier, steps, batch)
             sync(); times.append(time.perf_counter() - t0)
-        video = getattr(out, "video", None)
         shape = getattr(video, "shape", None)
         row.update(s_per_chunk=statistics.median(times), s_min=min(times), frames_shape=list(shape) if shape else None,
+                   s_per_episode_chunk=statistics.median(times) / batch,
                    s_per_step=statistics.median(times) / steps,
                    peak_gb=torch.cuda.max_memory_allocated() / 2**30 if cuda else None)
     except Exception as exc:  # an option unavailable here (e.g. no flash-attn) is a row, not a crash
@@ -193,13 +204,16 @@ def measure(pipe, args, tier, steps, option) -> dict:
 
 
 def table(rows) -> str:
-    lines = ["| tier | steps | option | s/chunk (median) | s/chunk (min) | s/step | first call s | peak GPU GiB | output | note |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| tier | steps | option | batch | s/call (median) | s/call (min) | s/episode-chunk | s/step | first call s | "
+             "peak GPU GiB | output | note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         f = lambda k, fmt: (fmt.format(r[k]) if r.get(k) is not None else "-")  # noqa: E731
-        lines.append(f"| {r['tier']} | {r['steps']} | {r['option']} | {f('s_per_chunk', '{:.3f}')} | {f('s_min', '{:.3f}')} | "
+        note = r.get("error", "") or ("" if r.get("batched", True) or r.get("batch", 1) == 1 else "not batched (fallback)")
+        lines.append(f"| {r['tier']} | {r['steps']} | {r['option']} | {r.get('batch', 1)} | {f('s_per_chunk', '{:.3f}')} | "
+                     f"{f('s_min', '{:.3f}')} | {f('s_per_episode_chunk', '{:.3f}')} | "
                      f"{f('s_per_step', '{:.3f}')} | {f('first_call_s', '{:.2f}')} | {f('peak_gb', '{:.1f}')} | "
-                     f"{r.get('frames_shape') or '-'} | {r.get('error', '')} |")
+                     f"{r.get('frames_shape') or '-'} | {note} |")
     return "\n".join(lines)
 
 
@@ -211,6 +225,8 @@ def main(argv=None) -> int:
     ap.add_argument("--options", nargs="+", default=None,
                     help="default: baseline text_kv_cache sea_cache attn:_native_cudnn attn:flash compile "
                          "(smoke: baseline text_kv_cache sea_cache)")
+    ap.add_argument("--batch-sizes", type=int, nargs="+", default=None,
+                    help="episodes per call (default 1 4 8; smoke: 1); B > 1 uses the batched call")
     ap.add_argument("--chunk", type=int, default=None, help="actions per call (default 16, the docs' Bridge chunk; smoke: 4)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--device", default="cuda")
@@ -227,12 +243,14 @@ def main(argv=None) -> int:
         args.steps, args.tiers = args.steps or [2], args.tiers or [256]
         args.options = args.options or ["baseline", "text_kv_cache", "sea_cache"]
         args.chunk, args.reps = args.chunk or 4, min(args.reps, 1)
+        args.batch_sizes = args.batch_sizes or [1]
     else:
         if not torch.cuda.is_available():
             raise SystemExit("no CUDA device: this benchmark is for a GPU machine (use --smoke to check it runs on CPU)")
         args.steps, args.tiers = args.steps or [10, 30], args.tiers or [256, 480]
         args.options = args.options or ["baseline", "text_kv_cache", "sea_cache", "attn:_native_cudnn", "attn:flash", "compile"]
         args.chunk = args.chunk or 16
+        args.batch_sizes = args.batch_sizes or [1, 4, 8]
     pipe, desc = build(args)
     if not args.smoke:
         pipe.to(args.device)
@@ -244,16 +262,17 @@ def main(argv=None) -> int:
               f"- torch {torch.__version__}, diffusers {diffusers.__version__}",
               f"- model: {desc}",
               f"- call: forward dynamics, chunk {args.chunk} actions -> {args.chunk + 1} frames, guidance 1.0, "
-              f"{args.reps} timed reps after 1 warm-up call per cell"]
+              f"{args.reps} timed reps after 1 warm-up call per cell; batch B = B episodes' chunks in one call"]
     print("\n".join(header), flush=True)
     rows = []
     options = [o for o in args.options if o != "compile"] + [o for o in args.options if o == "compile"]  # compile last
     for tier in args.tiers:
         for steps in args.steps:
             for option in options:
-                row = measure(pipe, args, tier, steps, option)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                for batch in args.batch_sizes:
+                    row = measure(pipe, args, tier, steps, option, batch)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     text = "\n".join(header) + "\n\n" + table(rows) + "\n"
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     with open(args.out + ".md", "w") as fh:

@@ -96,6 +96,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         attempts = ledger.attempts()
         artifact_rows = ledger.artifacts()
         counts = ledger.counts()
+        # verdicts of other judges (kosmos-env judge): each filed under its own spec's identity
+        from kosmos_env.campaign.judgments import check as check_judgments
+
+        report.problems.extend(check_judgments(ledger))
 
     # -- the plan: every planned episode exactly once --------------------------------------
     planned = {k.episode_id: k for k in config.episodes()}

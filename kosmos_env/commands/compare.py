@@ -6,6 +6,10 @@
 * ``--a A.json --b B.json``: anytime-valid paired A/B test on two per-seed score sequences in
   [0, 1]. Each file holds a JSON list of scores (paired by position) or an object
   {seed: score} (paired by seed; only shared seeds are used, in sorted order).
+* ``--judges RUN A B``: agreement of two judges on the same stored rollouts of campaign RUN
+  (``campaign`` = the campaign's own judge; others by judge id, id prefix or label, as filed
+  by ``kosmos-env judge``): confusion table, raw and chance agreement, Cohen's kappa with a
+  bootstrap interval.
 """
 from __future__ import annotations
 
@@ -30,6 +34,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--no-pooled", action="store_true", help="omit the pooled (all rows as one vector) line")
     p.add_argument("--a", dest="a", type=Path, help="per-seed scores of policy A (JSON)")
     p.add_argument("--b", dest="b", type=Path, help="per-seed scores of policy B (JSON)")
+    p.add_argument("--judges", nargs=3, metavar=("RUN", "JUDGE_A", "JUDGE_B"),
+                   help="agreement of two judges on campaign RUN's rollouts (see kosmos-env judge)")
     p.add_argument("--alpha", type=float, default=0.05, help="error level of the A/B test (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed for Monte Carlo random floors (large n)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a text table")
@@ -67,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.stats.report import agreement_table, read_agreement_csv, report_text
     from kosmos_env.stats.sequential import sequential_ab
 
-    if args.csv is None and args.a is None and args.b is None:
-        raise ValueError("give --csv FILE, or --a A.json --b B.json")
+    if args.csv is None and args.a is None and args.b is None and args.judges is None:
+        raise ValueError("give --csv FILE, --a A.json --b B.json, or --judges RUN A B")
     if (args.a is None) != (args.b is None):
         raise ValueError("the A/B test needs both --a and --b")
     out: dict = {}
@@ -90,5 +96,11 @@ def run(args: argparse.Namespace) -> int:
             f"  mean(A - B) = {f.mean_diff:.3f}, {100 * (1 - args.alpha):g}% anytime interval "
             f"[{f.lower:.3f}, {f.upper:.3f}]"
         )
+    if args.judges is not None:
+        from kosmos_env.campaign.judge_compare import compare_judges, format_comparison
+
+        res = compare_judges(*args.judges, alpha=args.alpha, seed=args.seed)
+        out["judges"] = res
+        texts.append(format_comparison(res))
     print(json.dumps(out, indent=2) if args.json else "\n\n".join(texts))
     return 0

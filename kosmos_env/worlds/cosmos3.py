@@ -111,6 +111,8 @@ class Cosmos3World:
         self._prompt = ""
         self._ee_pos = np.zeros(3)
         self._ee_rot = np.eye(3)
+        # set by a batched vector env (kosmos_env.batched_vector): model calls then go through it
+        self.batcher: Any = None
 
     # -- WorldModel protocol ----------------------------------------------------------------
     def state_space(self) -> Mapping[str, Any]:
@@ -203,13 +205,16 @@ class Cosmos3World:
         generator = torch.Generator(device=cfg["device"]).manual_seed(seed)
         kwargs = self.call_kwargs(self._cond_frame, model_actions, self._prompt, generator)
         t0 = time.perf_counter()
-        out = pipe(**kwargs)
+        if self.batcher is not None:
+            video = self.batcher.generate(pipe, kwargs)
+        else:
+            video = pipe(**kwargs).video
         seconds = time.perf_counter() - t0
         self.timings["calls"] += 1
         self.timings["call_seconds"].append(seconds)
         self.timings["last_seed"] = seed
 
-        video = np.asarray(out.video)
+        video = np.asarray(video)
         if video.ndim != 4 or video.shape[0] < self.env_chunk + 1:
             raise RuntimeError(
                 f"Cosmos3OmniPipeline returned video of shape {video.shape}; expected at least "

@@ -1,0 +1,160 @@
+"""A synchronous vector env whose sub-envs' world calls meet in one batched model call.
+
+Gymnasium's ``SyncVectorEnv`` steps its sub-envs one after another, so N episodes over a
+video world cost N sequential model calls. :class:`BatchedWorldVectorEnv` is a
+``SyncVectorEnv`` (same spaces, seeding, autoreset modes and info batching) that runs the
+sub-envs' ``step`` calls side by side in threads; each sub-env's world hands its model
+request to a shared :class:`WorldCallBatcher` instead of calling the model, and once every
+stepping sub-env has either handed in its request or finished, the batcher runs all requests
+through one batched call (:func:`kosmos_env.worlds.cosmos3_batch.generate_batch`: one
+denoising loop for the whole batch). Everything else in a step (action checks, the gate, the
+judge) runs per sub-env exactly as in a single env, so a vector rollout equals N single
+rollouts with the same seeds (within the float tolerance of batched arithmetic).
+
+Worlds that can take part expose a ``batcher`` attribute (the Cosmos 3 world); for any other
+world this class behaves as a plain ``SyncVectorEnv`` with threaded steps.
+
+    envs = gymnasium.make_vec("Kosmos-Bridge-v1", num_envs=4, vectorization_mode="vector_entry_point",
+                              world_kwargs={...})
+"""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Sequence
+
+import gymnasium
+import numpy as np
+from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import iterate
+
+
+class WorldCallBatcher:
+    """Collects one model request per stepping sub-env and runs them as one batch.
+
+    A round starts with :meth:`open_round` (how many participants step). A participant
+    either calls :meth:`generate` (and blocks until the batch holding its request has run)
+    or :meth:`leave` once its step is over. The batch runs as soon as every participant
+    still in the round is waiting in :meth:`generate`.
+    """
+
+    def __init__(self, run_batch: Callable[[Any, list], tuple[list, Any]] | None = None):
+        self._cond = threading.Condition()
+        self._active = 0
+        self._pending: list[tuple[int, Any, dict]] = []
+        self._results: dict[int, Any] = {}
+        self._next_ticket = 0
+        self._run_batch = run_batch
+        #: sizes of the batches run so far, and whether each was a true batched call
+        self.batches: list[tuple[int, bool]] = []
+
+    def open_round(self, participants: int) -> None:
+        with self._cond:
+            self._active = participants
+            self._pending, self._results = [], {}
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._flush_if_ready()
+
+    def generate(self, pipe: Any, kwargs: dict) -> np.ndarray:
+        """The request's video (as ``np.asarray(pipe(**kwargs).video)``), run inside a batch."""
+        with self._cond:
+            ticket = self._next_ticket
+            self._next_ticket += 1
+            self._pending.append((ticket, pipe, kwargs))
+            self._flush_if_ready()
+            while ticket not in self._results:
+                self._cond.wait()
+            result = self._results.pop(ticket)
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+    def _flush_if_ready(self) -> None:
+        if not self._pending or len(self._pending) < self._active:
+            return
+        pending, self._pending = self._pending, []
+        run = self._run_batch or _generate_batch
+        # requests on different pipelines cannot share a loop: one batch per pipeline object
+        groups: dict[int, list[tuple[int, Any, dict]]] = {}
+        for item in pending:
+            groups.setdefault(id(item[1]), []).append(item)
+        for items in groups.values():
+            try:
+                videos, report = run(items[0][1], [kw for _, _, kw in items])
+                self.batches.append((len(items), bool(getattr(report, "batched", True))))
+                for (ticket, _, _), video in zip(items, videos):
+                    self._results[ticket] = video
+            except Exception as exc:  # every waiting participant sees the failure
+                for ticket, _, _ in items:
+                    self._results[ticket] = exc
+        self._cond.notify_all()
+
+
+def _generate_batch(pipe: Any, requests: list) -> tuple[list, Any]:
+    from kosmos_env.worlds.cosmos3_batch import generate_batch
+
+    return generate_batch(pipe, requests)
+
+
+class _PreStepped(gymnasium.Wrapper):
+    """Returns the step result computed ahead (in a thread) when there is one."""
+
+    def __init__(self, env: gymnasium.Env):
+        super().__init__(env)
+        self.ready: Any = None
+
+    def step(self, action):
+        if self.ready is None:
+            return self.env.step(action)
+        result, self.ready = self.ready, None
+        if isinstance(result, BaseException):
+            raise result
+        return result
+
+
+class BatchedWorldVectorEnv(SyncVectorEnv):
+    """``SyncVectorEnv`` with threaded sub-env steps and batched world calls (module docstring)."""
+
+    def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]], **kwargs: Any):
+        super().__init__([lambda fn=fn: _PreStepped(fn()) for fn in env_fns], **kwargs)
+        self.batcher = WorldCallBatcher()
+        for env in self.envs:
+            world = getattr(env.unwrapped, "world", None)
+            if world is not None and hasattr(world, "batcher"):
+                world.batcher = self.batcher
+        self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="kosmos-vec")
+
+    def step(self, actions):
+        stepping = [
+            i for i in range(self.num_envs)
+            if not (self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i])
+        ]
+        per_env = list(iterate(self.action_space, actions))
+        self.batcher.open_round(len(stepping))
+
+        def run(i: int) -> None:
+            try:
+                self.envs[i].ready = self.envs[i].env.step(per_env[i])
+            except BaseException as exc:  # re-raised by the wrapper in the main thread
+                self.envs[i].ready = exc
+            finally:
+                self.batcher.leave()
+
+        for future in [self._pool.submit(run, i) for i in stepping]:
+            future.result()
+        return super().step(actions)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        self._pool.shutdown(wait=True)
+        super().close_extras(**kwargs)
+
+
+def make_batched_vec(num_envs: int = 1, **env_kwargs: Any) -> BatchedWorldVectorEnv:
+    """Vector entry point: ``num_envs`` Kosmos envs built with the same keyword arguments."""
+    from kosmos_env.env import KosmosEnv
+
+    env_kwargs.pop("max_episode_steps", None)  # the spec owns the horizon
+    return BatchedWorldVectorEnv([lambda: KosmosEnv(**env_kwargs) for _ in range(num_envs)])

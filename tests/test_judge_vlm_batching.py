@@ -1,0 +1,76 @@
+"""VLM judge batching: per-rollout seeded votes, one vision encoding per rollout, memory-budget batches."""
+import os
+
+import numpy as np
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kosmos_env.judges.base import Rollout  # noqa: E402
+from kosmos_env.judges.vlm import VLMJudge, rollout_seed  # noqa: E402
+
+from tests import qwen_tiny  # noqa: E402
+
+SMALL = {"max_pixels": 56 * 56, "min_pixels": 28 * 28, "max_new_tokens": 8}
+
+
+def rollout(n=9, seed=0, instruction="put the carrot on the plate"):
+    rng = np.random.default_rng(seed)
+    return Rollout(frames=rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8), instruction=instruction,
+                   actions=np.zeros((n - 1, 7), np.float32), fps=5.0)
+
+
+@pytest.fixture(scope="module")
+def qwen25():
+    torch.set_num_threads(1)
+    return qwen_tiny.build_qwen2_5_vl()
+
+
+def test_votes_do_not_depend_on_batch_mates_and_video_is_encoded_once(qwen25):
+    model, tok = qwen25
+    judge = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=1, batch_size=4, seed=5, **SMALL)
+    rolls = [rollout(9, seed=1), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block")]
+    encoded = []
+    hook = model.model.visual.register_forward_hook(lambda mod, args, out: encoded.append(args[0].shape[0]))
+    try:
+        together = judge.judge_batch(rolls)
+    finally:
+        hook.remove()
+    # one vision-tower pass over the three videos' patches, not k copies of each
+    items = [judge._inputs(r) for r in rolls]
+    assert encoded == [sum(len(it["patches"]) for it in items)]
+    assert [j.extras["batch_rollouts"] for j in together] == [3, 3, 3]
+    raw = lambda j: j.extras["raw_answers"]  # noqa: E731
+    alone = judge.judge_batch([rolls[2]])[0]
+    reordered = judge.judge_batch([rolls[2], rolls[0]])
+    assert raw(alone) == raw(together[2]) == raw(reordered[0])
+    assert raw(reordered[1]) == raw(together[0])
+    assert len(set(raw(together[0]))) > 1  # the k samples of one rollout differ
+    # the seed is a function of the judge seed and the rollout's content
+    assert rollout_seed(5, rolls[0]) == rollout_seed(5, rollout(9, seed=1)) != rollout_seed(6, rolls[0])
+    other = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=1, seed=6, **SMALL).judge(rolls[2])
+    assert raw(other) != raw(alone)
+
+
+def test_memory_budget_sizes_the_batches(qwen25):
+    model, tok = qwen25
+    rolls = [rollout(9, seed=i) for i in range(5)]
+    capped = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4, **SMALL)
+    items = [capped._inputs(r) for r in rolls]
+    assert capped.plan_batches(items) == [[0, 1, 2, 3], [4]]
+    per = capped.estimate_bytes(items[0])
+    assert per > 0
+    # a budget of just over two rollouts' estimate gives batches of two (the cap of 4 not reached)
+    budget = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4,
+                      memory_budget_mb=2.5 * per / 2**20, **SMALL)
+    assert budget.plan_batches(items) == [[0, 1], [2, 3], [4]]
+    # below one rollout's estimate, each rollout still gets a batch of its own
+    tiny = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4, memory_budget_mb=1e-6, **SMALL)
+    assert tiny.plan_batches(items) == [[0], [1], [2], [3], [4]]
+    # more samples per rollout cost more memory
+    k4 = VLMJudge(model=model, tokenizer=tok, k=4, min_valid=1, **SMALL)
+    assert k4.estimate_bytes(items[0]) > per
+    with pytest.raises(ValueError, match="memory_budget_mb"):
+        VLMJudge(model=model, tokenizer=tok, memory_budget_mb=0, **SMALL)
