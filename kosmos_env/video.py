@@ -1,6 +1,7 @@
 """MP4 writing for rollouts (H.264 through the ffmpeg binary that imageio-ffmpeg ships)."""
 from __future__ import annotations
 
+import hashlib
 import os
 
 import numpy as np
@@ -38,3 +39,18 @@ def read_video(path: str | os.PathLike) -> np.ndarray:
     width, height = meta["size"]
     frames = [np.frombuffer(buf, dtype=np.uint8).reshape(height, width, 3) for buf in reader]
     return np.stack(frames) if frames else np.zeros((0, height, width, 3), np.uint8)
+
+
+def read_video_fps(path: str | os.PathLike) -> tuple[np.ndarray, float, str]:
+    """(frames (T, H, W, 3) uint8, fps from the container, sha256 of the file bytes)."""
+    import imageio_ffmpeg
+
+    with open(path, "rb") as fh:
+        digest = hashlib.sha256(fh.read()).hexdigest()
+    reader = imageio_ffmpeg.read_frames(str(path))
+    meta = next(reader)
+    width, height = meta["size"]
+    frames = [np.frombuffer(buf, dtype=np.uint8).reshape(height, width, 3) for buf in reader]
+    if not frames:
+        raise ValueError(f"video {path} has no frames")
+    return np.stack(frames), float(meta["fps"]), digest

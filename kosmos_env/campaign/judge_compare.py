@@ -15,7 +15,8 @@ from typing import Any
 
 from kosmos_env.campaign import judgments as judgment_table
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
-from kosmos_env.distill.metrics import VERDICTS, bootstrap_kappa, cohen_kappa
+from kosmos_env.campaign.rejudge import JUDGED_OUTCOMES as VERDICTS
+from kosmos_env.stats.kappa import bootstrap_kappa, cohen_kappa
 
 
 def compare_judges(out_dir: str | os.PathLike, judge_a: str, judge_b: str, *, n_boot: int = 2000,

@@ -129,7 +129,7 @@ class StoredRollouts:
         self.fps = float(spec.render_fps)
 
     def rollout(self, row: Mapping[str, Any]):
-        from kosmos_env.distill.rollouts import read_video_fps
+        from kosmos_env.video import read_video_fps
         from kosmos_env.judges.base import Rollout
 
         task = row["task"]

@@ -9,7 +9,6 @@ VLM and are skipped with a count.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import dataclass
@@ -17,6 +16,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+
+from kosmos_env.video import read_video_fps  # noqa: F401  (its home is kosmos_env.video)
 
 
 @dataclass(frozen=True)
@@ -103,21 +104,6 @@ def _ground_truth(row: Mapping[str, Any]) -> bool | None:
     if row.get("judge") == "state" and isinstance(row.get("success"), bool):
         return row["success"]
     return None
-
-
-def read_video_fps(path: str | os.PathLike) -> tuple[np.ndarray, float, str]:
-    """(frames (T, H, W, 3) uint8, fps from the container, sha256 of the file bytes)."""
-    import imageio_ffmpeg
-
-    with open(path, "rb") as fh:
-        digest = hashlib.sha256(fh.read()).hexdigest()
-    reader = imageio_ffmpeg.read_frames(str(path))
-    meta = next(reader)
-    width, height = meta["size"]
-    frames = [np.frombuffer(buf, dtype=np.uint8).reshape(height, width, 3) for buf in reader]
-    if not frames:
-        raise ValueError(f"video {path} has no frames")
-    return np.stack(frames), float(meta["fps"]), digest
 
 
 def rollout_from_video(path: str | os.PathLike, instruction: str, rollout_hash: str, task: str = ""):
