@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,9 +22,12 @@ ENV_ID = "KosmosReplay-BridgeReal-v1"
 def plugin_path(tmp_path_factory):
     target = tmp_path_factory.mktemp("plugin_site")
     build = tmp_path_factory.mktemp("plugin_build")
+    source = build / "plugin_world"  # a copy: the build writes build/ and *.egg-info beside the sources
+    shutil.copytree(ROOT / "examples" / "plugin_world", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--no-index",
-         "--target", str(target), str(ROOT / "examples" / "plugin_world")],
+         "--target", str(target), str(source)],
         capture_output=True, text=True, timeout=300, cwd=build,
         env=dict(os.environ, PIP_CONSTRAINT="", PIP_FIND_LINKS="", PIP_NO_INPUT="1", TMPDIR=str(build)))
     assert proc.returncode == 0, proc.stderr[-3000:]

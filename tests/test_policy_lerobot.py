@@ -17,7 +17,8 @@ from kosmos_env.policies.lerobot_policy import observation_to_batch  # noqa: E40
 LEROBOT_MISSING = (
     "lerobot is not importable here: no lerobot release installs beside this project's torch 2.13 "
     "(0.3.3-0.4.4 pin torch<2.8 or <2.11; 0.3.2 allows torch 2.13 but pins gymnasium<1.0). "
-    "Run this test in an environment with lerobot, or serve the policy with `kosmos-env serve-policy lerobot:path=...`."
+    "Run this test in an environment with lerobot; tests/test_lerobot_remote.py serves a real LeRobot policy from "
+    "its own environment (scripts/build_lerobot_venv.sh) and evaluates it here through remote:."
 )
 
 

@@ -49,10 +49,9 @@ class PolicyRef:
     @classmethod
     def parse(cls, arg: str) -> "PolicyRef":
         """From the CLI form ``name[:k=v,...]``; the label is normalised (kwargs sorted)."""
-        from kosmos_env.policies import parse_policy_arg, resolve_policy
+        from kosmos_env.policies import parse_policy_arg
 
         name, kwargs = parse_policy_arg(arg.strip())
-        resolve_policy(name)  # unknown, not opted-in or wrong-kind: refused before any episode runs
         return cls(label=policy_label(name, kwargs), name=name, kwargs=dict(kwargs))
 
     def to_dict(self) -> dict[str, Any]:
@@ -212,10 +211,13 @@ def make_config(
     ``seeds`` is a count (seeds 0..N-1) or an explicit list; ``tasks`` None or ``["all"]``
     means every task of the spec's suite.
     """
+    from kosmos_env.policies import resolve_policy
     from kosmos_env.spec import load_spec
     from kosmos_env.tasks import load_suite
 
     refs = [p if isinstance(p, PolicyRef) else PolicyRef.parse(p) for p in policies]
+    for ref in refs:  # unknown, not opted-in or wrong-kind: refused before any episode runs (nothing built)
+        resolve_policy(ref.name)
     if not refs:
         raise ValueError("a campaign needs at least one --policy")
     labels = [r.label for r in refs]

@@ -154,6 +154,7 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     only (used when re-reading a registration, where the hashes are checked at eval time).
     """
     from kosmos_env.campaign.design import PolicyRef, parse_judge
+    from kosmos_env.policies import resolve_policy
     from kosmos_env.registration.metrics import METRICS, default_interval, canonical_expr
     from kosmos_env.spec import load_spec
     from kosmos_env.tasks import load_suite
@@ -197,6 +198,9 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
         entry = _mapping(entry, where, {"policy", "content_hash"}, ("policy", "content_hash"))
         try:
             ref = PolicyRef.parse(_str(entry["policy"], f"{where}.policy"))
+            # a protocol received from elsewhere names only registered policies (or module:Class with
+            # the user's own --allow-import); the class is checked, nothing is built here
+            resolve_policy(ref.name)
         except ValueError as exc:
             raise ProtocolError(f"{where}.policy: {exc}") from None
         _jsonable(dict(ref.kwargs), where)
