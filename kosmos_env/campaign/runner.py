@@ -17,6 +17,7 @@ from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecut
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.progress import ProgressMonitor
 from kosmos_env.campaign.worker import WorkSettings
+from kosmos_env.fileio import writable_folder
 
 
 def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_table: PriceTable | None = None) -> bool:
@@ -25,7 +26,7 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
     Returns True for a new campaign, False for a resume. Raises ConfigMismatchError (a
     ValueError) when the folder holds another campaign.
     """
-    os.makedirs(out_dir, exist_ok=True)
+    writable_folder(out_dir)
     with Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME)) as ledger:
         new = ledger.initialise(config)
         if price_table is not None:
@@ -35,8 +36,11 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
 
 def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
                  settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
-                 argv: Sequence[str] | None = None, progress: bool = True) -> dict[str, Any]:
+                 argv: Sequence[str] | None = None, progress: bool = True, retry_errors: bool = False) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
+
+    Episodes an infrastructure failure left in ``error`` (older ledgers) are retried on every
+    run; ``retry_errors`` retries the policy's own errors as well.
 
     The bundle is rewritten at the end even if the executor failed (then the error is raised
     after it), so what finished is always visible.
@@ -45,6 +49,7 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
     executor = executor or InProcessExecutor()
     open_campaign(config, out_dir, price_table)
     with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+        ledger.reopen_errors(all_errors=retry_errors)
         run_id = ledger.start_run(make_owner("main"), executor.name, executor.workers, argv)
     monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
     try:

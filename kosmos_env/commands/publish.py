@@ -31,15 +31,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "directly, or skip (default: %(default)s)")
     p.add_argument("--private", action="store_true", help="create the dataset repo as private if it does not exist")
     p.add_argument("--license", default="cc-by-4.0", help="license in the dataset card (default: %(default)s)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip `kosmos-env verify` of the campaign's ledger (the bundle checks always run)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from kosmos_env.publish.hub import plan_publish, publish, write_tree
+    from kosmos_env.publish.hub import check_online, plan_publish, publish, write_tree
     from kosmos_env.publish.validate import SubmissionRejected
 
     if args.videos_per_policy < -1:
         raise ValueError("--videos-per-policy must be -1 (all), 0 or more")
+    if not args.dry_run:
+        check_online()  # offline: one line naming the way out, before anything is planned
+    if not args.no_verify:
+        from kosmos_env.campaign.verify import check_before_use
+
+        check_before_use(args.dir, "publish")
     try:
         plan = plan_publish(args.dir, args.repo, pr=args.pr, videos_per_policy=args.videos_per_policy,
                             model_results=args.model_results, license=args.license)

@@ -1,0 +1,117 @@
+"""Helpers shared by the fault-matrix tests (tests/test_faults_*.py): a tiny tabletop campaign
+(64x64, one task, few seeds) run through the real CLI, and process-tree inspection for the
+"no stray process" checks."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW = "tests.test_campaign_support:SlowScripted"
+TASK = "carrot_on_plate"
+
+
+def eval_argv(out, *extra, policies=("scripted:skill=1.0",), seeds: int = 2) -> list[str]:
+    argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", TASK, "--seeds", str(seeds), "--image-size", "64", "64",
+            "--no-video", "--no-progress", "--out", str(out)]
+    for p in policies:
+        argv += ["--policy", p]
+    return argv + list(extra)
+
+
+def spawn_cli(argv, **kwargs) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+
+
+def ledger_rows(out) -> dict[str, tuple]:
+    """episode_id -> (status, outcome, success, steps, actions) read from the ledger."""
+    con = sqlite3.connect(Path(out) / "ledger.sqlite")
+    try:
+        rows = con.execute("SELECT episode_id, status, outcome, success, steps, actions FROM episodes").fetchall()
+    finally:
+        con.close()
+    return {r[0]: r[1:] for r in rows}
+
+
+def attempt_counts(out) -> dict[str, dict[str, int]]:
+    """status -> {episode_id: number of attempts rows with that status}."""
+    con = sqlite3.connect(Path(out) / "ledger.sqlite")
+    try:
+        rows = con.execute("SELECT status, episode_id, COUNT(*) FROM attempts GROUP BY status, episode_id").fetchall()
+    finally:
+        con.close()
+    out_: dict[str, dict[str, int]] = {}
+    for status, eid, n in rows:
+        out_.setdefault(status, {})[eid] = n
+    return out_
+
+
+def runs_started(out) -> int:
+    """How many eval runs the ledger in ``out`` has recorded (0 while it does not exist yet); read-only."""
+    path = Path(out) / "ledger.sqlite"
+    if not path.exists():
+        return 0
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        try:
+            return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.OperationalError:
+        return 0
+
+
+def descendants(pid: int) -> set[int]:
+    """Every live process below ``pid`` (read from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def wait_gone(pids, timeout: float = 60.0) -> set[int]:
+    """Wait (bounded) until every pid has exited; returns those still alive at the deadline."""
+    deadline = time.time() + timeout
+    left = {p for p in pids if alive(p)}
+    while left and time.time() < deadline:
+        time.sleep(0.1)
+        left = {p for p in left if alive(p)}
+    return left
+
+
+def kill_tree_now(pids) -> None:
+    """Clean-up after a failed test: SIGKILL the processes this test started (by pid)."""
+    for p in pids:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except OSError:
+            pass
