@@ -115,3 +115,55 @@ def kill_tree_now(pids) -> None:
             os.kill(p, signal.SIGKILL)
         except OSError:
             pass
+
+
+_LAUNCHER = r"""
+import json, os, signal, sys
+os.environ.setdefault("MUJOCO_GL", "egl")
+import gymnasium, mujoco, kosmos_env                     # noqa: F401  everything an eval imports,
+import kosmos_env.campaign.worker, kosmos_env.rollouts   # noqa: F401  imported once, nothing rendered
+import kosmos_env.worlds.tabletop.world, kosmos_env.judges, kosmos_env.policies.scripted  # noqa: F401
+import tests.test_campaign_support                       # noqa: F401
+from kosmos_env import cli
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the kernel reaps finished or killed children
+print("ready", flush=True)
+for line in sys.stdin:
+    argv = json.loads(line)
+    pid = os.fork()
+    if pid == 0:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0); os.dup2(null, 1); os.dup2(null, 2)
+        code = 1
+        try:
+            code = cli.main(argv)
+        finally:
+            os._exit(code)
+    print(pid, flush=True)
+"""
+
+
+class EvalLauncher:
+    """Starts ``kosmos-env eval`` processes in a fraction of a second: a helper process imports
+    the package once (rendering nothing) and forks one child per launch that runs the CLI's
+    ``main(argv)``. The child is a real, separate eval process a test can SIGKILL; only the
+    import time of a fresh interpreter is saved (several seconds each on a loaded machine)."""
+
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+        self.proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"eval launcher did not start (said {line!r})")
+
+    def launch(self, argv) -> int:
+        import json
+
+        self.proc.stdin.write(json.dumps(list(argv)) + "\n")
+        self.proc.stdin.flush()
+        return int(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=30)

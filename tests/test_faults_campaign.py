@@ -24,7 +24,7 @@ from kosmos_env.campaign.failures import is_infrastructure_failure
 from kosmos_env.campaign.ledger import Ledger
 from kosmos_env.campaign.runner import open_campaign
 from kosmos_env.campaign.worker import WorkSettings
-from tests.faults_support import (SLOW, TASK, alive, attempt_counts, descendants, eval_argv, kill_tree_now,
+from tests.faults_support import (SLOW, TASK, EvalLauncher, alive, attempt_counts, descendants, eval_argv, kill_tree_now,
                                   ledger_rows, runs_started, spawn_cli, wait_gone)
 from tests.test_campaign_support import done_count
 
@@ -237,27 +237,29 @@ def test_sigkill_at_ten_seeded_random_moments_then_resume(tmp_path, reference):
     out = tmp_path / "ten-kills"
     rng = random.Random(18)
     kills = 0
-    for i in range(10):
-        proc = spawn_cli(eval_argv(out, policies=(KILL_POLICY,), seeds=KILL_SEEDS))
-        tree: set[int] = set()
-        try:
-            deadline = time.time() + 180
-            while runs_started(out) <= i and proc.poll() is None and time.time() < deadline:
-                time.sleep(0.02)
-            moment = time.time() + rng.uniform(0.0, 3.0)
-            while time.time() < moment and proc.poll() is None:
-                tree |= descendants(proc.pid)
-                time.sleep(0.05)
-            if proc.poll() is not None:
-                assert proc.returncode == 0, proc.communicate()[1][-2000:]
-                break  # the campaign finished before this kill: nothing left to interrupt
-            tree |= descendants(proc.pid)
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.communicate()
-            kills += 1
-            left = wait_gone(tree, timeout=60)
-            assert not left, f"kill {kills}: processes outlived the SIGKILLed eval: {sorted(left)}"
-        finally:
-            kill_tree_now(p for p in tree | {proc.pid} if alive(p))
+    launcher = EvalLauncher()
+    try:
+        for i in range(10):
+            pid = launcher.launch(eval_argv(out, policies=(KILL_POLICY,), seeds=KILL_SEEDS))
+            tree: set[int] = set()
+            try:
+                deadline = time.time() + 180
+                while runs_started(out) <= i and alive(pid) and time.time() < deadline:
+                    time.sleep(0.02)
+                moment = time.time() + rng.uniform(0.0, 3.0)
+                while time.time() < moment and alive(pid):
+                    tree |= descendants(pid)
+                    time.sleep(0.05)
+                if not alive(pid):
+                    break  # the campaign finished before this kill: nothing left to interrupt
+                tree |= descendants(pid)
+                os.kill(pid, signal.SIGKILL)
+                kills += 1
+                left = wait_gone(tree | {pid}, timeout=60)
+                assert not left, f"kill {kills}: processes outlived the SIGKILLed eval: {sorted(left)}"
+            finally:
+                kill_tree_now(p for p in tree | {pid} if alive(p))
+    finally:
+        launcher.close()
     assert kills >= 5, f"only {kills} kills landed before the campaign finished"
     _finish_and_check(out, reference)

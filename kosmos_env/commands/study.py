@@ -14,17 +14,18 @@ import time
 
 
 def add_parser(subparsers) -> None:
-    from kosmos_env.study.run import DEFAULT_HORIZONS, DEFAULT_POLICIES
-
+    # defaults are filled in by run(): importing kosmos_env.study here would load scipy.stats
+    # (seconds) for every kosmos-env command, since the CLI builds every parser
     p = subparsers.add_parser("study", help="evaluator-validity study: rank policies in a world and in its simulator",
                               description=__doc__.split("\n\n")[0])
     p.add_argument("--world", default="Kosmos-TabletopLearned-v1", help="the evaluator world (default Kosmos-TabletopLearned-v1)")
     p.add_argument("--reference", default="Kosmos-Tabletop-v1", help="the ground-truth simulator (default Kosmos-Tabletop-v1)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES), help="policies as name:k=v (default: scripted at 5 skills + random)")
+    p.add_argument("--policies", nargs="+", default=None, help="policies as name:k=v (default: scripted at 5 skills + random)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks (default: every task of the suite)")
     p.add_argument("--seeds", type=int, default=10, help="seeds per (policy, task) (default 10)")
     p.add_argument("--seed-offset", type=int, default=100000, help="first seed (default 100000, away from training seeds)")
-    p.add_argument("--horizons", type=int, nargs="+", default=list(DEFAULT_HORIZONS), help="horizons for the horizon sweep")
+    p.add_argument("--horizons", type=int, nargs="+", default=None,
+                   help="horizons for the horizon sweep (default: kosmos_env.study.run.DEFAULT_HORIZONS)")
     p.add_argument("--no-gate", action="store_true", help="skip the with-gate run")
     p.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads (default 1)")
     p.add_argument("--weights", default=None, help="learned-world weights file (its sha256 must match the spec)")
@@ -36,6 +37,10 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from kosmos_env.study import StudyConfig, analyze, run_study, write_report
+    from kosmos_env.study.run import DEFAULT_HORIZONS, DEFAULT_POLICIES
+
+    args.policies = list(DEFAULT_POLICIES) if args.policies is None else args.policies
+    args.horizons = list(DEFAULT_HORIZONS) if args.horizons is None else args.horizons
 
     if args.world != "Kosmos-TabletopLearned-v1" or args.reference != "Kosmos-Tabletop-v1":
         from kosmos_env.spec import load_spec
