@@ -112,8 +112,11 @@ def test_publish_offline_says_so_in_one_line(capsys, campaign, monkeypatch):
     from huggingface_hub import constants
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
-    line = _one_line_error(capsys, cli.main(["publish", str(campaign), "--repo", "org/results"]))
-    assert "offline" in line and "--dry-run" in line
+    rc = cli.main(["publish", str(campaign), "--repo", "org/results"])
+    err = capsys.readouterr().err
+    errors = [ln for ln in err.splitlines() if not ln.startswith("note: ")]  # notes on the plan come first
+    assert rc == 2 and len(errors) == 1 and "Traceback" not in err, err
+    assert "offline" in errors[0] and "--dry-run" in errors[0]
 
 
 # -- item 7: async vector envs ------------------------------------------------------------------

@@ -102,6 +102,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20) -> VerifyR
             attempts = ledger.attempts()
             artifact_rows = ledger.artifacts()
             counts = ledger.counts()
+            policy_rows = ledger.policies()
     except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
         report.problems.append(f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
                                "or not a campaign ledger")
@@ -205,7 +206,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20) -> VerifyR
     report.checked["artifacts"] = len(set(store_files) | known)
 
     # -- the bundle ----------------------------------------------------------------------------
-    _verify_bundle(out, config, meta, episodes, store_files, digest, report, max_listed)
+    _verify_bundle(out, config, meta, episodes, store_files, digest, report, max_listed, policy_rows)
     # keep problem lists deterministic and unique
     report.problems = list(dict.fromkeys(report.problems))
     return report
@@ -216,9 +217,9 @@ def check_before_use(out_dir: str | os.PathLike, command: str) -> None:
 
     ``analyze``, ``report`` and ``publish`` call this first, so numbers are never drawn from an
     edited or damaged folder without the user saying so (``--no-verify``). A campaign folder
-    (with a ledger) gets :func:`verify_campaign`; a folder with only a bundle (results.json and
-    manifest.json, e.g. a downloaded submission) gets the submission checks; a bare results.json
-    has nothing to verify against and is left to the loaders' own checks.
+    (with a ledger) gets :func:`verify_campaign`; a folder without one (a bundle alone, e.g. a
+    downloaded submission) has no ledger to verify against and is left to the loaders' own
+    checks of its rows.
     """
     out = Path(out_dir)
     if (out / LEDGER_NAME).is_file():
@@ -229,17 +230,10 @@ def check_before_use(out_dir: str | os.PathLike, command: str) -> None:
         first = first if len(first) <= 240 else first[:237] + "..."
         raise ValueError(f"{out} fails verification ({len(report.problems)} problem(s); first: {first}); see "
                          f"`kosmos-env verify {out}`, or pass --no-verify to {command} it anyway")
-    if (out / MANIFEST_NAME).is_file():
-        from kosmos_env.publish.validate import SubmissionRejected, verify_submission
-
-        try:
-            verify_submission(out, strict=False, allow_overrides=True)
-        except SubmissionRejected as exc:
-            raise ValueError(f"{out} fails verification ({exc.check}: {exc.reason}); pass --no-verify to {command} "
-                             "it anyway") from None
 
 
-def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int) -> None:
+def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int,
+                   policy_rows=None) -> None:
     manifest_path = out / MANIFEST_NAME
     if not manifest_path.is_file():
         report.problems.append("manifest.json is missing (rerun kosmos-env eval to rewrite the bundle)")
@@ -285,6 +279,11 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
         report.problems.append(f"results.json spec hash {str(camp.get('spec_hash'))[:12]} != ledger {config.spec_hash[:12]}")
     if camp.get("id") != meta.get("campaign_id"):
         report.problems.append(f"results.json campaign {camp.get('id')} != ledger {meta.get('campaign_id')}")
+    stated = {p.get("label"): p.get("content_hash") for p in camp.get("policies", []) if isinstance(p, dict)}
+    for label, row in (policy_rows or {}).items():
+        if stated.get(label) != row["content_hash"]:
+            report.problems.append(f"results.json states policy {label!r} has content hash "
+                                   f"{str(stated.get(label))[:12]}, the ledger recorded {row['content_hash'][:12]}")
     per_episode = results.get("per_episode")
     if not isinstance(per_episode, list) or not all(isinstance(e, dict) for e in per_episode):
         report.problems.append("results.json has no per_episode list of objects")

@@ -73,14 +73,14 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.preflight import check_policies
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
-    from kosmos_env.fileio import writable_folder
+    from kosmos_env.fileio import check_writable_path
 
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if args.max_attempts < 1:
         raise ValueError("--max-attempts must be at least 1")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
-    writable_folder(args.out)  # a file or read-only folder fails here, in one line
+    check_writable_path(args.out)  # a file or read-only folder fails here, in one line (nothing is created)
     if args.registration:
         from kosmos_env.registration import bind_registration, load_registration, registered_config
 

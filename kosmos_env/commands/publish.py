@@ -37,22 +37,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kosmos_env.publish.hub import check_online, plan_publish, publish, write_tree
+    from kosmos_env.publish.hub import plan_publish, publish, write_tree
     from kosmos_env.publish.validate import SubmissionRejected
 
     if args.videos_per_policy < -1:
         raise ValueError("--videos-per-policy must be -1 (all), 0 or more")
-    if not args.dry_run:
-        check_online()  # offline: one line naming the way out, before anything is planned
-    if not args.no_verify:
-        from kosmos_env.campaign.verify import check_before_use
-
-        check_before_use(args.dir, "publish")
     try:
         plan = plan_publish(args.dir, args.repo, pr=args.pr, videos_per_policy=args.videos_per_policy,
                             model_results=args.model_results, license=args.license)
     except SubmissionRejected as exc:
         raise ValueError(f"the bundle in {args.dir} failed verification ({exc.check}): {exc.reason}") from None
+    if not args.no_verify:  # the campaign's ledger too: an edited ledger is refused, not published
+        from kosmos_env.campaign.verify import check_before_use
+
+        check_before_use(args.dir, "publish")
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.dry_run:

@@ -234,15 +234,6 @@ def write_tree(plan: PublishPlan, out: str | os.PathLike) -> Path:
     return out
 
 
-def check_online() -> None:
-    """Raise ValueError (one line) when the Hugging Face Hub client is in offline mode."""
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        raise ValueError("cannot publish: Hugging Face offline mode is on (HF_HUB_OFFLINE is set); unset it to "
-                         "publish, or write the exact commits locally with --dry-run PATH")
-
-
 def publish(plan: PublishPlan, api: Any = None, *, private: bool | None = None) -> PublishResult:
     """Send the plan: one dataset commit (or PR), then one eval-results commit/PR per model repo.
 
@@ -251,6 +242,10 @@ def publish(plan: PublishPlan, api: Any = None, *, private: bool | None = None) 
     try:
         return _send(plan, api, private)
     except OSError as exc:  # requests' and huggingface_hub's errors (offline mode, HTTP, connection) are OSErrors
+        if type(exc).__name__ == "OfflineModeIsEnabled":
+            raise RuntimeError(f"cannot publish to {plan.repo_id}: Hugging Face offline mode is on (HF_HUB_OFFLINE "
+                               "is set); unset it to publish, or write the exact commits locally with --dry-run PATH"
+                               ) from None
         lines = str(exc).strip().splitlines()
         raise RuntimeError(f"publishing to {plan.repo_id} failed: {type(exc).__name__}: "
                            f"{lines[0] if lines else ''}") from None

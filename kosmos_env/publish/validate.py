@@ -25,7 +25,8 @@ message says what is wrong and what to do about it:
 4. **The design.** ``per_episode`` holds every policy × task × seed × repeat of the declared
    design exactly once, no extras; outcomes are known labels and ``success`` agrees with the
    outcome (true for success, false for failure, null otherwise); ``episodes.parquet`` carries the
-   same episodes with the same outcomes.
+   same episodes with the same outcomes; each outcome agrees with the episode's own stored
+   judgment, gate verdict and (state judge) ground truth.
 5. **The numbers.** Every aggregate (counts, success rate, Wilson 95% interval, worst-case 95%
    bounds, per policy and per policy × task, and the ranking) is recomputed from the rows; a
    submitted number that differs is a forged (or stale) aggregate and rejects the submission.
@@ -389,16 +390,7 @@ def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dic
         if score is not None and (not isinstance(score, (int, float)) or isinstance(score, bool)
                                   or not math.isfinite(score)):
             raise SubmissionRejected(root, "design", f"{where}: score {score!r} is not a finite number or null")
-        if outcome != "error":
-            from kosmos_env.campaign.verify import evidence_problems
 
-            try:
-                problems = evidence_problems(row)
-            except (AttributeError, TypeError, KeyError):
-                problems = ["its judgment, gate or ground truth is malformed"]
-            if problems:
-                raise SubmissionRejected(root, "judgments", f"{where}: {problems[0]}; an outcome must be what its "
-                                                            "own stored judgment says")
         arts = row.get("artifacts") or {}
         if not isinstance(arts, dict):
             raise SubmissionRejected(root, "design", f"{where}: artifacts must be an object")
@@ -445,6 +437,23 @@ def check_parquet(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
             if data[col][i] != row.get(col):
                 raise SubmissionRejected(root, "parquet", f"episodes.parquet disagrees with results.json on episode "
                                                           f"{eid!r}: {col} = {data[col][i]!r} vs {row.get(col)!r}")
+
+
+def check_judgments(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Each outcome must be what the episode's own stored judgment (and gate, and the simulator's
+    ground truth where the state judge decided) says; the same cross-check as ``kosmos-env verify``."""
+    from kosmos_env.campaign.verify import evidence_problems
+
+    for i, row in enumerate(rows):
+        if row.get("outcome") == "error":
+            continue
+        try:
+            problems = evidence_problems(row)
+        except (AttributeError, TypeError, KeyError):
+            problems = ["its judgment, gate or ground truth is malformed"]
+        if problems:
+            raise SubmissionRejected(root, "judgments", f"per_episode[{i}] ({row.get('episode_id')}): {problems[0]}; "
+                                                        "an outcome must be what its own stored judgment says")
 
 
 # ----------------------------------------------------------------------------- 5. the numbers
@@ -536,6 +545,7 @@ def verify_submission(path: str | os.PathLike, *, strict: bool = True,
     official, registered_hash, judge_hash = check_spec(root, campaign, allow_overrides)
     rows = check_design(root, campaign, results.get("per_episode"))
     check_parquet(root, rows)
+    check_judgments(root, rows)
     labels = [p["label"] for p in campaign["policies"]]
     mine = recompute(rows, labels, campaign["tasks"])
     check_aggregates(root, results.get("aggregated"), mine, labels, campaign["tasks"])
