@@ -29,6 +29,7 @@ from tests.faults_support import (alive, attempt_counts, descendants, eval_argv,
                                   spawn_cli, wait_gone)
 
 POLICY = "tests.test_campaign_support:SlowScripted:delay=0.0"
+os.environ.setdefault("KOSMOS_ENV_ALLOW_IMPORT", "1")  # POLICY is a module:Class name: the explicit opt-in
 
 
 def main() -> int:

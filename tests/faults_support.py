@@ -11,9 +11,20 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
 TASK = "carrot_on_plate"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def allow_test_policy_import():
+    """SLOW is a ``module:Class`` policy: importing one needs the explicit opt-in (inherited by workers
+    and by the eval processes the tests start)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+        yield
 
 
 def eval_argv(out, *extra, policies=("scripted:skill=1.0",), seeds: int = 2) -> list[str]:
@@ -22,6 +33,22 @@ def eval_argv(out, *extra, policies=("scripted:skill=1.0",), seeds: int = 2) -> 
     for p in policies:
         argv += ["--policy", p]
     return argv + list(extra)
+
+
+TWO_POLICIES = ("scripted:skill=1.0", "random")  # successes and failures
+_CAMPAIGN: dict[str, Path] = {}
+
+
+def tiny_campaign(tmp_path_factory) -> Path:
+    """A finished tiny campaign (scripted and random, 2 seeds), run once per test session; tests
+    copy it before changing anything in it."""
+    if "camp" not in _CAMPAIGN:
+        from kosmos_env import cli
+
+        out = tmp_path_factory.mktemp("faults-campaign") / "camp"
+        assert cli.main(eval_argv(out, policies=TWO_POLICIES, seeds=2)) == 0
+        _CAMPAIGN["camp"] = out
+    return _CAMPAIGN["camp"]
 
 
 def spawn_cli(argv, **kwargs) -> subprocess.Popen:

@@ -12,7 +12,7 @@ import pytest
 
 import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env import cli
-from tests.faults_support import ROOT, eval_argv
+from tests.faults_support import ROOT, allow_test_policy_import, eval_argv, tiny_campaign  # noqa: F401  (autouse fixture)
 
 
 def _one_line_error(capsys, rc, code=2) -> str:
@@ -85,9 +85,7 @@ def test_verify_on_a_corrupt_ledger_reports_it(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
-    out = tmp_path_factory.mktemp("faults-inputs") / "camp"
-    assert cli.main(eval_argv(out, policies=("scripted:skill=1.0", "random"), seeds=2)) == 0
-    return out
+    return tiny_campaign(tmp_path_factory)
 
 
 def test_analyze_on_a_corrupt_artifact(tmp_path, capsys, campaign):

@@ -13,18 +13,16 @@ from kosmos_env import cli
 from kosmos_env.campaign import verify_campaign
 from kosmos_env.publish import validate
 from kosmos_env.publish.leaderboard import build_leaderboard
-from tests.faults_support import eval_argv
+from tests.faults_support import TWO_POLICIES, allow_test_policy_import, eval_argv, tiny_campaign  # noqa: F401  (autouse fixture)
 from tests.publish_bundles import edit_results, rehash
 
-ARGV_POLICIES = ("scripted:skill=1.0", "random")
+ARGV_POLICIES = TWO_POLICIES
 
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     """A finished tiny campaign with successes (scripted) and failures (random)."""
-    out = tmp_path_factory.mktemp("faults-verify") / "camp"
-    assert cli.main(eval_argv(out, policies=ARGV_POLICIES, seeds=2)) == 0
-    return out
+    return tiny_campaign(tmp_path_factory)
 
 
 def _copy(campaign, tmp_path, name="c"):
