@@ -5,8 +5,12 @@ metres and roll/pitch/yaw differences in radians in the robot base frame, as Bri
 defines them, and the gripper in [0, 1] with 1 = open, 0 = closed. This is what Bridge-trained
 VLAs (OpenVLA, Octo, MiniVLA) emit after un-normalisation.
 
-Validation never clips silently: a wrong shape, dtype, a NaN or an out-of-range value raises
-``ValueError`` naming the field, unless the env spec sets ``clip_actions``.
+Validation never clips silently: a wrong shape, a NaN or an out-of-range value raises
+``ValueError`` naming the field, unless the env spec sets ``clip_actions``. Dtypes: as with a
+Gymnasium ``Box``, an array-like that holds real numbers is accepted and cast to float32 (a
+float64 or float16 array, a Python list or tuple of numbers); an integer, boolean, complex,
+string or object *array* raises ``ValueError`` (an integer array as an action is almost always a
+discrete action or an index passed by mistake).
 
 Bridge / Cosmos 3
 -----------------
@@ -76,6 +80,9 @@ def validate_action(
     clip: bool = False,
 ) -> np.ndarray:
     """Check ``action`` against the contract and return it as a (chunk, 7) float32 array.
+
+    Lists/tuples of numbers and floating-point arrays of any precision are cast to float32
+    (bounds are checked after the cast); other array dtypes raise ``ValueError``.
 
     With ``chunk == 1`` the action has shape (7,); with ``chunk > 1`` it has shape (chunk, 7).
     """

@@ -51,8 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         os.environ[ALLOW_IMPORT_ENV] = "1"
     try:
         return int(args.func(args) or 0)
-    except (ValueError, FileNotFoundError, RuntimeError) as exc:
-        # user-facing errors: one clear line, no traceback
+    except (ValueError, RuntimeError, OSError) as exc:
+        # user-facing errors (OSError: a path that cannot be read or written, a network failure):
+        # one clear line, no traceback
         print(f"kosmos-env {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from kosmos_env.actions import validate_action
 from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout
 from kosmos_env.spec import EnvSpec, load_spec
+from kosmos_env.vector_guard import check_async_vector_settings
 from kosmos_env.tasks import TaskSpec, load_suite
 
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:'!?-_()/&"
@@ -37,8 +38,12 @@ class KosmosEnv(gymnasium.Env):
     ``[dx, dy, dz, droll, dpitch, dyaw, gripper]``. Translation in metres and roll/pitch/yaw
     differences in radians in the robot base frame (Bridge convention); gripper in [0, 1],
     1 = open, 0 = closed. Bounds come from the spec (tabletop: ±0.05 m, ±0.25 rad).
-    A wrong shape or dtype, a NaN or an out-of-bounds value raises ``ValueError`` naming the
-    field; nothing is clipped unless the spec sets ``action.clip``.
+    Array-likes of real numbers are cast to float32: a float64 (or float16) array and a Python
+    list or tuple are accepted, as Gymnasium's ``Box`` accepts them; an integer, boolean,
+    complex, string or object array raises ``ValueError``. A wrong shape, a NaN or an
+    out-of-bounds value (checked after the cast) raises ``ValueError`` naming the field; nothing
+    is clipped unless the spec sets ``action.clip``. ``step`` or ``reset`` after ``close()``
+    raises ``RuntimeError``.
 
     ## Observation Space
 
@@ -160,6 +165,7 @@ class KosmosEnv(gymnasium.Env):
         world_kwargs: Mapping[str, Any] | None = None,
         **spec_overrides: Any,
     ):
+        check_async_vector_settings()  # before anything heavy: refuse settings that corrupt or hang
         if env_spec is None:
             if spec_id is None:
                 raise ValueError("KosmosEnv needs spec_id (a registered env id) or env_spec")
@@ -197,6 +203,7 @@ class KosmosEnv(gymnasium.Env):
         self.observation_space = spaces.Dict(obs_spaces)
 
         self._episode_over = True
+        self._closed = False
         self._frames: list[np.ndarray] = []
         self._actions: list[np.ndarray] = []
         self._log: dict[str, list[np.ndarray]] = {}
@@ -227,6 +234,8 @@ class KosmosEnv(gymnasium.Env):
 
     # -- gymnasium API --------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        if self._closed:
+            raise RuntimeError("reset() on a closed env: close() released its world; make a new env")
         super().reset(seed=seed)
         options = dict(options or {})
         if "task" in options:
@@ -250,6 +259,8 @@ class KosmosEnv(gymnasium.Env):
         return obs, info
 
     def step(self, action):
+        if self._closed:
+            raise RuntimeError("step() on a closed env: close() released its world; make a new env")
         if self._episode_over:
             raise RuntimeError("the episode is over (or reset() was never called): call reset() first")
         spec = self.kosmos_spec
@@ -311,6 +322,9 @@ class KosmosEnv(gymnasium.Env):
         return None
 
     def close(self):
+        if getattr(self, "_closed", True):  # closed already (a second close() is a no-op), or never built
+            return
+        self._closed = True
         self.world.close()
 
     # -- episode record -------------------------------------------------------------------

@@ -58,3 +58,40 @@ def file_lock(path: str | os.PathLike) -> Iterator[None]:
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def check_writable_path(path: str | os.PathLike, what: str = "--out") -> None:
+    """Like :func:`writable_folder`, but creates nothing: a command can check its output path
+    before it validates the rest of its input (and leave no folder behind when that fails)."""
+    p = Path(path)
+    if p.exists():
+        writable_folder(p, what)
+        return
+    ancestor = p.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise ValueError(f"{what} {p}: cannot create the folder ({ancestor} is a file, not a folder)")
+    writable_folder(ancestor, f"{what} {p}: its parent")
+
+
+def writable_folder(path: str | os.PathLike, what: str = "--out") -> Path:
+    """Create ``path`` (and parents) if needed and check it is a folder this process can write.
+
+    Raises ValueError with one line naming the problem (a file in the way, a read-only or
+    missing parent, no permission), so commands fail before any work starts.
+    """
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise ValueError(f"{what} {p} is a file, not a folder: pass a folder path")
+    try:
+        p.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ValueError(f"{what} {p}: cannot create the folder ({exc.strerror or exc})") from None
+    try:  # a real write: os.access says yes to root on a read-only mount
+        fd, probe = tempfile.mkstemp(prefix=".write-probe-", dir=p)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise ValueError(f"{what} {p} is not writable ({exc.strerror or exc})") from None
+    return p

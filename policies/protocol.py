@@ -43,8 +43,11 @@ header ≤ 64 KiB, at most 32 arrays of at most 4 dimensions, names ≤ 64 chara
 Errors
 ------
 Any failure answers a JSON body ``{"version": 1, "error": {"code": str, "message": str}}`` with
-an HTTP status: 400 ``bad_request`` (malformed message, wrong version ``version_mismatch``),
-404 ``not_found`` (unknown endpoint), 411 ``length_required``, 413 ``too_large``,
+an HTTP status: 400 ``bad_request`` (malformed message, JSON nested too deeply, wrong version
+``version_mismatch``), 404 ``not_found`` (unknown endpoint), 408 ``request_timeout`` (the body
+did not arrive within the server's request timeout, 60 s by default; the connection is closed),
+411 ``length_required``, 413 ``too_large``, 415 ``unsupported_media_type`` (``/v1/reset`` takes
+``application/json``, ``/v1/act`` takes ``application/x-kosmos-policy``),
 500 ``policy_error`` (the policy raised; the message says what it raised).
 The client raises :class:`RemotePolicyError` (a ``RuntimeError``) naming the URL and the cause when
 the server is down, times out, answers an error, or answers something that is not this protocol.
@@ -57,6 +60,7 @@ from __future__ import annotations
 import http.client
 import json
 import math
+import socket
 import struct
 import threading
 import time
@@ -77,6 +81,11 @@ MAX_NDIM = 4
 MAX_NAME = 64
 MAX_IMAGE_SIDE = 4096
 MAX_CHUNK = 1024
+#: seconds a server waits on a silent connection (a request line, headers or a body that does
+#: not arrive) before answering 408 and closing it; also how long an idle keep-alive lasts
+REQUEST_TIMEOUT = 60.0
+#: the Content-Type each POST endpoint accepts (anything else is answered 415)
+REQUEST_TYPES = {"/v1/reset": "application/json", "/v1/act": CONTENT_TYPE}
 ACTION_DIM = 7
 DTYPES = {"<u1": np.uint8, "<f4": np.float32, "<f8": np.float64, "<i4": np.int32, "<i8": np.int64}
 _PREFIX = struct.Struct("<4sI")
@@ -87,7 +96,16 @@ class ProtocolError(ValueError):
 
 
 class RemotePolicyError(RuntimeError):
-    """The remote policy could not be reached or did not answer with a valid protocol message."""
+    """The remote policy could not be reached or did not answer with a valid protocol message.
+
+    ``transport`` is True when the server could not be reached or did not answer in time (an
+    infrastructure failure: a campaign retries the episode later), False when it answered and
+    the answer was an error or not this protocol (the policy's failure).
+    """
+
+    def __init__(self, message: str, transport: bool = False):
+        super().__init__(message)
+        self.transport = transport
 
 
 # -- codec ---------------------------------------------------------------------------------------
@@ -134,6 +152,8 @@ def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -
         header = json.loads(data[_PREFIX.size:_PREFIX.size + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"message header is not UTF-8 JSON: {exc}") from None
+    except RecursionError:
+        raise ProtocolError("message header JSON is nested too deeply") from None
     if not isinstance(header, dict):
         raise ProtocolError("message header must be a JSON object")
     if header.get("version") != VERSION:
@@ -241,13 +261,19 @@ class PolicyServer:
     """
 
     def __init__(self, policy: Any, info: Mapping[str, Any] | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_bytes: int = MAX_MESSAGE_BYTES, log: Callable[[str], None] | None = None):
+                 port: int = 0, max_bytes: int = MAX_MESSAGE_BYTES, log: Callable[[str], None] | None = None,
+                 request_timeout: float = REQUEST_TIMEOUT):
+        if not request_timeout > 0:
+            raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout}")
         self.policy = policy
         self.info = dict(info or {"name": getattr(policy, "name", type(policy).__name__)})
         self.max_bytes = int(max_bytes)
+        self.request_timeout = float(request_timeout)
         self.log = log
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._connections: set = set()  # open client sockets, dropped by close()
+        self._connections_lock = threading.Lock()
         self.httpd = ThreadingHTTPServer((host, int(port)), _make_handler(self))
         self.httpd.daemon_threads = True
 
@@ -266,11 +292,20 @@ class PolicyServer:
         return self
 
     def close(self) -> None:
+        """Stop serving: no new connections, and open keep-alive connections are dropped (as when the
+        server process ends), so clients see the server go away rather than talk to a stopped one."""
         if self._thread is not None:
             self.httpd.shutdown()
             self._thread.join(timeout=5)
             self._thread = None
         self.httpd.server_close()
+        with self._connections_lock:
+            connections, self._connections = list(self._connections), set()
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed by the client
+                pass
 
     def __enter__(self) -> "PolicyServer":
         return self.start()
@@ -287,6 +322,8 @@ class PolicyServer:
             request = json.loads(body.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             return _error(400, "bad_request", f"reset body is not UTF-8 JSON: {exc}")
+        except RecursionError:
+            return _error(400, "bad_request", "reset body JSON is nested too deeply")
         if not isinstance(request, dict):
             return _error(400, "bad_request", "reset body must be a JSON object")
         if request.get("version") != VERSION:
@@ -325,6 +362,17 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"  # keep-alive: one connection per episode, not per step
         server_version = f"{PROTOCOL}/{VERSION}"
         disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stall
+        timeout = server.request_timeout  # socket timeout: a silent client cannot hold a connection open
+
+        def setup(self) -> None:
+            super().setup()
+            with server._connections_lock:
+                server._connections.add(self.connection)
+
+        def finish(self) -> None:
+            with server._connections_lock:
+                server._connections.discard(self.connection)
+            super().finish()
 
         def do_GET(self) -> None:  # noqa: N802 (http.server naming)
             if self.path.rstrip("/") == "/v1/info":
@@ -334,7 +382,8 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             routes = {"/v1/reset": server.handle_reset, "/v1/act": server.handle_act}
-            route = routes.get(self.path.rstrip("/"))
+            path = self.path.rstrip("/")
+            route = routes.get(path)
             length = self.headers.get("Content-Length")
             if length is None or not length.isdigit():
                 self._send(*_error(411, "length_required", "POST needs a Content-Length header"), close=True)
@@ -342,9 +391,22 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
             if int(length) > server.max_bytes:
                 self._send(*_error(413, "too_large", f"body of {length} bytes exceeds the limit of {server.max_bytes}"), close=True)
                 return
-            body = self.rfile.read(int(length))
             if route is None:
-                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset or /v1/act"))
+                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset or /v1/act"), close=True)
+                return
+            content_type = self.headers.get_content_type()  # lower case, parameters dropped
+            if content_type != REQUEST_TYPES[path]:
+                self._send(*_error(415, "unsupported_media_type", f"POST {path} takes Content-Type "
+                                   f"{REQUEST_TYPES[path]}, got {self.headers.get('Content-Type') or 'none'}"), close=True)
+                return
+            try:
+                body = self.rfile.read(int(length))
+            except TimeoutError:  # headers arrived, the body did not: do not hold the connection forever
+                self._send(*_error(408, "request_timeout", f"the body did not arrive within "
+                                   f"{server.request_timeout:g} s"), close=True)
+                return
+            if len(body) != int(length):  # the client went away mid-body
+                self.close_connection = True
                 return
             self._send(*route(body))
 
@@ -449,7 +511,8 @@ class PolicyClient:
                 return response.status, response.getheader("Content-Type", ""), data
             except TimeoutError:
                 self.close()
-                raise RemotePolicyError(f"{self.url}{path} did not answer within {self.timeout:g} s") from None
+                raise RemotePolicyError(f"{self.url}{path} did not answer within {self.timeout:g} s",
+                                        transport=True) from None
             except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, OSError) as exc:
                 # refused / reset / closed before an answer, or not HTTP at all: reconnect and retry
                 self.close()
@@ -462,7 +525,8 @@ class PolicyClient:
                 break
         raise RemotePolicyError(
             f"cannot reach the remote policy at {self.url}{path} after {attempt + 1} attempt(s): "
-            f"{type(last).__name__}: {last}. Is `kosmos-env serve-policy` running there?"
+            f"{type(last).__name__}: {last}. Is `kosmos-env serve-policy` running there?",
+            transport=not isinstance(last, http.client.HTTPException) or isinstance(last, http.client.RemoteDisconnected),
         )
 
     def _json_answer(self, status: int, content_type: str, body: bytes) -> dict[str, Any]:

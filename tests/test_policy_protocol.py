@@ -143,13 +143,16 @@ def _raw(server, method, path, body=None, headers=None):
 def test_server_answers_documented_errors(served):
     status, body = _raw(served, "GET", "/v1/nope")
     assert status == 404 and json.loads(body)["error"]["code"] == "not_found"
-    status, body = _raw(served, "POST", "/v1/act", body=b"garbage-garbage")
+    act, js = {"Content-Type": P.CONTENT_TYPE}, {"Content-Type": "application/json"}
+    status, body = _raw(served, "POST", "/v1/act", body=b"garbage-garbage", headers=act)
     assert status == 400 and "KPOL" in json.loads(body)["error"]["message"]
-    status, body = _raw(served, "POST", "/v1/act", body=bytes(300_000))
+    status, body = _raw(served, "POST", "/v1/act", body=bytes(300_000), headers=act)
     assert status == 413 and json.loads(body)["error"]["code"] == "too_large"
-    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 9, "instruction": "x"}).encode())
+    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 9, "instruction": "x"}).encode(),
+                        headers=js)
     assert status == 400 and json.loads(body)["error"]["code"] == "version_mismatch"
-    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 1, "instruction": "x", "seed": "s"}).encode())
+    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 1, "instruction": "x", "seed": "s"}).encode(),
+                        headers=js)
     assert status == 400 and "seed" in json.loads(body)["error"]["message"]
     status, body = _raw(served, "GET", "/v1/info")
     info = json.loads(body)

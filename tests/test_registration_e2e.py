@@ -154,6 +154,8 @@ def test_a_campaign_run_without_the_registration_is_refused(study, tmp_path, cap
     del res["campaign"]["registration"]
     (copy / "results.json").write_text(json.dumps(res))
     assert cli.main(["analyze", str(copy), "--registration", str(reg), "--no-write"]) == 2
+    assert "fails verification" in capsys.readouterr().err  # results.json was edited behind the manifest's back
+    assert cli.main(["analyze", str(copy), "--registration", str(reg), "--no-write", "--no-verify"]) == 2
     assert "was not run under a registration" in capsys.readouterr().err
 
 

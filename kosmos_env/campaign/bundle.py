@@ -218,17 +218,47 @@ def write_bundle(out_dir: str | os.PathLike, price_table: PriceTable | None = No
 
 
 def format_ranking(results: Mapping[str, Any]) -> str:
-    """The ranking table: policy, n, success rate, Wilson 95% CI, discards, abstentions, errors."""
+    """The ranking table: policy, n, success rate, Wilson 95% CI, discards, abstentions, errors.
+
+    A policy with episodes in error is marked ``(!)``: its rate leaves those episodes out, so
+    it may rank where it does only because its failures were errors; a note under the table
+    says so."""
     agg = results["aggregated"]
     header = ("rank", "policy", "n", "success", "wilson 95% CI", "discarded", "abstained", "errors")
     rows = []
+    marked = False
     for i, label in enumerate(agg["ranking"], 1):
         s = agg["per_policy"][label]
         rate = "-" if s["success_rate"] is None else f"{s['success_rate']:.3f}"
         ci = "-" if s["wilson_95"] is None else f"[{s['wilson_95'][0]:.3f}, {s['wilson_95'][1]:.3f}]"
-        rows.append((str(i), label, str(s["n"]), rate, ci, str(s["discarded"]), str(s["abstained"]), str(s["errors"])))
+        name = f"{label} (!)" if s["errors"] else label
+        marked = marked or bool(s["errors"])
+        rows.append((str(i), name, str(s["n"]), rate, ci, str(s["discarded"]), str(s["abstained"]), str(s["errors"])))
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) if j == 1 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
              for r in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    if marked:
+        lines.append("(!) episodes in error: this policy's rate leaves them out; see `errors` and rerun with "
+                     "--retry-errors")
     return "\n".join(lines)
+
+
+def error_summary(results: Mapping[str, Any]) -> str | None:
+    """One line saying how many episodes ended in error, for which policies and why (None: none did)."""
+    errors = [e for e in results["per_episode"] if e["outcome"] == "error"]
+    if not errors:
+        return None
+    per_policy: dict[str, int] = {}
+    for e in errors:
+        per_policy[e["policy"]] = per_policy.get(e["policy"], 0) + 1
+    who = ", ".join(f"{label}: {n}" for label, n in per_policy.items())
+    return (f"{len(errors)} of {results['campaign']['planned']} episodes ended in error ({who}); first: "
+            f"{_last_error_line(errors[0].get('error'))}; rerun with --retry-errors to try them again")
+
+
+def _last_error_line(text: str | None) -> str:
+    """The line of a traceback that names the exception (its last non-empty line)."""
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    line = lines[-1] if lines else "(no message)"
+    return line if len(line) <= 200 else line[:197] + "..."

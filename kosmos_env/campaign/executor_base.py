@@ -35,4 +35,10 @@ class Executor(ABC):
 
 
 class WorkerFailed(RuntimeError):
-    """A pool worker raised (not an episode error: those are recorded and the campaign goes on)."""
+    """A pool worker raised (not an episode error: those are recorded and the campaign goes on).
+
+    The message is one line; the worker's traceback is in ``worker_traceback``."""
+
+    def __init__(self, message: str, worker_traceback: str = ""):
+        super().__init__(message)
+        self.worker_traceback = worker_traceback

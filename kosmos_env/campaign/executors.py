@@ -46,8 +46,50 @@ class InProcessExecutor(Executor):
         refresh()
 
 
-def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any], tag: str, errors) -> None:
+def _die_with_parent(parent_pid: int) -> None:
+    """Make this pool process end when the process that started it dies, even by SIGKILL.
+
+    On Linux the kernel does it: ``prctl(PR_SET_PDEATHSIG, SIGKILL)``. Elsewhere (and as a
+    fallback) a daemon thread checks every second that the parent is still our parent. Without
+    this a parent killed with SIGKILL leaves its workers running under PID 1.
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            PR_SET_PDEATHSIG = 1
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no libc symbol: the watchdog below still works
+            pass
+    parent = os.getppid()  # the campaign process (spawn), or the forkserver it started
+    try:
+        os.kill(parent_pid, 0)
+    except ProcessLookupError:  # the campaign process died before the death signal was armed
+        os._exit(1)
+    except PermissionError:
+        pass
+    if parent == 1:
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:  # re-parented: whoever started us is gone
+                os._exit(1)
+
+    threading.Thread(target=watch, name="kosmos-parent-watchdog", daemon=True).start()
+
+
+def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any], tag: str, errors,
+                 parent_pid: int | None = None) -> None:
     """Entry point of a pool process (top level so ``spawn`` can import it)."""
+    if parent_pid is not None:
+        _die_with_parent(parent_pid)
     try:
         work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
     except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
@@ -83,7 +125,7 @@ class ProcessPoolExecutor(Executor):
             nonlocal spawned
             tag = f"w{i}-{spawned}"
             spawned += 1
-            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors),
+            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors, os.getpid()),
                             name=f"kosmos-campaign-{tag}", daemon=False)
             p.start()
             procs[tag] = p
@@ -127,7 +169,8 @@ class ProcessPoolExecutor(Executor):
             tag, message, tb = errors.get(timeout=wait) if wait else errors.get_nowait()
         except queue.Empty:
             return
-        raise WorkerFailed(f"worker {tag} failed: {message}\n{tb}")
+        first = message.strip().splitlines()[0] if message.strip() else "(no message)"
+        raise WorkerFailed(f"worker {tag} failed: {first}", tb)
 
     @staticmethod
     def _work_left(job: CampaignJob) -> bool:

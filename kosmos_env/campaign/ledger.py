@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, canonical, describe_difference
+from kosmos_env.campaign.failures import INFRA_TAG, is_infrastructure_error_text
 from kosmos_env.fileio import file_lock
 
 LEDGER_NAME = "ledger.sqlite"
@@ -200,8 +201,11 @@ class Ledger:
     def claim(self, owner: str, ttl: float, max_attempts: int) -> EpisodeKey | None:
         """Lease the next episode to ``owner``: a stale lease first (taken over), then a pending one.
 
-        A stale lease whose episode already used ``max_attempts`` attempts is closed as an
-        error instead (its worker keeps dying on it). Returns None when nothing is claimable.
+        A stale lease (its owner died or went silent) is an infrastructure failure, never the
+        episode's: it is logged as an ``abandoned`` attempt and the episode is run again, however
+        often that happens (a worker that keeps dying is bounded by the executor's respawn
+        limit, and its episodes stay unfinished for the next run). ``max_attempts`` bounds only
+        the policy's own failures (see :meth:`fail`). Returns None when nothing is claimable.
         """
         with self.transaction() as conn:
             now = time.time()
@@ -213,14 +217,7 @@ class Ledger:
                     "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                     "VALUES (?, ?, ?, ?, ?, 'abandoned', ?)",
                     (row["episode_id"], row["attempts"], row["owner"], row["started"], now,
-                     f"{why}; taken over by {owner}"))
-                if row["attempts"] >= max_attempts:
-                    conn.execute(
-                        "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
-                        "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
-                        (f"abandoned after {row['attempts']} attempts: the worker running it stopped ({why}) each time",
-                         row["owner"], now, row["episode_id"]))
-                    continue
+                     f"{INFRA_TAG} {why}; taken over by {owner}"))
                 return self._lease(conn, row, owner, ttl, now)
             row = conn.execute("SELECT * FROM episodes WHERE status = 'pending' ORDER BY ord LIMIT 1").fetchone()
             if row is None:
@@ -280,9 +277,12 @@ class Ledger:
                          "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'leased'",
                          (episode_id, owner))
 
-    def fail(self, episode_id: str, owner: str, error: str, max_attempts: int) -> str:
-        """Record a failed attempt: back to pending, or ``error`` once attempts run out.
+    def fail(self, episode_id: str, owner: str, error: str, max_attempts: int, infrastructure: bool = False) -> str:
+        """Record a failed attempt: back to pending, or ``error`` once the policy failed ``max_attempts`` times.
 
+        An ``infrastructure`` failure (see :mod:`kosmos_env.campaign.failures`) is never final: the
+        episode always goes back to pending and the attempt does not count. Only the policy's
+        own failures since the last ``--retry-errors`` count towards ``max_attempts``.
         Returns the episode's new status ("pending" or "done"), or "lost" when ``owner`` no
         longer held the lease (nothing is changed then).
         """
@@ -291,10 +291,14 @@ class Ledger:
             row = conn.execute("SELECT * FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
             if row is None or row["status"] != "leased" or row["owner"] != owner:
                 return "lost"
+            if infrastructure and not error.startswith(INFRA_TAG):
+                error = f"{INFRA_TAG} {error}"
             conn.execute(
                 "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                "VALUES (?, ?, ?, ?, ?, 'error', ?)", (episode_id, row["attempts"], owner, row["started"], now, error))
-            if row["attempts"] >= max_attempts:
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (episode_id, row["attempts"], owner, row["started"], now, "infra-error" if infrastructure else "error",
+                 error))
+            if not infrastructure and self._policy_failures(conn, episode_id) >= max_attempts:
                 conn.execute(
                     "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
                     "error = ?, worker = ?, finished = ? WHERE episode_id = ?", (error, owner, now, episode_id))
@@ -302,6 +306,38 @@ class Ledger:
             conn.execute("UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL "
                          "WHERE episode_id = ?", (episode_id,))
             return "pending"
+
+    @staticmethod
+    def _policy_failures(conn, episode_id: str) -> int:
+        """The policy's own failed attempts on ``episode_id`` since its errors were last reopened."""
+        last = conn.execute("SELECT MAX(id) FROM attempts WHERE episode_id = ? AND status = 'reopened'",
+                            (episode_id,)).fetchone()[0]
+        return conn.execute("SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'error' AND id > ?",
+                            (episode_id, last or 0)).fetchone()[0]
+
+    def reopen_errors(self, all_errors: bool = False) -> int:
+        """Put ``error`` episodes back to pending so the next workers retry them; returns how many.
+
+        Always reopened: errors an infrastructure failure caused (older ledgers closed an episode
+        whose worker died three times as an error). With ``all_errors`` (``--retry-errors``) the
+        policy's own errors too; their failed attempts stop counting towards ``max_attempts``.
+        """
+        with self.transaction() as conn:
+            now = time.time()
+            rows = conn.execute("SELECT episode_id, error, attempts FROM episodes "
+                                "WHERE status = 'done' AND outcome = 'error'").fetchall()
+            chosen = [r for r in rows if all_errors or is_infrastructure_error_text(r["error"])]
+            for r in chosen:
+                conn.execute(
+                    "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                    "VALUES (?, ?, NULL, NULL, ?, 'reopened', ?)",
+                    (r["episode_id"], r["attempts"], now, f"error reopened for a retry: {(r['error'] or '')[:200]}"))
+                conn.execute(
+                    "UPDATE episodes SET status = 'pending', outcome = NULL, success = NULL, score = NULL, judge = NULL, "
+                    "judgment = NULL, gate = NULL, ground_truth = NULL, steps = NULL, timings = NULL, video = NULL, "
+                    "actions = NULL, log = NULL, error = NULL, worker = NULL, owner = NULL, lease_expires = NULL, "
+                    "finished = NULL WHERE episode_id = ?", (r["episode_id"],))
+        return len(chosen)
 
     # -- policies and runs --------------------------------------------------------------
     def register_policy(self, label: str, content_hash: str, hub_model_id: str | None, worker: str) -> None:

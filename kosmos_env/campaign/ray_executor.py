@@ -152,8 +152,11 @@ class EpisodeActor:
             record, artifacts = self.runner.run(episode)
         except ConfigMismatchError as exc:
             return {"status": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
-        except Exception:
-            return {"status": "error", "error": traceback.format_exc(), "policies": self.registry.drain()}
+        except Exception as exc:
+            from kosmos_env.campaign.failures import is_infrastructure_failure
+
+            return {"status": "error", "error": traceback.format_exc(), "policies": self.registry.drain(),
+                    "infrastructure": is_infrastructure_failure(exc)}
         payload = []
         for sha, rel, size, kind in artifacts:
             path = os.path.join(self.tmp, rel)
@@ -298,9 +301,9 @@ class _Dispatcher:
         try:
             result = self.ray.get(ref)
         except self.ray.exceptions.RayActorError as exc:
-            # the actor process died (OOM killer, segfault, lost node): one attempt used
+            # the actor process died (OOM killer, segfault, lost node): infrastructure, never final
             self.ledger.fail(key.episode_id, owner, f"Ray actor {slot} died while running the episode: {exc}",
-                             s.max_attempts)
+                             s.max_attempts, infrastructure=True)
             self._replace(slot, exc)
             return
         except self.ray.exceptions.RayError as exc:  # e.g. the result could not be sent back
@@ -310,14 +313,15 @@ class _Dispatcher:
         status = result["status"]
         if status == "fatal":
             self.ledger.release(key.episode_id, owner)  # not the episode's fault: no attempt used
-            raise WorkerFailed(f"Ray actor {slot} failed: {result['error']}\n{result.get('traceback', '')}")
+            raise WorkerFailed(f"Ray actor {slot} failed: {result['error']}", result.get("traceback", ""))
         try:
             self._register(result.get("policies", ()))
         except ConfigMismatchError:
             self.ledger.release(key.episode_id, owner)
             raise
         if status == "error":
-            self.ledger.fail(key.episode_id, owner, result["error"], s.max_attempts)
+            self.ledger.fail(key.episode_id, owner, result["error"], s.max_attempts,
+                             infrastructure=bool(result.get("infrastructure")))
             return
         record = result["record"]
         t0 = time.perf_counter()

@@ -18,6 +18,7 @@ from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecut
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.progress import ProgressMonitor
 from kosmos_env.campaign.worker import WorkSettings
+from kosmos_env.fileio import writable_folder
 
 
 def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_table: PriceTable | None = None) -> bool:
@@ -26,7 +27,7 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
     Returns True for a new campaign, False for a resume. Raises ConfigMismatchError (a
     ValueError) when the folder holds another campaign.
     """
-    os.makedirs(out_dir, exist_ok=True)
+    writable_folder(out_dir)
     with Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME)) as ledger:
         new = ledger.initialise(config)
         if price_table is not None:
@@ -37,11 +38,13 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
 def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
                  settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
                  argv: Sequence[str] | None = None, progress: bool = True,
-                 on_progress: Callable[[], None] | None = None) -> dict[str, Any]:
+                 on_progress: Callable[[], None] | None = None, retry_errors: bool = False) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
 
     ``on_progress()`` is called whenever the progress display refreshes (after each episode
     in process, a few times a second with a pool): e.g. logging finished episodes to W&B.
+    Episodes an infrastructure failure left in ``error`` (older ledgers) are retried on every
+    run; ``retry_errors`` retries the policy's own errors as well.
 
     The bundle is rewritten at the end even if the executor failed (then the error is raised
     after it), so what finished is always visible.
@@ -52,6 +55,7 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
     with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
         owner = make_owner("main")
         clear_cancel(ledger, owner)  # rerunning a cancelled campaign resumes it
+        ledger.reopen_errors(all_errors=retry_errors)
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
     monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
     try:

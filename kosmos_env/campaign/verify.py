@@ -6,10 +6,21 @@ What is checked (each failure is named in :attr:`VerifyReport.problems`):
 - the ledger holds exactly the planned episodes (none missing, none extra, none twice) and
   every one is done, recorded once (one successful completion per non-error episode);
 - outcomes are valid and agree with ``success``; error episodes carry their error;
+- each outcome agrees with the episode's own stored evidence: its judgment (verdict, score and
+  judge name), its gate verdict (a discarded episode was rejected by the gate, a judged one
+  was not) and, where the simulator's state judge decided, the ground truth; its step count
+  agrees with its actions artifact;
 - every artifact an episode references exists and its bytes hash to its name, as does every
   file in the store and every artifact row;
 - ``manifest.json`` lists every bundle file with its current sha256, and ``results.json`` /
-  ``episodes.parquet`` hold the ledger's episodes with the same outcomes and spec hash.
+  ``episodes.parquet`` hold the ledger's episodes with the same values in every field that can
+  change a result (outcome, success, score, judge, judgment, gate, ground truth, steps,
+  artifacts, error) and the same spec hash;
+- every aggregate of ``results.json`` (counts, rates, intervals per policy and per policy ×
+  task, the ranking) equals what the episodes give when recounted.
+
+So a ledger edited by hand is caught even after ``kosmos-env eval`` rebuilt the bundle from
+it: the edited outcome or score contradicts the judgment, gate or ground truth stored with it.
 
 Orphan artifacts (written by a worker that was killed before it could record its episode)
 are reported as warnings: they are harmless and never referenced.
@@ -17,13 +28,17 @@ are reported as warnings: they are harmless and never referenced.
 from __future__ import annotations
 
 import json
+import math
 import os
+import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from kosmos_env.campaign.artifacts import ArtifactStore, sha256_file
-from kosmos_env.campaign.bundle import MANIFEST_NAME, PARQUET_NAME, RESULTS_NAME, RESULTS_SCHEMA
+from kosmos_env.campaign.bundle import (MANIFEST_NAME, PARQUET_NAME, RESULTS_NAME, RESULTS_SCHEMA, aggregate,
+                                        episode_entry)
+from kosmos_env.campaign.failures import is_infrastructure_error_text
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
 
 _SUCCESS_OF = {"success": True, "failure": False, "discarded": None, "abstained": None, "error": None}
@@ -74,32 +89,49 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             report.problems.append(f"{where}: artifact {rel} is corrupt (its sha256 is {actual[:16]}..., "
                                    f"its name says {name[:16]}...)")
 
-    if read_only:
-        from kosmos_env.campaign.readonly import ReadOnlyLedger
+    try:
+        if read_only:
+            from kosmos_env.campaign.readonly import ReadOnlyLedger
 
-        opened = ReadOnlyLedger(path)
-    else:
-        opened = Ledger(path, create=False)
-    with opened as ledger:
-        meta = ledger.meta()
-        try:
-            config = ledger.config()
-        except (ValueError, KeyError, json.JSONDecodeError) as exc:
-            report.problems.append(f"ledger config unreadable: {exc}")
-            return report
-        if config.config_hash != meta.get("config_hash"):
-            report.problems.append(f"ledger config hashes to {config.config_hash[:16]}..., but the ledger records "
-                                   f"{str(meta.get('config_hash'))[:16]}... (the stored config was edited)")
-        if config.spec_hash != meta.get("spec_hash"):
-            report.problems.append("ledger spec hash differs from its config's spec hash")
-        episodes = ledger.episodes()
-        attempts = ledger.attempts()
-        artifact_rows = ledger.artifacts()
-        counts = ledger.counts()
-        # verdicts of other judges (kosmos-env judge): each filed under its own spec's identity
-        from kosmos_env.campaign.judgments import check as check_judgments
+            opened = ReadOnlyLedger(path)
+        else:
+            opened = Ledger(path, create=False)
+        with opened as ledger:
+            meta = ledger.meta()
+            try:
+                config = ledger.config()
+            except (ValueError, KeyError, TypeError, json.JSONDecodeError) as exc:
+                report.problems.append(f"ledger config unreadable: {exc}")
+                return report
+            if config.config_hash != meta.get("config_hash"):
+                report.problems.append(f"ledger config hashes to {config.config_hash[:16]}..., but the ledger records "
+                                       f"{str(meta.get('config_hash'))[:16]}... (the stored config was edited)")
+            if config.spec_hash != meta.get("spec_hash"):
+                report.problems.append("ledger spec hash differs from its config's spec hash")
+            episodes = ledger.episodes()
+            attempts = ledger.attempts()
+            artifact_rows = ledger.artifacts()
+            counts = ledger.counts()
+            policy_rows = ledger.policies()
+            # verdicts of other judges (kosmos-env judge): each filed under its own spec's identity
+            from kosmos_env.campaign.judgments import check as check_judgments
 
-        report.problems.extend(check_judgments(ledger))
+            report.problems.extend(check_judgments(ledger))
+    except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
+        report.problems.append(f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
+                               "or not a campaign ledger")
+        return report
+
+    try:
+        from kosmos_env.spec import EnvSpec
+
+        chunk = EnvSpec.from_dict(dict(config.spec)).action_chunk
+    except Exception:  # noqa: BLE001 - without a readable spec the step count is not cross-checked
+        chunk = None
+    n_errors = sum(1 for r in episodes if r["status"] == "done" and r["outcome"] == "error")
+    if n_errors:
+        report.warnings.append(f"{n_errors} episodes ended in error (the policy failed on them); rerun kosmos-env eval "
+                               "with --retry-errors to try them again")
 
     # -- the plan: every planned episode exactly once --------------------------------------
     planned = {k.episode_id: k for k in config.episodes()}
@@ -144,7 +176,12 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         if outcome == "error":
             if not row["error"]:
                 report.problems.append(f"{eid}: error outcome without an error message")
+            elif is_infrastructure_error_text(row["error"]):
+                report.problems.append(f"{eid}: closed as an error by an infrastructure failure ({row['error'][:80]}); "
+                                       "rerun the same kosmos-env eval command to retry it")
             continue
+        for problem in evidence_problems(row):
+            report.problems.append(f"{eid}: {problem}")
         n_ok = ok_attempts.get(eid, 0)
         if n_ok != 1:
             report.problems.append(f"{eid}: recorded as completed {n_ok} times (expected once)")
@@ -155,6 +192,13 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         for kind in ("video", "actions", "log"):
             if row[kind]:
                 check_artifact(row[kind], eid)
+        if row["actions"] and chunk and digest(row["actions"]) is not None:
+            n_rows = _actions_rows(out / row["actions"])
+            if n_rows is None:
+                report.problems.append(f"{eid}: actions artifact {row['actions']} is not a numeric .npy array")
+            elif row["steps"] is None or n_rows != row["steps"] * chunk:
+                report.problems.append(f"{eid}: {row['steps']} steps recorded, but its actions artifact holds "
+                                       f"{n_rows} actions ({chunk} per step)")
     report.checked["episodes"] = len(episodes)
 
     # -- the artifact store -----------------------------------------------------------------
@@ -176,13 +220,34 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
     report.checked["artifacts"] = len(set(store_files) | known)
 
     # -- the bundle ----------------------------------------------------------------------------
-    _verify_bundle(out, config, meta, episodes, store_files, digest, report, max_listed)
+    _verify_bundle(out, config, meta, episodes, store_files, digest, report, max_listed, policy_rows)
     # keep problem lists deterministic and unique
     report.problems = list(dict.fromkeys(report.problems))
     return report
 
 
-def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int) -> None:
+def check_before_use(out_dir: str | os.PathLike, command: str) -> None:
+    """Refuse (ValueError, one line) a campaign folder that fails verification.
+
+    ``analyze``, ``report`` and ``publish`` call this first, so numbers are never drawn from an
+    edited or damaged folder without the user saying so (``--no-verify``). A campaign folder
+    (with a ledger) gets :func:`verify_campaign`; a folder without one (a bundle alone, e.g. a
+    downloaded submission) has no ledger to verify against and is left to the loaders' own
+    checks of its rows.
+    """
+    out = Path(out_dir)
+    if (out / LEDGER_NAME).is_file():
+        report = verify_campaign(out)
+        if report.ok:
+            return
+        first = report.problems[0]
+        first = first if len(first) <= 240 else first[:237] + "..."
+        raise ValueError(f"{out} fails verification ({len(report.problems)} problem(s); first: {first}); see "
+                         f"`kosmos-env verify {out}`, or pass --no-verify to {command} it anyway")
+
+
+def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int,
+                   policy_rows=None) -> None:
     manifest_path = out / MANIFEST_NAME
     if not manifest_path.is_file():
         report.problems.append("manifest.json is missing (rerun kosmos-env eval to rewrite the bundle)")
@@ -228,26 +293,136 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
         report.problems.append(f"results.json spec hash {str(camp.get('spec_hash'))[:12]} != ledger {config.spec_hash[:12]}")
     if camp.get("id") != meta.get("campaign_id"):
         report.problems.append(f"results.json campaign {camp.get('id')} != ledger {meta.get('campaign_id')}")
-    in_results = {e.get("episode_id"): e.get("outcome") for e in results.get("per_episode", [])}
-    in_ledger = {r["episode_id"]: r["outcome"] for r in episodes if r["status"] == "done"}
-    if len(in_results) != len(results.get("per_episode", [])):
+    stated = {p.get("label"): p.get("content_hash") for p in camp.get("policies", []) if isinstance(p, dict)}
+    for label, row in (policy_rows or {}).items():
+        if stated.get(label) != row["content_hash"]:
+            report.problems.append(f"results.json states policy {label!r} has content hash "
+                                   f"{str(stated.get(label))[:12]}, the ledger recorded {row['content_hash'][:12]}")
+    per_episode = results.get("per_episode")
+    if not isinstance(per_episode, list) or not all(isinstance(e, dict) for e in per_episode):
+        report.problems.append("results.json has no per_episode list of objects")
+        return
+    in_results = {e.get("episode_id"): e for e in per_episode}
+    in_ledger = {r["episode_id"]: episode_entry(r) for r in episodes if r["status"] == "done"}
+    if len(in_results) != len(per_episode):
         report.problems.append("results.json lists an episode twice")
-    if in_results != in_ledger:
-        differ = sorted(k for k in set(in_results) | set(in_ledger) if in_results.get(k) != in_ledger.get(k))
+    differ = []
+    for eid in sorted(set(in_results) | set(in_ledger), key=str):
+        mine, theirs = in_ledger.get(eid), in_results.get(eid)
+        if mine is None or theirs is None:
+            differ.append(f"{eid} (only in {'results.json' if mine is None else 'the ledger'})")
+            continue
+        fields = [k for k in RESULT_FIELDS if not _same(mine.get(k), theirs.get(k))]
+        if fields:
+            differ.append(f"{eid} ({', '.join(fields)})")
+    if differ:
         report.problems.append(f"results.json disagrees with the ledger on {len(differ)} episodes: "
                                f"{_listing(differ, max_listed)}")
+    _verify_aggregates(results, config, list(in_ledger.values()), report)
     if (out / PARQUET_NAME).exists():
         try:
             import pyarrow.parquet as pq
 
-            table = pq.read_table(out / PARQUET_NAME, columns=["episode_id", "outcome"])
-            rows = dict(zip(table.column("episode_id").to_pylist(), table.column("outcome").to_pylist()))
-            if rows != in_ledger or table.num_rows != len(in_ledger):
+            table = pq.read_table(out / PARQUET_NAME).to_pylist()
+            rows = {r.get("episode_id"): r for r in table}
+            bad = len(rows) != len(table) or set(rows) != set(in_ledger)
+            for eid, mine in in_ledger.items():
+                if bad:
+                    break
+                flat = rows[eid]
+                for k in ("outcome", "success", "score", "judge", "steps", "error", "policy", "task", "seed", "repeat"):
+                    bad = bad or not _same(mine.get(k), flat.get(k))
+                for k in ("judgment", "gate", "ground_truth", "artifacts"):
+                    bad = bad or not _same(mine.get(k), None if flat.get(k) is None else json.loads(flat[k]))
+            if bad:
                 report.problems.append("episodes.parquet disagrees with the ledger")
         except ImportError:
             report.warnings.append("pyarrow is not installed: episodes.parquet not checked")
         except Exception as exc:  # a corrupt parquet file is a finding, not a crash
             report.problems.append(f"episodes.parquet is unreadable: {exc}")
+
+
+#: per-episode fields of results.json that can change a result; each must equal the ledger's
+RESULT_FIELDS = ("policy", "task", "seed", "repeat", "env_seed", "outcome", "success", "score", "judge", "judgment",
+                 "gate", "ground_truth", "steps", "artifacts", "error")
+_OUTCOME_OF_VERDICT = {True: "success", False: "failure", None: "abstained"}
+
+
+def evidence_problems(row) -> list[str]:
+    """Where an episode's outcome or score contradicts its own judgment, gate or ground truth."""
+    problems = []
+    outcome, judgment, gate, truth = row.get("outcome"), row.get("judgment"), row.get("gate"), row.get("ground_truth")
+    gate_rejected = isinstance(gate, dict) and gate.get("passed") is False
+    if outcome == "discarded":
+        if isinstance(gate, dict) and gate.get("passed") is True:
+            problems.append("outcome discarded, but its gate verdict passed")
+        return problems
+    if gate_rejected:
+        problems.append(f"outcome {outcome}, but its gate verdict rejected the generation (it must be discarded)")
+    if not isinstance(judgment, dict):
+        problems.append(f"outcome {outcome} without the judgment that decided it")
+        return problems
+    verdict = judgment.get("success")
+    if verdict not in _OUTCOME_OF_VERDICT or _OUTCOME_OF_VERDICT[verdict] != outcome:
+        problems.append(f"outcome {outcome} contradicts its stored judgment (success = {verdict!r})")
+    want_score = None if verdict is None else judgment.get("score")
+    if not _same(row.get("score"), want_score):
+        problems.append(f"score {row.get('score')!r} differs from its judgment's score {want_score!r}")
+    if judgment.get("judge") and row.get("judge") != judgment.get("judge"):
+        problems.append(f"judge {row.get('judge')!r} differs from its judgment's judge {judgment.get('judge')!r}")
+    if judgment.get("judge") == "state" and isinstance(truth, dict) and "success" in truth \
+            and verdict is not None and bool(truth["success"]) != verdict:
+        problems.append(f"outcome {outcome} contradicts the simulator's ground truth (success = {truth['success']!r})")
+    return problems
+
+
+def _actions_rows(path: Path) -> int | None:
+    """Rows of an actions .npy (loaded without pickle); None when it is not a numeric array."""
+    import numpy as np
+
+    try:
+        arr = np.load(path, allow_pickle=False)
+    except Exception:  # noqa: BLE001 - a corrupt artifact is a finding
+        return None
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "fiu" or arr.ndim < 1:
+        return None
+    return int(arr.shape[0])
+
+
+def _verify_aggregates(results, config, entries, report: VerifyReport) -> None:
+    """results.json's aggregated block must be what the episodes give when recounted."""
+    labels = [p.label for p in config.policies]
+    mine = aggregate(entries, labels, list(config.tasks))
+    theirs = results.get("aggregated")
+    if not isinstance(theirs, dict):
+        report.problems.append("results.json has no aggregated block")
+        return
+    wrong = []
+    for label in labels:
+        if not _same(mine["per_policy"][label], (theirs.get("per_policy") or {}).get(label)):
+            wrong.append(f"per_policy[{label!r}]")
+        for task in config.tasks:
+            got = ((theirs.get("per_policy_task") or {}).get(label) or {}).get(task)
+            if not _same(mine["per_policy_task"][label][task], got):
+                wrong.append(f"per_policy_task[{label!r}][{task!r}]")
+    if theirs.get("ranking") != mine["ranking"]:
+        wrong.append("ranking")
+    if wrong:
+        report.problems.append(f"results.json aggregates differ from the recounted episodes: {_listing(wrong, 10)} "
+                               "(a stale or edited bundle: rerun kosmos-env eval to rebuild it)")
+
+
+def _same(a, b, tol: float = 1e-9) -> bool:
+    """Equal as JSON values, floats within ``tol`` (a JSON round trip may change the last bits)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b or (a is None and b is None)
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return (math.isnan(a) and math.isnan(b)) or abs(a - b) <= tol * max(1.0, abs(a))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+    return a == b
 
 
 def _listing(items, limit: int) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Callable
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
+from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
 
 
@@ -30,6 +31,11 @@ class WorkSettings:
     max_attempts: int = 3
     poll_seconds: float = 0.25
     wait_for_others: bool = True
+    # infrastructure failures (server unreachable, out of memory) are retried after a pause that
+    # doubles from infra_backoff up to 8 s; after infra_retries in a row the worker gives up and
+    # leaves the episodes unfinished for the next run (they never become errors)
+    infra_retries: int = 6
+    infra_backoff: float = 0.5
 
 
 class EpisodeRunner:
@@ -195,6 +201,7 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
     ledger = Ledger(path, create=False)
     runner: EpisodeRunner | None = None
     finished = 0
+    infra_in_a_row = 0
     try:
         while stop is None or not stop.is_set():
             if cancel_requested(ledger):  # checked between episodes only: a running one finishes first
@@ -220,11 +227,28 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                 except ConfigMismatchError:
                     ledger.release(key.episode_id, owner)
                     raise  # a changed policy is a campaign-level error, not an episode's
-                except Exception:
-                    status = ledger.fail(key.episode_id, owner, traceback.format_exc(), settings.max_attempts)
+                except Exception as exc:
+                    infra = is_infrastructure_failure(exc)
+                    status = ledger.fail(key.episode_id, owner, traceback.format_exc(), settings.max_attempts,
+                                         infrastructure=infra)
                     if status == "done" and on_episode:
                         on_episode(key.episode_id, "error")
+                    if not infra:
+                        infra_in_a_row = 0
+                        continue
+                    infra_in_a_row += 1
+                    if infra_in_a_row > settings.infra_retries:
+                        raise InfrastructureFailure(
+                            f"{infra_in_a_row} episodes in a row failed for an infrastructure reason (last: "
+                            f"{one_line(exc)}); they are left unfinished: fix the cause and rerun the same command"
+                        ) from exc
+                    pause = min(settings.infra_backoff * 2 ** (infra_in_a_row - 1), 8.0)
+                    if stop is not None:
+                        stop.wait(pause)
+                    else:
+                        time.sleep(pause)
                     continue
+            infra_in_a_row = 0
             if ledger.complete(key.episode_id, owner, record, artifacts):
                 finished += 1
                 if on_episode:

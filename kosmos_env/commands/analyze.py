@@ -51,6 +51,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     p.add_argument("--json", action="store_true", help="print the JSON instead of tables")
     p.add_argument("--no-write", action="store_true", help="do not write DIR/analysis.json")
+    p.add_argument("--no-verify", action="store_true",
+                   help="analyze even if DIR fails `kosmos-env verify` (default: refuse such a folder)")
     p.set_defaults(func=run)
 
 
@@ -78,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.dir is None:
         raise ValueError("give a campaign directory DIR (or --cost-sweep RUN...)")
+    if not args.no_verify:
+        from kosmos_env.campaign.verify import check_before_use
+
+        check_before_use(args.dir, "analyze")
     bundle = load_bundle(args.dir)
     registered = None
     if args.registration is not None:

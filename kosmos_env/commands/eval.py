@@ -50,7 +50,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--price-table", default=None, metavar="FILE|JSON",
                    help='device prices, e.g. \'{"accelerator_per_hour": {"cpu": 0, "h100": 2.5}, "world": "h100", '
                         '"policy": "h100", "judge": "h100"}\' (see kosmos_env/campaign/cost.py)')
-    p.add_argument("--max-attempts", type=int, default=3, help="tries per episode before it is an error (default: %(default)s)")
+    p.add_argument("--max-attempts", type=int, default=3,
+                   help="tries per episode before a failure of the policy itself is an error; infrastructure "
+                        "failures (server unreachable, out of memory, worker killed) never count and are retried "
+                        "by the next run (default: %(default)s)")
+    p.add_argument("--retry-errors", action="store_true",
+                   help="retry episodes that ended in error in an earlier run (the policy's own failures)")
     p.add_argument("--lease-seconds", type=float, default=120.0,
                    help="lease length; a worker silent this long loses its episode (default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -68,9 +73,12 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.bundle import format_ranking
     from kosmos_env.campaign.cost import PriceTable, format_cost
     from kosmos_env.campaign.design import make_config
+    from kosmos_env.campaign.bundle import error_summary
     from kosmos_env.campaign.executors import make_executor
+    from kosmos_env.campaign.preflight import check_policies
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
+    from kosmos_env.fileio import check_writable_path
 
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if args.max_attempts < 1:
@@ -79,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--lease-seconds must be positive")
     if args.registration and args.control:
         raise ValueError("--control runs a different world than the registered one; run it without --registration")
+    check_writable_path(args.out)  # a file or read-only folder fails here, in one line (nothing is created)
     if args.registration:
         from kosmos_env.registration import bind_registration, load_registration, registered_config
 
@@ -96,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                              repeats=1 if args.repeats is None else args.repeats,
                              judge=args.judge, image_size=args.image_size, video=not args.no_video,
                              spec_overrides=control_overrides(args.control))
+    check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
     ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus, "actor_resources": args.actor_resources}
     executor = make_executor(args.workers, args.executor, **ray_options)
@@ -110,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
         feed = LedgerFeed(args.out, project=args.wandb)
     try:
         results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv,
-                               progress=not args.no_progress, on_progress=feed.poll if feed else None)
+                               progress=not args.no_progress, on_progress=feed.poll if feed else None,
+                               retry_errors=args.retry_errors)
     except BaseException:
         if feed is not None:
             feed.finish()
@@ -118,9 +129,12 @@ def run(args: argparse.Namespace) -> int:
     if feed is not None:
         print(f"W&B run: {feed.finish(results)}", file=sys.stderr)
     _say_if_cancelled(args.out, results)
+    errors = error_summary(results)
     if args.json:
         print(json.dumps(results["aggregated"], indent=1))
-        return 0
+        if errors:
+            print(f"kosmos-env eval: {errors}", file=sys.stderr)
+        return 1 if errors or not results["campaign"]["complete"] else 0
     camp = results["campaign"]
     done = len(results["per_episode"])
     print(f"\n{camp['env_id']} (spec {camp['spec_hash'][:12]}), campaign {camp['id']}: {done}/{camp['planned']} episodes")
@@ -128,7 +142,12 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(format_cost(results["aggregated"]["cost"]))
     print(f"results: {args.out}/results.json, episodes.parquet, manifest.json")
-    return 0 if camp["complete"] else 1
+    if errors:
+        print(f"kosmos-env eval: {errors}", file=sys.stderr)
+    elif not camp["complete"]:
+        print(f"kosmos-env eval: {camp['planned'] - done} of {camp['planned']} episodes unfinished; rerun the same "
+              "command to finish them", file=sys.stderr)
+    return 0 if camp["complete"] and not errors else 1
 
 
 def control_overrides(control: str | None) -> dict | None:

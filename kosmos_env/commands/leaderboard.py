@@ -31,8 +31,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     import json
 
+    from kosmos_env.fileio import check_writable_path
     from kosmos_env.publish.leaderboard import build_leaderboard, write_leaderboard
 
+    check_writable_path(args.out)  # a file or read-only folder fails before any submission is checked
     data = build_leaderboard(args.submissions, allow_overrides=args.allow_overrides, progress=len(args.submissions) > 5)
     js, page = write_leaderboard(data, args.out)
     for r in data["rejected"]:

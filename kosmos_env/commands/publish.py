@@ -31,6 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "directly, or skip (default: %(default)s)")
     p.add_argument("--private", action="store_true", help="create the dataset repo as private if it does not exist")
     p.add_argument("--license", default="cc-by-4.0", help="license in the dataset card (default: %(default)s)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="skip `kosmos-env verify` of the campaign's ledger (the bundle checks always run)")
     p.set_defaults(func=run)
 
 
@@ -45,6 +47,10 @@ def run(args: argparse.Namespace) -> int:
                             model_results=args.model_results, license=args.license)
     except SubmissionRejected as exc:
         raise ValueError(f"the bundle in {args.dir} failed verification ({exc.check}): {exc.reason}") from None
+    if not args.no_verify:  # the campaign's ledger too: an edited ledger is refused, not published
+        from kosmos_env.campaign.verify import check_before_use
+
+        check_before_use(args.dir, "publish")
     for note in plan.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.dry_run:

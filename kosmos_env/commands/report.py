@@ -14,12 +14,18 @@ def add_parser(subparsers) -> None:
     p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
     p.add_argument("--no-thumbnails", action="store_true", help="skip the animated rollout thumbnails")
     p.add_argument("--no-analysis", action="store_true", help="skip the statistical analysis section")
+    p.add_argument("--no-verify", action="store_true",
+                   help="report even if DIR fails `kosmos-env verify` (default: refuse such a folder)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.report.render import write_report
 
+    if not args.no_verify:
+        from kosmos_env.campaign.verify import check_before_use
+
+        check_before_use(args.dir, "report")
     paths = write_report(args.dir, thumbnails=not args.no_thumbnails, analysis=not args.no_analysis)
     print(f"wrote {paths['html']} and {paths['markdown']} (figures in {paths['assets']})")
     return 0

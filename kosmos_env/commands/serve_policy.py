@@ -24,6 +24,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port to bind (0 picks a free one; default 8765)")
     p.add_argument("--max-mb", type=float, default=64.0, help="largest request accepted, MiB (default 64)")
+    p.add_argument("--request-timeout", type=float, default=60.0,
+                   help="seconds a connection may stay silent (a body that does not arrive, an idle keep-alive) "
+                        "before it is answered 408 or closed (default 60)")
     p.add_argument("--quiet", action="store_true", help="do not log each request")
     p.set_defaults(func=run)
 
@@ -37,12 +40,15 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
     if args.max_mb <= 0:
         raise ValueError(f"--max-mb must be > 0, got {args.max_mb}")
+    if not args.request_timeout > 0:
+        raise ValueError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
     name, kwargs = parse_policy_arg(args.policy)
     policy = make_policy(name, **kwargs)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         server = PolicyServer(policy, policy_info(policy), host=args.host, port=args.port,
-                              max_bytes=int(args.max_mb * 1024 * 1024), log=log)
+                              max_bytes=int(args.max_mb * 1024 * 1024), log=log,
+                              request_timeout=args.request_timeout)
     except OSError as exc:
         policy.close()
         raise RuntimeError(f"cannot bind {args.host}:{args.port}: {exc}") from None

@@ -19,20 +19,20 @@ import time
 
 
 def add_parser(subparsers) -> None:
-    from kosmos_env.study.run import DEFAULT_HORIZONS, DEFAULT_POLICIES
-
+    # defaults are filled in by run(): importing kosmos_env.study here would load scipy.stats
+    # (seconds) for every kosmos-env command, since the CLI builds every parser
     p = subparsers.add_parser("study", help="evaluator-validity study: rank policies in a world, its simulator and "
                                             "baselines; bars, drift, cost sweep",
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", default="Kosmos-TabletopLearned-v1", help="the evaluator world (default Kosmos-TabletopLearned-v1)")
     p.add_argument("--reference", default="Kosmos-Tabletop-v1", help="the ground-truth simulator (default Kosmos-Tabletop-v1)")
-    p.add_argument("--policies", nargs="+", default=list(DEFAULT_POLICIES),
+    p.add_argument("--policies", nargs="+", default=None,
                    help="policies as name:k=v (default: scripted at 6 skills, random, 3 deceptive)")
     p.add_argument("--tasks", nargs="+", default=None, help="tasks (default: every task of the suite)")
     p.add_argument("--seeds", type=int, default=5, help="seeds per (policy, task) (default 5)")
     p.add_argument("--seed-offset", type=int, default=100000, help="first seed (default 100000, away from training seeds)")
-    p.add_argument("--horizons", type=int, nargs="+", default=list(DEFAULT_HORIZONS),
-                   help="cut horizons H for the drift table (each within the episode length)")
+    p.add_argument("--horizons", type=int, nargs="+", default=None,
+                   help="cut horizons H for the drift table (each within the episode length; default 5 10 20 30 40)")
     p.add_argument("--gate", action="store_true", help="also run the world with the consistency gate")
     p.add_argument("--no-null-world", action="store_true", help="skip the null world (and so the action-only baseline)")
     p.add_argument("--control", choices=["shuffled"], default=None,
@@ -60,6 +60,10 @@ def run(args) -> int:
     from kosmos_env.study.bars import default_bars, judge_bars, register
     from kosmos_env.study.run import validate
     from kosmos_env.study.sweep import parse_sweep
+    from kosmos_env.study.run import DEFAULT_HORIZONS, DEFAULT_POLICIES
+
+    args.policies = list(DEFAULT_POLICIES) if args.policies is None else args.policies
+    args.horizons = list(DEFAULT_HORIZONS) if args.horizons is None else args.horizons
 
     if args.n_boot < 100:
         raise ValueError(f"--n-boot must be at least 100, got {args.n_boot}")

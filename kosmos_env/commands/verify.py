@@ -29,5 +29,6 @@ def run(args: argparse.Namespace) -> int:
         for warning in report.warnings:
             print(f"warning: {warning}", file=sys.stderr)
         checked = ", ".join(f"{v} {k}" for k, v in report.checked.items())
-        print(f"{args.dir}: {'OK' if report.ok else f'{len(report.problems)} problem(s)'} (checked {checked})")
+        print(f"{args.dir}: {'OK' if report.ok else f'{len(report.problems)} problem(s)'}"
+              + (f" (checked {checked})" if checked else ""))
     return 0 if report.ok else 1

@@ -235,7 +235,23 @@ def write_tree(plan: PublishPlan, out: str | os.PathLike) -> Path:
 
 
 def publish(plan: PublishPlan, api: Any = None, *, private: bool | None = None) -> PublishResult:
-    """Send the plan: one dataset commit (or PR), then one eval-results commit/PR per model repo."""
+    """Send the plan: one dataset commit (or PR), then one eval-results commit/PR per model repo.
+
+    A network or Hub failure (offline mode, no connection, an HTTP error) raises RuntimeError
+    with one line naming the repo and the cause."""
+    try:
+        return _send(plan, api, private)
+    except OSError as exc:  # requests' and huggingface_hub's errors (offline mode, HTTP, connection) are OSErrors
+        if type(exc).__name__ == "OfflineModeIsEnabled":
+            raise RuntimeError(f"cannot publish to {plan.repo_id}: Hugging Face offline mode is on (HF_HUB_OFFLINE "
+                               "is set); unset it to publish, or write the exact commits locally with --dry-run PATH"
+                               ) from None
+        lines = str(exc).strip().splitlines()
+        raise RuntimeError(f"publishing to {plan.repo_id} failed: {type(exc).__name__}: "
+                           f"{lines[0] if lines else ''}") from None
+
+
+def _send(plan: PublishPlan, api: Any, private: bool | None) -> PublishResult:
     if api is None:
         from huggingface_hub import HfApi
 

@@ -2,7 +2,7 @@
 
 :func:`build_leaderboard` runs :func:`~kosmos_env.publish.validate.verify_submission` on every
 submission folder (hashes, spec hash, design, recomputed aggregates; see that module), drops
-duplicates (a campaign counts once), and groups accepted results into boards by
+duplicates, and groups accepted results into boards by
 (env id, spec hash, judge). Official results (the registered spec and judge) and results with
 overrides never share a board; with ``allow_overrides=False`` (the default) the latter are
 rejected outright.
@@ -18,6 +18,14 @@ reverse.
 
 :func:`write_leaderboard` writes ``leaderboard.json`` and a self-contained ``index.html``
 (:mod:`kosmos_env.publish.page`).
+
+Duplicates are found by content, never by the campaign id a submission states (an id is just
+a string in results.json): a submission whose *design hash* (env, spec hash, judge, each policy's
+content hash or name and arguments, tasks, seeds, repeats) was already accepted is a duplicate,
+and so is one whose every judged episode was already accepted (its *episode hashes*: policy
+content, task, environment seed, the sha256 of the actions it took, outcome) — the same
+evidence relabelled. A submission that shares only some episodes with another is accepted with
+a note naming the overlap.
 """
 from __future__ import annotations
 
@@ -84,6 +92,43 @@ def rank_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ranked
 
 
+def _canonical_hash(data: Any) -> str:
+    import hashlib
+
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _policy_identity(policy: dict) -> Any:
+    return policy.get("content_hash") or [policy.get("name"), policy.get("kwargs")]
+
+
+def design_hash(sub: VerifiedSubmission) -> str:
+    """sha256 of what a campaign's design is, read from its content (not its stated id)."""
+    c = sub.campaign
+    return _canonical_hash({
+        "env_id": c["env_id"], "spec_hash": c["spec_hash"], "judge": c["judge"],
+        "policies": sorted(json.dumps(_policy_identity(p), sort_keys=True) for p in c["policies"]),
+        "tasks": sorted(c["tasks"]), "seeds": sorted(c["seeds"]), "repeats": c["repeats"],
+    })
+
+
+def episode_hashes(sub: VerifiedSubmission) -> set[str]:
+    """One sha256 per judged episode: policy content, task, seeds, the actions' sha256, outcome."""
+    identity = {p["label"]: _policy_identity(p) for p in sub.campaign["policies"]}
+    out = set()
+    for row in sub.rows:
+        actions = (row.get("artifacts") or {}).get("actions")
+        if row.get("outcome") == "error" or not isinstance(actions, str):
+            continue
+        out.add(_canonical_hash({
+            "env_id": sub.env_id, "spec_hash": sub.spec_hash, "policy": identity.get(row["policy"]),
+            "task": row["task"], "seed": row["seed"], "repeat": row["repeat"], "env_seed": row.get("env_seed"),
+            "actions": actions.rsplit("/", 1)[-1].split(".")[0], "outcome": row["outcome"],
+        }))
+    return out
+
+
 def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrides: bool = False,
                       progress: bool = False) -> dict[str, Any]:
     """Verify every submission and build the leaderboard data (what leaderboard.json holds)."""
@@ -92,6 +137,7 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
     accepted: list[VerifiedSubmission] = []
     rejected: list[dict[str, Any]] = []
     seen: dict[str, str] = {}
+    seen_episodes: dict[str, str] = {}
     items = list(submissions)
     if progress:
         from tqdm import tqdm
@@ -103,13 +149,27 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
         except SubmissionRejected as exc:
             rejected.append({"submission": str(path), "check": exc.check, "reason": exc.reason})
             continue
-        if sub.campaign_id in seen:
+        design = design_hash(sub)
+        if design in seen:
             rejected.append({"submission": str(path), "check": "duplicate",
-                             "reason": f"campaign {sub.campaign_id} (the same frozen design: env, spec, policies, tasks, "
-                                       f"seeds, repeats, judge) was already submitted as {seen[sub.campaign_id]}; a "
-                                       "design counts once, so add evidence with other seeds or repeats"})
+                             "reason": f"campaign {sub.campaign_id} has the same design (env, spec, policies, tasks, "
+                                       f"seeds, repeats, judge; hash {design[:12]}) as {seen[design]}, already "
+                                       "submitted; a design counts once, so add evidence with other seeds or repeats"})
             continue
-        seen[sub.campaign_id] = str(path)
+        episodes = episode_hashes(sub)
+        shared = sorted({seen_episodes[h] for h in episodes if h in seen_episodes})
+        if episodes and all(h in seen_episodes for h in episodes):
+            rejected.append({"submission": str(path), "check": "duplicate",
+                             "reason": f"every judged episode of campaign {sub.campaign_id} ({len(episodes)}) was "
+                                       f"already submitted in {', '.join(shared)} (same policy, task, seed and "
+                                       "actions): the same evidence counts once"})
+            continue
+        if shared:
+            n = sum(1 for h in episodes if h in seen_episodes)
+            sub.notes.append(f"{n} of its {len(episodes)} judged episodes also appear in {', '.join(shared)}")
+        seen[design] = str(path)
+        for h in episodes:
+            seen_episodes.setdefault(h, str(path))
         accepted.append(sub)
 
     groups: dict[tuple, list[VerifiedSubmission]] = {}
@@ -161,8 +221,9 @@ def write_leaderboard(data: dict[str, Any], out: str | os.PathLike) -> tuple[Pat
     """Write ``leaderboard.json`` and ``index.html`` into ``out``; returns both paths."""
     from kosmos_env.publish.page import render_html
 
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    from kosmos_env.fileio import writable_folder
+
+    out = writable_folder(out, "--out")
     js = out / "leaderboard.json"
     js.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
     page = out / "index.html"

@@ -25,7 +25,8 @@ message says what is wrong and what to do about it:
 4. **The design.** ``per_episode`` holds every policy × task × seed × repeat of the declared
    design exactly once, no extras; outcomes are known labels and ``success`` agrees with the
    outcome (true for success, false for failure, null otherwise); ``episodes.parquet`` carries the
-   same episodes with the same outcomes.
+   same episodes with the same outcomes; each outcome agrees with the episode's own stored
+   judgment, gate verdict and (state judge) ground truth.
 5. **The numbers.** Every aggregate (counts, success rate, Wilson 95% interval, worst-case 95%
    bounds, per policy and per policy × task, and the ranking) is recomputed from the rows; a
    submitted number that differs is a forged (or stale) aggregate and rejects the submission.
@@ -57,8 +58,15 @@ FORBIDDEN_EXTENSIONS = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".job
                         ".exe", ".dll", ".js", ".html", ".htm", ".zip", ".tar", ".gz")
 #: local campaign files that are never part of a submission: ignored, never opened
 IGNORED_LOCAL_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal",
-                       "ledger.sqlite-setup.lock", ".bundle.lock")
+                       "ledger.sqlite-setup.lock", ".bundle.lock",
+                       # what `kosmos-env report` and `analyze` write beside the bundle (never published)
+                       "report.html", "report.md", "analysis.json")
+#: folders at the top of a campaign folder that hold local outputs, ignored like the files above
+IGNORED_LOCAL_DIRS = ("report_assets",)
 MAX_JSON_BYTES = 256 * 1024 * 1024
+#: largest single file a submission may hold (a rollout video or array), and all files together
+MAX_FILE_BYTES = 256 * 1024 * 1024
+MAX_TOTAL_BYTES = 16 * 1024 * 1024 * 1024
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _TOL = 1e-9
 
@@ -177,8 +185,11 @@ def scan_tree(root: Path) -> list[str]:
     if not root.is_dir():
         raise SubmissionRejected(root, "tree", "not a directory (pass the campaign or submission folder)")
     files: list[str] = []
+    total = 0
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         base = Path(dirpath)
+        if base == root:  # local outputs (reports) are never part of a submission: not even walked
+            dirnames[:] = [d for d in dirnames if d not in IGNORED_LOCAL_DIRS or (base / d).is_symlink()]
         for name in sorted(dirnames + filenames):
             full = base / name
             rel = full.relative_to(root).as_posix()
@@ -192,6 +203,13 @@ def scan_tree(root: Path) -> list[str]:
                 raise SubmissionRejected(root, "tree", f"{rel} is not a regular file")
             if name in IGNORED_LOCAL_FILES and base == root:
                 continue
+            size = os.lstat(full).st_size
+            if size > MAX_FILE_BYTES:
+                raise SubmissionRejected(root, "size", f"{rel} is {size} bytes, over the per-file limit of "
+                                                       f"{MAX_FILE_BYTES} bytes")
+            total += size
+            if total > MAX_TOTAL_BYTES:
+                raise SubmissionRejected(root, "size", f"the submission holds more than {MAX_TOTAL_BYTES} bytes")
             ext = _ext(name)
             if ext in FORBIDDEN_EXTENSIONS or name.lower().endswith(".npy.pkl"):
                 raise SubmissionRejected(root, "tree", f"{rel}: {ext} files are not accepted because loading them "
@@ -244,7 +262,30 @@ def check_manifest(root: Path, on_disk: Sequence[str], strict: bool) -> dict:
     for required in ("results.json", "episodes.parquet"):
         if required not in files:
             raise SubmissionRejected(root, "manifest", f"{required} is not listed in manifest.json")
+    for rel in sorted(files):
+        if _ext(rel) in (".npy", ".npz"):
+            check_numeric_arrays(root, rel)
     return manifest
+
+
+def check_numeric_arrays(root: Path, rel: str) -> None:
+    """A .npy/.npz artifact must hold plain numeric arrays: loaded with ``allow_pickle=False``, so an
+    object array (which only unpickling could read, and unpickling can run code) is refused."""
+    import numpy as np
+
+    try:
+        loaded = np.load(root / rel, allow_pickle=False)
+        arrays = [loaded] if isinstance(loaded, np.ndarray) else [loaded[k] for k in loaded.files]
+        if not isinstance(loaded, np.ndarray):
+            loaded.close()
+    except Exception as exc:  # noqa: BLE001 - object arrays raise ValueError; a corrupt file anything
+        raise SubmissionRejected(root, "arrays", f"{rel} is not a plain numeric array file ({type(exc).__name__}: "
+                                                 f"{str(exc).splitlines()[0] if str(exc) else ''}); object "
+                                                 "arrays are refused because reading them means unpickling") from None
+    for arr in arrays:
+        if arr.dtype.hasobject or arr.dtype.kind not in "biuf":
+            raise SubmissionRejected(root, "arrays", f"{rel} holds an array of dtype {arr.dtype}; only numeric "
+                                                     "arrays are accepted")
 
 
 # ----------------------------------------------------------------------------- 3. the spec
@@ -349,6 +390,7 @@ def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dic
         if score is not None and (not isinstance(score, (int, float)) or isinstance(score, bool)
                                   or not math.isfinite(score)):
             raise SubmissionRejected(root, "design", f"{where}: score {score!r} is not a finite number or null")
+
         arts = row.get("artifacts") or {}
         if not isinstance(arts, dict):
             raise SubmissionRejected(root, "design", f"{where}: artifacts must be an object")
@@ -395,6 +437,23 @@ def check_parquet(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
             if data[col][i] != row.get(col):
                 raise SubmissionRejected(root, "parquet", f"episodes.parquet disagrees with results.json on episode "
                                                           f"{eid!r}: {col} = {data[col][i]!r} vs {row.get(col)!r}")
+
+
+def check_judgments(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Each outcome must be what the episode's own stored judgment (and gate, and the simulator's
+    ground truth where the state judge decided) says; the same cross-check as ``kosmos-env verify``."""
+    from kosmos_env.campaign.verify import evidence_problems
+
+    for i, row in enumerate(rows):
+        if row.get("outcome") == "error":
+            continue
+        try:
+            problems = evidence_problems(row)
+        except (AttributeError, TypeError, KeyError):
+            problems = ["its judgment, gate or ground truth is malformed"]
+        if problems:
+            raise SubmissionRejected(root, "judgments", f"per_episode[{i}] ({row.get('episode_id')}): {problems[0]}; "
+                                                        "an outcome must be what its own stored judgment says")
 
 
 # ----------------------------------------------------------------------------- 5. the numbers
@@ -486,6 +545,7 @@ def verify_submission(path: str | os.PathLike, *, strict: bool = True,
     official, registered_hash, judge_hash = check_spec(root, campaign, allow_overrides)
     rows = check_design(root, campaign, results.get("per_episode"))
     check_parquet(root, rows)
+    check_judgments(root, rows)
     labels = [p["label"] for p in campaign["policies"]]
     mine = recompute(rows, labels, campaign["tasks"])
     check_aggregates(root, results.get("aggregated"), mine, labels, campaign["tasks"])

@@ -118,7 +118,7 @@ def horizon_scores(bundle: Bundle, policies: Sequence[str], step: int = HORIZON_
         except KeyError:
             no_gt += 1
             continue
-        except (OSError, ValueError) as exc:  # unreadable / not an npz
+        except Exception as exc:  # noqa: BLE001 - unreadable / not an npz (BadZipFile, EOFError, zlib.error, ...)
             bad += 1
             if bad == 1:
                 notes.append(f"robot log {path} could not be read: {exc}")

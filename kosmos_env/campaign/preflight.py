@@ -1,0 +1,42 @@
+"""Check a campaign's policies before any episode runs.
+
+A policy that cannot be built (unknown name, a keyword it does not take, a value out of range,
+a remote server that is not there) would otherwise fail inside every worker on every episode,
+and the campaign would "complete" as all errors. Each policy is built once here, in the
+process that starts the campaign, asked for its content hash, and closed again.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+from kosmos_env.campaign.design import CampaignConfig
+
+
+class PolicyCheckError(ValueError):
+    """A ``--policy`` that cannot be built; the message is one line naming it and the cause."""
+
+
+def check_policies(config: CampaignConfig | Iterable) -> None:
+    """Build every policy of ``config`` once; raise :class:`PolicyCheckError` for the first that fails."""
+    from kosmos_env.policies import make_policy
+
+    refs = config.policies if isinstance(config, CampaignConfig) else list(config)
+    for ref in refs:
+        policy = None
+        try:
+            policy = make_policy(ref.name, **dict(ref.kwargs))
+            policy.content_hash()
+        except Exception as exc:  # noqa: BLE001 - whatever the adapter raised, the user gets one line
+            lines = str(exc).strip().splitlines()
+            why = lines[0] if lines else type(exc).__name__
+            if isinstance(exc, TypeError) and "argument" in why:
+                why = f"bad keyword argument: {why}"
+            elif isinstance(exc, (ImportError, AttributeError)):
+                why = f"cannot load it ({type(exc).__name__}: {why})"
+            raise PolicyCheckError(f"--policy {ref.label!r} cannot be built: {why}") from None
+        finally:
+            if policy is not None:
+                try:
+                    policy.close()
+                except Exception:  # noqa: BLE001 - closing a probe must not hide the check's result
+                    pass
