@@ -163,6 +163,11 @@ class KosmosEnv(gymnasium.Env):
         self._suite = load_suite(self.kosmos_spec.tasks["suite"])
         self._task = self._resolve_task(task or self.kosmos_spec.tasks.get("default") or self._suite.names[0])
 
+        # provenance: an injected world or pipeline, or a judge other than the spec's, is named in
+        # env.unwrapped.provenance (recorded with every result beside the spec hash)
+        self._world_injected = world_model is not None or "pipeline" in dict(world_kwargs or {})
+        self._judge_arg = judge
+        self._provenance: dict[str, Any] | None = None
         if world_model is None:
             from kosmos_env.worlds import make_world
 
@@ -200,6 +205,37 @@ class KosmosEnv(gymnasium.Env):
     def spec_hash(self) -> str:
         """sha256 of this env's frozen spec (overrides included)."""
         return self.kosmos_spec.hash
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What runs besides the spec: ``{"spec_hash", "world", "judge", "identity_sha256"}``.
+
+        ``world`` is the world's own ``identity()`` when it has one (Cosmos 3: code version,
+        device, dtype, weights path and sha256) else its type, code version and class;
+        ``judge`` names the judge and the model that actually runs. ``identity_sha256`` hashes
+        all three, so a ``judge=`` argument, an injected world or other weights give a different
+        identity even where the spec hash is the same. Computed once (hashing weights can take
+        a while on a real checkpoint).
+        """
+        if self._provenance is None:
+            from kosmos_env.judges.base import judge_identity
+            from kosmos_env.spec import canonical_json, sha256_hex
+            from kosmos_env.worlds import WORLD_VERSIONS
+
+            kind = str(self.kosmos_spec.world.get("type"))
+            own = getattr(self.world, "identity", None)
+            world = dict(own()) if callable(own) else {
+                "type": kind, "version": WORLD_VERSIONS.get(kind, "1"),
+                "class": f"{type(self.world).__module__}.{type(self.world).__qualname__}"}
+            world["injected"] = bool(self._world_injected)
+            judge_spec = self._judge_arg if isinstance(self._judge_arg, Mapping) else (
+                {"type": self._judge_arg} if isinstance(self._judge_arg, str) else self.kosmos_spec.judge)
+            judge = None if self._judge is None else judge_identity(self._judge, judge_spec)
+            if judge is not None:
+                judge["spec_default"] = self._judge_arg is None
+            core = {"spec_hash": self.spec_hash, "world": world, "judge": judge}
+            self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(_jsonable(core)))}
+        return dict(self._provenance)
 
     @property
     def task_names(self) -> list[str]:
@@ -314,7 +350,8 @@ class KosmosEnv(gymnasium.Env):
             task=self._task.name,
             log={k: np.stack(v) for k, v in self._log.items()},
             ground_truth=self._ground_truth,
-            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome},
+            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome,
+                  "identity_sha256": self.provenance["identity_sha256"]},
         )
 
     @property
@@ -351,3 +388,16 @@ class KosmosEnv(gymnasium.Env):
         if frame.shape != (h, w, 3) or frame.dtype != np.uint8:
             raise RuntimeError(f"world returned a frame of shape {frame.shape} {frame.dtype}; expected ({h}, {w}, 3) uint8")
         return frame
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values (tuples to lists, numpy scalars to Python, anything else to its repr)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)

@@ -155,9 +155,15 @@ class EnvSpec:
         return copy.deepcopy(dict(self._raw))
 
     def canonical(self) -> str:
-        """Canonical JSON of every field that can change a result, task suite content included."""
+        """Canonical JSON of every field that can change a result: task suite content and the world's
+        code version (``kosmos_env.worlds.WORLD_VERSIONS``, for worlds listed there) included."""
+        from kosmos_env.worlds import WORLD_VERSIONS
+
         data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
         data["tasks"] = dict(data["tasks"], suite_sha256=self.task_suite_sha256)
+        version = WORLD_VERSIONS.get(str(data["world"].get("type")))
+        if version is not None:
+            data["world_version"] = version
         return canonical_json(data)
 
     @property

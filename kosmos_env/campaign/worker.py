@@ -52,6 +52,7 @@ class EpisodeRunner:
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
                 f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
         self.judge = make_judge(dict(config.judge))
+        self._provenance: dict[str, Any] | None = None
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self._policies: dict[str, Any] = {}
         self._refs = {p.label: p for p in config.policies}
@@ -67,6 +68,19 @@ class EpisodeRunner:
             self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
             self._policies[label] = pol
         return self._policies[label]
+
+    def provenance(self) -> dict[str, Any]:
+        """Spec hash, the world that runs and the campaign's judge (with its model), and their joint hash."""
+        if self._provenance is None:
+            from kosmos_env.judges.base import judge_identity
+            from kosmos_env.spec import canonical_json, sha256_hex
+
+            env_prov = self.env.unwrapped.provenance
+            core = {"spec_hash": self.config.spec_hash, "world": env_prov["world"],
+                    "judge": judge_identity(self.judge, self.config.judge)}
+            core = _plain(core)
+            self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(core))}
+        return self._provenance
 
     def run(self, key: EpisodeKey) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
         """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts)."""
@@ -119,6 +133,7 @@ class EpisodeRunner:
             "actions": actions,
             "log": log,
             "error": None,
+            "provenance": self.provenance(),
         }
         return record, artifacts
 

@@ -24,6 +24,14 @@ WORLD_BACKENDS = {
 }
 
 
+# world "type" -> version of its code, for worlds whose code changed in a way that can alter frames
+# after their first release. It enters the spec hash (kosmos_env.spec); a world not listed is at
+# version 1 and adds nothing, so hashes published before this table existed stay valid.
+WORLD_VERSIONS = {
+    "cosmos3": "2",  # real frames at 4:3, release statistics, "quantile" = all ten dims
+}
+
+
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
     """Build the world named by ``spec.world["type"]``."""
     kind = spec.world["type"]
@@ -45,5 +53,6 @@ __all__ = [
     "WorldReset",
     "WorldStep",
     "WORLD_BACKENDS",
+    "WORLD_VERSIONS",
     "make_world",
 ]
