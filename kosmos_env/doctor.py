@@ -273,13 +273,12 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
                                                     f"no GPU and no downloaded weights"))
     judge_spec = dict(judge_spec) if judge_spec is not None else dict(spec.judge)
     if tiny:
-        from kosmos_env.testing.tiny_run import tiny_judge_spec, tiny_models
+        from kosmos_env.testing.tiny_run import tiny_cosmos3_dir, tiny_judge_dir, tiny_judge_spec
 
-        models = tiny_models()
         if spec.world.get("type") == "cosmos3" and weights_path is None:
-            weights_path = models.cosmos3
-        if judge_spec.get("type") == "vlm":
-            judge_spec = tiny_judge_spec(judge_spec, models)
+            weights_path = tiny_cosmos3_dir()
+        if judge_spec.get("type") == "vlm" and not judge_spec.get("local_path"):
+            judge_spec = tiny_judge_spec(judge_spec, tiny_judge_dir())
 
     report.checks.append(check_versions())
     world_path = None

@@ -143,9 +143,9 @@ def run_judge_check(env_id: str | None = None, judge: Any = None, tiny: bool = F
     spec = load_spec(env_id or "Kosmos-Bridge-v1")
     judge_spec = parse_judge(judge, spec.judge)
     if tiny:
-        from kosmos_env.testing.tiny_run import tiny_judge_spec, tiny_models
+        from kosmos_env.testing.tiny_run import tiny_judge_dir, tiny_judge_spec
 
         if judge_spec.get("type") != "vlm":
             raise ValueError(f"--tiny replaces a VLM judge's model; this judge is {judge_spec.get('type')!r}")
-        judge_spec = tiny_judge_spec(judge_spec, tiny_models())
+        judge_spec = tiny_judge_spec(judge_spec, tiny_judge_dir())
     return check_judge(make_judge(dict(judge_spec)), spec.image_size, judge_spec)

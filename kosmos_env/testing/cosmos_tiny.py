@@ -130,7 +130,7 @@ TEST_STATS = {
 }
 
 
-def tiny_bridge_spec(env_chunk: int = 4, model_chunk: int = 4, size: int = 64, steps: int = 2, **overrides):
+def tiny_bridge_spec(env_chunk: int = 4, model_chunk: int = 4, size: int = 48, steps: int = 2, **overrides):
     """Kosmos-Bridge-v1's spec with small CPU settings for fast tests (its own spec hash).
 
     ``size`` is the model's input height; the width keeps the registered 4:3 scene. The tiny

@@ -57,21 +57,31 @@ def _build_once(target: Path, build) -> str:
     return str(target)
 
 
-def tiny_models(root: str | os.PathLike | None = None) -> TinyModels:
-    """The tiny Cosmos 3 and Qwen judge folders under ``root`` (built on first use, about 10 s)."""
+def tiny_cosmos3_dir(root: str | os.PathLike | None = None) -> str:
+    """Folder of the saved tiny Cosmos 3 checkpoint under ``root`` (built on first use)."""
     from kosmos_env.testing.cosmos_tiny import save_tiny_pipeline
+
+    base = Path(root) if root is not None else tiny_root()
+    return _build_once(base / "cosmos3", lambda p: save_tiny_pipeline(p))
+
+
+def tiny_judge_dir(root: str | os.PathLike | None = None) -> str:
+    """Folder of the saved tiny Qwen2.5-VL judge model under ``root`` (built on first use)."""
     from kosmos_env.testing.qwen_tiny import save_tiny_qwen
 
     base = Path(root) if root is not None else tiny_root()
-    cosmos = _build_once(base / "cosmos3", lambda p: save_tiny_pipeline(p))
-    judge = _build_once(base / "qwen2_5_vl", lambda p: save_tiny_qwen(p, "qwen2_5_vl"))
-    return TinyModels(cosmos3=cosmos, judge=judge)
+    return _build_once(base / "qwen2_5_vl", lambda p: save_tiny_qwen(p, "qwen2_5_vl"))
 
 
-def tiny_judge_spec(base: Mapping[str, Any] | None, models: TinyModels) -> dict[str, Any]:
-    """A VLM judge spec that keeps ``base``'s sampling settings but loads the tiny random model."""
+def tiny_models(root: str | os.PathLike | None = None) -> TinyModels:
+    """Both tiny folders under ``root`` (built on first use)."""
+    return TinyModels(cosmos3=tiny_cosmos3_dir(root), judge=tiny_judge_dir(root))
+
+
+def tiny_judge_spec(base: Mapping[str, Any] | None, judge_dir: str) -> dict[str, Any]:
+    """A VLM judge spec that keeps ``base``'s sampling settings but loads the tiny random model in ``judge_dir``."""
     spec = dict(base) if base and base.get("type") == "vlm" else {"type": "vlm"}
-    spec.update(model_id=TINY_JUDGE_MODEL_ID, revision=None, local_path=models.judge)
+    spec.update(model_id=TINY_JUDGE_MODEL_ID, revision=None, local_path=judge_dir)
     return spec
 
 
@@ -87,7 +97,6 @@ def apply_tiny(env_id: str, root: str | os.PathLike | None = None) -> dict[str, 
     if world.get("type") != "cosmos3" and judge.get("type") != "vlm":
         raise ValueError(f"--tiny replaces a Cosmos 3 world or a VLM judge; {env_id} has neither "
                          f"(world {world.get('type')!r}, judge {judge.get('type')!r}) and runs on CPU as it is")
-    models = tiny_models(root)
     if world.get("type") == "cosmos3":
-        os.environ[str(world["local_path_env"])] = models.cosmos3
-    return tiny_judge_spec(judge, models)
+        os.environ[str(world["local_path_env"])] = tiny_cosmos3_dir(root)
+    return tiny_judge_spec(judge, tiny_judge_dir(root))

@@ -165,11 +165,12 @@ class Cosmos3World:
                 t0 = time.perf_counter()
                 pipe = Cosmos3OmniPipeline.from_pretrained(
                     self._weights_path,
-                    torch_dtype=getattr(torch, cfg["dtype"]),
+                    dtype=getattr(torch, cfg["dtype"]),
                     safety_checker=None,
                     enable_safety_checker=bool(cfg["safety_checker"]),
                 )
                 pipe.to(cfg["device"])
+                pipe.set_progress_bar_config(disable=True)  # a campaign prints its own progress
                 self._configure(pipe)
                 _RESIDENT[key] = (pipe, time.perf_counter() - t0)
             self._pipeline, seconds = _RESIDENT[key]
