@@ -257,8 +257,10 @@ class KosmosEnv(gymnasium.Env):
                 "type": kind, "version": WORLD_VERSIONS.get(kind, "1"),
                 "class": f"{type(self.world).__module__}.{type(self.world).__qualname__}"}
             world["injected"] = bool(self._world_injected)
-            judge_spec = self._judge_arg if isinstance(self._judge_arg, Mapping) else (
-                {"type": self._judge_arg} if isinstance(self._judge_arg, str) else self.kosmos_spec.judge)
+            arg = self._judge_arg
+            # the settings the judge was built from; a judge object passed in describes itself
+            judge_spec = (arg if isinstance(arg, Mapping) else {"type": arg} if isinstance(arg, str)
+                          else self.kosmos_spec.judge if arg is None else None)
             judge = None if self._judge is None else judge_identity(self._judge, judge_spec)
             if judge is not None:
                 judge["spec_default"] = self._judge_arg is None

@@ -22,6 +22,7 @@ episode's 5 fps.
 """
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Sequence
@@ -89,14 +90,22 @@ class ReadinessReport:
         return "\n".join(lines)
 
 
+@functools.lru_cache(maxsize=1)
+def _real_episode() -> Any:
+    """The shipped real episode, decoded once per process (frames are not modified by callers)."""
+    from kosmos_env.bridge_reference import load_real_episode
+
+    return load_real_episode()
+
+
 def readiness_rollouts(image_size: Sequence[int] = (240, 320)) -> list[tuple[ReadinessCase, Any]]:
     """The three (case, rollout) pairs, frames resized (no crop) to ``image_size``."""
     import cv2
 
-    from kosmos_env.bridge_reference import frozen_copy, load_real_episode
+    from kosmos_env.bridge_reference import frozen_copy
     from kosmos_env.judges.base import Rollout
 
-    ep = load_real_episode()
+    ep = _real_episode()
     h, w = int(image_size[0]), int(image_size[1])
     frames = np.stack([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in ep.frames])
     actions = np.zeros((len(frames) - 1, 7), np.float32)

@@ -44,14 +44,15 @@ class EpisodeRunner:
         self.owner = owner
         self.ledger = ledger
         self.store = ArtifactStore(out_dir)
-        # judging is deferred: the campaign judges the finished rollout in its own, timed stage
-        self.env = gymnasium.make(config.env_id, defer_judging=True, **dict(config.spec_overrides))
+        # judging is deferred: the campaign judges the finished rollout in its own, timed stage. The env
+        # gets the campaign's judge object, so the spec's default judge is never loaded beside it.
+        self.judge = make_judge(dict(config.judge))
+        self.env = gymnasium.make(config.env_id, defer_judging=True, judge=self.judge, **dict(config.spec_overrides))
         base = self.env.unwrapped
         if base.spec_hash != config.spec_hash:
             raise RuntimeError(
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
                 f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
-        self.judge = make_judge(dict(config.judge))
         self._provenance: dict[str, Any] | None = None
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self._policies: dict[str, Any] = {}
