@@ -142,3 +142,11 @@ def test_tiny_campaign_records_spec_hash_and_provenance(tiny_judge_dir, tmp_path
     assert ep["judgment"]["extras"]["model"]["weights_sha256"] == prov["judge"]["model"]["weights_sha256"]
     table = pq.read_table(tmp_path / "run" / "episodes.parquet").to_pylist()
     assert table[0]["spec_hash"] == cfg.spec_hash and table[0]["identity_sha256"] == prov["identity_sha256"]
+
+
+def test_tiny_refuses_an_env_with_nothing_to_shrink(capsys):
+    from kosmos_env.cli import main
+
+    rc = main(["eval", "--env", "Kosmos-Tabletop-v1", "--tiny", "--policy", "random", "--out", "unused"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--tiny replaces a Cosmos 3 world or a VLM judge" in err and "Traceback" not in err

@@ -23,6 +23,8 @@ from typing import Any, Mapping
 TINY_DIR_ENV = "KOSMOS_TINY_DIR"
 TINY_JUDGE_MODEL_ID = "kosmos-env/tiny-random-qwen2.5-vl"
 _LAYOUT_VERSION = "tiny-v1"
+TINY_MAX_NEW_TOKENS = 32
+TINY_MAX_PIXELS = 28 * 28 * 16
 
 
 @dataclass(frozen=True)
@@ -79,9 +81,13 @@ def tiny_models(root: str | os.PathLike | None = None) -> TinyModels:
 
 
 def tiny_judge_spec(base: Mapping[str, Any] | None, judge_dir: str) -> dict[str, Any]:
-    """A VLM judge spec that keeps ``base``'s sampling settings but loads the tiny random model in ``judge_dir``."""
+    """A VLM judge spec that keeps ``base``'s sampling settings (k, quorum, temperature, frame rate) but loads
+    the tiny random model in ``judge_dir``, with at most 32 new tokens and 112x112-pixel frames."""
     spec = dict(base) if base and base.get("type") == "vlm" else {"type": "vlm"}
     spec.update(model_id=TINY_JUDGE_MODEL_ID, revision=None, local_path=judge_dir)
+    # a plumbing check, not a judge: small frames and short answers keep a CPU call to seconds
+    spec["max_new_tokens"] = min(int(spec.get("max_new_tokens", TINY_MAX_NEW_TOKENS)), TINY_MAX_NEW_TOKENS)
+    spec.setdefault("max_pixels", TINY_MAX_PIXELS)
     return spec
 
 
