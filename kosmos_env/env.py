@@ -148,7 +148,7 @@ class KosmosEnv(gymnasium.Env):
     device, dtype, weights path and sha256, or "injected" with the injected model's tensor hash),
     the judge (its settings and the model that actually runs) and ``identity_sha256`` over all of
     them: a ``judge=`` argument or an injected world changes the identity even where the spec hash
-    is the same. A world's code version (``kosmos_env.worlds.WORLD_VERSIONS``) is part of the spec
+    is the same. A world's code version (``kosmos_env.spec.WORLD_VERSIONS``) is part of the spec
     hash. Campaigns store the provenance on every episode row (``results.json``,
     ``episodes.parquet``: ``spec_hash``, ``identity_sha256``, ``provenance``).
 

@@ -169,11 +169,11 @@ def test_registered_spec_runs_full_episodes_from_a_weights_folder(tiny_dir):
 
 # -- provenance ---------------------------------------------------------------------------------
 def test_world_version_enters_the_spec_hash(monkeypatch):
-    import kosmos_env.worlds as worlds
+    import kosmos_env.spec as spec_module
 
     spec = load_spec("Kosmos-Bridge-v1")
     before = spec.hash
-    monkeypatch.setitem(worlds.WORLD_VERSIONS, "cosmos3", "999")
+    monkeypatch.setitem(spec_module.WORLD_VERSIONS, "cosmos3", "999")
     assert spec.hash != before
     tabletop = load_spec("Kosmos-Tabletop-v1")
     assert '"world_version"' not in tabletop.canonical()  # unlisted worlds keep their published hashes

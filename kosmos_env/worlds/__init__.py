@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from kosmos_env.spec import WORLD_VERSIONS  # the table lives below the worlds: it enters the spec hash
 from kosmos_env.worlds.base import (
     CameraCalibration,
     MissingWeightsError,
@@ -24,12 +25,6 @@ WORLD_BACKENDS = {
 }
 
 
-# world "type" -> version of its code, for worlds whose code changed in a way that can alter frames
-# after their first release. It enters the spec hash (kosmos_env.spec); a world not listed is at
-# version 1 and adds nothing, so hashes published before this table existed stay valid.
-WORLD_VERSIONS = {
-    "cosmos3": "2",  # real frames at 4:3, release statistics, "quantile" = all ten dims
-}
 
 
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:

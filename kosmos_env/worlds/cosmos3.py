@@ -69,7 +69,7 @@ _REQUIRED = (
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES_AUTO = "auto"
 # Version of this world's code (conversion, padding, frame handling); the spec hash takes it from
-# kosmos_env.worlds.WORLD_VERSIONS (kept equal by a test). Bump both when a change can alter a frame.
+# kosmos_env.spec.WORLD_VERSIONS (kept equal by a test). Bump both when a change can alter a frame.
 WORLD_VERSION = "2"
 PIPELINE_CLASS = "Cosmos3OmniPipeline"
 TRANSFORMER_CLASS = "Cosmos3OmniTransformer"
