@@ -1,6 +1,6 @@
 """Overhead of the Cosmos 3 env step over a bare ``Cosmos3OmniPipeline`` call (target ratio <= 1.05).
 
-Same tiny random pipeline (tests/cosmos_tiny.py), same process, same inputs: an env.step of
+Same tiny random pipeline (kosmos_env/testing/cosmos_tiny.py), same process, same inputs: an env.step of
 Kosmos-Bridge-v1 (validation, 7-D -> 10-D conversion, normalisation, seeding, the call, frame
 conversion and resizing, episode bookkeeping) against a direct ``pipe(...)`` call with the same
 conditioning frame, the same normalised actions and the same sampler settings. Calls alternate
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     from diffusers import CosmosActionCondition
 
     import kosmos_env  # noqa: F401
-    from cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+    from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
     from kosmos_env.actions import env_to_bridge10, normalize_bridge10
 
     pipe = tiny_pipeline()

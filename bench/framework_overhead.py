@@ -3,7 +3,7 @@
 Tabletop (MuJoCo): (a) *paired* — inside each env.step, the seconds of its own world.step call
 (``env.unwrapped.last_step_timings["world"]``) against the whole step; (b) *unpaired* — the same
 action sequence replayed on a second, identically reset world by calling ``world.step`` directly.
-Cosmos 3 (tiny random pipeline, tests/cosmos_tiny.py): the paired measure only, because a model
+Cosmos 3 (tiny random pipeline, kosmos_env/testing/cosmos_tiny.py): the paired measure only, because a model
 call costs seconds on this CPU; bench/cosmos_overhead.py compares env.step with a direct
 *pipeline* call (one level lower) and is not repeated here.
 
@@ -77,7 +77,7 @@ def cosmos(n_steps: int) -> list[str]:
     import gymnasium as gym
 
     import kosmos_env  # noqa: F401
-    from tests.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+    from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
     env = gym.make("Kosmos-Bridge-v1", env_spec=tiny_bridge_spec(size=64, steps=2, horizon=10**6), judge="state",
                    defer_judging=True, world_kwargs={"pipeline": tiny_pipeline()})

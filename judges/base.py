@@ -123,6 +123,24 @@ class Judge(Protocol):
         ...
 
 
+def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """What a judge is, for provenance: its name and class, the settings it was built from (its own
+    ``spec`` property when it has one, else the given spec mapping) and, for model judges, the model
+    that actually runs (``model_identity``: path or repo, revision, weights sha256)."""
+    cls = type(judge)
+    ident: dict[str, Any] = {"name": str(getattr(judge, "name", cls.__name__)),
+                             "class": f"{cls.__module__}.{cls.__qualname__}"}
+    own = getattr(judge, "spec", None)
+    if isinstance(own, Mapping):
+        ident["spec"] = dict(own)
+    elif spec is not None:
+        ident["spec"] = dict(spec)
+    model = getattr(judge, "model_identity", None)
+    if isinstance(model, Mapping):
+        ident["model"] = dict(model)
+    return ident
+
+
 def judge_many(judge: Judge, rollouts: Sequence[Rollout]) -> list[Judgment]:
     """Judge several rollouts, batched when the judge offers ``judge_batch``."""
     batch = getattr(judge, "judge_batch", None)

@@ -18,6 +18,10 @@ Weights are loaded from disk only (``local_files_only=True``): from ``local_path
 ``KOSMOS_VLM_JUDGE_PATH`` environment variable), else from the Hugging Face cache for
 ``model_id`` at ``revision``. Missing weights raise :class:`MissingWeightsError` saying what
 to download. Tests pass prebuilt ``model`` and ``tokenizer`` (or ``processor``) objects.
+
+Every judgment names the model that actually ran (``extras["model"]``, also :attr:`VLMJudge.model_identity`):
+the folder it was loaded from (or ``"injected"``), the revision asked for, and a sha256 of the
+weights (of the folder's files, or of the tensors of an injected model), computed once per judge.
 """
 from __future__ import annotations
 
@@ -126,6 +130,8 @@ class VLMJudge:
             model = None
         if tokenizer is None and processor is not None:
             tokenizer = getattr(processor, "tokenizer", None)
+        self._loaded_from: str | None = None  # folder the weights came from; None when injected
+        self._model_identity: dict[str, Any] | None = None
         if model is None or tokenizer is None:
             model, tokenizer = self._load(local_path or os.environ.get(LOCAL_PATH_ENV), device, dtype)
         self.adapter, self.adapter_sha256 = None, None
@@ -189,6 +195,8 @@ class VLMJudge:
                 raise ValueError(f"{source} has no chat template (chat_template.jinja / chat_template.json)")
             tokenizer.chat_template = template
         self._preprocessor_config = _read_json(source, "preprocessor_config.json", common)
+        config_file = _resolve(source, "config.json", common)
+        self._loaded_from = os.path.dirname(os.path.abspath(config_file)) if config_file else None
         return model.eval(), tokenizer
 
     def _video_settings(self, processor: Any, min_pixels: int | None, max_pixels: int | None) -> VideoSettings:
@@ -215,6 +223,25 @@ class VLMJudge:
             merged["min_pixels"] = merged["max_pixels"]
         return VideoSettings(**merged)
 
+    @property
+    def model_identity(self) -> dict[str, Any]:
+        """The model that runs: ``{"model_id", "revision", "source", "path", "weights_sha256", "family"}``."""
+        if self._model_identity is None:
+            ident: dict[str, Any] = {"model_id": self.model_id, "revision": self.revision, "family": self.family}
+            if self._loaded_from is not None:
+                from kosmos_env.weights import folder_digest
+
+                ident.update(source="folder", path=self._loaded_from,
+                             weights_sha256=folder_digest(self._loaded_from)["sha256"])
+            else:
+                from kosmos_env.weights import module_digest
+
+                ident.update(source="injected", path=None, weights_sha256=module_digest(self.model))
+            if self.adapter:
+                ident["adapter_sha256"] = self.adapter_sha256
+            self._model_identity = ident
+        return dict(self._model_identity)
+
     # -- judging ----------------------------------------------------------------------------
     def judge(self, rollout: Rollout) -> Judgment:
         return self.judge_batch([rollout])[0]
@@ -232,6 +259,7 @@ class VLMJudge:
         items = [self._inputs(r) for r in rollouts]
         seeds = [rollout_seed(self.seed, r) for r in rollouts]
         out: list[Judgment | None] = [None] * len(rollouts)
+        model_identity = self.model_identity
         for batch in self.plan_batches(items):
             t0 = time.perf_counter()
             texts, n_tokens = self._generate([items[i] for i in batch], seeds=[seeds[i] for i in batch])
@@ -247,7 +275,7 @@ class VLMJudge:
                     extras={"n_valid": res.n_valid, "k": self.k, "min_valid": self.min_valid, "family": self.family,
                             "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"]),
                             "raw_answers": list(answers), "generated_tokens": tokens, "generate_seconds": seconds,
-                            "batch_rollouts": len(batch), "sample_seed": seeds[i]},
+                            "batch_rollouts": len(batch), "sample_seed": seeds[i], "model": model_identity},
                 )
         return out  # type: ignore[return-value]
 

@@ -30,23 +30,32 @@ Layout ``[t(3), r6(6), g(1)]`` per transition ``o_i -a_i-> o_{i+1}`` (k actions,
   ``ee_gripper_link`` to ``gripper_link`` (``T @ TCP_TO_FLANGE``, -0.093575 m along x of that
   frame), then re-axes the rotation to OpenCV convention (``R @ BRIDGE_TO_OPENCV``).
 - The model consumes the 10 numbers **quantile-normalised** with Bridge's own statistics:
-  ``(x - (q99 + q01) / 2) / ((q99 - q01) / 2)`` per dimension ("quantile_rot": all ten dims;
-  "quantile": the six rotation dims keep identity stats).
+  ``n = 2 (x - q01) / max(q99 - q01, 1e-8) - 1`` on all ten dimensions (method ``"quantile"``,
+  what NVIDIA's reader uses; inverse ``x = (n + 1) (q99 - q01) / 2 + q01``).
 
 Sources (read Nov 2026): diffusers 0.42.1 ``pipeline_cosmos3_omni.py`` (``bridge_orig_lerobot``
 is domain 7, raw width 10 = 9-D pose + 1-D gripper); NVIDIA/cosmos
 ``cookbooks/cosmos3/generator/action/README.md`` ("Action Definition": 9-D pose *deltas*, 3-D
 translation + 6-D rotation, plus 1-D open/close grasp state) and ``run_id_with_diffusers.ipynb``
-(Bridge: reader ``BridgeOrigLeRobotDataset``, chunk 16, tier 480; actions come back
-normalised and are decoded with ``denormalize_action(method="quantile")`` then
-``pose_rel_to_abs(rotation_format="rot6d", pose_convention="backward_framewise")``;
-``flow_shift`` 10, 30 steps, guidance 1.0); NVIDIA cosmos-framework
-``data/generator/action/utils/pose_utils.py`` (``rot6d`` = columns, ``backward_framewise``) and
-``action_processing.py`` (quantile affine normalisation); cosmos-framework's
-``BridgeOrigLeRobotDataset`` ("matching Cosmos Action v1.2 defaults": 5 fps, chunk 16,
-``backward_framewise`` rot6d, ``quantile_rot`` normalisation with stats
-``bridge_orig_lerobot_normalization.json``/``global_raw``, gripper ``action[:, 6]``, the three
-frame constants above).
+(Bridge: reader ``BridgeOrigLeRobotDataset``, chunk 16, tier 480; ``flow_shift`` 10, 30 steps,
+guidance 1.0); NVIDIA cosmos-framework ``data/generator/action/utils/pose_utils.py`` (``rot6d`` =
+columns, ``backward_framewise``), ``action_processing.py`` (quantile affine normalisation) and
+``BridgeOrigLeRobotDataset`` (5 fps, chunk 16, gripper ``action[:, 6]``, the three frame
+constants above).
+
+Action statistics (``world.bridge.normalization`` of ``Kosmos-Bridge-v1``): NVIDIA's public
+cosmos-framework release of 2026-08-21 (commit 5eee9ed574255f017b192161bfbb5a10253d65cf),
+``cosmos_framework/data/generator/action/normalizer_stats/bridge_orig_lerobot_stats.json``
+(SPDX OpenMDW-1.1), the ``q01``/``q99`` its Bridge reader
+``BridgeOrigLeRobotDataset(action_normalization="quantile")`` normalises with. The values are
+copied into the spec (so they enter its hash); :func:`read_action_stats` reads such a file and
+checks it. Methods:
+
+- ``"quantile"`` (default, the release's): the formula above on all ten dimensions.
+- ``"quantile_rot"`` (kept selectable for comparison): translation and gripper as above, the six
+  rotation dimensions passed through un-normalised (identity statistics). Before the spec was
+  re-frozen these two names were the other way round; no result was ever produced with them.
+- ``"none"``: raw values.
 
 Not established here, so they are explicit spec fields (``world.bridge`` in the env spec):
 
@@ -59,9 +68,8 @@ Not established here, so they are explicit spec fields (``world.bridge`` in the 
   orientation, so the world integrates the *commanded* pose from this start (dead reckoning;
   only the orientation matters, translation cancels). Default ``[0, 0, 0]``; a task may set its
   own.
-- ``normalization``: ``method`` and the ten ``q01`` / ``q99`` values. NVIDIA's stats file was not
-  reachable from here; the registered spec leaves them ``null`` and the world refuses to run a
-  real checkpoint until they are supplied (which changes the spec hash, as it should).
+- ``normalization``: ``method``, the ten ``q01`` / ``q99`` values and their ``source`` (above). A
+  spec whose statistics are ``null`` is refused with the fix named (:func:`require_action_stats`).
 - ``gripper``: ``"identity"`` (default, bridge_orig convention) or ``"invert"``.
 """
 from __future__ import annotations
@@ -143,7 +151,9 @@ BRIDGE_TCP_TO_FLANGE = np.array([-0.093575, 0.0, 0.0])
 
 BRIDGE_ACTION_DIM = 10
 BRIDGE_ROTATION_DELTAS = ("extrinsic_base", "euler_add")
-BRIDGE_NORMALIZATIONS = ("quantile_rot", "quantile", "none")
+BRIDGE_NORMALIZATIONS = ("quantile", "quantile_rot", "none")
+# the cosmos-framework domain whose statistics the Bridge world uses
+BRIDGE_STATS_DOMAIN = "bridge_orig_lerobot"
 BRIDGE_GRIPPER_MODES = ("identity", "invert")
 
 
@@ -250,36 +260,43 @@ def bridge10_to_env(
     return out
 
 
-def _quantile_affine(method: str, q01, q99) -> tuple[np.ndarray, np.ndarray]:
+def _quantile_bounds(method: str, q01, q99) -> tuple[np.ndarray, np.ndarray] | None:
+    """(q01, q99) as arrays for ``method`` (rotation dims set to [-1, 1] for "quantile_rot"); None for "none"."""
     if method not in BRIDGE_NORMALIZATIONS:
         raise ValueError(f"normalization method must be one of {BRIDGE_NORMALIZATIONS}, got {method!r}")
     if method == "none":
-        return np.zeros(BRIDGE_ACTION_DIM), np.ones(BRIDGE_ACTION_DIM)
+        return None
     if q01 is None or q99 is None:
         raise ValueError(f"normalization {method!r} needs q01 and q99 (10 numbers each); got q01={q01!r}, q99={q99!r}")
-    lo = np.asarray(q01, dtype=np.float64)
-    hi = np.asarray(q99, dtype=np.float64)
+    lo = np.array(q01, dtype=np.float64)
+    hi = np.array(q99, dtype=np.float64)
     if lo.shape != (BRIDGE_ACTION_DIM,) or hi.shape != (BRIDGE_ACTION_DIM,):
         raise ValueError(f"q01 and q99 must each hold {BRIDGE_ACTION_DIM} numbers, got {lo.shape} and {hi.shape}")
-    if method == "quantile":  # rotation dims keep identity stats
-        lo, hi = lo.copy(), hi.copy()
+    if method == "quantile_rot":  # rotation dims keep identity stats: they pass through unchanged
         lo[3:9], hi[3:9] = -1.0, 1.0
-    offset = (hi + lo) / 2.0
-    scale = np.maximum(hi - lo, 1e-8) / 2.0
-    return offset, scale
+    return lo, hi
 
 
 def normalize_bridge10(raw: np.ndarray, method: str, q01=None, q99=None, clamp: bool = False) -> np.ndarray:
-    """Raw 10-D Bridge actions → the model's normalised space (cosmos-framework's quantile affine map)."""
-    offset, scale = _quantile_affine(method, q01, q99)
-    out = (np.asarray(raw, dtype=np.float64) - offset) / scale
+    """Raw 10-D Bridge actions → the model's space: ``2 (x - q01) / max(q99 - q01, 1e-8) - 1`` (the release's formula)."""
+    bounds = _quantile_bounds(method, q01, q99)
+    x = np.asarray(raw, dtype=np.float64)
+    if bounds is None:
+        out = x.copy()
+    else:
+        lo, hi = bounds
+        out = 2.0 * (x - lo) / np.maximum(hi - lo, 1e-8) - 1.0
     return np.clip(out, -1.0, 1.0) if clamp else out
 
 
 def denormalize_bridge10(normalized: np.ndarray, method: str, q01=None, q99=None) -> np.ndarray:
-    """Inverse of :func:`normalize_bridge10` (without the clamp)."""
-    offset, scale = _quantile_affine(method, q01, q99)
-    return np.asarray(normalized, dtype=np.float64) * scale + offset
+    """Inverse of :func:`normalize_bridge10` (without the clamp): ``0.5 (n + 1) (q99 - q01) + q01``."""
+    bounds = _quantile_bounds(method, q01, q99)
+    n = np.asarray(normalized, dtype=np.float64)
+    if bounds is None:
+        return n.copy()
+    lo, hi = bounds
+    return 0.5 * (n + 1.0) * (hi - lo) + lo
 
 
 def hold_bridge10(gripper_value: float) -> np.ndarray:
@@ -288,3 +305,69 @@ def hold_bridge10(gripper_value: float) -> np.ndarray:
     row[3], row[7] = 1.0, 1.0  # rot6d of the identity: columns e_x, e_y
     row[9] = gripper_value
     return row
+
+
+class ActionStatsError(ValueError):
+    """Action statistics are missing or malformed (the message names the fix)."""
+
+
+def check_action_stats(q01, q99, where: str = "statistics") -> tuple[list[float], list[float]]:
+    """Validate ten q01 and ten q99 numbers (finite, q01 <= q99); returns them as float lists."""
+    for name, values in (("q01", q01), ("q99", q99)):
+        if values is None:
+            raise ActionStatsError(f"{where}: {name} is null")
+        if not isinstance(values, (list, tuple)) or len(values) != BRIDGE_ACTION_DIM or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values
+        ):
+            raise ActionStatsError(f"{where}: {name} must be a list of {BRIDGE_ACTION_DIM} finite numbers, got {values!r}")
+    lo, hi = [float(v) for v in q01], [float(v) for v in q99]
+    bad = [i for i in range(BRIDGE_ACTION_DIM) if lo[i] > hi[i]]
+    if bad:
+        raise ActionStatsError(f"{where}: q01 > q99 in dimension(s) {bad}")
+    return lo, hi
+
+
+def read_action_stats(path, domain: str = BRIDGE_STATS_DOMAIN) -> dict:
+    """Read one domain's ``q01``/``q99`` from a statistics JSON file; a clear error when it cannot.
+
+    Accepts the layout ``{"<domain>": {"q01": [...], "q99": [...]}, "source": ..., "method": ...}``
+    (also a file holding ``q01``/``q99`` at the top level). Returns ``{"q01", "q99", "source"}``.
+    """
+    import json
+    import os
+
+    fix = ("get NVIDIA's cosmos-framework statistics (normalizer_stats/bridge_orig_lerobot_stats.json) or a "
+           "file with {\"" + domain + "\": {\"q01\": [10 numbers], \"q99\": [10 numbers]}}")
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise ActionStatsError(f"action statistics file {path} not found: {fix}")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ActionStatsError(f"action statistics file {path} is not valid JSON ({exc}): {fix}") from None
+    if not isinstance(data, dict):
+        raise ActionStatsError(f"action statistics file {path} must hold a JSON object: {fix}")
+    block = data.get(domain, data)
+    if not isinstance(block, dict) or "q01" not in block or "q99" not in block:
+        raise ActionStatsError(f"action statistics file {path} has no q01/q99 for domain {domain!r}: {fix}")
+    q01, q99 = check_action_stats(block["q01"], block["q99"], where=f"{path} [{domain}]")
+    return {"q01": q01, "q99": q99, "source": str(data.get("source", ""))}
+
+
+def require_action_stats(normalization, spec_id: str = "the spec") -> None:
+    """Refuse a Bridge normalisation whose statistics are null or malformed, naming the fix."""
+    method = normalization.get("method")
+    if method == "none":
+        return
+    try:
+        check_action_stats(normalization.get("q01"), normalization.get("q99"),
+                           where=f"{spec_id}: world.bridge.normalization")
+    except ActionStatsError as exc:
+        raise ActionStatsError(
+            f"{exc}. Normalisation {method!r} needs the Bridge action statistics (10 numbers each for q01 and q99). "
+            f"Use the registered Kosmos-Bridge-v1 spec, which carries NVIDIA's cosmos-framework values, or pass them "
+            f"with the override world={{'bridge': {{..., 'normalization': {{'method': {method!r}, "
+            f"**kosmos_env.actions.read_action_stats('bridge_orig_lerobot_stats.json'), 'clamp': False}}}}}} "
+            f"(this changes the spec hash)."
+        ) from None

@@ -14,7 +14,7 @@ COMMANDS = [
     # studies, publishing, leaderboard
     "register", "publish", "leaderboard",
     # the evaluator itself: gate, learned world, judges
-    "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit",
+    "doctor", "judge_check", "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit",
     # policies served out of process
     "serve_policy",
 ]

@@ -114,22 +114,33 @@ class KosmosEnv(gymnasium.Env):
       domain ``bridge_orig_lerobot``), revision pinned to ``"main"`` (no commit hash could be
       established; ``main`` has been rewritten before, e.g. to an FP8 transformer). Without the
       weights, ``make`` raises ``MissingWeightsError`` with the download command; point the env at
-      a copy with ``world_kwargs={"weights_path": ...}`` or ``$KOSMOS_COSMOS3_NANO_PATH``.
+      a copy with ``world_kwargs={"weights_path": ...}`` or ``$KOSMOS_COSMOS3_NANO_PATH``. A folder
+      holding another model is refused (``WrongArchitectureError``); a GPU with less free memory
+      than one call needs is refused before loading (``InsufficientMemoryError``, the estimate and
+      its basis in the message). ``device``/``dtype`` are ``"auto"``: CUDA + bfloat16 when a GPU is
+      visible, else CPU + float32 (tiny test checkpoints); what ran is in the provenance.
     - Action space ``(4, 7)``: one model call per step, the 4 actions padded with hold actions to
       the model's 16-action chunk; 4 frames per step at 5 fps. Each action is converted to Cosmos'
       10-D Bridge action (end-effector pose delta in the previous end-effector frame, 6-D rotation,
       gripper 1 = open) as documented in :mod:`kosmos_env.actions`.
-    - Choices that could not be established are spec fields (``world.bridge``): how
-      (droll, dpitch, dyaw) compose (``rotation_delta``, default base-frame extrinsic), the
-      initial end-effector orientation the commanded pose is integrated from
-      (``initial_ee_euler``; a video world has no robot state), the gripper direction, and the
-      action normalisation statistics ``q01``/``q99``, which the registered spec leaves ``null``:
-      the world refuses to run until they are supplied (as an ``env_spec`` override, which
-      changes the spec hash), e.g. ``gymnasium.make(id, world={"bridge": {...}})``.
-    - Initial frames are bound by sha256 in the ``bridge`` suite. The shipped frames are synthetic
-      stand-ins (flat drawings, not Bridge photographs): fine for exercising the pipeline,
-      meaningless for judging real skill. ``world_kwargs={"initial_frames": {task: path}}`` reads
-      a frame from elsewhere and refuses it unless its sha256 matches the suite.
+    - Action statistics (``world.bridge.normalization``): the Bridge ``q01``/``q99`` of NVIDIA's
+      public cosmos-framework release of 2026-08-21 (commit 5eee9ed574255f017b192161bfbb5a10253d65cf,
+      ``normalizer_stats/bridge_orig_lerobot_stats.json``, OpenMDW-1.1), normalised with that
+      release's method ``"quantile"`` (``2 (x - q01) / max(q99 - q01, 1e-8) - 1`` on all ten
+      dimensions); ``"quantile_rot"`` (rotation dimensions passed through) stays selectable as a spec
+      override. Choices that could not be established stay spec fields (``world.bridge``): how
+      (droll, dpitch, dyaw) compose (``rotation_delta``), the initial end-effector orientation the
+      commanded pose is integrated from (``initial_ee_euler``; a video world has no robot state) and
+      the gripper direction.
+    - Tasks and frames: real Bridge photographs (Apache-2.0, origin in
+      ``kosmos_env/tasks/bridge_real/NOTICE``), each bound by sha256 in the ``bridge`` suite:
+      ``stack_green_block_on_yellow_block`` (first frame of a real stacking episode),
+      ``move_can_to_left`` (first frame of the real episode ``bridge_real_can_to_left.mp4``, whose
+      own task it is, so a real success exists; the default) and ``put_eggplant_in_pot`` (same
+      scene). ``world_kwargs={"initial_frames": {task: path}}`` reads a frame from elsewhere and
+      refuses it unless its sha256 matches. The 640x480 scene keeps its 4:3 shape: it is shrunk to
+      240x320 and the pipeline pads it into resolution tier 256's 256x320 canvas (no crop, no
+      squash); observations are 240x320.
     - Seeds: each model call's diffusion seed is drawn from ``np_random``; same seed, same frames.
       ``env.unwrapped.world.timings`` reports load seconds and per-call seconds separately.
     - Camera and gate: ``world.camera`` is SimplerEnv's Bridge-dataset camera relative to the
@@ -144,10 +155,28 @@ class KosmosEnv(gymnasium.Env):
       this camera, calibration and integrated pose as the Bridge world has them) and on the real
       can episode (passes under commands derived from its video; frozen and panned copies
       rejected). Numbers in ``bench/results/bridge_gate.txt`` and the README.
+    - Before a run: ``kosmos-env doctor`` (GPU, memory, weights and their hashes, packages,
+      statistics, frames, a timed world and judge call) and ``kosmos-env judge-check`` (does the
+      judge tell the real can episode from a frozen copy and a mismatched instruction).
+
+    ## Provenance
+
+    ``env.unwrapped.provenance`` holds the spec hash, the world that runs (type, code version,
+    device, dtype, weights path and sha256, or "injected" with the injected model's tensor hash),
+    the judge (its settings and the model that actually runs) and ``identity_sha256`` over all of
+    them: a ``judge=`` argument or an injected world changes the identity even where the spec hash
+    is the same. A world's code version (``kosmos_env.spec.WORLD_VERSIONS``) is part of the spec
+    hash. Campaigns store the provenance on every episode row (``results.json``,
+    ``episodes.parquet``: ``spec_hash``, ``identity_sha256``, ``provenance``).
 
     ## Version History
 
     - v1: initial release (Kosmos-Tabletop-v1, Kosmos-TabletopLearned-v1, Kosmos-Bridge-v1).
+    - Kosmos-Bridge-v1 re-frozen (same id): its first freeze never produced a result (null action
+      statistics made the world refuse to run, and its frames were synthetic drawings). The spec
+      now carries NVIDIA's statistics with method ``"quantile"``, real 4:3 frames at 240x320, a new
+      task suite, ``device``/``dtype`` ``"auto"`` and world code version 2 in its hash; no result
+      with the old hash exists.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
@@ -181,6 +210,11 @@ class KosmosEnv(gymnasium.Env):
         self._suite = load_suite(self.kosmos_spec.tasks["suite"])
         self._task = self._resolve_task(task or self.kosmos_spec.tasks.get("default") or self._suite.names[0])
 
+        # provenance: an injected world or pipeline, or a judge other than the spec's, is named in
+        # env.unwrapped.provenance (recorded with every result beside the spec hash)
+        self._world_injected = world_model is not None or "pipeline" in dict(world_kwargs or {})
+        self._judge_arg = judge
+        self._provenance: dict[str, Any] | None = None
         if world_model is None:
             from kosmos_env.worlds import make_world
 
@@ -219,6 +253,39 @@ class KosmosEnv(gymnasium.Env):
     def spec_hash(self) -> str:
         """sha256 of this env's frozen spec (overrides included)."""
         return self.kosmos_spec.hash
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What runs besides the spec: ``{"spec_hash", "world", "judge", "identity_sha256"}``.
+
+        ``world`` is the world's own ``identity()`` when it has one (Cosmos 3: code version,
+        device, dtype, weights path and sha256) else its type, code version and class;
+        ``judge`` names the judge and the model that actually runs. ``identity_sha256`` hashes
+        all three, so a ``judge=`` argument, an injected world or other weights give a different
+        identity even where the spec hash is the same. Computed once (hashing weights can take
+        a while on a real checkpoint).
+        """
+        if self._provenance is None:
+            from kosmos_env.judges.base import judge_identity
+            from kosmos_env.spec import canonical_json, sha256_hex
+            from kosmos_env.worlds import WORLD_VERSIONS
+
+            kind = str(self.kosmos_spec.world.get("type"))
+            own = getattr(self.world, "identity", None)
+            world = dict(own()) if callable(own) else {
+                "type": kind, "version": WORLD_VERSIONS.get(kind, "1"),
+                "class": f"{type(self.world).__module__}.{type(self.world).__qualname__}"}
+            world["injected"] = bool(self._world_injected)
+            arg = self._judge_arg
+            # the settings the judge was built from; a judge object passed in describes itself
+            judge_spec = (arg if isinstance(arg, Mapping) else {"type": arg} if isinstance(arg, str)
+                          else self.kosmos_spec.judge if arg is None else None)
+            judge = None if self._judge is None else judge_identity(self._judge, judge_spec)
+            if judge is not None:
+                judge["spec_default"] = self._judge_arg is None
+            core = {"spec_hash": self.spec_hash, "world": world, "judge": judge}
+            self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(_jsonable(core)))}
+        return dict(self._provenance)
 
     @property
     def task_names(self) -> list[str]:
@@ -340,7 +407,8 @@ class KosmosEnv(gymnasium.Env):
             task=self._task.name,
             log={k: np.stack(v) for k, v in self._log.items()},
             ground_truth=self._ground_truth,
-            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome},
+            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome,
+                  "identity_sha256": self.provenance["identity_sha256"]},
         )
 
     @property
@@ -377,3 +445,16 @@ class KosmosEnv(gymnasium.Env):
         if frame.shape != (h, w, 3) or frame.dtype != np.uint8:
             raise RuntimeError(f"world returned a frame of shape {frame.shape} {frame.dtype}; expected ({h}, {w}, 3) uint8")
         return frame
+
+
+def _jsonable(value: Any) -> Any:
+    """Plain JSON values (tuples to lists, numpy scalars to Python, anything else to its repr)."""
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return repr(value)

@@ -42,6 +42,13 @@ _TOP_LEVEL = {
 _REQUIRED = ("schema_version", "id", "world", "image_size", "action", "horizon", "render_fps", "tasks", "judge", "gate")
 # fields that describe, not configure: they never enter the hash
 _NOT_HASHED = ("description", "deprecated")
+# world "type" -> version of its code, for worlds whose code changed in a way that can alter frames
+# after their first release. It enters the spec hash; a world not listed is at version 1 and adds
+# nothing, so hashes published before this table existed stay valid. (Re-exported by
+# kosmos_env.worlds; kept here because the spec layer sits below the worlds.)
+WORLD_VERSIONS = {
+    "cosmos3": "2",  # real frames at 4:3, NVIDIA's statistics, "quantile" = all ten dims
+}
 
 
 @dataclass(frozen=True)
@@ -141,9 +148,13 @@ class EnvSpec:
         return copy.deepcopy(dict(self._raw))
 
     def canonical(self) -> str:
-        """Canonical JSON of every field that can change a result, task suite content included."""
+        """Canonical JSON of every field that can change a result: task suite content and the world's
+        code version (:data:`WORLD_VERSIONS`, for worlds listed there) included."""
         data = {k: v for k, v in self.to_dict().items() if k not in _NOT_HASHED}
         data["tasks"] = dict(data["tasks"], suite_sha256=self.task_suite_sha256)
+        version = WORLD_VERSIONS.get(str(data["world"].get("type")))
+        if version is not None:
+            data["world_version"] = version
         return canonical_json(data)
 
     @property

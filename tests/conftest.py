@@ -27,7 +27,7 @@ def make_test_env(env_id: str, **kwargs):
 
     if load_spec(env_id).world["type"] == "cosmos3":
         # a tiny random Cosmos 3 pipeline on CPU; judging deferred (the VLM judge has its own tests)
-        from tests.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+        from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
         size = kwargs.pop("image_size", (64, 64))
         kwargs = {"env_spec": tiny_bridge_spec(size=size[0]), "world_kwargs": {"pipeline": tiny_pipeline()},

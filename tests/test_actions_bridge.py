@@ -107,24 +107,24 @@ def test_quantile_normalisation_values_and_inverse():
     q01 = np.linspace(-1, 0, 10)
     q99 = q01 + np.linspace(0.5, 2.0, 10)
     # q01 -> -1, q99 -> +1, midpoint -> 0 on every dim
-    np.testing.assert_allclose(A.normalize_bridge10(q01, "quantile_rot", q01, q99), -np.ones(10))
-    np.testing.assert_allclose(A.normalize_bridge10(q99, "quantile_rot", q01, q99), np.ones(10))
+    np.testing.assert_allclose(A.normalize_bridge10(q01, "quantile", q01, q99), -np.ones(10))
+    np.testing.assert_allclose(A.normalize_bridge10(q99, "quantile", q01, q99), np.ones(10))
     x = np.random.default_rng(0).normal(size=(5, 10))
-    np.testing.assert_allclose(A.denormalize_bridge10(A.normalize_bridge10(x, "quantile_rot", q01, q99),
-                                                      "quantile_rot", q01, q99), x, atol=1e-12)
-    # "quantile" leaves the six rotation dims untouched
-    n = A.normalize_bridge10(x, "quantile", q01, q99)
+    np.testing.assert_allclose(A.denormalize_bridge10(A.normalize_bridge10(x, "quantile", q01, q99),
+                                                      "quantile", q01, q99), x, atol=1e-12)
+    # "quantile_rot" leaves the six rotation dims untouched
+    n = A.normalize_bridge10(x, "quantile_rot", q01, q99)
     np.testing.assert_allclose(n[:, 3:9], x[:, 3:9])
     assert not np.allclose(n[:, :3], x[:, :3])
-    assert np.abs(A.normalize_bridge10(10 * x, "quantile_rot", q01, q99, clamp=True)).max() <= 1.0
+    assert np.abs(A.normalize_bridge10(10 * x, "quantile", q01, q99, clamp=True)).max() <= 1.0
     np.testing.assert_allclose(A.normalize_bridge10(x, "none"), x)
 
 
 def test_normalisation_needs_stats():
     with pytest.raises(ValueError, match="q01 and q99"):
-        A.normalize_bridge10(np.zeros(10), "quantile_rot")
+        A.normalize_bridge10(np.zeros(10), "quantile")
     with pytest.raises(ValueError, match="10 numbers"):
-        A.normalize_bridge10(np.zeros(10), "quantile_rot", [0] * 9, [1] * 9)
+        A.normalize_bridge10(np.zeros(10), "quantile", [0] * 9, [1] * 9)
     with pytest.raises(ValueError, match="normalization method"):
         A.normalize_bridge10(np.zeros(10), "zscore", [0] * 10, [1] * 10)
 
@@ -134,3 +134,17 @@ def test_bad_conventions_raise():
         A.env_to_bridge10(np.zeros((1, 7)), np.zeros(3), np.eye(3), rotation_delta="intrinsic")
     with pytest.raises(ValueError, match="gripper"):
         A.env_to_bridge10(np.zeros((1, 7)), np.zeros(3), np.eye(3), gripper="flip")
+
+
+def test_quantile_is_the_release_formula_literally():
+    """n = 2 (x - q01) / max(q99 - q01, 1e-8) - 1 on all ten dims, inverse 0.5 (n + 1)(q99 - q01) + q01."""
+    q01 = np.array([-0.04, -0.03, -0.04, 0.97, -0.16, -0.08, -0.16, 0.97, -0.08, 0.0])
+    q99 = np.array([0.04, 0.03, 0.03, 1.0, 0.16, 0.08, 0.16, 1.0, 0.1, 1.0])
+    x = np.random.default_rng(1).uniform(-0.1, 1.0, size=(6, 10))
+    n = A.normalize_bridge10(x, "quantile", q01, q99)
+    np.testing.assert_allclose(n, 2 * (x - q01) / np.maximum(q99 - q01, 1e-8) - 1, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(A.denormalize_bridge10(n, "quantile", q01, q99), 0.5 * (n + 1) * (q99 - q01) + q01)
+    # a degenerate dimension (q01 == q99) is divided by 1e-8, not by zero
+    flat = q99.copy()
+    flat[0] = q01[0]
+    assert np.isfinite(A.normalize_bridge10(x, "quantile", q01, flat)).all()

@@ -1,6 +1,5 @@
 """Kosmos-Bridge-v1 end to end on CPU with a tiny random Cosmos 3 pipeline (the real diffusers class)."""
 import os
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -8,8 +7,7 @@ import pytest
 
 import kosmos_env  # noqa: F401
 
-sys.path.insert(0, os.path.dirname(__file__))
-from cosmos_tiny import tiny_bridge_spec, tiny_pipeline  # noqa: E402
+from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = pytest.mark.slow
@@ -51,16 +49,18 @@ def test_bridge_env_end_to_end_and_seeded(monkeypatch):
     spec = tiny_bridge_spec(horizon=3)
     env = make_env(spec, pipe)
     assert env.unwrapped.spec_hash == spec.hash
-    assert env.observation_space["image"].shape == (64, 64, 3)
+    h, w = spec.image_size
+    assert (h, w) == (48, 64)  # the tiny spec keeps the registered 4:3 scene
+    assert env.observation_space["image"].shape == (h, w, 3)
     assert env.action_space.shape == (4, 7)
 
     frames_a, obs, reward, terminated, truncated, info = rollout(env, seed=11, steps=3)
     assert len(calls) == 3
     assert calls[0].domain_name == "bridge_orig_lerobot" and calls[0].mode == "forward_dynamics"
     assert tuple(calls[0].raw_actions.shape) == (4, 10)
-    assert frames_a.shape == (1 + 3 * 4, 64, 64, 3) and frames_a.dtype == np.uint8
-    assert obs["image"].shape == (64, 64, 3) and obs["image"].dtype == np.uint8
-    assert obs["instruction"] == "put carrot on plate"
+    assert frames_a.shape == (1 + 3 * 4, h, w, 3) and frames_a.dtype == np.uint8
+    assert obs["image"].shape == (h, w, 3) and obs["image"].dtype == np.uint8
+    assert obs["instruction"] == "move the can to the left"
     assert (reward, terminated, truncated) == (0.0, False, True)
     assert info["outcome"] == "pending"
     assert env.observation_space.contains(obs)
@@ -87,7 +87,7 @@ def test_padding_to_the_model_chunk():
     a = np.zeros((2, 7), np.float32)
     a[:, 6] = 1.0
     _, _, _, truncated, info = env.step(a)
-    assert info["frames"].shape == (2, 64, 64, 3)
+    assert info["frames"].shape == (2, 48, 64, 3)
     _, _, _, truncated, info = env.step(a)
     assert truncated
     assert env.unwrapped.world.timings["calls"] == 2

@@ -16,10 +16,9 @@ import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env.spec import EnvSpec, SpecError, canonical_json, load_spec, sha256_hex
 from kosmos_env.tasks import load_suite, suite_from_dict
 from kosmos_env.worlds.base import MissingWeightsError
-from kosmos_env.worlds.cosmos3 import Cosmos3World
-
-sys.path.insert(0, os.path.dirname(__file__))
-from cosmos_tiny import tiny_bridge_spec  # noqa: E402
+from kosmos_env.actions import ActionStatsError
+from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec
+from kosmos_env.worlds.cosmos3 import Cosmos3World, WrongArchitectureError
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -55,11 +54,18 @@ def test_env_var_pointing_at_a_non_checkpoint_is_refused(no_weights, monkeypatch
         Cosmos3World(load_spec("Kosmos-Bridge-v1"), weights_path=tmp_path / "nothing")
 
 
-def test_local_checkout_found_then_missing_stats_refused(no_weights, tmp_path):
+def test_local_checkout_of_another_model_is_refused(no_weights, tmp_path):
     (tmp_path / "model_index.json").write_text("{}")
-    # weights resolve; the registered spec leaves the Bridge statistics open, so the world refuses
-    with pytest.raises(SpecError, match="normalization.q01 is null"):
+    with pytest.raises(WrongArchitectureError, match="not a Cosmos3OmniPipeline .*hf download nvidia/Cosmos3-Nano"):
         Cosmos3World(load_spec("Kosmos-Bridge-v1"), weights_path=tmp_path)
+
+
+def test_null_statistics_are_refused_naming_the_fix():
+    spec = tiny_bridge_spec()
+    norm = dict(spec.world["bridge"]["normalization"], q01=None)
+    with pytest.raises(ActionStatsError, match=r"q01 is null.*registered Kosmos-Bridge-v1 spec.*read_action_stats"):
+        Cosmos3World(spec.with_overrides(world={"bridge": dict(spec.world["bridge"], normalization=norm)}),
+                     pipeline=object())
 
 
 def test_registered_spec_validates_and_is_not_torch_heavy():
@@ -84,7 +90,7 @@ def test_initial_frames_kwarg_checks_task_names():
         Cosmos3World(tiny_bridge_spec(), pipeline=object(), initial_frames={"nope": "x.png"})
 
 
-def _task(name="put_carrot_on_plate"):
+def _task(name="move_can_to_left"):
     return load_suite("bridge").tasks[name]
 
 
@@ -92,7 +98,7 @@ def test_shipped_frames_match_their_hashes():
     root = resources.files("kosmos_env.tasks")
     for task in load_suite("bridge").tasks.values():
         frame = task.params["frame"]
-        assert frame["kind"] == "synthetic_standin"
+        assert frame["kind"] == "real" and frame["path"].startswith("bridge_real/")
         data = (root / frame["path"]).read_bytes()
         assert hashlib.sha256(data).hexdigest() == frame["sha256"]
 
@@ -102,14 +108,15 @@ def test_user_frame_hash_is_checked(tmp_path):
     src = resources.files("kosmos_env.tasks") / _task().params["frame"]["path"]
     good = tmp_path / "copy.png"
     shutil.copyfile(str(src), good)
-    world._initial_frames = {"put_carrot_on_plate": str(good)}
-    frame = world._load_frame("put_carrot_on_plate", _task().params)
-    assert frame.shape == (256, 256, 3) and frame.dtype == np.uint8
+    world._initial_frames = {"move_can_to_left": str(good)}
+    frame = world._load_frame("move_can_to_left", _task().params)
+    assert frame.shape == (480, 640, 3) and frame.dtype == np.uint8
     bad = tmp_path / "other.png"
-    shutil.copyfile(str(resources.files("kosmos_env.tasks") / _task("put_spoon_on_towel").params["frame"]["path"]), bad)
-    world2 = Cosmos3World(tiny_bridge_spec(), pipeline=object(), initial_frames={"put_carrot_on_plate": bad})
+    other = _task("stack_green_block_on_yellow_block").params["frame"]["path"]
+    shutil.copyfile(str(resources.files("kosmos_env.tasks") / other), bad)
+    world2 = Cosmos3World(tiny_bridge_spec(), pipeline=object(), initial_frames={"move_can_to_left": bad})
     with pytest.raises(ValueError, match="sha256 .* refusing"):
-        world2._load_frame("put_carrot_on_plate", _task().params)
+        world2._load_frame("move_can_to_left", _task().params)
 
 
 # -- spec hash ------------------------------------------------------------------------------

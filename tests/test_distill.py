@@ -161,7 +161,7 @@ def tiny_judge():
     torch = pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from kosmos_env.judges.vlm import VLMJudge
-    from tests import qwen_tiny
+    from kosmos_env.testing import qwen_tiny
 
     before = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -232,7 +232,7 @@ def test_vlm_judge_applies_a_lora_adapter_and_pins_it_in_its_spec(tmp_path, tiny
     peft = pytest.importorskip("peft")
     from kosmos_env.judges import make_judge
     from kosmos_env.judges.base import Rollout
-    from tests import qwen_tiny
+    from kosmos_env.testing import qwen_tiny
 
     model, tok = qwen_tiny.build_qwen2_5_vl(seed=5)
     model.save_pretrained(tmp_path / "base")

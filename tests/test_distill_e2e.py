@@ -22,7 +22,7 @@ pytest.importorskip("pyarrow")
 
 from kosmos_env.cli import main  # noqa: E402
 
-from tests import qwen_tiny  # noqa: E402
+from kosmos_env.testing import qwen_tiny  # noqa: E402
 
 TASKS = ("carrot_on_plate", "spoon_on_towel")
 ANSWERS = {

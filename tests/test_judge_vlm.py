@@ -16,7 +16,7 @@ from kosmos_env.judges.vlm_prompt import PROMPT_SHA256  # noqa: E402
 from kosmos_env.judges.vlm_video import VideoSettings, patchify_video, sample_indices, video_placeholder  # noqa: E402
 from kosmos_env.worlds.base import MissingWeightsError  # noqa: E402
 
-from tests import qwen_tiny  # noqa: E402
+from kosmos_env.testing import qwen_tiny  # noqa: E402
 
 SMALL = {"max_pixels": 56 * 56, "min_pixels": 28 * 28, "max_new_tokens": 16}
 

@@ -229,7 +229,7 @@ def test_async_shared_memory_freezes_text_observations_gymnasium_bug():
 
 # -- Cosmos 3 (tiny random pipeline) ----------------------------------------------------------
 def _cosmos_kwargs(horizon: int = 2):
-    from tests.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+    from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
     return dict(env_spec=tiny_bridge_spec(size=32, horizon=horizon), world_kwargs={"pipeline": tiny_pipeline()},
                 judge="state", defer_judging=True)
@@ -251,7 +251,7 @@ def test_cosmos_sync_vector_rollout_equals_single_rollouts():
         single.close()
     for i in range(2):
         _compare(vec[i], refs[i])
-        assert vec[i]["frames"][1].shape == (4, 32, 32, 3)  # all frames of a step are in info["frames"]
+        assert vec[i]["frames"][1].shape == (4, 32, 48, 3)  # all frames of a step are in info["frames"]
         # gate semantics kept: a rejected generation ends the episode as discarded, else judging is deferred
         assert vec[i]["outcome"] in ("pending", "discarded")
         if vec[i]["outcome"] == "pending":

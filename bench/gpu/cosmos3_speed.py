@@ -29,7 +29,7 @@ for Nano. The script prints the parameter count it built so this can be checked.
 ``transformer/config.json`` (and ``vae/config.json``) is at hand, pass ``--transformer-config``
 / ``--vae-config`` and those values are used instead (only the JSON is read, never weights).
 
-``--smoke`` runs the same code on CPU with the tiny test configuration (tests/cosmos_tiny.py),
+``--smoke`` runs the same code on CPU with the tiny test configuration (kosmos_env/testing/cosmos_tiny.py),
 one cell per option, to check the script executes; its numbers mean nothing for a GPU.
 
     python bench/gpu/cosmos3_speed.py --out bench/results/gpu_cosmos3_speed      # on a GPU machine
@@ -67,11 +67,11 @@ def build(args):
     from diffusers import AutoencoderKLWan, Cosmos3OmniPipeline, UniPCMultistepScheduler
     from diffusers.models.transformers.transformer_cosmos3 import Cosmos3OmniTransformer
 
-    from tests.cosmos_tiny import build_tiny_pipeline, build_tokenizer
+    from kosmos_env.testing.cosmos_tiny import build_tiny_pipeline, build_tokenizer
 
     if args.smoke:
         pipe = build_tiny_pipeline()
-        return pipe, "tiny test configuration (tests/cosmos_tiny.py), float32, CPU"
+        return pipe, "tiny test configuration (kosmos_env/testing/cosmos_tiny.py), float32, CPU"
     tcfg = dict(NANO_TRANSFORMER)
     if args.transformer_config:
         with open(args.transformer_config) as fh:

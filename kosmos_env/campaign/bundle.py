@@ -44,14 +44,16 @@ def bundle_lock(out_dir: str | os.PathLike) -> Iterator[None]:
         yield
 
 
-def episode_entry(row: Mapping[str, Any]) -> dict[str, Any]:
-    """One ``per_episode`` item of results.json from a ledger row."""
+def episode_entry(row: Mapping[str, Any], spec_hash: str | None = None) -> dict[str, Any]:
+    """One ``per_episode`` item of results.json from a ledger row (``spec_hash``: the campaign's)."""
     from kosmos_env.campaign.cost import stage_seconds
 
     timings = row.get("timings")
     t = stage_seconds(timings) if timings is not None else None
     return {
         "episode_id": row["episode_id"],
+        "spec_hash": spec_hash,
+        "identity_sha256": (row.get("provenance") or {}).get("identity_sha256"),
         "policy": row["policy"],
         "task": row["task"],
         "seed": row["seed"],
@@ -70,6 +72,7 @@ def episode_entry(row: Mapping[str, Any]) -> dict[str, Any]:
         "error": row["error"],
         "attempts": row["attempts"],
         "worker": row["worker"],
+        "provenance": row.get("provenance"),
     }
 
 
@@ -115,7 +118,7 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
     meta = ledger.meta()
     policies = ledger.policies()
     done = ledger.episodes("done")
-    per_episode = [episode_entry(r) for r in done]
+    per_episode = [episode_entry(r, config.spec_hash) for r in done]
     labels = [p.label for p in config.policies]
     agg = aggregate(per_episode, labels, config.tasks)
     agg["cost"] = cost_summary(done, ledger.runs(), price_table)
@@ -162,14 +165,15 @@ def parquet_table(per_episode: Sequence[Mapping[str, Any]]):
         return None if value is None else json.dumps(value, sort_keys=True)
 
     cols: dict[str, list] = {k: [] for k in (
-        "episode_id", "policy", "task", "seed", "repeat", "env_seed", "outcome", "success", "score", "judge",
-        "steps", "attempts", "worker", "error", "judgment", "gate", "ground_truth", "timings", "artifacts",
+        "episode_id", "spec_hash", "identity_sha256", "policy", "task", "seed", "repeat", "env_seed", "outcome",
+        "success", "score", "judge", "steps", "attempts", "worker", "error", "judgment", "gate", "ground_truth",
+        "timings", "artifacts", "provenance",
         "t_policy", "t_world", "t_gate", "t_judge", "t_io", "t_total", "video", "actions", "log")}
     for e in per_episode:
-        for k in ("episode_id", "policy", "task", "seed", "repeat", "env_seed", "outcome", "success", "score",
-                  "judge", "steps", "attempts", "worker", "error"):
+        for k in ("episode_id", "spec_hash", "identity_sha256", "policy", "task", "seed", "repeat", "env_seed",
+                  "outcome", "success", "score", "judge", "steps", "attempts", "worker", "error"):
             cols[k].append(e.get(k))
-        for k in ("judgment", "gate", "ground_truth", "timings", "artifacts"):
+        for k in ("judgment", "gate", "ground_truth", "timings", "artifacts", "provenance"):
             cols[k].append(js(e.get(k)))
         t = e.get("timings") or {}
         for k in ("policy", "world", "gate", "judge", "io", "total"):

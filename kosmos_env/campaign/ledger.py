@@ -48,7 +48,7 @@ CREATE TABLE IF NOT EXISTS episodes (
     outcome TEXT CHECK (outcome IS NULL OR outcome IN ('success', 'failure', 'discarded', 'abstained', 'error')),
     success INTEGER, score REAL, judge TEXT, judgment TEXT, gate TEXT, ground_truth TEXT,
     steps INTEGER, timings TEXT, video TEXT, actions TEXT, log TEXT, error TEXT, worker TEXT,
-    started REAL, finished REAL,
+    started REAL, finished REAL, provenance TEXT,
     UNIQUE (policy, task, seed, repeat)
 );
 CREATE INDEX IF NOT EXISTS episodes_status ON episodes (status, ord);
@@ -68,7 +68,7 @@ CREATE TABLE IF NOT EXISTS runs (
 );
 """
 
-_JSON_FIELDS = ("judgment", "gate", "ground_truth", "timings")
+_JSON_FIELDS = ("judgment", "gate", "ground_truth", "timings", "provenance")
 
 
 class ConfigMismatchError(ValueError):
@@ -128,6 +128,10 @@ class Ledger:
                     raise RuntimeError(f"could not put the ledger {self.path} in WAL mode (got {mode}); "
                                        f"is it on a local disk?")
                 self.conn.executescript(_SCHEMA)
+                # ledgers written before the provenance column existed get it (NULL for their rows)
+                columns = {r["name"] for r in self.conn.execute("PRAGMA table_info(episodes)")}
+                if "provenance" not in columns:
+                    self.conn.execute("ALTER TABLE episodes ADD COLUMN provenance TEXT")
 
     def close(self) -> None:
         self.conn.close()
@@ -254,7 +258,7 @@ class Ledger:
             values = {k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
                       if k in _JSON_FIELDS else record.get(k)
                       for k in ("outcome", "success", "score", "judge", "judgment", "gate", "ground_truth", "steps",
-                                "timings", "video", "actions", "log", "error")}
+                                "timings", "video", "actions", "log", "error", "provenance")}
             if values["success"] is not None:
                 values["success"] = int(bool(values["success"]))
             cur = conn.execute(
@@ -393,7 +397,7 @@ class Ledger:
         for r in self.conn.execute(sql, (status,) if status else ()):
             row = dict(r)
             for key in _JSON_FIELDS:
-                row[key] = json.loads(row[key]) if row[key] is not None else None
+                row[key] = json.loads(row[key]) if row.get(key) is not None else None
             row["success"] = None if row["success"] is None else bool(row["success"])
             rows.append(row)
         return rows

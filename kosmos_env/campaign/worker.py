@@ -51,14 +51,16 @@ class EpisodeRunner:
         self.owner = owner
         self.ledger = ledger
         self.store = ArtifactStore(out_dir)
-        # judging is deferred: the campaign judges the finished rollout in its own, timed stage
-        self.env = gymnasium.make(config.env_id, defer_judging=True, **dict(config.spec_overrides))
+        # judging is deferred: the campaign judges the finished rollout in its own, timed stage. The env
+        # gets the campaign's judge object, so the spec's default judge is never loaded beside it.
+        self.judge = make_judge(dict(config.judge))
+        self.env = gymnasium.make(config.env_id, defer_judging=True, judge=self.judge, **dict(config.spec_overrides))
         base = self.env.unwrapped
         if base.spec_hash != config.spec_hash:
             raise RuntimeError(
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
                 f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
-        self.judge = make_judge(dict(config.judge))
+        self._provenance: dict[str, Any] | None = None
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self._policies: dict[str, Any] = {}
         self._refs = {p.label: p for p in config.policies}
@@ -74,6 +76,19 @@ class EpisodeRunner:
             self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
             self._policies[label] = pol
         return self._policies[label]
+
+    def provenance(self) -> dict[str, Any]:
+        """Spec hash, the world that runs and the campaign's judge (with its model), and their joint hash."""
+        if self._provenance is None:
+            from kosmos_env.judges.base import judge_identity
+            from kosmos_env.spec import canonical_json, sha256_hex
+
+            env_prov = self.env.unwrapped.provenance
+            core = {"spec_hash": self.config.spec_hash, "world": env_prov["world"],
+                    "judge": judge_identity(self.judge, self.config.judge)}
+            core = _plain(core)
+            self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(core))}
+        return self._provenance
 
     def run(self, key: EpisodeKey) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
         """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts)."""
@@ -127,6 +142,7 @@ class EpisodeRunner:
             "actions": actions,
             "log": log,
             "error": None,
+            "provenance": self.provenance(),
         }
         return record, artifacts
 

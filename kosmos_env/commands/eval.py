@@ -40,6 +40,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--actor-resources", default=None, metavar="JSON",
                    help='Ray resources per worker actor, e.g. \'{"num_gpus": 1}\' (default: {"num_cpus": 1})')
     p.add_argument("--judge", default=None, help="judge type (e.g. state) or JSON spec; default: the env spec's judge")
+    p.add_argument("--tiny", action="store_true",
+                   help="run with tiny random models (Cosmos 3 world, Qwen-VL judge; built once in ~/.cache/kosmos-env): "
+                        "the whole campaign runs on a laptop CPU, results mean nothing; every result's provenance "
+                        "names the tiny weights")
     p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
                    help="override the spec's image size (changes the spec hash)")
     p.add_argument("--no-video", action="store_true", help="do not keep MP4s of the rollouts")
@@ -81,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.fileio import check_writable_path
 
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
+    if getattr(args, "tiny", False):
+        from kosmos_env.testing.tiny_run import apply_tiny
+
+        tiny_judge = apply_tiny(args.env or DEFAULT_ENV)  # points the world at the tiny weights (os.environ)
+        if args.judge is None:
+            args.judge = json.dumps(tiny_judge)
     if args.max_attempts < 1:
         raise ValueError("--max-attempts must be at least 1")
     if args.lease_seconds <= 0:

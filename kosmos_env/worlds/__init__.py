@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kosmos_env.spec import WORLD_VERSIONS  # the table lives below the worlds: it enters the spec hash
 from kosmos_env.worlds.base import (
     CameraCalibration,
     MissingWeightsError,
@@ -22,6 +23,8 @@ WORLD_BACKENDS = {
     "cosmos3": "kosmos_env.worlds.cosmos3:Cosmos3World",
     "tabletop_learned": "kosmos_env.worlds.tabletop_learned.world:LearnedTabletopWorld",
 }
+
+
 
 
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
@@ -53,6 +56,7 @@ __all__ = [
     "WorldReset",
     "WorldStep",
     "WORLD_BACKENDS",
+    "WORLD_VERSIONS",
     "make_world",
     "resolve_world",
 ]

@@ -30,6 +30,21 @@ holds a ``camera`` (:mod:`kosmos_env.worlds.bridge_camera`), the world exposes i
 the task's ``initial_ee_pos``), the way the learned tabletop integrates its pose. It is what
 was commanded, not a measurement of what the model drew; the gate projects it to check that
 the generated gripper moves the commanded way.
+
+Checks before anything heavy runs, each failing with one message that names the fix: the folder
+holds a ``Cosmos3OmniPipeline`` whose transformer has an action head (:class:`WrongArchitectureError`),
+the spec's action statistics are present (:func:`kosmos_env.actions.require_action_stats`), and, on
+a GPU, its free memory covers :func:`memory_need` (:class:`InsufficientMemoryError`).
+
+``device`` / ``dtype`` ``"auto"`` mean CUDA with bfloat16 when a GPU is visible, else CPU with
+float32 (a laptop with a tiny random checkpoint). The resolved values, the world's code version
+and the content hash of the weights that ran are in :meth:`Cosmos3World.identity`, which every
+result carries beside the spec hash.
+
+Frames keep the scene's 4:3 shape: the world shrinks a task's 640x480 photograph to
+``input_size`` (240x320) with no crop; the pipeline places that inside resolution tier 256's
+closest canvas (256x320, padding the 16 missing rows) and returns frames the size of the
+content, so no table is cut away and nothing is squashed.
 """
 from __future__ import annotations
 
@@ -49,6 +64,7 @@ from kosmos_env.actions import (
     env_to_bridge10,
     hold_bridge10,
     normalize_bridge10,
+    require_action_stats,
 )
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 
@@ -58,7 +74,28 @@ _REQUIRED = (
     "guidance_scale", "flow_shift", "use_system_prompt", "negative_prompt", "safety_checker",
     "seed_policy", "sea_cache", "mixed_precision", "bridge",
 )
-_DTYPES = ("float32", "bfloat16", "float16")
+_DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DEVICES_AUTO = "auto"
+# Version of this world's code (conversion, padding, frame handling); the spec hash takes it from
+# kosmos_env.spec.WORLD_VERSIONS (kept equal by a test). Bump both when a change can alter a frame.
+WORLD_VERSION = "2"
+PIPELINE_CLASS = "Cosmos3OmniPipeline"
+TRANSFORMER_CLASS = "Cosmos3OmniTransformer"
+# What the pipeline needs of the installed stack (CosmosActionCondition, tier 256 canvases).
+REQUIRED_VERSIONS = {"diffusers": "0.42", "transformers": "4.57"}
+# Memory need = weights at the run dtype * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD: a rule of
+# thumb for one 17-frame call at tier 256 (activations, VAE decode, CUDA context), not a measurement
+# on Cosmos3-Nano.
+ACTIVATION_FRACTION = 0.3
+FIXED_OVERHEAD_BYTES = 2 * 2**30
+
+
+class WrongArchitectureError(ValueError):
+    """A weights folder that is not a Cosmos 3 action (forward-dynamics) checkpoint."""
+
+
+class InsufficientMemoryError(RuntimeError):
+    """The GPU has less free memory than one world call needs."""
 _PAD_MODES = ("hold", "repeat_last")
 _SEED_POLICIES = ("per_call_from_env_rng",)
 
@@ -95,7 +132,11 @@ class Cosmos3World:
         self._weights_path: str | None = None
         if pipeline is None:
             self._weights_path = resolve_weights(self.config, weights_path)
+            check_architecture(self._weights_path)
         _require_stats(spec, self.config)
+        self.device, self.dtype = resolve_device_dtype(self.config)
+        self.config["device"], self.config["dtype"] = self.device, self.dtype
+        self._identity: dict[str, Any] | None = None
         self.calibration = None
         if self.config.get("camera") is not None:
             from kosmos_env.spec import SpecError
@@ -136,14 +177,19 @@ class Cosmos3World:
             if key not in _RESIDENT:
                 from diffusers import Cosmos3OmniPipeline
 
+                if cfg["device"].startswith("cuda"):
+                    check_memory(memory_need(self._weights_path, cfg["dtype"]), cuda_free_bytes(cfg["device"]),
+                                 cfg["device"])
+
                 t0 = time.perf_counter()
                 pipe = Cosmos3OmniPipeline.from_pretrained(
                     self._weights_path,
-                    torch_dtype=getattr(torch, cfg["dtype"]),
+                    dtype=getattr(torch, cfg["dtype"]),
                     safety_checker=None,
                     enable_safety_checker=bool(cfg["safety_checker"]),
                 )
                 pipe.to(cfg["device"])
+                pipe.set_progress_bar_config(disable=True)  # a campaign prints its own progress
                 self._configure(pipe)
                 _RESIDENT[key] = (pipe, time.perf_counter() - t0)
             self._pipeline, seconds = _RESIDENT[key]
@@ -155,6 +201,7 @@ class Cosmos3World:
             self._configure(self._pipeline)
             self.timings["load_seconds"] = time.perf_counter() - t0
             self.timings["resident"] = False
+        _check_canvas(cfg)
         temporal = int(getattr(self._pipeline, "vae_scale_factor_temporal", 4))
         if cfg["chunk_size"] % temporal:
             raise ValueError(
@@ -238,6 +285,32 @@ class Cosmos3World:
         # A resident pipeline stays loaded for the next world in this process (warm residency).
         self._rng = None
         self._cond_frame = None
+
+    # -- provenance --------------------------------------------------------------------------
+    def identity(self) -> dict[str, Any]:
+        """What ran: world type and code version, resolved device/dtype, and the weights' source and hash.
+
+        A loaded checkpoint is named by its folder and the sha256 of its files; an injected
+        pipeline (tests, warm workers) by the sha256 of its tensors, so a different model never
+        hides behind the same spec hash.
+        """
+        if self._identity is None:
+            cfg = self.config
+            ident: dict[str, Any] = {"type": "cosmos3", "version": WORLD_VERSION, "device": cfg["device"],
+                                     "dtype": cfg["dtype"], "model_id": cfg["model_id"], "revision": cfg["revision"]}
+            if self._weights_path is not None:
+                from kosmos_env.weights import folder_digest
+
+                ident.update(source="folder", path=str(Path(self._weights_path).resolve()),
+                             weights_sha256=folder_digest(self._weights_path)["sha256"])
+            else:
+                from kosmos_env.weights import module_digest
+
+                pipe = self._pipeline
+                ident.update(source="injected", path=None, pipeline_class=type(pipe).__name__,
+                             weights_sha256=module_digest(getattr(pipe, "transformer", None), getattr(pipe, "vae", None)))
+            self._identity = ident
+        return dict(self._identity)
 
     # -- the pipeline call ------------------------------------------------------------------
     def call_kwargs(self, image: np.ndarray, model_actions: np.ndarray, prompt: str, generator: Any) -> dict[str, Any]:
@@ -404,21 +477,110 @@ def _validated_config(spec: Any) -> dict[str, Any]:
 
 
 def _require_stats(spec: Any, cfg: Mapping[str, Any]) -> None:
-    """Refuse to run with normalisation statistics the spec leaves open (null)."""
-    from kosmos_env.spec import SpecError
+    """Refuse to run with normalisation statistics that are null or malformed (the fix is named)."""
+    require_action_stats(cfg["bridge"]["normalization"], spec.id)
 
-    norm = cfg["bridge"]["normalization"]
-    if norm["method"] == "none":
-        return
-    for key in ("q01", "q99"):
-        if norm.get(key) is None:
-            raise SpecError(
-                f"spec {spec.id}: world.bridge.normalization.{key} is null. The Bridge action statistics "
-                f"(q01/q99 of the 10-D raw action; cosmos-framework's 'bridge_orig_lerobot_normalization.json', "
-                f"block 'global_raw') could not be established when this spec was written. Supply them with the "
-                f"spec override world={{'bridge': {{..., 'normalization': {{'method': {norm['method']!r}, "
-                f"'q01': [10 numbers], 'q99': [10 numbers], 'clamp': False}}}}}} (this changes the spec hash)."
-            )
+
+def resolve_device_dtype(cfg: Mapping[str, Any]) -> tuple[str, str]:
+    """The spec's device and dtype with ``"auto"`` resolved (CUDA + bfloat16 when visible, else CPU + float32)."""
+    device, dtype = str(cfg["device"]), str(cfg["dtype"])
+    if device == _DEVICES_AUTO or dtype == "auto":
+        cuda = _cuda_available()
+        if device == _DEVICES_AUTO:
+            device = "cuda" if cuda else "cpu"
+        if dtype == "auto":
+            dtype = "bfloat16" if device.startswith("cuda") else "float32"
+    return device, dtype
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is a core dependency
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def cuda_free_bytes(device: str = "cuda") -> tuple[int, int]:
+    """(free, total) bytes of a CUDA device (``torch.cuda.mem_get_info``)."""
+    import torch
+
+    free, total = torch.cuda.mem_get_info(torch.device(device))
+    return int(free), int(total)
+
+
+def memory_need(weights_path: str | os.PathLike, dtype: str) -> dict[str, Any]:
+    """Estimated device memory of one world call, with its basis.
+
+    ``weights``: the bytes of every tensor in the checkpoint's safetensors files at the run dtype
+    (headers read, nothing loaded); ``need`` adds ``ACTIVATION_FRACTION`` of that for activations
+    and decoding plus ``FIXED_OVERHEAD_BYTES`` for the CUDA context.
+    """
+    from kosmos_env.weights import safetensors_bytes
+
+    weights = safetensors_bytes(weights_path, dtype)
+    need = int(weights * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD_BYTES)
+    return {"weights_bytes": weights, "need_bytes": need,
+            "basis": f"safetensors tensors at {dtype} ({weights / 2**30:.2f} GiB) x {1 + ACTIVATION_FRACTION:g} "
+                     f"+ {FIXED_OVERHEAD_BYTES / 2**30:.0f} GiB (activations, VAE decode, CUDA context: a rule of "
+                     f"thumb, not measured on Cosmos3-Nano)"}
+
+
+def check_memory(need: Mapping[str, Any], free_total: tuple[int, int], device: str = "cuda") -> None:
+    """Raise :class:`InsufficientMemoryError` naming the fix when free memory is below the need."""
+    free, total = free_total
+    if free < need["need_bytes"]:
+        raise InsufficientMemoryError(
+            f"{device} has {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB, but one Cosmos 3 world call needs "
+            f"about {need['need_bytes'] / 2**30:.2f} GiB ({need['basis']}). Free the GPU (stop other processes, "
+            f"check nvidia-smi), pick a larger GPU with CUDA_VISIBLE_DEVICES, or run fewer workers per GPU."
+        )
+
+
+def check_architecture(weights_path: str | os.PathLike) -> dict[str, Any]:
+    """Refuse a folder that is not a Cosmos 3 action checkpoint; returns its model_index.json."""
+    import json
+
+    root = Path(weights_path)
+    fix = ("point weights_path (or $KOSMOS_COSMOS3_NANO_PATH) at a download of nvidia/Cosmos3-Nano, e.g. "
+           "`hf download nvidia/Cosmos3-Nano --local-dir /path/to/Cosmos3-Nano`")
+    try:
+        index = json.loads((root / "model_index.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise WrongArchitectureError(f"{root}/model_index.json is unreadable ({exc}); {fix}") from None
+    found = index.get("_class_name") if isinstance(index, dict) else None
+    if found != PIPELINE_CLASS:
+        raise WrongArchitectureError(
+            f"{root} holds a {found!r} checkpoint, not a {PIPELINE_CLASS} (Cosmos 3); {fix}")
+    try:
+        tcfg = json.loads((root / "transformer" / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise WrongArchitectureError(f"{root}/transformer/config.json is unreadable ({exc}); {fix}") from None
+    if tcfg.get("_class_name") != TRANSFORMER_CLASS:
+        raise WrongArchitectureError(
+            f"{root}/transformer is a {tcfg.get('_class_name')!r}, not a {TRANSFORMER_CLASS}; {fix}")
+    if not tcfg.get("action_gen", False):
+        raise WrongArchitectureError(
+            f"{root}/transformer was built without an action head (action_gen is false): it cannot run forward "
+            f"dynamics; {fix}")
+    return index
+
+
+def _check_canvas(cfg: Mapping[str, Any]) -> None:
+    """The input must fit resolution tier's canvas as is, so the pipeline pads instead of rescaling it."""
+    from diffusers.pipelines.cosmos.pipeline_cosmos3_omni import _ACTION_RESOLUTION_BINS
+    from diffusers.video_processor import VideoProcessor
+
+    h, w = cfg["input_size"]
+    bins = _ACTION_RESOLUTION_BINS.get(str(cfg["resolution_tier"]))
+    if bins is None:
+        raise ValueError(f"world.resolution_tier {cfg['resolution_tier']} is not one of {sorted(_ACTION_RESOLUTION_BINS)}")
+    ch, cw = VideoProcessor.classify_height_width_bin(h, w, ratios=bins)
+    if h > ch or w > cw:
+        raise ValueError(
+            f"world.input_size {h}x{w} does not fit resolution tier {cfg['resolution_tier']}'s closest canvas {ch}x{cw}: "
+            f"the pipeline would rescale every frame; use an input size inside the canvas with the scene's aspect ratio"
+        )
 
 
 def weights_help(cfg: Mapping[str, Any]) -> str:
