@@ -41,6 +41,14 @@ pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _allow_test_policy_import():
+    """SLOW is a ``module:Class`` policy: importing one needs the explicit opt-in (inherited by the eval process)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+        yield
+
+
 def _live_argv(out: Path) -> list[str]:
     return ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--seeds", str(SEEDS), "--image-size",
             "64", "64", "--no-video", "--no-progress", "--out", str(out),

@@ -75,7 +75,7 @@ def test_campaign_on_the_installed_plugin_world(plugin_path, tmp_path):
     out = tmp_path / "campaign"
     proc = subprocess.run(
         [sys.executable, "-m", "kosmos_env.cli", "eval", "--env", ENV_ID, "--policy", "random:seed=0",
-         "--policy", "random:seed=1", "--tasks", "put_carrot_on_plate", "put_spoon_on_towel", "--seeds", "2",
+         "--policy", "random:seed=1", "--tasks", "move_can_to_left", "put_eggplant_in_pot", "--seeds", "2",
          "--no-video", "--no-progress", "--json", "--out", str(out)],
         capture_output=True, text=True, timeout=600, env=_env(plugin_path), cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -92,9 +92,10 @@ def test_judges_and_worlds_are_checked_by_protocol(monkeypatch):
     import kosmos_env.worlds as worlds
 
     # a registered name pointing at something of the wrong kind (as a broken plug-in would)
-    monkeypatch.setitem(judges.JUDGES, "sys_exit", "sys:exit")
+    # os.getcwd: a builtin no other test replaces (sys.exit is, by some libraries, for the session)
+    monkeypatch.setitem(judges.JUDGES, "getcwd", "os:getcwd")
     with pytest.raises(PluginError) as err:
-        make_judge({"type": "sys_exit"})
+        make_judge({"type": "getcwd"})
     assert "built-in function, not a class" in _one_line(err.value)
     monkeypatch.setitem(judges.JUDGES, "not_a_judge", "kosmos_env.policies.random_policy:RandomPolicy")
     with pytest.raises(PluginError) as err:

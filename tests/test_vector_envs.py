@@ -112,8 +112,20 @@ def _judgment(info, i):
         return None
     if not isinstance(j, dict):  # a discarded episode's judgment is None: gymnasium stacks an object array
         return j[i]
-    return {k: (v[i] if not isinstance(v, dict) else {kk: vv[i] for kk, vv in v.items()})
-            for k, v in j.items() if not k.startswith("_") and info["judgment"].get(f"_{k}", np.ones(2, bool))[i]}
+    return _pick(j, i)
+
+
+def _pick(batched: dict, i: int) -> dict:
+    """Env ``i``'s entry of a dict gymnasium stacked from sub-env infos (nested dicts, whatever their keys)."""
+    out = {}
+    for k, v in batched.items():
+        if isinstance(k, str) and k.startswith("_"):
+            continue
+        mask = batched.get(f"_{k}")
+        if mask is not None and not mask[i]:
+            continue  # key absent from this env's info
+        out[k] = _pick(v, i) if isinstance(v, dict) else (None if v is None else v[i])
+    return out
 
 
 def _same_obs(a, b) -> None:
