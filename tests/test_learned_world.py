@@ -216,3 +216,68 @@ def test_two_actions_per_call_halve_the_model_calls_and_end_on_a_generated_frame
     # steps 1, 3 repeat the last generated frame; 2, 4 call the model; 5 is the last step: always generated
     assert same == [True, False, True, False, False]
     env.close()
+
+
+def _drive_to(env, engine, goal, grip, max_steps=12):
+    """Servo the integrated tool point to ``goal`` with gripper command ``grip``."""
+    for _ in range(max_steps):
+        delta = np.clip(goal - engine.ee_pos()[0], -0.045, 0.045)
+        env.step(np.array([*delta, 0, 0, 0, grip], dtype=np.float32))
+        if np.linalg.norm(goal - engine.ee_pos()[0]) < 1e-3:
+            return
+
+
+def test_predicted_gripper_tells_an_empty_grasp_from_a_held_object():
+    """Closing beside the object leaves the predicted opening at ~0 (an empty grasp for the
+    robot-log judge); closing on it stops the fingers short and the object is held, lifted with them."""
+    from kosmos_env.judges.robot_log import LogThresholds
+
+    empty_gap = LogThresholds().empty_gap
+    env = gymnasium.make(ENV_ID, horizon=40)
+    for away, expect_held in ((0.0, True), (0.08, False)):
+        env.reset(seed=31, options={"task": "stack_green_on_yellow"})
+        engine = env.unwrapped.world._engine
+        obj = engine.obj[0].numpy().astype(np.float64)
+        from_target = obj[:2] - engine.target_xy[0].numpy()
+        spot = np.array([*(obj[:2] + away * from_target / np.linalg.norm(from_target)), 0.1])  # away from the target
+        _drive_to(env, engine, spot, 1.0)
+        _drive_to(env, engine, np.array([*spot[:2], max(obj[2], 0.008)]), 1.0)
+        for _ in range(3):
+            env.step(np.array([0, 0, 0, 0, 0, 0, 0.0], dtype=np.float32))
+        measured = env.unwrapped.rollout().log["gripper_measured"][-1]
+        if expect_held:
+            assert measured > 0.1 and engine.held[0].item() == 1.0
+            start = engine.obj[0].numpy().copy()
+            _drive_to(env, engine, np.array([*spot[:2], 0.12]), 0.0)
+            assert engine.obj[0].numpy()[2] - start[2] > 0.05  # lifted with the gripper
+        else:
+            assert measured < empty_gap and engine.held[0].item() == 0.0
+    env.close()
+
+
+def test_a_scripted_pick_and_place_keeps_the_object_and_leaves_it_where_the_simulator_does():
+    """Fresh layout (seed never recorded for training): the learned world's object is carried
+    (it ends far from where it started) and ends on the plate where the simulator's does, and
+    the object's colour is still visible in the last frame."""
+    from kosmos_env.policies import make_policy
+    from kosmos_env.rollouts import run_episode
+    from kosmos_env.tasks import load_suite
+
+    task = "carrot_on_plate"
+    learned = gymnasium.make(ENV_ID)
+    sim = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), gate={"enabled": False})
+    truth = run_episode(sim, make_policy("scripted", skill=1.0), seed=424242, task=task)
+    result = run_episode(learned, make_policy("scripted", skill=1.0), seed=424242, task=task)
+    engine = learned.unwrapped.world._engine
+    final_obj = engine.obj[0].numpy()
+    assert truth.ground_truth["success"]
+    # the layout puts the carrot >= 0.14 m from the plate: on the plate means it was carried
+    plate_radius = load_suite("tabletop").tasks[task].params["target"]["size"][0]
+    assert np.linalg.norm(final_obj[:2] - np.asarray(truth.ground_truth["target_pos"])[:2]) < plate_radius
+    assert np.linalg.norm(final_obj[:2] - np.asarray(truth.ground_truth["object_pos"])[:2]) < 0.04
+    # the carrot's colour is still in the picture at the end (it did not vanish)
+    rgba = np.array(load_suite("tabletop").tasks[task].params["object"]["rgba"][:3]) * 255
+    last = result.rollout.frames[-1].astype(float)
+    assert (np.linalg.norm(last - rgba, axis=-1) < 60).sum() >= 5
+    learned.close()
+    sim.close()

@@ -4,7 +4,9 @@ One implementation serves the env (:mod:`.world`, a batch of one) and the held-o
 (:mod:`.train`, many episodes in lockstep), so what is measured is what the env runs.
 
 Per action: the commanded pose is integrated (:mod:`.kinematics`), the object dynamics step the
-object state and predict the measured gripper (:mod:`.objects`). The renderer (:mod:`.model`) is
+object state and predict the measured gripper (:mod:`.objects`), and a free object over the
+target is kept on the target's top (the one piece of scene geometry imposed rather than
+learned; sizes from the public task suite). The renderer (:mod:`.model`) is
 called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
 the episode); actions in between repeat the last generated frame.
 """
@@ -63,6 +65,7 @@ class Engine:
             target_xy.append(t[:2])
             rest.append(obj_z)
         self.obj = torch.as_tensor(np.stack(obj), dtype=torch.float32)
+        self._supports = [_support(p) for p in task_params]
         self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
         self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
         alpha = torch.from_numpy(probs[:, :1]).float()
@@ -99,13 +102,27 @@ class Engine:
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
-        self.obj, self.held, _, self.gripper = self.model.dynamics.step(
+        self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
             self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
+        self._rest_on_supports()
         self._pending.append(actions)
         due = len(self._pending) >= self.actions_per_call if render is None else render
         if due:
             self._render()
         return to_uint8(self.cur), self.gripper.numpy().copy(), bool(due)
+
+    def _rest_on_supports(self) -> None:
+        """A free object over the target cannot sink into it: its centre stays at or above the
+        target's top plus its own half height (the learned dynamics keep it above the table)."""
+        obj = self.obj.numpy().copy()
+        for i, (shape, half_xy, rest_z) in enumerate(self._supports):
+            if self.held[i] > 0.5:
+                continue
+            d = obj[i, :2] - self.target_xy[i].numpy()
+            over = np.hypot(*d) <= half_xy[0] if shape == "cylinder" else bool((np.abs(d) <= half_xy).all())
+            if over and obj[i, 2] < rest_z:
+                obj[i, 2] = rest_z
+        self.obj = torch.from_numpy(obj)
 
     def _render(self) -> None:
         pending = np.stack(self._pending, axis=1)  # (B, s, 7)
@@ -131,3 +148,14 @@ class Engine:
 
     def ee_euler(self) -> np.ndarray:
         return np.stack([p.euler for p in self.integrators]).astype(np.float32)
+
+
+def _support(task_params: Mapping[str, Any]) -> tuple[str, np.ndarray, float]:
+    """(target shape, footprint half extents (x, y) or (radius, radius), object centre height
+    resting on the target), from the public task suite."""
+    from kosmos_env.worlds.tabletop.scene import object_half_height, target_top
+
+    target = task_params["target"]
+    size = np.asarray(target["size"], dtype=np.float64)
+    half_xy = np.array([size[0], size[0]]) if target["shape"] == "cylinder" else size[:2]
+    return target["shape"], half_xy, float(target_top(target) + object_half_height(task_params["object"]))

@@ -11,7 +11,8 @@ says the object exists once its pixels have blurred. So the world keeps a small 
 - :class:`ObjectDynamics` (an MLP) steps that state with every action: the probability that the
   object is held after the action, its displacement when it is not held (falling after a
   release, being pushed), and the measured gripper opening (the fingers stop short of a
-  held object). A held object moves rigidly with the commanded tool point.
+  held object). A held object moves rigidly with the commanded tool point; an object neither
+  held nor moving stays exactly where it is.
 - :func:`shift_layers` moves the sprite in the image by the projected displacement of the
   object; the renderer (:mod:`.model`) composites it, so the object's appearance never drifts.
 
@@ -31,6 +32,10 @@ from torch.nn import functional as F
 TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")
 N_TASKS = len(TASKS)
 DYN_FEATURES = 16
+#: a grasp can start only with the object centre this close to the tool point (m): the fingers
+#: open to 0.04 m either side, and the longest object's half length is 0.045 m
+REACH_XY = 0.06
+REACH_Z = 0.04
 
 
 class Segmenter(nn.Module):
@@ -72,24 +77,42 @@ class ObjectDynamics(nn.Module):
     def __init__(self, hidden: int = 128):
         super().__init__()
         self.net = nn.Sequential(nn.Linear(DYN_FEATURES, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
-                                 nn.Linear(hidden, 5))
+                                 nn.Linear(hidden, 6))
 
     def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False):
-        """(next object centre, held probability, held logit, next measured opening).
+        """(next object centre, held, held logit, moves logit, next measured opening).
 
-        Held objects follow the tool point rigidly; otherwise the predicted displacement applies.
-        ``hard`` thresholds the held probability (run time: no slow creep of a resting object)."""
+        Two learned switches decide how the object moves: *held* (it follows the tool point
+        rigidly; once held it stays held until the gripper is commanded open) and, when not
+        held, *moves* (it is falling after a release or being pushed: the predicted displacement
+        applies); otherwise it stays exactly where it is, so a resting object never creeps. A
+        grasp can only start within reach of the fingers. The measured opening is the command
+        unless the object is held; then the network predicts where the fingers stop. The switches are thresholded at 0.5 in the forward pass;
+        ``hard=False`` (training) passes gradients through their probabilities
+        (straight-through), so training sees the same discrete state the world runs with.
+        """
         out = self.net(dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task))
-        held_logit = out[:, 0]
-        p = torch.sigmoid(held_logit)
-        if hard:
-            p = (p > 0.5).float()
-        free = out[:, 1:4] / 20.0
-        nxt = obj + p[:, None] * (tcp_next - tcp) + (1 - p[:, None]) * free
+        held_logit, move_logit = out[:, 0], out[:, 1]
+        p_held, p_move = torch.sigmoid(held_logit), torch.sigmoid(move_logit)
+        h = (p_held > 0.5).float()
+        m = (p_move > 0.5).float()
+        if not hard:
+            h = h + p_held - p_held.detach()
+            m = m + p_move - p_move.detach()
+        # a held object stays held while the gripper stays commanded closed: the network decides
+        # when a grasp starts and what an opening gripper lets go of, not a flicker mid-carry
+        keep = ((held > 0.5) & (cmd < 0.5)).float()
+        # and a grasp can only start on an object between the fingers (within reach of the tool point)
+        gap = tcp_next - obj
+        reach = ((gap[:, :2].norm(dim=1) < REACH_XY) & (gap[:, 2].abs() < REACH_Z)).float()
+        h = keep + (1 - keep) * reach * h
+        free = out[:, 2:5] / 20.0
+        nxt = obj + h[:, None] * (tcp_next - tcp) + ((1 - h) * m)[:, None] * free
         # nothing sinks into the table: the centre stays at or above its resting height
         nxt = torch.cat([nxt[:, :2], torch.maximum(nxt[:, 2:3], rest_z[:, None])], dim=1)
-        grip_next = torch.sigmoid(out[:, 4])
-        return nxt, p, held_logit, grip_next
+        # the fingers reach the commanded opening unless something held stops them short
+        grip_next = h * torch.sigmoid(out[:, 5]) + (1 - h) * cmd
+        return nxt, h, held_logit, move_logit, grip_next
 
 
 def shift_layers(layers: torch.Tensor, shift_uv: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,7 @@ class Prepared:
     object_uv: np.ndarray  # (E, T+1, 2) its projection
     target_xy: np.ndarray  # (E, 2) simulator, at reset
     held: np.ndarray  # (E, T+1) float: a finger touches the object and the gripper is commanded closed
+    moves: np.ndarray  # (E, T) float: not held after action t, and the object moved by more than 2 mm
     masks: np.ndarray  # (E, T+1, H, W) uint8 bits
     task: np.ndarray  # (E,)
     rest_z: np.ndarray  # (E,) object centre height resting on the table
@@ -72,10 +73,12 @@ def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
         heat[e] = np.stack([render(a, b) for a, b in zip(p, rot)])
     closed = np.c_[np.zeros((E, 1)), episodes.actions[:, :, 6] < 0.5]
     held = (episodes.contact & (closed > 0)).astype(np.float32)
+    step = np.linalg.norm(np.diff(episodes.object_pos, axis=1), axis=2)
+    moves = ((step > 0.002) & (held[:, 1:] < 0.5)).astype(np.float32)
     uv = calibration.project(episodes.object_pos.reshape(-1, 3)).reshape(E, T1, 2).astype(np.float32)
     return Prepared(episodes.frames, heat, episodes.actions.astype(np.float32), pos, euler,
                     episodes.gripper.astype(np.float32), episodes.object_pos.astype(np.float32), uv,
-                    episodes.target_pos[:, 0, :2].astype(np.float32), held, episodes.masks,
+                    episodes.target_pos[:, 0, :2].astype(np.float32), held, moves, episodes.masks,
                     np.array([TASKS.index(episodes.task_names[t]) for t in episodes.task], np.int64), np.array([rest_heights(p)[0] for p in params], np.float32),
                     params, np.asarray(world["home_tcp"], np.float32))
 
@@ -136,15 +139,17 @@ def unroll_dynamics(dynamics, data: Prepared, ep: np.ndarray, hard: bool = False
     rest = torch.from_numpy(data.rest_z[ep])
     target = torch.from_numpy(data.target_xy[ep])
     task = torch.from_numpy(data.task[ep])
-    objs, logits, grips, helds = [], [], [], []
+    objs, logits, move_logits, grips, helds = [], [], [], [], []
     for t in range(T):
-        obj, held, logit, grip = dynamics.step(obj, pos[:, t], pos[:, t + 1], cmd[:, t], grip, held, rest, target, task,
-                                               hard=hard)
+        obj, held, logit, move_logit, grip = dynamics.step(obj, pos[:, t], pos[:, t + 1], cmd[:, t], grip, held, rest,
+                                                           target, task, hard=hard)
         objs.append(obj)
         logits.append(logit)
+        move_logits.append(move_logit)
         grips.append(grip)
         helds.append(held)
-    return torch.stack(objs, 1), torch.stack(logits, 1), torch.stack(grips, 1), torch.stack(helds, 1)
+    return (torch.stack(objs, 1), torch.stack(logits, 1), torch.stack(move_logits, 1), torch.stack(grips, 1),
+            torch.stack(helds, 1))
 
 
 def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Generator, progress: bool = True) -> list:
@@ -157,12 +162,14 @@ def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Gener
     history = []
     for step in tqdm(range(cfg.dynamics_steps), desc="training object dynamics", disable=not progress):
         ep = rng.integers(0, E, 32)
-        objs, logits, grips, _ = unroll_dynamics(model.dynamics, data, ep)
+        objs, logits, move_logits, grips, _ = unroll_dynamics(model.dynamics, data, ep)
         target = torch.from_numpy(data.object_pos[ep, 1:])
         loss_pos = (((objs - target) * 100.0) ** 2).mean()  # cm²
-        loss_held = torch.nn.functional.binary_cross_entropy_with_logits(logits, torch.from_numpy(data.held[ep, 1:]))
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        loss_held = bce(logits, torch.from_numpy(data.held[ep, 1:]))
+        loss_move = bce(move_logits, torch.from_numpy(data.moves[ep]))
         loss_grip = ((grips - torch.from_numpy(data.gripper[ep, 1:])) ** 2).mean() * 20.0
-        loss = 0.1 * loss_pos + loss_held + loss_grip
+        loss = 0.1 * loss_pos + loss_held + loss_move + loss_grip
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.dynamics.parameters(), 1.0)
