@@ -23,7 +23,7 @@ import numpy as np
 
 from kosmos_env.judges.base import Judgment, Rollout
 
-TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")
+TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")  # = objects.TASKS
 
 
 def shipped_classifier_path() -> Path:

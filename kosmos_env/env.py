@@ -97,13 +97,18 @@ class KosmosEnv(gymnasium.Env):
 
     ## Kosmos-TabletopLearned-v1 (learned tabletop world)
 
-    - World: a small action-conditioned next-frame network (weights ship with the package,
-      bound by sha256 in the spec) trained only on recorded tabletop transitions
-      (``kosmos-env train-world``); 64×64 only (another ``image_size`` raises ``ValueError``).
+    - World: small networks (weights ship with the package, bound by sha256 in the spec)
+      trained only on recorded tabletop transitions (``kosmos-env train-world``); 64×64 only
+      (another ``image_size`` raises ``ValueError``). A segmenter finds the object in the first
+      frame; object dynamics step its state (held or not, position) and predict the measured
+      gripper; a renderer draws each frame with the object's sprite composited where it now is,
+      so a grasped object moves with the gripper and a placed one stays placed.
     - The first frame is the simulator's layout for the seed (same seed, same scene as
       ``Kosmos-Tabletop-v1``); every later frame is predicted. ``ee_pos``/``ee_euler`` are
       integrated from the actions with the simulator's workspace clipping; the measured
-      ``gripper`` is predicted by the network.
+      ``gripper`` is predicted.
+    - Cost against fidelity: ``world.actions_per_call`` (1–4; frames between renderer calls
+      repeat the last generated one); ``world.sweep`` lists the values a study may sweep.
     - No simulator state (``evaluate()`` is None): judged by the robot-log judge on the
       predicted gripper log (default) or ``judge="vision_frame"``, a frame classifier trained
       on simulator frames. The gate is off by default; ``kosmos-env study`` measures its effect.
@@ -177,6 +182,10 @@ class KosmosEnv(gymnasium.Env):
       now carries NVIDIA's statistics with method ``"quantile"``, real 4:3 frames at 240x320, a new
       task suite, ``device``/``dtype`` ``"auto"`` and world code version 2 in its hash; no result
       with the old hash exists.
+    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, new fields
+      ``world.actions_per_call`` and ``world.sweep``): the learned tabletop retrained with object
+      state, so grasped objects no longer vanish. Its spec hash changed: results recorded
+      under the earlier hash are not comparable with results under the new one.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}

@@ -3,7 +3,11 @@
 Every episode of every (policy, task, seed) in the mix is run in ``Kosmos-Tabletop-v1`` at the
 model resolution and stored whole: frames (T+1), actions (T), the measured gripper (T+1; the
 first value is the reset state) and the simulator's per-step ground truth (T, used only to
-train the vision judge). Hold-out is by seed, so no held-out layout is ever seen in training.
+train the vision judge). For the object-centric parts of the model the simulator also supplies
+supervision it alone knows: the object's and the target's centre (T+1, 3), whether a finger
+touches the object (T+1) and a segmentation of every frame (T+1, H, W; bit 1 = object, bit 2 =
+target). The learned world never reads these at run time: it predicts them.
+Hold-out is by seed, so no held-out layout is ever seen in training.
 The file is a plain ``.npz`` of numeric arrays (loaded with ``allow_pickle=False``).
 """
 from __future__ import annotations
@@ -23,7 +27,8 @@ REFERENCE_ENV = "Kosmos-Tabletop-v1"
 @dataclass
 class Episodes:
     """Stacked episodes: frames (E, T+1, H, W, 3) uint8, actions (E, T, 7), gripper (E, T+1),
-    success (E, T) bool, task (E,) int (index into ``task_names``), policy (E,) int, seed (E,)."""
+    success (E, T) bool, task (E,) int (index into ``task_names``), policy (E,) int, seed (E,);
+    object_pos / target_pos (E, T+1, 3), contact (E, T+1) bool, masks (E, T+1, H, W) uint8."""
 
     frames: np.ndarray
     actions: np.ndarray
@@ -34,6 +39,10 @@ class Episodes:
     seed: np.ndarray
     task_names: list[str]
     policy_names: list[str]
+    object_pos: np.ndarray
+    target_pos: np.ndarray
+    contact: np.ndarray
+    masks: np.ndarray
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -41,19 +50,26 @@ class Episodes:
     def subset(self, mask: np.ndarray) -> "Episodes":
         m = np.asarray(mask, dtype=bool)
         return Episodes(self.frames[m], self.actions[m], self.gripper[m], self.success[m], self.task[m],
-                        self.policy[m], self.seed[m], list(self.task_names), list(self.policy_names))
+                        self.policy[m], self.seed[m], list(self.task_names), list(self.policy_names),
+                        self.object_pos[m], self.target_pos[m], self.contact[m], self.masks[m])
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         np.savez(path, frames=self.frames, actions=self.actions, gripper=self.gripper, success=self.success,
                  task=self.task, policy=self.policy, seed=self.seed,
-                 task_names=np.array(self.task_names), policy_names=np.array(self.policy_names))
+                 task_names=np.array(self.task_names), policy_names=np.array(self.policy_names),
+                 object_pos=self.object_pos, target_pos=self.target_pos, contact=self.contact, masks=self.masks)
 
     @classmethod
     def load(cls, path: str | Path) -> "Episodes":
         with np.load(path, allow_pickle=False) as z:
+            missing = [k for k in ("object_pos", "target_pos", "contact", "masks") if k not in z.files]
+            if missing:
+                raise ValueError(f"{path} was recorded by an older train-world (no {', '.join(missing)}); "
+                                 f"delete it and record again")
             return cls(z["frames"], z["actions"], z["gripper"], z["success"], z["task"], z["policy"], z["seed"],
-                       [str(s) for s in z["task_names"]], [str(s) for s in z["policy_names"]])
+                       [str(s) for s in z["task_names"]], [str(s) for s in z["policy_names"]],
+                       z["object_pos"], z["target_pos"], z["contact"], z["masks"])
 
 
 def split_by_seed(episodes: Episodes, holdout_fraction: float = 0.15) -> tuple[Episodes, Episodes]:
@@ -86,21 +102,33 @@ def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: i
     from tqdm import tqdm
 
     import kosmos_env  # noqa: F401  (registers the env ids)
-    from kosmos_env.rollouts import run_episode
 
     if seeds_per_task < 1:
         raise ValueError(f"seeds_per_task must be >= 1, got {seeds_per_task}")
-    env = gymnasium.make(REFERENCE_ENV, image_size=tuple(image_size), horizon=horizon)
+    # no consistency gate: it would end an episode early, and what a policy did is data either way
+    env = gymnasium.make(REFERENCE_ENV, image_size=tuple(image_size), horizon=horizon, gate={"enabled": False})
     tasks = env.unwrapped.task_names
     labels, built = list(policies), list(policies.values())
-    rows: dict[str, list] = {k: [] for k in ("frames", "actions", "gripper", "success", "task", "policy", "seed")}
+    keys = ("frames", "actions", "gripper", "success", "task", "policy", "seed", "object_pos", "target_pos",
+            "contact", "masks")
+    rows: dict[str, list] = {k: [] for k in keys}
     jobs = [(p, t, seed_offset + t * 1000 + i) for p in range(len(built)) for t in range(len(tasks))
             for i in range(seeds_per_task)]
     try:
         for p, t, seed in tqdm(jobs, desc="recording tabletop episodes", disable=not progress):
-            result = run_episode(env, built[p], seed=seed, task=tasks[t])
-            r = result.rollout
-            if len(r.actions) != horizon:  # only a gate could end an episode early; the tabletop has none
+            # the same protocol as kosmos_env.rollouts.run_episode (policy reset with the episode
+            # seed), stepped here so the simulator's object state can be read after every step
+            obs, _ = env.reset(seed=seed, options={"task": tasks[t]})
+            built[p].reset(obs["instruction"], seed=seed)
+            sim = env.unwrapped.world
+            probe = [_probe(sim)]
+            for _ in range(horizon):
+                obs, _, terminated, truncated, _ = env.step(np.asarray(built[p].act(obs), dtype=np.float32))
+                probe.append(_probe(sim))
+                if terminated or truncated:
+                    break
+            r = env.unwrapped.rollout()
+            if len(r.actions) != horizon:  # only a gate could end an episode early, and it is off
                 raise RuntimeError(f"episode {labels[p]} {tasks[t]} {seed} ended after {len(r.actions)} steps")
             rows["frames"].append(r.frames)
             rows["actions"].append(r.actions.astype(np.float32))
@@ -109,8 +137,30 @@ def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: i
             rows["task"].append(t)
             rows["policy"].append(p)
             rows["seed"].append(seed)
+            for i, key in enumerate(("object_pos", "target_pos", "contact", "masks")):
+                rows[key].append(np.stack([pr[i] for pr in probe]))
     finally:
         env.close()
-    return Episodes(*(np.stack(rows[k]) if k in ("frames", "actions", "gripper", "success") else np.asarray(rows[k])
-                      for k in ("frames", "actions", "gripper", "success", "task", "policy", "seed")),
-                    task_names=list(tasks), policy_names=labels)
+    per_episode = ("task", "policy", "seed")
+    return Episodes(*(np.asarray(rows[k]) if k in per_episode else np.stack(rows[k]) for k in keys[:7]),
+                    task_names=list(tasks), policy_names=labels,
+                    **{k: np.stack(rows[k]) for k in keys[7:]})
+
+
+def _probe(sim) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray]:
+    """Object centre, target centre, finger contact and segmentation of the simulator's current frame."""
+    model, data = sim.model, sim.data
+    obj_body, target_body = model.body("object").id, model.body("target").id
+    renderer = sim.renderer
+    renderer.enable_segmentation_rendering()
+    try:
+        renderer.update_scene(data, camera="main")
+        seg = renderer.render()[..., 0].copy()
+    finally:
+        renderer.disable_segmentation_rendering()
+    body_of_geom = np.r_[model.geom_bodyid, -1]  # -1: background (geom id -1) maps to the last entry
+    body = body_of_geom[seg]
+    masks = (body == obj_body).astype(np.uint8) | ((body == target_body).astype(np.uint8) << 1)
+    contact = bool(sim.evaluate()["released"] is False)
+    return (data.xpos[obj_body].astype(np.float32).copy(), data.xpos[target_body].astype(np.float32).copy(),
+            contact, masks)

@@ -1,10 +1,19 @@
-"""Train the next-frame network on recorded episodes, and measure it against copy-last-frame.
+"""Train the learned tabletop on recorded episodes, and measure it against copy-last-frame.
 
-Training unrolls the network on its own predictions (frames and gripper fed back) for a
-curriculum of 2 → 4 → 5 steps, with a per-pixel loss that up-weights the pixels that change.
-Everything is seeded; torch uses at most 2 threads. Held-out evaluation rolls the model open
-loop for up to 10 steps from true frames of held-out episodes and compares its per-pixel MSE
-with copying the conditioning frame.
+Three networks, trained in order (everything seeded; torch uses at most 2 threads):
+
+1. the segmenter (object and target masks) on random frames, supervised by the simulator's
+   segmentation;
+2. the object dynamics (held probability, free displacement, measured gripper), unrolled over
+   whole episodes on their own predictions, supervised by the simulator's object centre, finger
+   contact and measured gripper;
+3. the renderer, unrolled on its own frames for a curriculum of 2 → 3 → 4 model calls, each call
+   covering 1–4 actions, with the object's sprite placed at its true position (the dynamics are
+   trained separately), and a per-pixel loss that up-weights the pixels that change.
+
+Held-out evaluation (:func:`multistep_error`) runs the whole learned world (:mod:`.engine`) from
+the first frame of every held-out episode, as the env does, and compares its frames with the
+simulator's and with copying the first frame (the last true frame the world was given).
 """
 from __future__ import annotations
 
@@ -15,9 +24,10 @@ from typing import Any, Mapping
 import numpy as np
 
 from kosmos_env.worlds.tabletop_learned.dataset import Episodes
-from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, integrate
+from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, integrate, matrix_to_euler
 
-GRIPPER_COL = 16  # index of the measured gripper in the conditioning vector
+#: how often each number of actions per model call is drawn while training the renderer
+ACTIONS_PER_CALL_MIX = ((1, 0.4), (2, 0.2), (3, 0.2), (4, 0.2))
 
 
 @dataclass
@@ -26,161 +36,353 @@ class Prepared:
 
     frames: np.ndarray  # (E, T+1, H, W, 3) uint8
     heat: np.ndarray  # (E, T+1, H, W) float16
-    cond: np.ndarray  # (E, T, 20) float32, measured gripper of step t at GRIPPER_COL
-    gripper: np.ndarray  # (E, T+1) float32
+    actions: np.ndarray  # (E, T, 7)
+    pos: np.ndarray  # (E, T+1, 3) integrated commanded tool point
+    euler: np.ndarray  # (E, T+1, 3)
+    gripper: np.ndarray  # (E, T+1) measured opening
+    object_pos: np.ndarray  # (E, T+1, 3) simulator
+    object_uv: np.ndarray  # (E, T+1, 2) its projection
+    target_xy: np.ndarray  # (E, 2) simulator, at reset
+    held: np.ndarray  # (E, T+1) float: a finger touches the object and the gripper is commanded closed
+    moves: np.ndarray  # (E, T) float: not held after action t, and the object moved by more than 2 mm
+    masks: np.ndarray  # (E, T+1, H, W) uint8 bits
+    task: np.ndarray  # (E,)
+    rest_z: np.ndarray  # (E,) object centre height resting on the table
+    task_params: list
+    home: np.ndarray
 
 
 def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
-    from kosmos_env.worlds.tabletop_learned.kinematics import matrix_to_euler
-    from kosmos_env.worlds.tabletop_learned.model import condition_vector
+    from kosmos_env.tasks import load_suite
+    from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
+    from kosmos_env.worlds.tabletop_learned.objects import TASKS, rest_heights
 
     h, w = episodes.frames.shape[2:4]
     render = HeatmapRenderer(world["camera"], (h, w))
-    home = np.asarray(world["home_tcp"], dtype=np.float32)
+    calibration = tabletop_calibration(world["camera"], (h, w))
+    suite = load_suite("tabletop").tasks
+    params = [suite[episodes.task_names[t]].params for t in episodes.task]
+    E, T1 = episodes.frames.shape[:2]
     heat = np.zeros(episodes.frames.shape[:4], dtype=np.float16)
-    cond = np.zeros((*episodes.actions.shape[:2], 20), dtype=np.float32)
-    for e in range(len(episodes)):
-        pos, rot = integrate(world, episodes.actions[e])
-        euler = np.stack([matrix_to_euler(r) for r in rot])
-        heat[e] = np.stack([render(p, r) for p, r in zip(pos, rot)])
-        cond[e] = condition_vector(episodes.actions[e], pos[:-1], euler[:-1], pos[1:], episodes.gripper[e, :-1], home)
-    return Prepared(episodes.frames, heat, cond, episodes.gripper.astype(np.float32))
-
-
-def _batch(data: Prepared, ep: np.ndarray, start: np.ndarray, k: int):
-    """Torch tensors for rollouts of ``k`` steps from ``start`` in episodes ``ep``."""
-    import torch
-
-    idx = start[:, None] + np.arange(k + 1)[None]  # frames start .. start+k
-    frames = data.frames[ep[:, None], idx]  # (B, k+1, H, W, 3)
-    prev = data.frames[ep, np.maximum(start - 1, 0)]
-    heat = data.heat[ep[:, None], idx].astype(np.float32)
-    cond = data.cond[ep[:, None], start[:, None] + np.arange(k)[None]]
-    grip = data.gripper[ep[:, None], idx]
-
-    def img(a):
-        return torch.from_numpy(a).float().div_(255.0).movedim(-1, -3)
-
-    return img(prev), img(frames), torch.from_numpy(heat), torch.from_numpy(cond), torch.from_numpy(grip)
-
-
-def unroll(model, prev, frames0, heat, cond, grip0, k: int):
-    """Roll the model ``k`` steps on its own outputs; returns predicted frames (B, k, 3, H, W) and grippers (B, k)."""
-    import torch
-
-    cur, g = frames0, grip0
-    out_f, out_g = [], []
-    for t in range(k):
-        c = cond[:, t].clone()
-        c[:, GRIPPER_COL] = g
-        nxt, g_next, _ = model(prev, cur, heat[:, t], heat[:, t + 1], c)
-        out_f.append(nxt)
-        out_g.append(g_next)
-        prev, cur, g = cur, nxt, g_next
-    return torch.stack(out_f, 1), torch.stack(out_g, 1)
+    pos = np.zeros((E, T1, 3), np.float32)
+    euler = np.zeros((E, T1, 3), np.float32)
+    for e in range(E):
+        p, rot = integrate(world, episodes.actions[e])
+        pos[e] = p
+        euler[e] = np.stack([matrix_to_euler(r) for r in rot])
+        heat[e] = np.stack([render(a, b) for a, b in zip(p, rot)])
+    closed = np.c_[np.zeros((E, 1)), episodes.actions[:, :, 6] < 0.5]
+    held = (episodes.contact & (closed > 0)).astype(np.float32)
+    step = np.linalg.norm(np.diff(episodes.object_pos, axis=1), axis=2)
+    moves = ((step > 0.002) & (held[:, 1:] < 0.5)).astype(np.float32)
+    uv = calibration.project(episodes.object_pos.reshape(-1, 3)).reshape(E, T1, 2).astype(np.float32)
+    return Prepared(episodes.frames, heat, episodes.actions.astype(np.float32), pos, euler,
+                    episodes.gripper.astype(np.float32), episodes.object_pos.astype(np.float32), uv,
+                    episodes.target_pos[:, 0, :2].astype(np.float32), held, moves, episodes.masks,
+                    np.array([TASKS.index(episodes.task_names[t]) for t in episodes.task], np.int64), np.array([rest_heights(p)[0] for p in params], np.float32),
+                    params, np.asarray(world["home_tcp"], np.float32))
 
 
 @dataclass
 class TrainConfig:
-    steps: int = 2400
-    batch: int = 16
+    steps: int = 700
+    batch: int = 8
     lr: float = 2e-3
     seed: int = 0
-    curriculum: tuple = ((0.35, 2), (0.75, 4), (1.0, 5))  # (fraction of steps, unroll length)
+    curriculum: tuple = ((0.3, 2), (0.7, 3), (1.0, 4))  # (fraction of steps, model calls unrolled)
     change_weight: float = 4.0
-    gripper_weight: float = 2.0
+    segmenter_steps: int = 400
+    dynamics_steps: int = 1500
     threads: int = 2
     model: dict = field(default_factory=dict)
 
 
-def train(train_data: Prepared, cfg: TrainConfig, progress: bool = True, log_every: int = 100):
-    """Train a fresh :class:`NextFrameNet`; returns (model, history of (step, loss))."""
+def _images(a: np.ndarray):
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a)).float().div_(255.0).movedim(-1, -3)
+
+
+def train_segmenter(model, data: Prepared, cfg: TrainConfig, rng: np.random.Generator, progress: bool = True) -> list:
     import torch
     from tqdm import tqdm
 
-    from kosmos_env.worlds.tabletop_learned.model import NextFrameNet
-
-    torch.set_num_threads(max(1, min(2, cfg.threads)))
-    torch.manual_seed(cfg.seed)
-    rng = np.random.default_rng(cfg.seed)
-    model = NextFrameNet(cfg.model)
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.05)
-    E, T1 = train_data.frames.shape[:2]
-    T = T1 - 1
+    opt = torch.optim.AdamW(model.segmenter.parameters(), lr=3e-3, weight_decay=1e-4)
+    E, T1 = data.frames.shape[:2]
     history = []
-    model.train()
-    bar = tqdm(range(cfg.steps), desc="training learned tabletop", disable=not progress)
+    for step in tqdm(range(cfg.segmenter_steps), desc="training segmenter", disable=not progress):
+        e = rng.integers(0, E, 32)
+        # half first frames (what the world segments), half any frame (robot in view)
+        t = np.where(rng.random(32) < 0.5, 0, rng.integers(0, T1, 32))
+        m = data.masks[e, t]
+        target = torch.from_numpy(np.stack([m & 1, (m >> 1) & 1], axis=1).astype(np.float32))
+        logits = model.segmenter(_images(data.frames[e, t]), torch.from_numpy(data.task[e]))
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, target, pos_weight=torch.tensor(3.0))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 100 == 0 or step == cfg.segmenter_steps - 1:
+            history.append(("segmenter", step, float(loss.detach())))
+    return history
+
+
+def unroll_dynamics(dynamics, data: Prepared, ep: np.ndarray, hard: bool = False, start_obj=None):
+    """Roll the object dynamics over whole episodes from the simulator's first object state."""
+    import torch
+
+    T = data.actions.shape[1]
+    obj = torch.from_numpy(data.object_pos[ep, 0]) if start_obj is None else start_obj
+    grip = torch.ones(len(ep))
+    held = torch.zeros(len(ep))
+    pos = torch.from_numpy(data.pos[ep])
+    cmd = torch.from_numpy(data.actions[ep, :, 6])
+    rest = torch.from_numpy(data.rest_z[ep])
+    target = torch.from_numpy(data.target_xy[ep])
+    task = torch.from_numpy(data.task[ep])
+    objs, logits, move_logits, grips, helds = [], [], [], [], []
+    for t in range(T):
+        obj, held, logit, move_logit, grip = dynamics.step(obj, pos[:, t], pos[:, t + 1], cmd[:, t], grip, held, rest,
+                                                           target, task, hard=hard)
+        objs.append(obj)
+        logits.append(logit)
+        move_logits.append(move_logit)
+        grips.append(grip)
+        helds.append(held)
+    return (torch.stack(objs, 1), torch.stack(logits, 1), torch.stack(move_logits, 1), torch.stack(grips, 1),
+            torch.stack(helds, 1))
+
+
+def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Generator, progress: bool = True) -> list:
+    import torch
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(model.dynamics.parameters(), lr=3e-3, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, max(cfg.dynamics_steps, 1))
+    E = len(data.frames)
+    history = []
+    for step in tqdm(range(cfg.dynamics_steps), desc="training object dynamics", disable=not progress):
+        ep = rng.integers(0, E, 32)
+        objs, logits, move_logits, grips, _ = unroll_dynamics(model.dynamics, data, ep)
+        target = torch.from_numpy(data.object_pos[ep, 1:])
+        loss_pos = (((objs - target) * 100.0) ** 2).mean()  # cm²
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        loss_held = bce(logits, torch.from_numpy(data.held[ep, 1:]))
+        loss_move = bce(move_logits, torch.from_numpy(data.moves[ep]))
+        loss_grip = ((grips - torch.from_numpy(data.gripper[ep, 1:])) ** 2).mean() * 20.0
+        loss = 0.1 * loss_pos + loss_held + loss_move + loss_grip
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.dynamics.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if step % 100 == 0 or step == cfg.dynamics_steps - 1:
+            history.append(("dynamics", step, float(loss_pos.detach()), float(loss_held.detach()), float(loss_grip.detach())))
+    return history
+
+
+def first_frame_sprites(model, data: Prepared):
+    """Each episode's object sprite from its first frame, as the world cuts it (segmenter alpha)."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for i in range(0, len(data.frames), 128):
+            img = _images(data.frames[i:i + 128, 0])
+            alpha = torch.sigmoid(model.segmenter(img, torch.from_numpy(data.task[i:i + 128])))[:, :1]
+            out.append(torch.cat([img * alpha, alpha], dim=1))
+    return torch.cat(out)
+
+
+def _render_batch(data: Prepared, sprites, ep: np.ndarray, start: np.ndarray, s: int, k: int):
+    """Tensors for ``k`` model calls of ``s`` actions each from ``start`` in episodes ``ep``."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.model import condition_vector
+    from kosmos_env.worlds.tabletop_learned.objects import shift_layers
+
+    b = len(ep)
+    calls = start[:, None] + s * np.arange(k + 1)[None]  # (B, k+1) frame indices at the calls
+    frames = _images(data.frames[ep[:, None], calls])  # (B, k+1, 3, H, W)
+    prev_idx = np.where(start >= s, start - s, start)
+    prev = _images(data.frames[ep, prev_idx])
+    heat = torch.from_numpy(data.heat[ep[:, None], calls].astype(np.float32))
+    c0, c1 = calls[:, :-1], calls[:, 1:]
+    acts = np.stack([data.actions[ep[:, None], c0 + j] for j in range(s)], axis=2)  # (B, k, s, 7)
+    eff = np.concatenate([acts[..., :6].sum(axis=2), acts[:, :, -1, 6:7]], axis=-1)
+    cond = condition_vector(eff, data.pos[ep[:, None], c0], data.euler[ep[:, None], c0], data.pos[ep[:, None], c1],
+                            data.gripper[ep[:, None], c0], data.home, data.gripper[ep[:, None], c1],
+                            np.full(c0.shape, s))
+    shift = torch.from_numpy(data.object_uv[ep[:, None], calls] - data.object_uv[ep, 0][:, None])  # (B, k+1, 2)
+    sp = sprites[torch.from_numpy(ep)]
+    placed = shift_layers(sp[:, None].expand(b, k + 1, *sp.shape[1:]).reshape(b * (k + 1), *sp.shape[1:]),
+                          shift.reshape(-1, 2)).reshape(b, k + 1, *sp.shape[1:])
+    return prev, frames, heat, torch.from_numpy(cond), placed
+
+
+def unroll_renderer(renderer, prev, frames0, heat, cond, placed, k: int):
+    """Roll the renderer ``k`` calls on its own frames; returns predicted frames (B, k, 3, H, W)."""
+    import torch
+
+    cur = frames0
+    out = []
+    for j in range(k):
+        nxt, _ = renderer(prev, cur, heat[:, j], heat[:, j + 1], placed[:, j + 1], placed[:, j, 3], cond[:, j])
+        out.append(nxt)
+        prev, cur = cur, nxt
+    return torch.stack(out, 1)
+
+
+def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.random.Generator,
+                   progress: bool = True, log_every: int = 100) -> list:
+    import torch
+    from tqdm import tqdm
+
+    params = list(model.renderer.parameters())
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=1e-4)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.05)
+    E, T1 = data.frames.shape[:2]
+    T = T1 - 1
+    strides = np.array([s for s, _ in ACTIONS_PER_CALL_MIX])
+    weights = np.array([w for _, w in ACTIONS_PER_CALL_MIX])
+    history = []
     running = None
+    bar = tqdm(range(cfg.steps), desc="training renderer", disable=not progress)
     for step in bar:
         frac = (step + 1) / max(cfg.steps, 1)
         k = next(length for until, length in cfg.curriculum if frac <= until + 1e-9)
-        k = min(k, T)
+        s = int(rng.choice(strides, p=weights / weights.sum()))
+        k = max(1, min(k, T // s))
         ep = rng.integers(0, E, cfg.batch)
-        start = rng.integers(0, T - k + 1, cfg.batch)
-        prev, frames, heat, cond, grip = _batch(train_data, ep, start, k)
-        pred_f, pred_g = unroll(model, prev, frames[:, 0], heat, cond, grip[:, 0], k)
+        start = rng.integers(0, T - s * k + 1, cfg.batch)
+        prev, frames, heat, cond, placed = _render_batch(data, sprites, ep, start, s, k)
+        pred = unroll_renderer(model.renderer, prev, frames[:, 0], heat, cond, placed, k)
         target = frames[:, 1:]
         changed = ((target - frames[:, :-1]).abs().amax(dim=2, keepdim=True) > 0.03).float()
-        weight = 1.0 + cfg.change_weight * changed
-        loss_f = (weight * (pred_f - target) ** 2).mean()
-        loss_g = ((pred_g - grip[:, 1:]) ** 2).mean()
-        loss = loss_f + cfg.gripper_weight * loss_g
+        loss = ((1.0 + cfg.change_weight * changed) * (pred - target) ** 2).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         sched.step()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % log_every == 0 or step == cfg.steps - 1:
-            history.append((step, float(running), k))
+            history.append(("renderer", step, float(running), k, s))
             bar.set_postfix(loss=f"{running:.5f}", k=k)
+    return history
+
+
+def train(train_data: Prepared, cfg: TrainConfig, progress: bool = True, after_stage=None):
+    """Train a fresh :class:`~.model.LearnedTabletop`; returns (model, history).
+
+    ``after_stage(name, model)`` is called after the segmenter and after the dynamics (to
+    report on them before the long renderer stage)."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.model import LearnedTabletop
+
+    torch.set_num_threads(max(1, min(2, cfg.threads)))
+    torch.manual_seed(cfg.seed)
+    rng = np.random.default_rng(cfg.seed)
+    model = LearnedTabletop(cfg.model)
+    model.train()
+    history = train_segmenter(model, train_data, cfg, rng, progress)
+    history += train_dynamics(model, train_data, cfg, rng, progress)
+    if after_stage is not None:
+        model.eval()
+        after_stage("dynamics", model)
+        model.train()
+    sprites = first_frame_sprites(model, train_data)
+    history += train_renderer(model, train_data, sprites, cfg, rng, progress)
     model.eval()
     return model, history
 
 
-def multistep_error(model, data: Prepared, horizon: int = 10, stride: int = 5, threads: int = 2) -> dict[str, Any]:
-    """Open-loop error vs copy-last-frame at horizons 1..``horizon`` on held-out episodes.
+def multistep_error(model, data: Prepared, world: Mapping[str, Any], horizon: int = 20, actions_per_call: int = 1,
+                    threads: int = 2) -> dict[str, Any]:
+    """The whole learned world, open loop from each held-out episode's first frame, at steps 1..``horizon``.
 
-    From every start s = 0, stride, … (with s + horizon inside the episode), the model sees the
-    true frames s−1 and s and the true actions, and predicts ``horizon`` frames on its own
-    outputs. Error is per-pixel MSE in [0, 1] units; ``copy`` copies frame s.
+    Per step: per-pixel MSE (frames in [0, 1]) of the generated frame and of copying the first
+    frame (the last true frame the world saw), the object's centre error (cm) against the
+    simulator, and the absolute error of the predicted measured gripper.
     """
     import torch
 
+    from kosmos_env.worlds.tabletop_learned.engine import Engine, to_tensor
+
     torch.set_num_threads(max(1, min(2, threads)))
     E, T1 = data.frames.shape[:2]
-    starts = np.arange(0, T1 - horizon, stride)
-    ep = np.repeat(np.arange(E), len(starts))
-    st = np.tile(starts, E)
-    model_err = np.zeros(horizon)
-    copy_err = np.zeros(horizon)
-    grip_err = np.zeros(horizon)
-    n = 0
-    with torch.no_grad():
-        for i in range(0, len(ep), 64):
-            prev, frames, heat, cond, grip = _batch(data, ep[i:i + 64], st[i:i + 64], horizon)
-            pred_f, pred_g = unroll(model, prev, frames[:, 0], heat, cond, grip[:, 0], horizon)
-            target = frames[:, 1:]
-            b = len(prev)
-            model_err += ((pred_f - target) ** 2).mean(dim=(2, 3, 4)).sum(0).numpy()
-            copy_err += ((frames[:, :1] - target) ** 2).mean(dim=(2, 3, 4)).sum(0).numpy()
-            grip_err += (pred_g - grip[:, 1:]).abs().sum(0).numpy()
-            n += b
+    horizon = min(horizon, T1 - 1)
+    engine = Engine(model, world, actions_per_call)
+    model_err, copy_err, obj_err, grip_err = (np.zeros(horizon) for _ in range(4))
+    for i in range(0, E, 64):
+        ep = np.arange(i, min(i + 64, E))
+        engine.start(data.frames[ep, 0], data.task[ep], [data.task_params[e] for e in ep])
+        first = to_tensor(data.frames[ep, 0])
+        for t in range(horizon):
+            frames, grip, _ = engine.step(data.actions[ep, t], render=True if t + 1 == horizon else None)
+            truth = to_tensor(data.frames[ep, t + 1])
+            model_err[t] += ((to_tensor(frames) - truth) ** 2).mean(dim=(1, 2, 3)).sum().item()
+            copy_err[t] += ((first - truth) ** 2).mean(dim=(1, 2, 3)).sum().item()
+            obj_err[t] += np.linalg.norm(engine.obj.numpy() - data.object_pos[ep, t + 1], axis=1).sum() * 100.0
+            grip_err[t] += np.abs(grip - data.gripper[ep, t + 1]).sum()
     return {
         "horizons": list(range(1, horizon + 1)),
-        "model_mse": (model_err / n).tolist(),
-        "copy_mse": (copy_err / n).tolist(),
-        "gripper_mae": (grip_err / n).tolist(),
-        "n_rollouts": int(n),
+        "model_mse": (model_err / E).tolist(),
+        "copy_mse": (copy_err / E).tolist(),
+        "object_cm": (obj_err / E).tolist(),
+        "gripper_mae": (grip_err / E).tolist(),
+        "n_rollouts": int(E),
         "n_episodes": int(E),
+        "actions_per_call": int(actions_per_call),
     }
 
 
+def object_error(model, data: Prepared, world: Mapping[str, Any], threads: int = 2) -> dict[str, Any]:
+    """Object state and gripper of the learned world (no frames rendered) over whole held-out
+    episodes from the first frame: mean object-centre error (cm), held-state accuracy and
+    measured-gripper error per step, and the share of episodes whose object ends within 2 cm."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.engine import Engine
+
+    torch.set_num_threads(max(1, min(2, threads)))
+    E, T1 = data.frames.shape[:2]
+    engine = Engine(model, world, 1)
+    obj_err, held_acc, grip_err = (np.zeros(T1 - 1) for _ in range(3))
+    final = []
+    for i in range(0, E, 128):
+        ep = np.arange(i, min(i + 128, E))
+        engine.start(data.frames[ep, 0], data.task[ep], [data.task_params[e] for e in ep])
+        for t in range(T1 - 1):
+            _, grip, _ = engine.step(data.actions[ep, t], render=False)
+            err = np.linalg.norm(engine.obj.numpy() - data.object_pos[ep, t + 1], axis=1) * 100.0
+            obj_err[t] += err.sum()
+            held_acc[t] += ((engine.held.numpy() > 0.5) == (data.held[ep, t + 1] > 0.5)).sum()
+            grip_err[t] += np.abs(grip - data.gripper[ep, t + 1]).sum()
+        final.append(err)
+    final = np.concatenate(final)
+    return {"object_cm": (obj_err / E).tolist(), "held_accuracy": (held_acc / E).tolist(),
+            "gripper_mae": (grip_err / E).tolist(), "final_within_2cm": float((final < 2.0).mean()),
+            "n_episodes": int(E)}
+
+
+def format_object_table(result: Mapping[str, Any], steps=(1, 5, 10, 15, 20, 25, 30, 35, 40)) -> str:
+    lines = ["step  object_cm  held_acc  gripper_mae", "----  ---------  --------  -----------"]
+    for t in steps:
+        if t <= len(result["object_cm"]):
+            lines.append(f"{t:4d}  {result['object_cm'][t - 1]:9.2f}  {result['held_accuracy'][t - 1]:8.3f}  "
+                         f"{result['gripper_mae'][t - 1]:11.4f}")
+    lines.append(f"object within 2 cm of the simulator's at the last step: {result['final_within_2cm']:.3f} "
+                 f"of {result['n_episodes']} episodes")
+    return "\n".join(lines)
+
+
 def format_error_table(result: Mapping[str, Any]) -> str:
-    lines = ["horizon  model_mse   copy_mse    ratio  gripper_mae", "-------  ----------  ----------  -----  -----------"]
-    for h, m, c, g in zip(result["horizons"], result["model_mse"], result["copy_mse"], result["gripper_mae"]):
-        lines.append(f"{h:7d}  {m:10.6f}  {c:10.6f}  {m / c:5.3f}  {g:11.4f}")
+    lines = ["horizon  model_mse   copy_mse    ratio  object_cm  gripper_mae",
+             "-------  ----------  ----------  -----  ---------  -----------"]
+    for h, m, c, o, g in zip(result["horizons"], result["model_mse"], result["copy_mse"], result["object_cm"],
+                             result["gripper_mae"]):
+        lines.append(f"{h:7d}  {m:10.6f}  {c:10.6f}  {m / c:5.3f}  {o:9.2f}  {g:11.4f}")
     return "\n".join(lines)
 
 

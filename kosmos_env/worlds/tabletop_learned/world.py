@@ -2,14 +2,18 @@
 
 ``reset`` lays out the scene with the simulator (same seed, same layout as
 ``Kosmos-Tabletop-v1``) and keeps only its first frame, the way a video world model is given
-an initial photograph. From then on the simulator is not consulted: every frame is predicted by
-the next-frame network from the last two frames and the action, the end-effector pose is
-integrated from the actions, and the measured gripper is predicted. The world has no state to
-evaluate, so :meth:`evaluate` returns ``None``; judge it with the robot-log judge (on the
+an initial photograph. From then on the simulator is not consulted: the learned segmenter finds
+the object and the target in that frame, the learned object dynamics step the object state and
+predict the measured gripper with every action, and the renderer predicts every frame from the
+last two frames, the action and the object's sprite placed where the object now is
+(:mod:`.engine`). The end-effector pose is integrated from the actions. The world has no state
+to evaluate, so :meth:`evaluate` returns ``None``; judge it with the robot-log judge (on the
 predicted gripper log) or the vision judge on generated frames.
 
-The network runs at 64×64 only; the spec fixes ``image_size`` to it and any other size is
-refused with a clear error.
+Cost against fidelity: ``world.actions_per_call`` (1–4) sets how many actions one renderer
+call covers (frames between calls repeat the last generated one); the spec's ``world.sweep``
+lists the values a study may sweep. The network runs at 64×64 only; the spec fixes
+``image_size`` to it and any other size is refused with a clear error.
 """
 from __future__ import annotations
 
@@ -23,9 +27,11 @@ from gymnasium import spaces
 
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
-from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE, HeatmapRenderer, PoseIntegrator
+from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
 
-_OWN_KEYS = ("type", "reference", "weights", "weights_sha256")
+_OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep")
+#: the world settings a study may sweep (cost against fidelity), and the values each may take
+SWEEPABLE = {"actions_per_call": (1, 2, 3, 4)}
 
 
 def weights_dir() -> Path:
@@ -48,6 +54,7 @@ class LearnedTabletopWorld:
     """
 
     frames_per_action = 1
+    sweepable = SWEEPABLE
 
     def __init__(self, spec: Any, weights_path: str | None = None):
         if tuple(spec.image_size) != MODEL_SIZE:
@@ -60,10 +67,18 @@ class LearnedTabletopWorld:
         self.image_size = MODEL_SIZE
         self.calibration = tabletop_calibration(self.params["camera"], MODEL_SIZE)
         self.weights_path = Path(weights_path) if weights_path else weights_dir() / self.params["weights"]
-        self._integrator = PoseIntegrator(self.params)
-        self._heatmap = HeatmapRenderer(self.params["camera"], MODEL_SIZE)
-        self._home = np.asarray(self.params["home_tcp"], dtype=np.float32)
+        self.actions_per_call = self.params.get("actions_per_call", 1)
+        if self.actions_per_call not in SWEEPABLE["actions_per_call"]:
+            raise ValueError(f"{spec.id}: world.actions_per_call must be one of {list(SWEEPABLE['actions_per_call'])}, "
+                             f"got {self.actions_per_call!r}")
+        sweep = self.params.get("sweep", {})
+        bad = [k for k in (sweep if isinstance(sweep, Mapping) else ["<not a mapping>"])
+               if k not in SWEEPABLE or not isinstance(sweep[k], (list, tuple)) or not set(sweep[k]) <= set(SWEEPABLE[k])]
+        if bad:
+            raise ValueError(f"{spec.id}: world.sweep may list only {dict((k, list(v)) for k, v in SWEEPABLE.items())}; "
+                             f"got {sweep!r}")
         self._model = None
+        self._engine = None
         self._sim = None
 
     # -- WorldModel protocol --------------------------------------------------------------
@@ -88,39 +103,33 @@ class LearnedTabletopWorld:
                     f"(which changes the spec hash) to use them.")
         from kosmos_env.worlds.tabletop_learned.model import load_weights
 
+        from kosmos_env.worlds.tabletop_learned.engine import Engine
+        from kosmos_env.worlds.tabletop_learned.model import load_weights
+
         self._model, self.weights_info = load_weights(self.weights_path)
+        self._engine = Engine(self._model, self.params, self.actions_per_call, MODEL_SIZE)
 
     def reset(self, task: Any, rng: np.random.Generator) -> WorldReset:
         self.load()
         start = self._simulator().reset(task, rng)
-        self._integrator.reset()
-        import torch
+        from kosmos_env.worlds.tabletop_learned.objects import TASKS
 
-        self._cur = torch.from_numpy(start.frame).float().div(255.0).permute(2, 0, 1)[None]
-        self._prev = self._cur
-        self._gripper = float(start.state["gripper"][0])
+        if task.name not in TASKS:
+            raise ValueError(f"the learned tabletop knows tasks {list(TASKS)}, not {task.name!r}")
+        self._engine.start(start.frame[None], [TASKS.index(task.name)], [task.params])
+        self._steps = 0
+        self._gripper = 1.0
         return WorldReset(frame=start.frame, state=self._state())
 
     def step(self, actions: np.ndarray) -> WorldStep:
-        import torch
-
-        from kosmos_env.worlds.tabletop_learned.model import condition_vector
-
         frames, ee, cmd, measured = [], [], [], []
         for action in np.asarray(actions, dtype=np.float64).reshape(-1, 7):
-            pos, rot, euler = self._integrator.pos.copy(), self._integrator.rot.copy(), self._integrator.euler
-            self._integrator.step(action)
-            nxt_pos, nxt_rot = self._integrator.pos, self._integrator.rot
-            cond = condition_vector(action, pos, euler, nxt_pos, np.float32(self._gripper), self._home)
-            with torch.no_grad():
-                frame, gripper, _ = self._model(
-                    self._prev, self._cur,
-                    torch.from_numpy(self._heatmap(pos, rot))[None], torch.from_numpy(self._heatmap(nxt_pos, nxt_rot))[None],
-                    torch.from_numpy(cond)[None])
-            self._prev, self._cur = self._cur, frame
-            self._gripper = float(np.clip(gripper.item(), 0.0, 1.0))
-            frames.append((frame[0].permute(1, 2, 0).numpy() * 255.0).round().clip(0, 255).astype(np.uint8))
-            ee.append(nxt_pos.astype(np.float32))
+            self._steps += 1
+            # the last step of an episode always gets a generated frame (what a judge reads)
+            frame, gripper, _ = self._engine.step(action[None], render=True if self._steps >= self.spec.horizon else None)
+            self._gripper = float(np.clip(gripper[0], 0.0, 1.0))
+            frames.append(frame[0])
+            ee.append(self._engine.ee_pos()[0])
             cmd.append(float(action[6]))
             measured.append(self._gripper)
         log = {
@@ -154,7 +163,7 @@ class LearnedTabletopWorld:
 
     def _state(self) -> dict[str, np.ndarray]:
         return {
-            "ee_pos": self._integrator.pos.astype(np.float32),
-            "ee_euler": self._integrator.euler.astype(np.float32),
+            "ee_pos": self._engine.ee_pos()[0],
+            "ee_euler": self._engine.ee_euler()[0],
             "gripper": np.array([self._gripper], dtype=np.float32),
         }

@@ -1,0 +1,161 @@
+"""Run the learned tabletop forward: object state, gripper and frames, for a batch of episodes.
+
+One implementation serves the env (:mod:`.world`, a batch of one) and the held-out evaluation
+(:mod:`.train`, many episodes in lockstep), so what is measured is what the env runs.
+
+Per action: the commanded pose is integrated (:mod:`.kinematics`), the object dynamics step the
+object state and predict the measured gripper (:mod:`.objects`), and a free object over the
+target is kept on the target's top (the one piece of scene geometry imposed rather than
+learned; sizes from the public task suite). The renderer (:mod:`.model`) is
+called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
+the episode); actions in between repeat the last generated frame.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
+from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
+from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
+from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers
+
+
+def to_tensor(frames: np.ndarray) -> torch.Tensor:
+    """uint8 (B, H, W, 3) → float (B, 3, H, W) in [0, 1]."""
+    return torch.from_numpy(np.ascontiguousarray(frames)).float().div_(255.0).movedim(-1, -3)
+
+
+def to_uint8(frames: torch.Tensor) -> np.ndarray:
+    return (frames.movedim(-3, -1).numpy() * 255.0).round().clip(0, 255).astype(np.uint8)
+
+
+class Engine:
+    """Batched learned-tabletop state. ``start`` with first frames, then ``step`` with actions."""
+
+    def __init__(self, model, world: Mapping[str, Any], actions_per_call: int = 1, size: tuple[int, int] = (64, 64)):
+        if not 1 <= int(actions_per_call) <= MAX_ACTIONS_PER_CALL:
+            raise ValueError(f"actions_per_call must be in 1..{MAX_ACTIONS_PER_CALL}, got {actions_per_call}")
+        self.model = model
+        self.world = world
+        self.actions_per_call = int(actions_per_call)
+        self.calibration = tabletop_calibration(world["camera"], size)
+        self.heatmap = HeatmapRenderer(world["camera"], size)
+        self.home = np.asarray(world["home_tcp"], dtype=np.float32)
+
+    @torch.no_grad()
+    def start(self, frames0: np.ndarray, task_index: Sequence[int], task_params: Sequence[Mapping[str, Any]]) -> None:
+        """Find object and target in the first frames (B, H, W, 3) and reset every state."""
+        b = len(frames0)
+        self.task = torch.as_tensor(np.asarray(task_index), dtype=torch.long)
+        self.cur = to_tensor(frames0)
+        self.prev = self.cur
+        probs = torch.sigmoid(self.model.segmenter(self.cur, self.task)).numpy()
+        obj, target_xy, rest = [], [], []
+        for i in range(b):
+            from kosmos_env.worlds.tabletop.scene import object_half_height
+
+            obj_z, _ = rest_heights(task_params[i])
+            target_plane = object_half_height(task_params[i]["target"])
+            t, _ = locate(self.calibration, probs[i, 1], target_plane, self.home[:2])
+            o, _ = locate(self.calibration, probs[i, 0], obj_z, t[:2])
+            obj.append(o)
+            target_xy.append(t[:2])
+            rest.append(obj_z)
+        self.obj = torch.as_tensor(np.stack(obj), dtype=torch.float32)
+        self._supports = [_support(p) for p in task_params]
+        self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
+        self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
+        alpha = torch.from_numpy(probs[:, :1]).float()
+        self.sprite0 = torch.cat([self.cur * alpha, alpha], dim=1)  # premultiplied RGB, alpha
+        self.uv0 = self._project(self.obj)
+        self.held = torch.zeros(b)
+        self.gripper = torch.ones(b)
+        self.integrators = [PoseIntegrator(self.world) for _ in range(b)]
+        # state at the last model call: the renderer is conditioned on the change since then
+        self._call_pose = self._poses()
+        self._call_gripper = self.gripper.clone()
+        self._call_obj = self.obj.clone()
+        self._pending: list[np.ndarray] = []
+
+    def _poses(self):
+        return ([p.pos.copy() for p in self.integrators], [p.rot.copy() for p in self.integrators],
+                [p.euler.copy() for p in self.integrators])
+
+    def _project(self, points: torch.Tensor) -> torch.Tensor:
+        return torch.as_tensor(self.calibration.project(points.numpy().astype(np.float64)), dtype=torch.float32)
+
+    def sprite_at(self, obj: torch.Tensor) -> torch.Tensor:
+        """The object's sprite (B, 4, H, W) moved to centre ``obj``."""
+        return shift_layers(self.sprite0, self._project(obj) - self.uv0)
+
+    @torch.no_grad()
+    def step(self, actions: np.ndarray, render: bool | None = None) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Apply one action per episode (B, 7). Returns (frames (B, H, W, 3) uint8, measured gripper (B,),
+        whether the renderer ran). ``render`` forces (True) or skips (False) a model call; ``None``
+        calls it once ``actions_per_call`` actions have accumulated."""
+        actions = np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7)
+        tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
+        for p, a in zip(self.integrators, actions):
+            p.step(a)
+        tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
+        cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
+        self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
+            self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
+        self._rest_on_supports()
+        self._pending.append(actions)
+        due = len(self._pending) >= self.actions_per_call if render is None else render
+        if due:
+            self._render()
+        return to_uint8(self.cur), self.gripper.numpy().copy(), bool(due)
+
+    def _rest_on_supports(self) -> None:
+        """A free object over the target cannot sink into it: its centre stays at or above the
+        target's top plus its own half height (the learned dynamics keep it above the table)."""
+        obj = self.obj.numpy().copy()
+        for i, (shape, half_xy, rest_z) in enumerate(self._supports):
+            if self.held[i] > 0.5:
+                continue
+            d = obj[i, :2] - self.target_xy[i].numpy()
+            over = np.hypot(*d) <= half_xy[0] if shape == "cylinder" else bool((np.abs(d) <= half_xy).all())
+            if over and obj[i, 2] < rest_z:
+                obj[i, 2] = rest_z
+        self.obj = torch.from_numpy(obj)
+
+    def _render(self) -> None:
+        pending = np.stack(self._pending, axis=1)  # (B, s, 7)
+        s = pending.shape[1]
+        eff = np.concatenate([pending[..., :6].sum(axis=1), pending[:, -1, 6:7]], axis=1)
+        pos, rot, euler = self._call_pose
+        nxt_pos, nxt_rot, _ = self._poses()
+        cond = condition_vector(eff, np.stack(pos), np.stack(euler), np.stack(nxt_pos), self._call_gripper.numpy(),
+                                self.home, self.gripper.numpy(), np.full(len(pos), s))
+        heat_cur = torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(pos, rot)]))
+        heat_next = torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(nxt_pos, nxt_rot)]))
+        alpha_cur = self.sprite_at(self._call_obj)[:, 3]
+        frame, _ = self.model.renderer(self.prev, self.cur, heat_cur, heat_next, self.sprite_at(self.obj), alpha_cur,
+                                       torch.from_numpy(cond))
+        self.prev, self.cur = self.cur, frame
+        self._call_pose = (nxt_pos, nxt_rot, self._poses()[2])
+        self._call_gripper = self.gripper.clone()
+        self._call_obj = self.obj.clone()
+        self._pending = []
+
+    def ee_pos(self) -> np.ndarray:
+        return np.stack([p.pos for p in self.integrators]).astype(np.float32)
+
+    def ee_euler(self) -> np.ndarray:
+        return np.stack([p.euler for p in self.integrators]).astype(np.float32)
+
+
+def _support(task_params: Mapping[str, Any]) -> tuple[str, np.ndarray, float]:
+    """(target shape, footprint half extents (x, y) or (radius, radius), object centre height
+    resting on the target), from the public task suite."""
+    from kosmos_env.worlds.tabletop.scene import object_half_height, target_top
+
+    target = task_params["target"]
+    size = np.asarray(target["size"], dtype=np.float64)
+    half_xy = np.array([size[0], size[0]]) if target["shape"] == "cylinder" else size[:2]
+    return target["shape"], half_xy, float(target_top(target) + object_half_height(task_params["object"]))

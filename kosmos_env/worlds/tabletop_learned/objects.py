@@ -1,0 +1,153 @@
+"""The object-centric half of the learned tabletop: find the object, track it, cut it out.
+
+A next-frame network alone loses a grasped object within a few steps: nothing in its inputs
+says the object exists once its pixels have blurred. So the world keeps a small learned
+*object state* beside the picture:
+
+- :class:`Segmenter` (a small conv net) predicts, from a frame and the task, where the object
+  and the target are (per-pixel masks). On the first frame this gives the object's sprite (its
+  pixels and alpha), its position (mask centre back-projected onto the plane the object rests
+  on, through the published camera calibration) and the target's position.
+- :class:`ObjectDynamics` (an MLP) steps that state with every action: the probability that the
+  object is held after the action, its displacement when it is not held (falling after a
+  release, being pushed), and the measured gripper opening (the fingers stop short of a
+  held object). A held object moves rigidly with the commanded tool point; an object neither
+  held nor moving stays exactly where it is.
+- :func:`shift_layers` moves the sprite in the image by the projected displacement of the
+  object; the renderer (:mod:`.model`) composites it, so the object's appearance never drifts.
+
+Training supervision (object centre, finger contact, segmentation) comes from the simulator
+(:mod:`.dataset`); at run time all of it is predicted.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+#: the tabletop suite's tasks, in the order of the networks' task index
+TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")
+N_TASKS = len(TASKS)
+DYN_FEATURES = 16
+#: a grasp can start only with the object centre this close to the tool point (m): the fingers
+#: open to 0.04 m either side, and the longest object's half length is 0.045 m
+REACH_XY = 0.06
+REACH_Z = 0.04
+
+
+class Segmenter(nn.Module):
+    """Frame (B, 3, H, W) + task index → logits (B, 2, H, W): channel 0 object, 1 target."""
+
+    def __init__(self, width: int = 16, n_tasks: int = N_TASKS):
+        super().__init__()
+        self.n_tasks = n_tasks
+        c = width
+        self.net = nn.Sequential(
+            nn.Conv2d(3 + n_tasks, c, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=2, dilation=2), nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=4, dilation=4), nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(c, 2, 1),
+        )
+
+    def forward(self, images: torch.Tensor, task: torch.Tensor) -> torch.Tensor:
+        b, _, h, w = images.shape
+        onehot = F.one_hot(task.long(), self.n_tasks).float()[:, :, None, None].expand(b, self.n_tasks, h, w)
+        return self.net(torch.cat([images, onehot], dim=1))
+
+
+def dynamics_features(obj: torch.Tensor, tcp: torch.Tensor, tcp_next: torch.Tensor, cmd: torch.Tensor,
+                      grip: torch.Tensor, held: torch.Tensor, rest_z: torch.Tensor, target_xy: torch.Tensor,
+                      task: torch.Tensor) -> torch.Tensor:
+    """(B, 16): object relative to the tool point, the commanded move, gripper command and
+    opening, held probability, height above rest, offset from the target, task one-hot."""
+    return torch.cat([
+        (obj - tcp) * 10.0, (tcp_next - tcp) * 20.0, cmd[:, None], grip[:, None], held[:, None],
+        (obj[:, 2:3] - rest_z[:, None]) * 10.0, (obj[:, :2] - target_xy) * 10.0,
+        F.one_hot(task.long(), N_TASKS).float(),
+    ], dim=1)
+
+
+class ObjectDynamics(nn.Module):
+    """One action's effect on the object state; see :meth:`step`."""
+
+    def __init__(self, hidden: int = 128):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(DYN_FEATURES, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
+                                 nn.Linear(hidden, 6))
+
+    def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False):
+        """(next object centre, held, held logit, moves logit, next measured opening).
+
+        Two learned switches decide how the object moves: *held* (it follows the tool point
+        rigidly; once held it stays held until the gripper is commanded open) and, when not
+        held, *moves* (it is falling after a release or being pushed: the predicted displacement
+        applies); otherwise it stays exactly where it is, so a resting object never creeps. A
+        grasp can only start within reach of the fingers. The measured opening is the command
+        unless the object is held; then the network predicts where the fingers stop. The switches are thresholded at 0.5 in the forward pass;
+        ``hard=False`` (training) passes gradients through their probabilities
+        (straight-through), so training sees the same discrete state the world runs with.
+        """
+        out = self.net(dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task))
+        held_logit, move_logit = out[:, 0], out[:, 1]
+        p_held, p_move = torch.sigmoid(held_logit), torch.sigmoid(move_logit)
+        h = (p_held > 0.5).float()
+        m = (p_move > 0.5).float()
+        if not hard:
+            h = h + p_held - p_held.detach()
+            m = m + p_move - p_move.detach()
+        # a held object stays held while the gripper stays commanded closed: the network decides
+        # when a grasp starts and what an opening gripper lets go of, not a flicker mid-carry
+        keep = ((held > 0.5) & (cmd < 0.5)).float()
+        # and a grasp can only start on an object between the fingers (within reach of the tool point)
+        gap = tcp_next - obj
+        reach = ((gap[:, :2].norm(dim=1) < REACH_XY) & (gap[:, 2].abs() < REACH_Z)).float()
+        h = keep + (1 - keep) * reach * h
+        free = out[:, 2:5] / 20.0
+        nxt = obj + h[:, None] * (tcp_next - tcp) + ((1 - h) * m)[:, None] * free
+        # nothing sinks into the table: the centre stays at or above its resting height
+        nxt = torch.cat([nxt[:, :2], torch.maximum(nxt[:, 2:3], rest_z[:, None])], dim=1)
+        # the fingers reach the commanded opening unless something held stops them short
+        grip_next = h * torch.sigmoid(out[:, 5]) + (1 - h) * cmd
+        return nxt, h, held_logit, move_logit, grip_next
+
+
+def shift_layers(layers: torch.Tensor, shift_uv: torch.Tensor) -> torch.Tensor:
+    """Translate image layers (B, C, H, W) by (du, dv) pixels (B, 2), bilinear, zero outside."""
+    b, _, h, w = layers.shape
+    theta = torch.zeros(b, 2, 3, dtype=layers.dtype)
+    theta[:, 0, 0] = 1.0
+    theta[:, 1, 1] = 1.0
+    theta[:, 0, 2] = -2.0 * shift_uv[:, 0].to(layers.dtype) / w
+    theta[:, 1, 2] = -2.0 * shift_uv[:, 1].to(layers.dtype) / h
+    grid = F.affine_grid(theta, list(layers.shape), align_corners=False)
+    return F.grid_sample(layers, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+
+
+def mask_centre(prob: np.ndarray, threshold: float = 0.5) -> np.ndarray | None:
+    """Probability-weighted pixel centre (u, v) of a mask (H, W), or None when nothing is found."""
+    weights = np.where(prob >= threshold, prob, 0.0)
+    total = float(weights.sum())
+    if total < 1.0:
+        return None
+    v, u = np.mgrid[0:prob.shape[0], 0:prob.shape[1]]
+    return np.array([(weights * (u + 0.5)).sum() / total, (weights * (v + 0.5)).sum() / total])
+
+
+def locate(calibration, prob: np.ndarray, plane_z: float, fallback_xy: Sequence[float]) -> tuple[np.ndarray, bool]:
+    """(centre on the plane z = ``plane_z`` (3,), found?) from a mask; ``fallback_xy`` when the mask is empty."""
+    uv = mask_centre(prob)
+    if uv is None:
+        return np.array([*fallback_xy, plane_z], dtype=np.float64), False
+    return calibration.backproject_to_plane(uv[None], plane_z)[0], True
+
+
+def rest_heights(task_params: Mapping[str, Any]) -> tuple[float, float]:
+    """(object centre height resting on the table, target centre height) from the public task suite."""
+    from kosmos_env.worlds.tabletop.scene import object_half_height
+
+    obj, target = task_params["object"], task_params["target"]
+    return object_half_height(obj), (0.0 if target["shape"] == "basket" else object_half_height(target))
