@@ -188,7 +188,7 @@ def test_mask_centre_back_projects_to_the_point_that_projects_there():
 def test_vision_judge_and_world_agree_on_the_task_order():
     from kosmos_env.tasks import load_suite
     from kosmos_env.worlds.tabletop_learned.objects import TASKS
-    from kosmos_env.worlds.tabletop_learned.vision_judge import TASKS as JUDGE_TASKS
+    from kosmos_env.judges.vision_frame import TASKS as JUDGE_TASKS
 
     assert TASKS == JUDGE_TASKS and set(TASKS) == set(load_suite("tabletop").tasks)
 

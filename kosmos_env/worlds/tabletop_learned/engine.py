@@ -55,7 +55,7 @@ class Engine:
         probs = torch.sigmoid(self.model.segmenter(self.cur, self.task)).numpy()
         obj, target_xy, rest = [], [], []
         for i in range(b):
-            from kosmos_env.worlds.tabletop.scene import object_half_height
+            from kosmos_env.tasks.shapes import object_half_height
 
             obj_z, _ = rest_heights(task_params[i])
             target_plane = object_half_height(task_params[i]["target"])
@@ -153,7 +153,7 @@ class Engine:
 def _support(task_params: Mapping[str, Any]) -> tuple[str, np.ndarray, float]:
     """(target shape, footprint half extents (x, y) or (radius, radius), object centre height
     resting on the target), from the public task suite."""
-    from kosmos_env.worlds.tabletop.scene import object_half_height, target_top
+    from kosmos_env.tasks.shapes import object_half_height, target_top
 
     target = task_params["target"]
     size = np.asarray(target["size"], dtype=np.float64)

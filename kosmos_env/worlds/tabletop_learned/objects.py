@@ -147,7 +147,7 @@ def locate(calibration, prob: np.ndarray, plane_z: float, fallback_xy: Sequence[
 
 def rest_heights(task_params: Mapping[str, Any]) -> tuple[float, float]:
     """(object centre height resting on the table, target centre height) from the public task suite."""
-    from kosmos_env.worlds.tabletop.scene import object_half_height
+    from kosmos_env.tasks.shapes import object_half_height
 
     obj, target = task_params["object"], task_params["target"]
     return object_half_height(obj), (0.0 if target["shape"] == "basket" else object_half_height(target))
