@@ -81,18 +81,10 @@ def attempt_counts(out) -> dict[str, dict[str, int]]:
 
 
 def runs_started(out) -> int:
-    """How many eval runs the ledger in ``out`` has recorded (0 while it does not exist yet); read-only."""
-    path = Path(out) / "ledger.sqlite"
-    if not path.exists():
-        return 0
-    try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
-        try:
-            return con.execute("SELECT COUNT(*) FROM runs").fetchone()[0]
-        finally:
-            con.close()
-    except sqlite3.OperationalError:
-        return 0
+    """How many eval runs the ledger in ``out`` has recorded (0 while it does not exist yet)."""
+    from tests.test_campaign_support import ledger_count
+
+    return ledger_count(out, "SELECT COUNT(*) FROM runs")
 
 
 def descendants(pid: int) -> set[int]:

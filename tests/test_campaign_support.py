@@ -37,20 +37,25 @@ class SlowScripted(ScriptedPolicy):
                 "crash_once_file": self.crash_once_file}
 
 
-def done_count(out) -> int:
-    """Episodes a campaign folder's ledger records as done (0 while it does not exist yet);
-    read-only, so tests can poll a running campaign."""
+def ledger_count(out, sql: str) -> int:
+    """A COUNT query on a campaign folder's ledger (0 while it does not exist yet); read-only, so
+    tests can poll a running campaign."""
     path = Path(out) / "ledger.sqlite"
     if not path.exists():
         return 0
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
         try:
-            return con.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
+            return con.execute(sql).fetchone()[0]
         finally:
             con.close()
     except sqlite3.OperationalError:
         return 0
+
+
+def done_count(out) -> int:
+    """Episodes a campaign folder's ledger records as done."""
+    return ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")
 
 
 def kill_after_done(proc, out, n: int, timeout: float):
