@@ -194,13 +194,14 @@ def test_vision_judge_and_world_agree_on_the_task_order():
 
 
 def test_actions_per_call_is_declared_sweepable_and_checked():
-    from kosmos_env.worlds.tabletop_learned.world import LearnedTabletopWorld
+    from kosmos_env.study.sweep import declared_settings
+    from kosmos_env.worlds.tabletop_learned.world import SWEEPABLE
 
     spec = load_spec(ENV_ID)
     declared = spec.world["sweep"]
-    assert set(declared) <= set(LearnedTabletopWorld.sweepable)
+    assert set(declared) <= set(SWEEPABLE) <= set(declared_settings(ENV_ID))  # study --sweep reaches it
     for name, values in declared.items():
-        assert set(values) <= set(LearnedTabletopWorld.sweepable[name]) and spec.world[name] in values
+        assert set(values) <= set(SWEEPABLE[name]) and spec.world[name] in values
     with pytest.raises(ValueError, match="actions_per_call"):
         gymnasium.make(ENV_ID, env_spec=spec.with_overrides(world={"actions_per_call": 7}))
     with pytest.raises(ValueError, match="sweep"):

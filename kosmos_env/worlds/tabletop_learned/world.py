@@ -54,7 +54,12 @@ class LearnedTabletopWorld:
     """
 
     frames_per_action = 1
-    sweepable = SWEEPABLE
+    # what `kosmos-env study --sweep` may vary (kosmos_env.study.sweep); the values a spec may
+    # list in world.sweep are SWEEPABLE's
+    sweep_settings = {
+        "actions_per_call": {"spec": "world.actions_per_call",
+                             "help": "actions one model call covers (1-4): fewer calls, coarser in-between frames"},
+    }
 
     def __init__(self, spec: Any, weights_path: str | None = None):
         if tuple(spec.image_size) != MODEL_SIZE:
