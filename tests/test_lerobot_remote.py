@@ -47,9 +47,12 @@ def lerobot_python():
         subprocess.run(["bash", str(ROOT / "scripts" / "build_lerobot_venv.sh")], check=True, timeout=3600,
                        env=dict(os.environ, KOSMOS_LEROBOT_VENV=str(VENV)))
     # the cached environment may hold another checkout of kosmos-env: point it at this one
-    where = subprocess.run([str(PY), "-c", "import kosmos_env, os; print(os.path.dirname(kosmos_env.__file__))"],
-                           capture_output=True, text=True, timeout=300)
-    if where.returncode != 0 or Path(where.stdout.strip()) != ROOT / "kosmos_env":
+    # (asked from "/": from the checkout's root `import kosmos_env` finds the source folder whatever is
+    # installed, while kosmos_env.policies comes through the install's package-dir mapping)
+    where = subprocess.run([str(PY), "-c", "import kosmos_env.policies, os; print(os.path.dirname(kosmos_env.__file__)); "
+                            "print(os.path.dirname(kosmos_env.policies.__file__))"],
+                           capture_output=True, text=True, timeout=300, cwd="/", env=_lerobot_env())
+    if where.returncode != 0 or [Path(x) for x in where.stdout.split()] != [ROOT / "kosmos_env", ROOT / "policies"]:
         subprocess.run([str(PY), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
                        check=True, timeout=600, capture_output=True)
     return PY
