@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_campaign_support import ledger_rows  # noqa: F401,E402  (shared with the campaign tests)
+
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
 TASK = "carrot_on_plate"
@@ -55,16 +57,6 @@ def spawn_cli(argv, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     return subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
-
-
-def ledger_rows(out) -> dict[str, tuple]:
-    """episode_id -> (status, outcome, success, steps, actions) read from the ledger."""
-    con = sqlite3.connect(Path(out) / "ledger.sqlite")
-    try:
-        rows = con.execute("SELECT episode_id, status, outcome, success, steps, actions FROM episodes").fetchall()
-    finally:
-        con.close()
-    return {r[0]: r[1:] for r in rows}
 
 
 def attempt_counts(out) -> dict[str, dict[str, int]]:

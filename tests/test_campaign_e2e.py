@@ -15,7 +15,7 @@ from kosmos_env import cli
 from kosmos_env.campaign import make_config, run_campaign, verify_campaign
 from kosmos_env.campaign.executors import InProcessExecutor, ProcessPoolExecutor
 from kosmos_env.campaign.worker import WorkSettings
-from tests.test_campaign_support import kill_after_done
+from tests.test_campaign_support import kill_after_done, ledger_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 SLOW = "tests.test_campaign_support:SlowScripted"
@@ -44,13 +44,7 @@ def _spawn(argv):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _outcomes(out) -> dict[str, tuple]:
-    con = sqlite3.connect(Path(out) / "ledger.sqlite")
-    try:
-        rows = con.execute("SELECT episode_id, status, outcome, success, steps, actions FROM episodes").fetchall()
-    finally:
-        con.close()
-    return {r[0]: r[1:] for r in rows}
+_outcomes = ledger_rows
 
 
 @pytest.fixture(scope="module")

@@ -53,6 +53,16 @@ def ledger_count(out, sql: str) -> int:
         return 0
 
 
+def ledger_rows(out) -> dict[str, tuple]:
+    """episode_id -> (status, outcome, success, steps, actions) read from the ledger."""
+    con = sqlite3.connect(Path(out) / "ledger.sqlite")
+    try:
+        rows = con.execute("SELECT episode_id, status, outcome, success, steps, actions FROM episodes").fetchall()
+    finally:
+        con.close()
+    return {r[0]: r[1:] for r in rows}
+
+
 def done_count(out) -> int:
     """Episodes a campaign folder's ledger records as done."""
     return ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")

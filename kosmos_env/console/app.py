@@ -221,6 +221,14 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         except cz.CampaignError as exc:
             return None, con.error(f"Campaign {ref.name} cannot be read", str(exc), 500)
 
+    def campaign_or_error(key: str):
+        """(ref, summary, None) for a readable campaign, else (None, None, the error page)."""
+        ref, err = lookup(key)
+        if err:
+            return None, None, err
+        s, err = summary_or_error(ref)
+        return (None, None, err) if err else (ref, s, None)
+
     @app.get("/", response_class=HTMLResponse)
     def campaigns_page():
         rows = [con.summary_row(r) for r in con.refs()]
@@ -229,10 +237,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
 
     @app.get("/c/{key}", response_class=HTMLResponse)
     def campaign_page(key: str):
-        ref, err = lookup(key)
-        if err:
-            return err
-        s, err = summary_or_error(ref)
+        ref, s, err = campaign_or_error(key)
         if err:
             return err
         verification = con.verifier.status(ref, s.done)[0] if s.complete else None
@@ -305,10 +310,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
 
     @app.get("/c/{key}/episodes", response_class=HTMLResponse)
     def episodes_page(key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1):
-        ref, err = lookup(key)
-        if err:
-            return err
-        s, err = summary_or_error(ref)
+        ref, s, err = campaign_or_error(key)
         if err:
             return err
         seed_val = None
@@ -335,10 +337,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
 
     @app.get("/c/{key}/episodes/{ord_}", response_class=HTMLResponse)
     def episode_page(key: str, ord_: int):
-        ref, err = lookup(key)
-        if err:
-            return err
-        s, err = summary_or_error(ref)
+        ref, s, err = campaign_or_error(key)
         if err:
             return err
         e = cz.read_episode(ref, ord_)
@@ -378,10 +377,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
 
     @app.get("/c/{key}/analysis", response_class=HTMLResponse)
     def analysis_page(key: str):
-        ref, err = lookup(key)
-        if err:
-            return err
-        s, err = summary_or_error(ref)
+        ref, s, err = campaign_or_error(key)
         if err:
             return err
         a, n_done, message = con.analysis(ref)
