@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium
 import numpy as np
@@ -133,19 +133,29 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
             if not (self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i])
         ]
         per_env = list(iterate(self.action_space, actions))
-        self.batcher.open_round(len(stepping))
+        for i, result in self.step_some({i: per_env[i] for i in stepping}).items():
+            self.envs[i].ready = result  # an exception is re-raised by the wrapper in the main thread
+        return super().step(actions)
 
-        def run(i: int) -> None:
+    def step_some(self, actions: Mapping[int, Any]) -> dict[int, Any]:
+        """Step only the sub-envs ``actions`` names (index -> its action), side by side, their world
+        calls in one batch; no autoreset and no batching of the results (the lockstep campaign
+        worker steps only the episodes still running). Returns index -> that env's
+        ``(obs, reward, terminated, truncated, info)``, or the exception its step raised."""
+        results: dict[int, Any] = {}
+        self.batcher.open_round(len(actions))
+
+        def run(i: int, action: Any) -> None:
             try:
-                self.envs[i].ready = self.envs[i].env.step(per_env[i])
-            except BaseException as exc:  # re-raised by the wrapper in the main thread
-                self.envs[i].ready = exc
+                results[i] = self.envs[i].env.step(action)
+            except BaseException as exc:
+                results[i] = exc
             finally:
                 self.batcher.leave()
 
-        for future in [self._pool.submit(run, i) for i in stepping]:
+        for future in [self._pool.submit(run, i, a) for i, a in actions.items()]:
             future.result()
-        return super().step(actions)
+        return results
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pool.shutdown(wait=True)

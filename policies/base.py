@@ -12,7 +12,7 @@ import os
 from abc import ABC, abstractmethod
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -24,6 +24,10 @@ class Policy(ABC):
     name: str = "policy"
     #: the convention of the model's raw output, converted to the env contract by the adapter
     action_convention: str = "env: base-frame deltas [dx,dy,dz,droll,dpitch,dyaw] + gripper (1 = open)"
+    #: separate instances keep separate episode states, so several episodes can run side by side
+    #: with one instance each (``kosmos-env eval --lockstep N``). False where every instance drives
+    #: one shared state (a served policy: all clients of a server reset and step the same policy).
+    side_by_side: bool = True
 
     def reset(self, instruction: str, seed: int | None = None) -> None:
         """Start an episode; ``seed`` seeds any randomness the policy has."""
@@ -31,6 +35,16 @@ class Policy(ABC):
     @abstractmethod
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
         """Return one action (7,) or a chunk (k, 7), float32, in the env's contract."""
+
+    @classmethod
+    def act_many(cls, policies: Sequence["Policy"], observations: Sequence[Mapping[str, Any]]) -> list[np.ndarray]:
+        """``act`` of each instance on its observation, each instance in its own episode (lockstep).
+
+        This default asks the instances one by one. A policy whose model takes a batch overrides
+        it with one batched call over the instances' observations and episode states; it must
+        return exactly what each ``act`` would have returned.
+        """
+        return [p.act(o) for p, o in zip(policies, observations)]
 
     def config(self) -> dict[str, Any]:
         """JSON-able settings that identify this policy (hashed into results)."""
@@ -99,6 +113,7 @@ class ChunkedPolicy(Policy):
         self.policy, self.chunk, self.execute = policy, int(chunk), execute
         self.name = policy.name
         self.action_convention = policy.action_convention
+        self.side_by_side = policy.side_by_side
         self.queue = ActionQueue()
         self.plans = 0  # how many times the inner policy was called this episode
 

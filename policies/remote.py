@@ -26,6 +26,8 @@ class RemotePolicy(Policy):
     ``gripper`` / ``translation_scale`` / ``rotation_scale`` (see :class:`ActionConvention`).
     """
 
+    side_by_side = False  # the server holds one episode state: two clients would reset each other's episode
+
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 2, backoff: float = 0.2,
                  rotation: str = "euler", gripper: str = "unit_open", translation_scale: float = 1.0,
                  rotation_scale: float = 1.0):

@@ -36,6 +36,8 @@ class WorkSettings:
     # leaves the episodes unfinished for the next run (they never become errors)
     infra_retries: int = 6
     infra_backoff: float = 0.5
+    # episodes run side by side through one vector env (kosmos_env.campaign.lockstep); 1 = one at a time
+    lockstep: int = 1
 
 
 class EpisodeRunner:
@@ -62,20 +64,23 @@ class EpisodeRunner:
                 f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
         self._provenance: dict[str, Any] | None = None
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
-        self._policies: dict[str, Any] = {}
+        self._policies: dict[tuple[str, int], Any] = {}
         self._refs = {p.label: p for p in config.policies}
 
-    def policy(self, label: str):
-        """The warm policy for ``label`` (built on first use; its content hash checked in the ledger)."""
-        if label not in self._policies:
+    def policy(self, label: str, lane: int = 0):
+        """The warm policy for ``label`` (built on first use; its content hash checked in the ledger).
+
+        ``lane``: episodes run side by side (lockstep) each get their own instance, since a policy
+        holds one episode's state."""
+        if (label, lane) not in self._policies:
             from kosmos_env.policies import make_policy
 
             ref = self._refs[label]
             pol = make_policy(ref.name, **dict(ref.kwargs))
             hub = getattr(pol, "hub_model_id", None) or ref.kwargs.get("model_id")
             self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
-            self._policies[label] = pol
-        return self._policies[label]
+            self._policies[(label, lane)] = pol
+        return self._policies[(label, lane)]
 
     def provenance(self) -> dict[str, Any]:
         """Spec hash, the world that runs and the campaign's judge (with its model), and their joint hash."""
@@ -90,13 +95,17 @@ class EpisodeRunner:
             self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(core))}
         return self._provenance
 
-    def run(self, key: EpisodeKey) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
-        """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts)."""
+    def run(self, key: EpisodeKey, episode: Any = None, started: float | None = None
+            ) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
+        """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts).
+
+        ``episode``: the EpisodeResult of ``key`` already run elsewhere (the lockstep worker runs
+        several side by side), then only judging and storing happen here; ``started`` is the
+        ``perf_counter`` time its ``total`` counts from."""
         from kosmos_env.rollouts import run_episode
 
-        t_start = time.perf_counter()
-        policy = self.policy(key.policy)
-        result = run_episode(self.env, policy, key.env_seed, key.task)
+        t_start = time.perf_counter() if started is None else started
+        result = episode if episode is not None else run_episode(self.env, self.policy(key.policy), key.env_seed, key.task)
         timings = {k: float(result.timings.get(k, 0.0)) for k in ("policy", "world", "gate", "judge")}
         judgment = None
         outcome = result.outcome
@@ -204,6 +213,32 @@ class Heartbeat:
                 ledger.close()
 
 
+def record_failure(ledger: Ledger, key: EpisodeKey, owner: str, exc: BaseException, settings: WorkSettings,
+                   on_episode: Callable[[str, str], None] | None = None) -> bool:
+    """Record ``exc`` as a failed attempt of ``key``; returns whether it was an infrastructure failure."""
+    infra = is_infrastructure_failure(exc)
+    status = ledger.fail(key.episode_id, owner, "".join(traceback.format_exception(exc)), settings.max_attempts,
+                         infrastructure=infra)
+    if status == "done" and on_episode:
+        on_episode(key.episode_id, "error")
+    return infra
+
+
+def pause_after_infrastructure_failure(in_a_row: int, exc: BaseException, settings: WorkSettings,
+                                       stop: threading.Event | None = None) -> None:
+    """Back off after the ``in_a_row``-th infrastructure failure; past ``settings.infra_retries``, give up."""
+    if in_a_row > settings.infra_retries:
+        raise InfrastructureFailure(
+            f"{in_a_row} episodes in a row failed for an infrastructure reason (last: "
+            f"{one_line(exc)}); they are left unfinished: fix the cause and rerun the same command"
+        ) from exc
+    pause = min(settings.infra_backoff * 2 ** (in_a_row - 1), 8.0)
+    if stop is not None:
+        stop.wait(pause)
+    else:
+        time.sleep(pause)
+
+
 def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings = WorkSettings(),
          on_episode: Callable[[str, str], None] | None = None, stop: threading.Event | None = None) -> int:
     """Take and run episodes until none is left; returns how many this worker finished.
@@ -212,7 +247,12 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
     A cancel recorded in the ledger (:mod:`kosmos_env.campaign.control`) stops the loop before
     the next claim.
     The env and models are built on the first claim, so an idle worker costs nothing.
+    ``settings.lockstep`` > 1 runs that many episodes side by side (:mod:`kosmos_env.campaign.lockstep`).
     """
+    if settings.lockstep > 1:
+        from kosmos_env.campaign.lockstep import work_lockstep
+
+        return work_lockstep(out_dir, config, owner, settings, on_episode, stop)
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     ledger = Ledger(path, create=False)
     runner: EpisodeRunner | None = None
@@ -244,25 +284,11 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                     ledger.release(key.episode_id, owner)
                     raise  # a changed policy is a campaign-level error, not an episode's
                 except Exception as exc:
-                    infra = is_infrastructure_failure(exc)
-                    status = ledger.fail(key.episode_id, owner, traceback.format_exc(), settings.max_attempts,
-                                         infrastructure=infra)
-                    if status == "done" and on_episode:
-                        on_episode(key.episode_id, "error")
-                    if not infra:
+                    if not record_failure(ledger, key, owner, exc, settings, on_episode):
                         infra_in_a_row = 0
                         continue
                     infra_in_a_row += 1
-                    if infra_in_a_row > settings.infra_retries:
-                        raise InfrastructureFailure(
-                            f"{infra_in_a_row} episodes in a row failed for an infrastructure reason (last: "
-                            f"{one_line(exc)}); they are left unfinished: fix the cause and rerun the same command"
-                        ) from exc
-                    pause = min(settings.infra_backoff * 2 ** (infra_in_a_row - 1), 8.0)
-                    if stop is not None:
-                        stop.wait(pause)
-                    else:
-                        time.sleep(pause)
+                    pause_after_infrastructure_failure(infra_in_a_row, exc, settings, stop)
                     continue
             infra_in_a_row = 0
             if ledger.complete(key.episode_id, owner, record, artifacts):

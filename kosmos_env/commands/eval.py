@@ -31,6 +31,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "given as well must match it, and any deviation is refused")
     p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
+    p.add_argument("--lockstep", type=int, default=1, metavar="N",
+                   help="each worker runs N episodes side by side through one vector env; on Kosmos-Bridge-v1 a step's "
+                        "N world calls run as one batched model call. Same records as N=1 (default: %(default)s)")
     p.add_argument("--executor", choices=("auto", "in-process", "process", "ray"), default="auto",
                    help="auto: in this process for 1 worker, a spawn process pool for more; ray: --workers Ray "
                         "actors (needs the ray extra) (default: %(default)s)")
@@ -79,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.design import make_config
     from kosmos_env.campaign.bundle import error_summary
     from kosmos_env.campaign.executors import make_executor
+    from kosmos_env.campaign.lockstep import check_lockstep
     from kosmos_env.campaign.preflight import check_policies
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
@@ -93,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             args.judge = json.dumps(tiny_judge)
     if args.max_attempts < 1:
         raise ValueError("--max-attempts must be at least 1")
+    if args.lockstep < 1:
+        raise ValueError(f"--lockstep must be at least 1, got {args.lockstep}")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
     if args.registration and args.control:
@@ -115,11 +121,12 @@ def run(args: argparse.Namespace) -> int:
                              repeats=1 if args.repeats is None else args.repeats,
                              judge=args.judge, image_size=args.image_size, video=not args.no_video,
                              spec_overrides=control_overrides(args.control))
+    check_lockstep(config, args.lockstep)  # before building policies: a served one is refused unconnected
     check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
     ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus, "actor_resources": args.actor_resources}
     executor = make_executor(args.workers, args.executor, **ray_options)
-    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts)
+    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts, lockstep=args.lockstep)
     print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
           f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
           f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s) -> {args.out}", file=sys.stderr)

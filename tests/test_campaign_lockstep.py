@@ -1,0 +1,223 @@
+"""``eval --lockstep N``: a worker runs N episodes side by side through one vector env.
+
+On Kosmos-Bridge-v1 (a tiny random Cosmos 3 checkpoint on CPU, the real diffusers pipeline) the
+sub-envs' world calls of a step meet in one batched call, and episodes that end early (the gate
+discards) stop being stepped; every record equals the one-at-a-time campaign's for the same
+seeds. A lockstep campaign SIGKILLed mid-batch and rerun finishes every episode exactly once.
+On the tabletop (no vector entry point) the plain sync vector env is used, and a policy that
+offers a batched ``act_many`` is asked once per step for all lanes.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kosmos_env import cli
+from kosmos_env.policies.random_policy import RandomPolicy
+from tests.test_campaign_support import ledger_count
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+LANES = 4
+# small CPU settings; the gate's collapse threshold is lowered so that the tiny random model's
+# frames pass it on one task (those episodes run the whole horizon) and fail it on the others
+# (discarded after one step): lanes end at different steps
+BRIDGE_OVERRIDES = {
+    "image_size": [48, 64], "horizon": 3, "gate": {"collapse_ratio": 0.2},
+    "world": {"device": "cpu", "dtype": "float32", "num_inference_steps": 2, "chunk_size": 4, "input_size": [48, 64]},
+}
+
+
+def bridge_config(seeds: int = 2):
+    from kosmos_env.campaign.design import make_config
+
+    return make_config("Kosmos-Bridge-v1", ["random:chunk=4"], seeds=seeds, judge="action_only",
+                       spec_overrides=BRIDGE_OVERRIDES)
+
+
+@pytest.fixture(scope="module")
+def tiny_weights():
+    """The saved tiny Cosmos 3 checkpoint (what ``--tiny`` runs), found by the world through its env var."""
+    from kosmos_env.spec import load_spec
+    from kosmos_env.testing.tiny_run import tiny_cosmos3_dir
+
+    var = load_spec("Kosmos-Bridge-v1").world["local_path_env"]
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(var, tiny_cosmos3_dir())
+        yield var
+
+
+def run(config, out, lanes: int) -> dict:
+    import torch
+
+    from kosmos_env.campaign.runner import run_campaign
+    from kosmos_env.campaign.worker import WorkSettings
+
+    torch.set_num_threads(1)
+    return run_campaign(config, out, settings=WorkSettings(lockstep=lanes), progress=False)
+
+
+def records(out) -> dict[str, dict]:
+    from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+
+    with Ledger(Path(out) / LEDGER_NAME, create=False) as ledger:
+        return {r["episode_id"]: r for r in ledger.episodes()}
+
+
+def assert_same_episodes(out_a, out_b) -> None:
+    """Per episode: the same record fields, outcome, judgment (but its seconds), gate verdicts,
+    artifacts and, within float tolerance, the same actions and robot log."""
+    a, b = records(out_a), records(out_b)
+    assert sorted(a) == sorted(b)
+    for eid in a:
+        ra, rb = a[eid], b[eid]
+        assert ra["status"] == rb["status"] == "done"
+        for field in ("outcome", "success", "steps", "judge", "ground_truth", "error", "provenance"):
+            assert ra[field] == rb[field], (eid, field)
+        assert ra["score"] == pytest.approx(rb["score"], abs=1e-6) if ra["score"] is not None else rb["score"] is None
+        strip = lambda j: None if j is None else {k: v for k, v in j.items() if k != "seconds"}  # noqa: E731
+        assert strip(ra["judgment"]) == strip(rb["judgment"]), eid
+        ga, gb = ra["gate"], rb["gate"]
+        assert [c["passed"] for c in ga["calls"]] == [c["passed"] for c in gb["calls"]], eid
+        assert [c["check"] for c in ga["calls"]] == [c["check"] for c in gb["calls"]], eid
+        np.testing.assert_allclose([c["score"] for c in ga["calls"]], [c["score"] for c in gb["calls"]], atol=1e-3)
+        assert sorted(ra["timings"]) == sorted(rb["timings"])
+        for kind in ("video", "actions", "log"):
+            assert (ra[kind] is None) == (rb[kind] is None), (eid, kind)
+        np.testing.assert_allclose(np.load(Path(out_a) / ra["actions"]), np.load(Path(out_b) / rb["actions"]), atol=1e-6)
+        if ra["log"]:
+            la, lb = np.load(Path(out_a) / ra["log"]), np.load(Path(out_b) / rb["log"])
+            assert sorted(la.files) == sorted(lb.files)
+            for name in la.files:
+                np.testing.assert_allclose(la[name], lb[name], atol=1e-4, err_msg=f"{eid} log {name}")
+
+
+@pytest.fixture(scope="module")
+def one_at_a_time(tiny_weights, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lockstep") / "single"
+    run(bridge_config(), out, lanes=1)
+    return out
+
+
+def test_lockstep_equals_one_at_a_time_and_batches_the_world(one_at_a_time, tmp_path, monkeypatch):
+    import kosmos_env.batched_vector as bv
+    from kosmos_env.campaign.verify import verify_campaign
+
+    sizes = []
+    real = bv._generate_batch
+
+    def counting(pipe, requests):
+        sizes.append(len(requests))
+        return real(pipe, requests)
+
+    monkeypatch.setattr(bv, "_generate_batch", counting)
+    out = tmp_path / "lockstep"
+    results = run(bridge_config(), out, lanes=LANES)
+    assert results["campaign"]["complete"]
+    single = records(one_at_a_time)
+    outcomes = sorted(r["outcome"] for r in single.values())
+    steps = sorted(r["steps"] for r in single.values())
+    # what makes the comparison worth something: some episodes ran the whole horizon, others ended early
+    assert "discarded" in outcomes and any(o != "discarded" for o in outcomes), outcomes
+    assert min(steps) == 1 and max(steps) == BRIDGE_OVERRIDES["horizon"], steps
+    assert_same_episodes(one_at_a_time, out)
+    # every world call went through a batched call; the first step held all 4 lanes, and lanes that
+    # ended stopped being stepped: the later batches are only the episodes still running
+    assert sum(sizes) == sum(steps)
+    assert sizes[0] == LANES and max(sizes) == LANES and len(sizes) < sum(steps)
+    assert verify_campaign(out).ok
+
+
+def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(one_at_a_time, tiny_weights, tmp_path):
+    out = tmp_path / "killed"
+    script = (
+        "import sys, torch; torch.set_num_threads(1)\n"
+        "from tests.test_campaign_lockstep import bridge_config, run\n"
+        f"run(bridge_config(), sys.argv[1], lanes={LANES})\n")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 240
+        seen = None
+        while time.time() < deadline and proc.poll() is None:
+            done = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")
+            leased = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'leased'")
+            if done >= 1 and leased >= 1:  # a batch is running: some of its episodes recorded, others not
+                os.kill(proc.pid, signal.SIGKILL)
+                seen = (done, leased)
+                break
+            time.sleep(0.02)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert seen is not None, f"the lockstep campaign ended (rc {proc.returncode}) before a kill could land: " \
+                             f"{proc.stderr.read()[-2000:]}"
+    assert proc.returncode == -signal.SIGKILL
+    planned = len(records(one_at_a_time))
+    assert seen[0] < planned
+
+    results = run(bridge_config(), out, lanes=LANES)  # the rerun resumes the same campaign
+    assert results["campaign"]["complete"]
+    assert ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'") == planned
+    # exactly once: one recorded completion per episode, none ignored as a duplicate
+    assert ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'ok'") == planned
+    assert ledger_count(out, "SELECT COUNT(DISTINCT episode_id) FROM attempts WHERE status = 'ok'") == planned
+    assert ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'duplicate-ignored'") == 0
+    # the episodes the kill interrupted were taken over (logged), not counted against them
+    assert 1 <= ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'abandoned'") <= LANES
+    assert_same_episodes(one_at_a_time, out)
+
+
+class BatchedRandom(RandomPolicy):
+    """RandomPolicy with a batched ``act_many`` (counts its calls): what a batching model would offer."""
+
+    name = "batched-random"
+    calls: list[int] = []
+
+    @classmethod
+    def act_many(cls, policies, observations):
+        cls.calls.append(len(policies))
+        return [p.act(o) for p, o in zip(policies, observations)]
+
+
+def test_tabletop_lockstep_uses_a_sync_vector_env_and_a_policys_batched_call(tmp_path, monkeypatch):
+    from kosmos_env.campaign.design import make_config
+
+    monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+    BatchedRandom.calls.clear()
+    policies = ["scripted:skill=1.0", "tests.test_campaign_lockstep:BatchedRandom"]
+    config = make_config("Kosmos-Tabletop-v1", policies, tasks=["carrot_on_plate"], seeds=2, judge="state",
+                         image_size=(64, 64), video=False, spec_overrides={"horizon": 12})
+    run(config, tmp_path / "one", lanes=1)
+    assert BatchedRandom.calls == []  # one at a time: plain act
+    run(config, tmp_path / "four", lanes=4)
+    assert_same_episodes(tmp_path / "one", tmp_path / "four")
+    # all 4 episodes in one batch: the batched policy is asked once per step for both of its lanes
+    # (one action per step: chunk 1), so its calls cover exactly its episodes' steps
+    steps = sum(r["steps"] for r in records(tmp_path / "four").values() if r["policy"].endswith("BatchedRandom"))
+    assert max(BatchedRandom.calls) == 2 and sum(BatchedRandom.calls) == steps
+
+
+def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys):
+    out = tmp_path / "camp"
+    assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--lockstep must be at least 1" in err[0]
+    # a served policy: every client drives the one policy behind the server, so it cannot take a batch
+    # (refused before connecting: nothing listens on this port)
+    argv = ["eval", "--policy", "remote:url=http://127.0.0.1:9", "--seeds", "1", "--out", str(out), "--lockstep", "2"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "side by side" in err[0] and "--lockstep 1" in err[0], err
+    assert not out.exists()
