@@ -82,7 +82,10 @@ def assert_same_episodes(out_a, out_b) -> None:
         assert ra["status"] == rb["status"] == "done"
         for field in ("outcome", "success", "steps", "judge", "ground_truth", "error", "provenance"):
             assert ra[field] == rb[field], (eid, field)
-        assert ra["score"] == pytest.approx(rb["score"], abs=1e-6) if ra["score"] is not None else rb["score"] is None
+        if ra["score"] is None:
+            assert rb["score"] is None, eid
+        else:
+            assert ra["score"] == pytest.approx(rb["score"], abs=1e-6), eid
         strip = lambda j: None if j is None else {k: v for k, v in j.items() if k != "seconds"}  # noqa: E731
         assert strip(ra["judgment"]) == strip(rb["judgment"]), eid
         ga, gb = ra["gate"], rb["gate"]
