@@ -223,4 +223,9 @@ def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "side by side" in err[0] and "--lockstep 1" in err[0], err
+    # the Ray executor sends its actors single episodes: refused rather than silently one at a time
+    assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "2",
+                     "--executor", "ray"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Ray" in err[0], err
     assert not out.exists()

@@ -140,9 +140,6 @@ class LockstepBatch:
                 t0 = time.perf_counter()
                 try:
                     policy = self.runner.policy(lane.key.policy, lane=lane.index)
-                    if not getattr(policy, "side_by_side", True):
-                        raise ConfigMismatchError(f"policy {lane.key.policy!r} cannot run episodes side by side; "
-                                                  "use --lockstep 1")
                     lane.loop = EpisodeLoop(self.vec.envs[lane.index], policy, lane.key.env_seed, lane.key.task)
                 except ConfigMismatchError:
                     raise
@@ -260,10 +257,10 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
     an infrastructure failure and nothing was recorded counts as one failure in a row (the
     one-at-a-time worker counts episodes); the same limit and back-off apply.
     """
-    lanes_wide = int(settings.lockstep)
-    check_lockstep(config, lanes_wide)
+    check_lockstep(config, settings.lockstep)
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     ledger = Ledger(path, create=False)
+    lanes_wide = min(int(settings.lockstep), max(1, ledger.counts()["planned"]))  # no sub-env that never runs
     runner: EpisodeRunner | None = None
     vec = None
     finished = 0

@@ -99,6 +99,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-attempts must be at least 1")
     if args.lockstep < 1:
         raise ValueError(f"--lockstep must be at least 1, got {args.lockstep}")
+    if args.lockstep > 1 and args.executor == "ray":
+        raise ValueError("--lockstep runs in the in-process and process-pool workers; the Ray executor sends actors "
+                         "one episode at a time: use --executor process (or auto) with --lockstep")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
     if args.registration and args.control:
