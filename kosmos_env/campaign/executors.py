@@ -1,6 +1,7 @@
 """Executors: where campaign workers run. All of them share one contract.
 
 An executor starts some number of workers, each running :func:`kosmos_env.campaign.worker.work`
+(through :func:`kosmos_env.campaign.lockstep.run_worker`, which picks the lockstep loop for ``--lockstep N``)
 with its own lease owner id on the same ledger, and returns once no episode is left or a worker
 failed in a way that retrying cannot fix. Work distribution, retries and crash recovery live in
 the ledger (leases), not in the executor, so executors stay small:
@@ -29,7 +30,8 @@ from typing import Any, Callable
 from kosmos_env.campaign.design import CampaignConfig
 from kosmos_env.campaign.executor_base import CampaignJob, Executor, WorkerFailed
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
-from kosmos_env.campaign.worker import WorkSettings, work
+from kosmos_env.campaign.lockstep import run_worker
+from kosmos_env.campaign.worker import WorkSettings
 
 
 class InProcessExecutor(Executor):
@@ -42,7 +44,7 @@ class InProcessExecutor(Executor):
         self.owner_tag = owner_tag
 
     def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
-        work(job.out_dir, job.config, make_owner(self.owner_tag), job.settings, on_episode=lambda *_: refresh())
+        run_worker(job.out_dir, job.config, make_owner(self.owner_tag), job.settings, on_episode=lambda *_: refresh())
         refresh()
 
 
@@ -91,7 +93,7 @@ def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any],
     if parent_pid is not None:
         _die_with_parent(parent_pid)
     try:
-        work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+        run_worker(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
     except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
         errors.put((tag, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         raise SystemExit(1)

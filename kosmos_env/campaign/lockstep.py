@@ -38,7 +38,7 @@ from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
 from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, pause_after_infrastructure_failure,
-                                        record_failure)
+                                        record_failure, work)
 
 
 def check_lockstep(config: CampaignConfig, lanes: int) -> None:
@@ -247,6 +247,15 @@ class _Heartbeat(Heartbeat):
             super().__exit__(*exc)
 
 
+def run_worker(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings,
+               on_episode: Callable[[str, str], None] | None = None, stop: threading.Event | None = None) -> int:
+    """The worker loop an executor runs: :func:`work_lockstep` when ``settings.lockstep`` > 1, else
+    :func:`kosmos_env.campaign.worker.work` (one episode at a time)."""
+    if settings.lockstep > 1:
+        return work_lockstep(out_dir, config, owner, settings, on_episode, stop)
+    return work(out_dir, config, owner, settings, on_episode, stop)
+
+
 def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings,
                   on_episode: Callable[[str, str], None] | None = None,
                   stop: threading.Event | None = None) -> int:
@@ -314,4 +323,4 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
     return finished
 
 
-__all__ = ["check_lockstep", "make_vector_env", "step_lanes", "work_lockstep", "LockstepBatch"]
+__all__ = ["check_lockstep", "make_vector_env", "run_worker", "step_lanes", "work_lockstep", "LockstepBatch"]

@@ -36,7 +36,7 @@ class WorkSettings:
     # leaves the episodes unfinished for the next run (they never become errors)
     infra_retries: int = 6
     infra_backoff: float = 0.5
-    # episodes run side by side through one vector env (kosmos_env.campaign.lockstep); 1 = one at a time
+    # episodes run side by side through one vector env (kosmos_env.campaign.lockstep.run_worker); 1 = one at a time
     lockstep: int = 1
 
 
@@ -247,12 +247,9 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
     A cancel recorded in the ledger (:mod:`kosmos_env.campaign.control`) stops the loop before
     the next claim.
     The env and models are built on the first claim, so an idle worker costs nothing.
-    ``settings.lockstep`` > 1 runs that many episodes side by side (:mod:`kosmos_env.campaign.lockstep`).
+    (``settings.lockstep`` > 1 is :func:`kosmos_env.campaign.lockstep.work_lockstep`; executors
+    choose through :func:`kosmos_env.campaign.lockstep.run_worker`.)
     """
-    if settings.lockstep > 1:
-        from kosmos_env.campaign.lockstep import work_lockstep
-
-        return work_lockstep(out_dir, config, owner, settings, on_episode, stop)
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     ledger = Ledger(path, create=False)
     runner: EpisodeRunner | None = None
