@@ -9,7 +9,6 @@ offers a batched ``act_many`` is asked once per step for all lanes.
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -72,16 +71,22 @@ def records(out) -> dict[str, dict]:
         return {r["episode_id"]: r for r in ledger.episodes()}
 
 
-def assert_same_episodes(out_a, out_b) -> None:
+def assert_same_episodes(out_a, out_b, same_attempts: bool = True) -> None:
     """Per episode: the same record fields, outcome, judgment (but its seconds), gate verdicts,
-    artifacts and, within float tolerance, the same actions and robot log."""
+    artifacts and, within float tolerance, the same actions and robot log (and attempts, unless a
+    kill interrupted some)."""
     a, b = records(out_a), records(out_b)
     assert sorted(a) == sorted(b)
     for eid in a:
         ra, rb = a[eid], b[eid]
         assert ra["status"] == rb["status"] == "done"
-        for field in ("outcome", "success", "steps", "judge", "ground_truth", "error", "provenance"):
+        for field in ("outcome", "success", "steps", "judge", "ground_truth", "provenance"):
             assert ra[field] == rb[field], (eid, field)
+        assert ra["attempts"] == rb["attempts"] or not same_attempts, eid
+        last_line = lambda text: text and text.strip().splitlines()[-1]  # noqa: E731  (tracebacks differ above it)
+        assert last_line(ra["error"]) == last_line(rb["error"]), eid
+        if ra["outcome"] == "error":
+            continue
         if ra["score"] is None:
             assert rb["score"] is None, eid
         else:
@@ -179,7 +184,7 @@ def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(o
     assert ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'duplicate-ignored'") == 0
     # the episodes the kill interrupted were taken over (logged), not counted against them
     assert 1 <= ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'abandoned'") <= LANES
-    assert_same_episodes(one_at_a_time, out)
+    assert_same_episodes(one_at_a_time, out, same_attempts=False)
 
 
 class BatchedRandom(RandomPolicy):
@@ -194,21 +199,40 @@ class BatchedRandom(RandomPolicy):
         return [p.act(o) for p, o in zip(policies, observations)]
 
 
+class FailsMidway(RandomPolicy):
+    """RandomPolicy that raises at its 5th action of seed 1: an episode failing mid-batch."""
+
+    name = "fails-midway"
+
+    def reset(self, instruction, seed=None):
+        super().reset(instruction, seed)
+        self.seed, self.t = seed, 0
+
+    def act(self, obs):
+        self.t += 1
+        if self.seed == 1 and self.t == 5:
+            raise RuntimeError("FailsMidway fails at step 5 of seed 1 (test failure injection)")
+        return super().act(obs)
+
+
 def test_tabletop_lockstep_uses_a_sync_vector_env_and_a_policys_batched_call(tmp_path, monkeypatch):
     from kosmos_env.campaign.design import make_config
 
     monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
     BatchedRandom.calls.clear()
-    policies = ["scripted:skill=1.0", "tests.test_campaign_lockstep:BatchedRandom"]
+    policies = ["scripted:skill=1.0", "tests.test_campaign_lockstep:BatchedRandom", "tests.test_campaign_lockstep:FailsMidway"]
     config = make_config("Kosmos-Tabletop-v1", policies, tasks=["carrot_on_plate"], seeds=2, judge="state",
                          image_size=(64, 64), video=False, spec_overrides={"horizon": 12})
     run(config, tmp_path / "one", lanes=1)
     assert BatchedRandom.calls == []  # one at a time: plain act
-    run(config, tmp_path / "four", lanes=4)
-    assert_same_episodes(tmp_path / "one", tmp_path / "four")
-    # all 4 episodes in one batch: the batched policy is asked once per step for both of its lanes
-    # (one action per step: chunk 1), so its calls cover exactly its episodes' steps
-    steps = sum(r["steps"] for r in records(tmp_path / "four").values() if r["policy"].endswith("BatchedRandom"))
+    run(config, tmp_path / "six", lanes=6)
+    # FailsMidway's seed-1 episode fails mid-batch (the other lanes go on) in each of its 3 attempts
+    # and ends as an error, as one at a time
+    assert [r["outcome"] for r in records(tmp_path / "six").values()].count("error") == 1
+    assert_same_episodes(tmp_path / "one", tmp_path / "six")
+    # the first batch holds all 6 episodes: BatchedRandom is asked once per step for both of its
+    # lanes (one action per step), so its calls cover exactly its episodes' steps
+    steps = sum(r["steps"] for r in records(tmp_path / "six").values() if r["policy"].endswith("BatchedRandom"))
     assert max(BatchedRandom.calls) == 2 and sum(BatchedRandom.calls) == steps
 
 
