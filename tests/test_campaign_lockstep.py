@@ -96,7 +96,7 @@ def assert_same_episodes(out_a, out_b, same_attempts: bool = True) -> None:
         ga, gb = ra["gate"], rb["gate"]
         assert [c["passed"] for c in ga["calls"]] == [c["passed"] for c in gb["calls"]], eid
         assert [c["check"] for c in ga["calls"]] == [c["check"] for c in gb["calls"]], eid
-        np.testing.assert_allclose([c["score"] for c in ga["calls"]], [c["score"] for c in gb["calls"]], atol=1e-3)
+        np.testing.assert_allclose([c["score"] for c in ga["calls"]], [c["score"] for c in gb["calls"]], atol=1e-2)
         assert sorted(ra["timings"]) == sorted(rb["timings"])
         for kind in ("video", "actions", "log"):
             assert (ra[kind] is None) == (rb[kind] is None), (eid, kind)

@@ -37,8 +37,8 @@ from typing import Any, Callable, Mapping
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
-from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, pause_after_infrastructure_failure,
-                                        record_failure, work)
+from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, nothing_left,
+                                        pause_after_infrastructure_failure, record_episode, record_failure, work)
 
 
 def check_lockstep(config: CampaignConfig, lanes: int) -> None:
@@ -223,10 +223,8 @@ class LockstepBatch:
             return
         lane.heartbeat.__exit__()
         self.succeeded = True
-        if self.ledger.complete(lane.key.episode_id, self.owner, record, artifacts):
+        if record_episode(self.ledger, lane.key, self.owner, record, artifacts, self.on_episode):
             self.finished += 1
-            if self.on_episode:
-                self.on_episode(lane.key.episode_id, record["outcome"])
 
     def _fail(self, lane: _Lane, exc: Exception) -> None:
         lane.heartbeat.__exit__()
@@ -286,8 +284,7 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
                 heartbeat = _Heartbeat(path, key.episode_id, owner, settings.lease_seconds)
                 lanes.append(_Lane(len(lanes), key, heartbeat.__enter__()))
             if not lanes:
-                counts = ledger.counts()
-                if counts["pending"] == 0 and counts["leased"] == 0:
+                if nothing_left(ledger):
                     break
                 if not settings.wait_for_others:
                     break

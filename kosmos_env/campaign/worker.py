@@ -213,6 +213,23 @@ class Heartbeat:
                 ledger.close()
 
 
+def nothing_left(ledger: Ledger) -> bool:
+    """True when no episode is left for a worker to run or to take over."""
+    counts = ledger.counts()
+    return counts["pending"] == 0 and counts["leased"] == 0
+
+
+def record_episode(ledger: Ledger, key: EpisodeKey, owner: str, record: dict[str, Any],
+                   artifacts: list[tuple[str, str, int, str]],
+                   on_episode: Callable[[str, str], None] | None = None) -> bool:
+    """Record ``key``'s finished episode (first finisher wins); returns whether this call recorded it."""
+    if not ledger.complete(key.episode_id, owner, record, artifacts):
+        return False
+    if on_episode:
+        on_episode(key.episode_id, record["outcome"])
+    return True
+
+
 def record_failure(ledger: Ledger, key: EpisodeKey, owner: str, exc: BaseException, settings: WorkSettings,
                    on_episode: Callable[[str, str], None] | None = None) -> bool:
     """Record ``exc`` as a failed attempt of ``key``; returns whether it was an infrastructure failure."""
@@ -261,8 +278,7 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                 break
             key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
             if key is None:
-                counts = ledger.counts()
-                if counts["pending"] == 0 and counts["leased"] == 0:
+                if nothing_left(ledger):
                     break
                 if not settings.wait_for_others:
                     break
@@ -288,10 +304,8 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                     pause_after_infrastructure_failure(infra_in_a_row, exc, settings, stop)
                     continue
             infra_in_a_row = 0
-            if ledger.complete(key.episode_id, owner, record, artifacts):
+            if record_episode(ledger, key, owner, record, artifacts, on_episode):
                 finished += 1
-                if on_episode:
-                    on_episode(key.episode_id, record["outcome"])
     finally:
         if runner is not None:
             runner.close()
