@@ -4,6 +4,7 @@
 - :mod:`ledger`: the SQLite (WAL) ledger with leases, the source of truth;
 - :mod:`artifacts`: content-addressed, write-once artifact store;
 - :mod:`worker` and :mod:`executors`: warm workers taking episodes by lease, in process or in a pool;
+  :mod:`lockstep`: a worker running several episodes side by side through one vector env;
 - :mod:`cost`, :mod:`progress`: where time and money go, and a progress bar;
 - :mod:`bundle`: results.json, episodes.parquet, manifest.json; :mod:`verify`: recheck a folder;
 - :mod:`runner`: run or resume a campaign end to end;
