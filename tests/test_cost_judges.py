@@ -224,3 +224,23 @@ def test_console_analysis_page_names_the_judge_and_switches_judges(run):
     bad = client.get(f"/c/{key}/analysis?judge=nope").text
     assert "names no judge of this campaign" in bad
     assert f"Judged by {label} [{own_id}]" in client.get(f"/c/{key}").text
+
+
+def test_a_label_two_judges_share_is_refused_and_the_campaigns_own_id_is_the_campaign_judge(run):
+    from kosmos_env.report.bundle import load_bundle
+    from kosmos_env.report.judge_view import select_judge
+
+    bundle = load_bundle(run)
+    label, own_id = _own(run)
+    same_label = {"type": label, "note": "other settings"}
+    with Ledger(run / "ledger.sqlite", create=False) as ledger:
+        first = ledger.episodes("done")[0]["episode_id"]
+        judgments.record(ledger, judgments.judge_identity(same_label), same_label, "test",
+                         [(first, {"success": True, "score": 1.0})])
+    with pytest.raises(ValueError, match="names several judges"):
+        select_judge(bundle, label)
+    view, info = select_judge(bundle, own_id[:8])
+    assert info["source"] == "campaign" and view is bundle
+    view, info = select_judge(bundle, judgments.judge_identity(same_label))
+    assert info["not_yet_judged"] == len([r for r in bundle.rows if r["outcome"] in ("success", "failure", "abstained")]) - 1
+    assert any("has not judged" in n for n in view.notes)

@@ -70,7 +70,7 @@ def stored_judges(bundle: Bundle) -> list[dict[str, Any]]:
 def _unknown(bundle: Bundle, name: str, others: list[dict[str, Any]], why: str) -> ValueError:
     own = campaign_judge(bundle)
     listed = [f"{table.CAMPAIGN_JUDGE} = {judge_name(own)} (the campaign's own)"]
-    listed += [f"{j['label']} [{j['judge_id']}] ({j['episodes']} episodes)" for j in others]
+    listed += [f"{j['label']} [{j['judge_id']}] ({j['episodes']} episodes)" for j in others if j["judge_id"] != own["id"]]
     return ValueError(f"--judge {name!r} {why}; stored judges: {'; '.join(listed)}")
 
 
@@ -79,17 +79,23 @@ def select_judge(bundle: Bundle, name: str | None) -> tuple[Bundle, dict[str, An
     that judge's description ``{label, id, spec, source, episodes, ...}`` (see the module doc)."""
     own = campaign_judge(bundle)
     decided = sum(r["outcome"] in JUDGED for r in bundle.rows)
-    if name is None or name == table.CAMPAIGN_JUDGE or name == own["label"] or (name and own["id"].startswith(name)):
+    if name is None or name == table.CAMPAIGN_JUDGE:
         return bundle, {**own, "episodes": decided}
-    if not name:
+    if not name.strip():
         raise ValueError("--judge needs a judge id, a prefix of one, a label, or 'campaign'")
-    others = stored_judges(bundle)
-    matches = [j for j in others if j["judge_id"].startswith(name)] or [j for j in others if j["label"] == name]
+    stored = stored_judges(bundle)
+    # the campaign's own judge first; a stored judge with its identity is the same judge (same verdict source)
+    candidates = [{"judge_id": own["id"], "label": own["label"], "own": True}]
+    candidates += [j for j in stored if j["judge_id"] != own["id"]]
+    matches = ([j for j in candidates if j["judge_id"].startswith(name)]
+               or [j for j in candidates if j["label"] == name])
     if not matches:
-        raise _unknown(bundle, name, others, "names no judge of this campaign")
+        raise _unknown(bundle, name, stored, "names no judge of this campaign")
     if len(matches) > 1:
-        raise _unknown(bundle, name, others, "names several judges: give more of the judge id")
+        raise _unknown(bundle, name, stored, "names several judges: give more of the judge id")
     chosen = matches[0]
+    if chosen.get("own"):
+        return bundle, {**own, "episodes": decided}
     from kosmos_env.campaign.readonly import ReadOnlyLedger
 
     ledger = ReadOnlyLedger(bundle.root / LEDGER_NAME)

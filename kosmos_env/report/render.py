@@ -199,11 +199,11 @@ def _money_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
     rows = [[f"price per hour: {k}", money_text(v)] for k, v in m["price_per_hour"].items()]
     rows += [["per rollout", money_text(m["per_rollout"])], ["per 1000 rollouts", money_text(m["per_1000_rollouts"])],
              [f"this campaign ({d.cost['n_timed']} timed rollouts, warm)", money_text(m["campaign_total"])],
-             ["judge's share of the bill (warm inference)", pct(m["judge_share"])]]
+             ["judge's share of the money (warm inference)", pct(m["judge_share"])]]
     if m.get("load_total"):
         rows += [["model loads (all workers)", money_text(m["load_total"])],
                  ["this campaign with model loads", money_text(m["campaign_total_with_loads"])],
-                 ["judge's share of the bill with model loads", pct(m["judge_share_with_loads"])]]
+                 ["judge's share of the money with model loads", pct(m["judge_share_with_loads"])]]
     return head, rows
 
 
