@@ -115,6 +115,16 @@ def load_seconds(timings: Mapping[str, float] | None) -> dict[str, float]:
     return {k: float((timings or {}).get(LOAD_PREFIX + k, 0.0)) for k in LOAD_STAGES}
 
 
+def file_loads(timings: dict[str, float], loads: Mapping[str, float]) -> None:
+    """Add a worker's model builds (seconds per stage, since its last filed episode) to an
+    episode's timings as ``load_<stage>`` keys (summed with any already there)."""
+    for stage, seconds in loads.items():
+        if stage not in LOAD_STAGES:
+            raise ValueError(f"unknown load stage {stage!r}; stages that load models: {', '.join(LOAD_STAGES)}")
+        key = LOAD_PREFIX + stage
+        timings[key] = float(timings.get(key, 0.0)) + float(seconds)
+
+
 def judge_shares(warm: Mapping[str, float], load: Mapping[str, float]) -> dict[str, float | None]:
     """The judge's share of warm inference and of warm plus model loads, from per-stage amounts
     (seconds or money) whose warm ``total`` is the sum of :data:`STAGES`."""

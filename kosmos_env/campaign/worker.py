@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
+from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
@@ -135,7 +136,7 @@ class EpisodeRunner:
             artifacts.append((sha, log, size, "log"))
         timings["io"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
-        timings.update({f"load_{stage}": seconds for stage, seconds in self._loads.items()})
+        file_loads(timings, self._loads)
         self._loads = {}
         success = None if judgment is None else judgment.get("success")
         record = {
