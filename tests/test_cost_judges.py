@@ -244,3 +244,16 @@ def test_a_label_two_judges_share_is_refused_and_the_campaigns_own_id_is_the_cam
     view, info = select_judge(bundle, judgments.judge_identity(same_label))
     assert info["not_yet_judged"] == len([r for r in bundle.rows if r["outcome"] in ("success", "failure", "abstained")]) - 1
     assert any("has not judged" in n for n in view.notes)
+
+
+def test_cost_sweep_compares_warm_seconds_per_rollout(run, tmp_path):
+    from kosmos_env.report.bundle import load_bundle
+    from kosmos_env.report.cost_sweep import cost_sweep_runs
+    from kosmos_env.report.summary import cost_breakdown
+
+    other = shutil.copytree(run, tmp_path / "copy")
+    sweep = cost_sweep_runs([run, other], n_boot=200)
+    warm = cost_breakdown(load_bundle(run))
+    for s in sweep["settings"]:  # each stage once (not the stages plus their total), model loads apart
+        assert s["cost_seconds"] == pytest.approx(warm["seconds_per_rollout"]["total"])
+        assert s["judge_share"] == pytest.approx(warm["judge_share"])
