@@ -11,9 +11,9 @@ on the same stored rollouts (``kosmos-env judge RUN --judge SPEC``) sit in the l
 
 Seen through another judge, each judged episode (success, failure, abstained) takes that judge's
 outcome, score and seconds (the ``judge`` stage of its timings); the campaign judge's model
-loads are replaced by this judge's (each ``kosmos-env judge`` run that judged records one); gate discards and errors stay as they are (no
-judge saw them); a judged episode the chosen judge has not judged yet (re-judging still running)
-is left out, with a note saying how many.
+loads are replaced by this judge's (each ``kosmos-env judge`` run that judged records one);
+gate discards and errors stay as they are (no judge saw them); a judged episode the chosen judge
+has not judged yet (re-judging still running) is left out, with a note saying how many.
 """
 from __future__ import annotations
 
