@@ -12,6 +12,10 @@ that mode on worlds whose frames are known to follow the commands:
    position (unclipped, as the Bridge world integrates), first with the true commands, then with
    shuffled ones (``permuted``: the episode's own commands permuted in time; ``swapped``:
    another episode's, permuted). Frozen and panned frames are checked at every step.
+   Workspace: the Bridge world clips its integrated pose at the table top of its scene
+   (``world.workspace``); here the floor is the tabletop's own table (the z minimum of its
+   ``world.workspace``, which its simulator clips the gripper to), the other bounds the Bridge
+   spec's.
 2. **Learned tabletop** (Kosmos-TabletopLearned-v1, 64x64): the same replay on frames a learned
    network generated. Its network was trained through the tabletop's own camera, so this part
    uses that camera's model (the mode, calibration + integrated pose, is the same).
@@ -165,6 +169,17 @@ def _pitched(block, degrees: float) -> np.ndarray:
     return np.array([forward[0] / horizontal * np.cos(pitch), forward[1] / horizontal * np.cos(pitch), np.sin(pitch)])
 
 
+def with_floor(gate_spec, world_spec) -> dict:
+    """The Bridge gate with its workspace floor set to the table of ``world_spec`` (the z minimum
+    of its ``world.workspace``): the world the frames come from stops the gripper there."""
+    gate = dict(gate_spec)
+    if gate.get("workspace") is not None and world_spec.world.get("workspace") is not None:
+        ws = [list(row) for row in gate["workspace"]]
+        ws[2][0] = float(world_spec.world["workspace"][2][0])
+        gate["workspace"] = ws
+    return gate
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="episodes per policy and task")
@@ -200,18 +215,20 @@ def main() -> int:
     home = np.asarray(tab.world["home_tcp"], float)
     # the tabletop's home pose is its start pose, given as a Bridge task gives initial_ee_pos
     cal = bridge_calibration(dict(block, start_ee_pos=list(home)), size)
-    m = measure(gate, episodes, cal, home, args.seed, args.boot)
+    gate_tab = with_floor(gate, tab)
+    lines.insert(3, f"workspace: {gate_tab.get('workspace')} (Bridge spec's, floor = the tabletop's table)")
+    m = measure(gate_tab, episodes, cal, home, args.seed, args.boot)
     lines += fmt(f"tabletop, Bridge camera, {size[0]}x{size[1]}, calibration from the camera model + integrated commanded pose", m)
-    base = measure(gate, episodes, None, None, args.seed, args.boot)
+    base = measure(gate_tab, episodes, None, None, args.seed, args.boot)
     lines += ["", *fmt("baseline: same episodes, calibration-free mode (the Bridge gate before)", base)]
     # sensitivity to what a Bridge world can get wrong: the camera model (pitch 5 degrees off)
     # and the start pose (3 cm off sideways); same episodes, same shuffles
     off = {k: v for k, v in block.items() if k != "quaternion_wxyz"}
     off["look_direction"] = _pitched(block, 5.0).tolist()
-    m_off = measure(gate, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
+    m_off = measure(gate_tab, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
     lines += ["", *fmt("robustness: the calibration's pitch 5 degrees off (camera model error)", m_off)]
     shifted = home + np.array([0.0, 0.03, 0.0])
-    m_start = measure(gate, episodes, cal, shifted, args.seed, args.boot)
+    m_start = measure(gate_tab, episodes, cal, shifted, args.seed, args.boot)
     lines += ["", *fmt("robustness: the start pose 3 cm off (y + 0.03 m)", m_start)]
 
     if not args.skip_learned:
@@ -219,9 +236,10 @@ def main() -> int:
         eps = record("Kosmos-TabletopLearned-v1", (64, 64), None, POLICIES, None, seeds)
         lcal = tabletop_calibration(learned.world["camera"], (64, 64))
         lhome = np.asarray(learned.world["home_tcp"], float)
-        ml = measure(gate, eps, lcal, lhome, args.seed, args.boot)
+        gate_learned = with_floor(gate, learned)
+        ml = measure(gate_learned, eps, lcal, lhome, args.seed, args.boot)
         lines += ["", *fmt("learned tabletop (generated frames), its own camera's model + integrated commanded pose, 64x64", ml)]
-        bl = measure(gate, eps, None, None, args.seed, args.boot)
+        bl = measure(gate_learned, eps, None, None, args.seed, args.boot)
         lines += ["", *fmt("baseline: learned tabletop, calibration-free mode", bl)]
     lines += ["", f"total {time.perf_counter() - t0:.0f} s"]
     text = "\n".join(lines)

@@ -26,10 +26,13 @@ import numpy as np
 COMMANDS_FILE = "bridge_real_can_to_left_commands.json"
 
 
-def integrated_positions(actions: np.ndarray, start: Sequence[float]) -> np.ndarray:
-    """TCP after each action, integrated from ``start`` without clipping (what a Bridge world logs)."""
+def integrated_positions(actions: np.ndarray, start: Sequence[float], workspace: Any = None) -> np.ndarray:
+    """TCP after each action, integrated from ``start`` and clipped to ``workspace`` after every action
+    (what a Bridge world logs; ``workspace=None``: unclipped)."""
+    from kosmos_env.worlds.bridge_camera import integrate_tcp
+
     rows = np.asarray(actions, dtype=np.float64).reshape(-1, 7)
-    return np.asarray(start, dtype=np.float64) + np.cumsum(rows[:, :3], axis=0)
+    return integrate_tcp(start, rows[:, :3], workspace)
 
 
 def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.ndarray, calibration: Any,
@@ -37,8 +40,9 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
                 rng: np.random.Generator | None = None, pan_range: tuple[float, float] = (2.0, 8.0)) -> dict[str, np.ndarray]:
     """Feed ``frames`` (T+1, H, W, 3) and ``actions`` (T, 7) to a fresh gate, ``chunk`` actions per call.
 
-    The log of each call is the integrated commanded TCP (``start`` + running sum), as a Bridge
-    world reports it; ``start=None`` or ``calibration=None`` runs the calibration-free mode.
+    The log of each call is the integrated commanded TCP (``start`` + running sum, clipped to the
+    gate's ``workspace`` when it has one: a Bridge world's ``world.workspace`` equals it), as a
+    Bridge world reports it; ``start=None`` or ``calibration=None`` runs the calibration-free mode.
     Returns per call ``passed``, ``score``, ``demanded`` (a segment demanded visible motion) and
     ``check``; with ``controls``, the verdicts on a frozen call (the previous frame repeated) and
     a panned call (the previous frame shifted by 2-8 px per 128 px of width, the arm still),
@@ -53,7 +57,8 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
     if len(frames) != len(actions) + 1:
         raise ValueError(f"need one frame more than actions, got {len(frames)} frames and {len(actions)} actions")
     gate = ConsistencyGate.from_spec({k: v for k, v in gate_spec.items() if k != "enabled"})
-    path = integrated_positions(actions, start) if (start is not None and calibration is not None) else None
+    path = integrated_positions(actions, start, gate_spec.get("workspace")) \
+        if (start is not None and calibration is not None) else None
     out: dict[str, list] = {"passed": [], "score": [], "demanded": [], "check": []}
     if controls:
         out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[])
