@@ -46,7 +46,8 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
     Returns per call ``passed``, ``score``, ``demanded`` (a segment demanded visible motion) and
     ``check``; with ``controls``, the verdicts on a frozen call (the previous frame repeated) and
     a panned call (the previous frame shifted by 2-8 px per 128 px of width, the arm still),
-    each from a copy of the gate's state after the true history.
+    each from a copy of the gate's state after the true history; ``pan_detail`` holds per call the
+    applied shift (frame px) and what the pan measure saw (shift in analysis px, explained fraction).
     """
     import cv2
 
@@ -61,7 +62,7 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
         if (start is not None and calibration is not None) else None
     out: dict[str, list] = {"passed": [], "score": [], "demanded": [], "check": []}
     if controls:
-        out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[])
+        out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[], pan_detail=[])
         rng = rng or np.random.default_rng(0)
     h, w = frames.shape[1:3]
     for t0 in range(0, len(actions), chunk):
@@ -83,6 +84,11 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
             v = copy.deepcopy(gate).check(frames[t0], np.stack(panned), act, calibration, log)
             out["pan_passed"].append(v.passed)
             out["pan_demanded"].append(any(s["demanded"] for s in v.segments))
+            # what the pan measure saw (first segment), to tell why a pan got through
+            seg = v.segments[0]
+            out["pan_detail"].append({"applied_px": [round(float(mag * np.cos(angle)), 3), round(float(mag * np.sin(angle)), 3)],
+                                      **{k: seg.get(k) for k in ("global_shift_px", "pan_explained", "pan_broken_static")},
+                                      "check": v.check})
         v = gate.check(frames[t0], frames[t0 + 1: t1 + 1], act, calibration, log)
         out["passed"].append(v.passed)
         out["score"].append(v.score)
