@@ -1,20 +1,29 @@
 """Tabletop env step rate against its own physics-plus-render floor and against Pusher-v5.
 
-Three rates per image size, all measured in this run on this machine (so the ratios mean
-something even when the absolute numbers do not):
+Rates per image size, all measured in this run on this machine (so the ratios mean something
+even when the absolute numbers do not):
 
 - ``tabletop``: ``Kosmos-Tabletop-v1`` env.step (world control + physics + render + gate +
   judge bookkeeping), random actions;
 - ``world``: the world's own ``step`` inside those env steps (no gate, no env bookkeeping);
 - ``floor``: the time those same steps spent inside their own ``mj_step`` calls and the
   renderer (``update_scene`` + ``render``), timed inside the tabletop run itself;
-- ``Pusher-v5``: Gymnasium's Pusher step + ``render()`` (rgb_array) at the same size.
+- ``Pusher-v5``: Gymnasium's Pusher step + ``render()`` (rgb_array) at the same size, as shipped
+  (its model asks for a 4096-pixel shadow map and 4x multisampling);
+- ``Pusher lite``: the same Pusher with the tabletop's render settings (no shadow map, no
+  multisampling), so that the comparison does not rest on Pusher's costlier render settings.
+
+Fair measurement: every env renders with its own GL context current. Gymnasium's Pusher makes
+its context current only when its renderer is created, so in a process that also renders the
+tabletop it would draw with the tabletop's context: black frames, about 10x faster than its
+real render (the numbers this script printed before it made Pusher's context current). Each
+env is warmed up with the same calls it is timed on (step + render), runs the same number of
+steps, and the rounds interleave tabletop and Pusher so that load hits both alike; rates are
+medians over rounds and each ratio is the median of the per-round ratios (same round, same load).
 
 Targets: tabletop at most 1.5x the floor's time per step; at least 5x Pusher-v5's rate.
-Each measurement is repeated ``--rounds`` times, interleaved, and the best round kept: on a
-shared machine the best round is the one least disturbed by other processes.
 
-    python bench/tabletop_throughput.py [--steps 300] [--rounds 3] [--pusher-steps 60] [--out bench/results/tabletop_throughput.txt]
+    python bench/tabletop_throughput.py [--steps 100] [--rounds 5] [--sizes 64 128] [--out bench/results/tabletop_throughput.txt]
 """
 from __future__ import annotations
 
@@ -41,20 +50,42 @@ def random_actions(env, steps: int) -> np.ndarray:
     return rng.uniform(low, high, size=(steps, *low.shape)).astype(np.float32)
 
 
-def rate(env, actions: np.ndarray, render: bool) -> float:
-    """Steps per second of step (+ render() when the env does not return the frame itself)."""
+def make_pusher(size: int, lite: bool):
+    """Pusher-v5 rendering rgb_array frames at ``size``; ``lite``: the tabletop's render settings."""
+    env = gymnasium.make("Pusher-v5", render_mode="rgb_array", width=size, height=size)
+    if lite:  # read when its render context is created, i.e. at the first render()
+        env.unwrapped.model.vis.quality.shadowsize = 0
+        env.unwrapped.model.vis.quality.offsamples = 0
+    return env
+
+
+def render_pusher(env) -> np.ndarray:
+    """``env.render()`` with Pusher's own GL context current (see the module docstring)."""
+    viewer = env.unwrapped.mujoco_renderer.viewer
+    if viewer is not None:
+        viewer.make_context_current()
+    return env.render()
+
+
+def pusher_rate(env, actions: np.ndarray) -> float:
+    """Steps per second of Pusher's step + render (warmed up with both, resets excluded)."""
     env.reset(seed=0)
-    for a in actions[:10]:  # warm up (context creation, first compile)
+    for a in actions[:10]:  # warm up with what is timed (context creation, first compile)
         env.step(a)
+        render_pusher(env)
     env.reset(seed=0)
-    start = time.perf_counter()
+    elapsed = 0.0
     for a in actions:
+        start = time.perf_counter()
         _, _, terminated, truncated, _ = env.step(a)
-        if render:
-            env.render()
+        frame = render_pusher(env)
+        elapsed += time.perf_counter() - start
         if terminated or truncated:
             env.reset()
-    return len(actions) / (time.perf_counter() - start)
+    # a frame drawn with another env's GL context comes out black: never time that by mistake
+    if not frame.any():
+        raise RuntimeError("Pusher-v5 rendered a black frame: its GL context was not current")
+    return len(actions) / elapsed
 
 
 class _Timed:
@@ -126,44 +157,51 @@ def tabletop_rates(env, actions: np.ndarray) -> tuple[float, float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--pusher-steps", type=int, default=60,
-                        help="Pusher-v5 steps per round (its default-quality render is slow on software GL)")
+    parser.add_argument("--steps", type=int, default=100, help="timed steps per env per round (same for all)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[64, 128])
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    if args.steps < 1 or args.rounds < 1 or min(args.sizes) < 8:
+        parser.error("--steps and --rounds must be >= 1 and --sizes >= 8")
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-        f"MUJOCO_GL={os.environ.get('MUJOCO_GL')}",
+        f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}, MUJOCO_GL={os.environ.get('MUJOCO_GL')}",
         f"load average before: {load_average()}",
-        f"best of {args.rounds} interleaved rounds of {args.steps} tabletop / {args.pusher_steps} Pusher-v5 steps each",
-        f"{'size':>9} {'tabletop/s':>11} {'world/s':>9} {'floor/s':>9} {'Pusher-v5/s':>12} "
-        f"{'step/floor':>11} {'world/floor':>12} {'tabletop/Pusher':>16}",
+        f"medians of {args.rounds} interleaved rounds of {args.steps} steps per env (tabletop, Pusher-v5, Pusher lite)",
+        f"{'size':>9} {'tabletop/s':>11} {'world/s':>9} {'floor/s':>9} {'Pusher-v5/s':>12} {'lite/s':>8} "
+        f"{'step/floor':>11} {'world/floor':>12} {'tabletop/Pusher':>16} {'tabletop/lite':>14}",
     ]
     rounds_text: list[str] = []
-    for size in (64, 128):
+    for size in args.sizes:
         tabletop = gymnasium.make("Kosmos-Tabletop-v1", image_size=(size, size))
-        pusher = gymnasium.make("Pusher-v5", render_mode="rgb_array", width=size, height=size)
-        t_actions, p_actions = random_actions(tabletop, args.steps), random_actions(pusher, args.pusher_steps)
-        best = {"tabletop": 0.0, "world": 0.0, "floor": 0.0, "pusher": 0.0}
-        per_round = []  # (step/floor, tabletop/Pusher) of each round: how much the load moved them
+        pushers = {"pusher": make_pusher(size, lite=False), "lite": make_pusher(size, lite=True)}
+        t_actions = random_actions(tabletop, args.steps)
+        p_actions = random_actions(pushers["pusher"], args.steps)
+        rates: dict[str, list[float]] = {"tabletop": [], "world": [], "floor": [], "pusher": [], "lite": []}
         for _ in range(args.rounds):
-            # the tabletop renders its observation inside step(); Pusher renders on render()
             t_rate, w_rate, f_rate = tabletop_rates(tabletop, t_actions)
-            if t_rate > best["tabletop"]:  # floor and step from the same run, so their ratio holds
-                best["tabletop"], best["world"], best["floor"] = t_rate, w_rate, f_rate
-            p_rate = rate(pusher, p_actions, render=True)
-            best["pusher"] = max(best["pusher"], p_rate)
-            per_round.append((f_rate / t_rate, t_rate / p_rate))
+            rates["tabletop"].append(t_rate)
+            rates["world"].append(w_rate)
+            rates["floor"].append(f_rate)
+            for name, env in pushers.items():
+                rates[name].append(pusher_rate(env, p_actions))
         tabletop.close()
-        pusher.close()
+        for env in pushers.values():
+            env.close()
+        r = {k: np.asarray(v) for k, v in rates.items()}
+        step_floor, world_floor = r["floor"] / r["tabletop"], r["floor"] / r["world"]
+        vs_pusher, vs_lite = r["tabletop"] / r["pusher"], r["tabletop"] / r["lite"]
+        med = {k: float(np.median(v)) for k, v in r.items()}
         lines.append(
-            f"{size:>4}x{size:<4} {best['tabletop']:>11.1f} {best['world']:>9.1f} {best['floor']:>9.1f} "
-            f"{best['pusher']:>12.1f} {best['floor'] / best['tabletop']:>10.2f}x {best['floor'] / best['world']:>11.2f}x "
-            f"{best['tabletop'] / best['pusher']:>15.2f}x"
+            f"{size:>4}x{size:<4} {med['tabletop']:>11.1f} {med['world']:>9.1f} {med['floor']:>9.1f} "
+            f"{med['pusher']:>12.1f} {med['lite']:>8.1f} {np.median(step_floor):>10.2f}x {np.median(world_floor):>11.2f}x "
+            f"{np.median(vs_pusher):>15.2f}x {np.median(vs_lite):>13.2f}x"
         )
-        rounds_text.append(f"{size}x{size} per round: step/floor " + ", ".join(f"{a:.2f}x" for a, _ in per_round)
-                           + "; tabletop/Pusher " + ", ".join(f"{b:.2f}x" for _, b in per_round))
+        rounds_text.append(f"{size}x{size} per round: step/floor " + ", ".join(f"{x:.2f}x" for x in step_floor)
+                           + "; world/floor " + ", ".join(f"{x:.2f}x" for x in world_floor)
+                           + "; tabletop/Pusher " + ", ".join(f"{x:.1f}x" for x in vs_pusher)
+                           + "; tabletop/lite " + ", ".join(f"{x:.2f}x" for x in vs_lite))
     lines.extend(rounds_text)
     lines.append(f"load average after: {load_average()}")
     lines.append("step/floor and world/floor are time ratios (env step or world step over its own mj_step + render);")
