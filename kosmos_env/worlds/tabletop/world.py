@@ -107,7 +107,7 @@ class TabletopWorld:
             ee[i] = self.tcp_position()
             cmd[i] = self._gripper_cmd
             measured[i] = self.measured_gripper()
-            truth[i] = self._resting_state()[0]
+            truth[i] = self._resting_state(stop_early=True)[0]
         log = {
             "ee_pos": ee,
             "gripper_cmd": cmd,
@@ -147,10 +147,11 @@ class TabletopWorld:
             "reason": reason,
         }
 
-    def _resting_state(self):
+    def _resting_state(self, stop_early: bool = False):
         """What :meth:`evaluate` decides from, without its report: ``success`` first.
 
-        Called after every step for the log's ``gt_success``, so it builds no strings or lists.
+        With ``stop_early`` (the per-step ``gt_success`` of the log) it returns ``(False,)`` as
+        soon as one condition fails, in the order ``success`` checks them; the same verdict.
         """
         params = self._task.params
         obj, target = params["object"], params["target"]
@@ -163,6 +164,8 @@ class TabletopWorld:
         else:
             margin = 0.006 if target["shape"] == "basket" else 0.0
             inside = abs(local[0]) <= target["size"][0] - margin and abs(local[1]) <= target["size"][1] - margin
+        if stop_early and not inside:
+            return (False,)
         # the target's surface height in the world (a stacked-on block may have moved)
         surface = (target_pos[2] + target_top(target)) if target["shape"] == "basket" else (
             target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
@@ -172,7 +175,11 @@ class TabletopWorld:
             at_height = -0.01 <= rest_height <= half + 0.02
         else:
             at_height = half - 0.01 <= rest_height <= half + 0.02
+        if stop_early and not at_height:
+            return (False,)
         touching = self._finger_contact_with_object()
+        if stop_early and touching:
+            return (False,)
         speed = float(np.linalg.norm(self.data.cvel[self._object_body][3:]))
         settled = speed < _SETTLED_SPEED
         success = bool(inside and at_height and not touching and settled)
