@@ -21,6 +21,10 @@ env is warmed up with the same calls it is timed on (step + render) and runs the
 steps; the rounds interleave tabletop and Pusher so that load hits both alike. On a loaded
 machine one preempted step can weigh more than a hundred clean ones, so rates come from the
 median per-step time, and step/floor is also given from process CPU time (all threads).
+With Mesa's software rasteriser (llvmpipe), ``LP_NUM_THREADS=0`` draws on the calling thread:
+then no rasteriser thread burns CPU outside the timed calls or waits to be scheduled inside
+them, and the CPU ratio is the cleanest split of a step's cost (Pusher's 4096-pixel shadow pass
+is slower that way, so take the Pusher ratios from a run with the default threads).
 
 Targets: tabletop at most 1.5x the floor's time per step; at least 5x Pusher-v5's rate.
 
@@ -179,7 +183,8 @@ def main() -> None:
         parser.error("--steps and --rounds must be >= 1 and --sizes >= 8")
     lines = [
         f"machine: {platform.machine()}, {os.cpu_count()} cores, {platform.python_version()}, "
-        f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}, MUJOCO_GL={os.environ.get('MUJOCO_GL')}",
+        f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}, MUJOCO_GL={os.environ.get('MUJOCO_GL')}, "
+        f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS')}",
         f"load average before: {load_average()}",
         f"{args.rounds} interleaved rounds of {args.steps} steps per env (tabletop, Pusher-v5, Pusher lite); "
         "rates from median per-step wall times over all rounds",
