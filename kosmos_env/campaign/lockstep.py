@@ -60,8 +60,8 @@ def make_vector_env(config: CampaignConfig, judge: Any, lanes: int):
     """``lanes`` sub-envs of the campaign's env: its ``vector_entry_point`` when it has one, else sync.
 
     Built with the same arguments as the one-at-a-time worker's env (deferred judging, the
-    campaign's judge object, the campaign's spec overrides); every sub-env must have the
-    campaign's spec hash."""
+    campaign's judge object, the campaign's spec overrides) and their worlds loaded; every
+    sub-env must have the campaign's spec hash. (The worker files the build as a world load.)"""
     import gymnasium
 
     import kosmos_env  # noqa: F401  (registers the env ids)
@@ -75,6 +75,7 @@ def make_vector_env(config: CampaignConfig, judge: Any, lanes: int):
             vec.close()
             raise RuntimeError(f"a vector sub-env of {config.env_id} has spec hash {env.unwrapped.spec_hash[:12]}, "
                                f"but the campaign was planned with {config.spec_hash[:12]}")
+        env.unwrapped.world.load()  # here, as the one-at-a-time worker's env: not in a first reset
     return vec
 
 
@@ -137,9 +138,9 @@ class LockstepBatch:
         running: dict[int, _Lane] = {}
         try:
             for lane in lanes:
-                t0 = time.perf_counter()
                 try:
-                    policy = self.runner.policy(lane.key.policy, lane=lane.index)
+                    policy = self.runner.policy(lane.key.policy, lane=lane.index)  # a first build is a load
+                    t0 = time.perf_counter()
                     lane.loop = EpisodeLoop(self.vec.envs[lane.index], policy, lane.key.env_seed, lane.key.task)
                 except ConfigMismatchError:
                     raise
@@ -293,7 +294,9 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
             if runner is None:
                 try:
                     runner = EpisodeRunner(config, out_dir, ledger, owner)
+                    t0 = time.perf_counter()
                     vec = make_vector_env(config, runner.judge, lanes_wide)
+                    runner.add_load("world", time.perf_counter() - t0)
                 except BaseException:
                     for lane in lanes:  # not the episodes' fault: no attempt used
                         lane.heartbeat.__exit__()

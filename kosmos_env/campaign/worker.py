@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
+from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
@@ -55,9 +56,16 @@ class EpisodeRunner:
         self.store = ArtifactStore(out_dir)
         # judging is deferred: the campaign judges the finished rollout in its own, timed stage. The env
         # gets the campaign's judge object, so the spec's default judge is never loaded beside it.
+        # model builds are timed apart from the warm per-episode seconds and filed with the next finished
+        # episode as load_<stage> timings (kosmos_env.campaign.cost); the world loads here, not in the first reset
+        t0 = time.perf_counter()
         self.judge = make_judge(dict(config.judge))
+        self._loads = {"judge": time.perf_counter() - t0}
+        t0 = time.perf_counter()
         self.env = gymnasium.make(config.env_id, defer_judging=True, judge=self.judge, **dict(config.spec_overrides))
         base = self.env.unwrapped
+        base.world.load()
+        self._loads["world"] = time.perf_counter() - t0
         if base.spec_hash != config.spec_hash:
             raise RuntimeError(
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
@@ -76,11 +84,17 @@ class EpisodeRunner:
             from kosmos_env.policies import make_policy
 
             ref = self._refs[label]
+            t0 = time.perf_counter()
             pol = make_policy(ref.name, **dict(ref.kwargs))
+            self._loads["policy"] = self._loads.get("policy", 0.0) + time.perf_counter() - t0
             hub = getattr(pol, "hub_model_id", None) or ref.kwargs.get("model_id")
             self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
             self._policies[(label, lane)] = pol
         return self._policies[(label, lane)]
+
+    def add_load(self, stage: str, seconds: float) -> None:
+        """Count a model build of ``stage`` made for this worker (filed with its next finished episode)."""
+        self._loads[stage] = self._loads.get(stage, 0.0) + float(seconds)
 
     def provenance(self) -> dict[str, Any]:
         """Spec hash, the world that runs and the campaign's judge (with its model), and their joint hash."""
@@ -104,8 +118,10 @@ class EpisodeRunner:
         ``perf_counter`` time its ``total`` counts from."""
         from kosmos_env.rollouts import run_episode
 
+        # a first use builds the policy: a load, not this episode's seconds
+        policy = self.policy(key.policy) if episode is None else None
         t_start = time.perf_counter() if started is None else started
-        result = episode if episode is not None else run_episode(self.env, self.policy(key.policy), key.env_seed, key.task)
+        result = episode if episode is not None else run_episode(self.env, policy, key.env_seed, key.task)
         timings = {k: float(result.timings.get(k, 0.0)) for k in ("policy", "world", "gate", "judge")}
         judgment = None
         outcome = result.outcome
@@ -135,6 +151,8 @@ class EpisodeRunner:
             artifacts.append((sha, log, size, "log"))
         timings["io"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
+        file_loads(timings, self._loads)
+        self._loads = {}
         success = None if judgment is None else judgment.get("success")
         record = {
             "outcome": outcome,

@@ -7,6 +7,7 @@ commanded opening, and renders one frame from the Bridge-like camera. Rendering 
 """
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any, Mapping
 
@@ -93,50 +94,38 @@ class TabletopWorld:
         return WorldReset(frame=self._render(), state=self._state())
 
     def step(self, actions: np.ndarray) -> WorldStep:
-        frames, ee, cmd, measured, truth = [], [], [], [], []
-        for action in np.asarray(actions, dtype=np.float64).reshape(-1, 7):
+        rows = np.asarray(actions, dtype=np.float64).reshape(-1, 7)
+        k = len(rows)
+        frames = np.empty((k, *self.image_size, 3), dtype=np.uint8)
+        ee = np.empty((k, 3), dtype=np.float32)
+        cmd = np.empty(k, dtype=np.float32)
+        measured = np.empty(k, dtype=np.float32)
+        truth = np.empty(k, dtype=bool)
+        for i, action in enumerate(rows):
             self._control(action)
-            frames.append(self._render())
-            ee.append(self.tcp_position())
-            cmd.append(self._gripper_cmd)
-            measured.append(self.measured_gripper())
-            truth.append(self.evaluate()["success"])
+            self._render(out=frames[i])
+            ee[i] = self.tcp_position()
+            cmd[i] = self._gripper_cmd
+            measured[i] = self.measured_gripper()
+            truth[i] = self._resting_state(stop_early=True)[0]
         log = {
-            "ee_pos": np.asarray(ee, dtype=np.float32),
-            "gripper_cmd": np.asarray(cmd, dtype=np.float32),
-            "gripper_measured": np.asarray(measured, dtype=np.float32),
+            "ee_pos": ee,
+            "gripper_cmd": cmd,
+            "gripper_measured": measured,
             # simulator ground truth after each step (for horizon studies); judges of the
             # robot log must not read it
-            "gt_success": np.asarray(truth, dtype=bool),
+            "gt_success": truth,
         }
-        return WorldStep(frames=np.stack(frames), state=self._state(), log=log)
+        # the state after the last action is what the log's last row already measured
+        state = {"ee_pos": ee[-1].copy(), "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+                 "gripper": measured[-1:].copy()}
+        return WorldStep(frames=frames, state=state, log=log)
 
     def evaluate(self) -> dict[str, Any]:
         """Ground truth: is the object resting on/in the target, released and settled?"""
         params = self._task.params
         obj, target = params["object"], params["target"]
-        obj_pos = self.data.xpos[self._object_body].copy()
-        target_pos = self.data.xpos[self._target_body].copy()
-        target_rot = self.data.xmat[self._target_body].reshape(3, 3)
-        local = target_rot.T @ (obj_pos - target_pos)
-        if target["shape"] == "cylinder":
-            inside = float(np.hypot(local[0], local[1])) <= target["size"][0]
-        else:
-            margin = 0.006 if target["shape"] == "basket" else 0.0
-            inside = abs(local[0]) <= target["size"][0] - margin and abs(local[1]) <= target["size"][1] - margin
-        # the target's surface height in the world (a stacked-on block may have moved)
-        surface = (target_pos[2] + target_top(target)) if target["shape"] == "basket" else (
-            target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
-        rest_height = obj_pos[2] - surface
-        half = object_half_height(obj)
-        if params["relation"] == "in":
-            at_height = -0.01 <= rest_height <= half + 0.02
-        else:
-            at_height = half - 0.01 <= rest_height <= half + 0.02
-        touching = self._finger_contact_with_object()
-        speed = float(np.linalg.norm(self.data.cvel[self._object_body][3:]))
-        settled = speed < _SETTLED_SPEED
-        success = bool(inside and at_height and not touching and settled)
+        success, inside, at_height, touching, settled, speed, rest_height, obj_pos, target_pos = self._resting_state()
         if success:
             reason = f"{obj['name']} rests {params['relation']} the {target['name']} and is released"
         elif not inside:
@@ -157,6 +146,44 @@ class TabletopWorld:
             "target_pos": target_pos.round(4).tolist(),
             "reason": reason,
         }
+
+    def _resting_state(self, stop_early: bool = False):
+        """What :meth:`evaluate` decides from, without its report: ``success`` first.
+
+        With ``stop_early`` (the per-step ``gt_success`` of the log) it returns ``(False,)`` as
+        soon as one condition fails, in the order ``success`` checks them; the same verdict.
+        """
+        params = self._task.params
+        obj, target = params["object"], params["target"]
+        obj_pos = self.data.xpos[self._object_body].copy()
+        target_pos = self.data.xpos[self._target_body].copy()
+        target_rot = self.data.xmat[self._target_body].reshape(3, 3)
+        local = target_rot.T @ (obj_pos - target_pos)
+        if target["shape"] == "cylinder":
+            inside = float(np.hypot(local[0], local[1])) <= target["size"][0]
+        else:
+            margin = 0.006 if target["shape"] == "basket" else 0.0
+            inside = abs(local[0]) <= target["size"][0] - margin and abs(local[1]) <= target["size"][1] - margin
+        if stop_early and not inside:
+            return (False,)
+        # the target's surface height in the world (a stacked-on block may have moved)
+        surface = (target_pos[2] + target_top(target)) if target["shape"] == "basket" else (
+            target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
+        rest_height = obj_pos[2] - surface
+        half = object_half_height(obj)
+        if params["relation"] == "in":
+            at_height = -0.01 <= rest_height <= half + 0.02
+        else:
+            at_height = half - 0.01 <= rest_height <= half + 0.02
+        if stop_early and not at_height:
+            return (False,)
+        touching = self._finger_contact_with_object()
+        if stop_early and touching:
+            return (False,)
+        speed = float(np.linalg.norm(self.data.cvel[self._object_body][3:]))
+        settled = speed < _SETTLED_SPEED
+        success = bool(inside and at_height and not touching and settled)
+        return success, inside, at_height, touching, settled, speed, rest_height, obj_pos, target_pos
 
     def close(self) -> None:
         for _, _, renderer in self._scenes.values():
@@ -195,6 +222,12 @@ class TabletopWorld:
         self._tcp_site = model.site("tcp").id
         self._finger_qpos = np.array([model.joint("finger_left").qposadr[0], model.joint("finger_right").qposadr[0]])
         self._finger_geoms = {model.body("finger_left").id, model.body("finger_right").id}
+        # per-step lookups done once: the hand target's MjData rows (views) and the camera
+        self._mocap_pos = data.mocap_pos[self._hand_mocap]
+        self._mocap_quat = data.mocap_quat[self._hand_mocap]
+        self._camera = mujoco.MjvCamera()
+        self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
+        self._camera.fixedcamid = model.camera("main").id
         return model, data, renderer
 
     def _sample_layout(self, layout: Mapping[str, Any], rng: np.random.Generator):
@@ -232,15 +265,17 @@ class TabletopWorld:
         self._gripper_cmd = float(action[6])
         self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         positions, quats = substep_targets(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
-        m, d, mocap = self.model, self.data, self._hand_mocap
+        # the hand target's rows of MjData, looked up once per scene rather than per substep
+        m, d, mocap_pos, mocap_quat = self.model, self.data, self._mocap_pos, self._mocap_quat
+        step = mujoco.mj_step
         for pos, quat in zip(positions, quats):
-            d.mocap_pos[mocap] = pos
-            d.mocap_quat[mocap] = quat
-            mujoco.mj_step(m, d)
+            mocap_pos[:] = pos
+            mocap_quat[:] = quat
+            step(m, d)
         # the hold phase: the target no longer moves, so the remaining substeps run in one call
         hold = self._substeps - len(positions)
         if hold:
-            mujoco.mj_step(m, d, nstep=hold)
+            step(m, d, nstep=hold)
         self._tcp, self._rot = target_tcp, target_rot
 
     def _finger_contact_with_object(self) -> bool:
@@ -259,7 +294,7 @@ class TabletopWorld:
             "gripper": np.array([self.measured_gripper()], dtype=np.float32),
         }
 
-    def _render(self) -> np.ndarray:
+    def _render(self, out: np.ndarray | None = None) -> np.ndarray:
         if os.getpid() != self._owner_pid:
             # an EGL context does not survive fork(): rendering in the child would hang
             raise RuntimeError(
@@ -267,8 +302,9 @@ class TabletopWorld:
                 "create it in the worker process, or use the 'spawn' start method "
                 "(gymnasium.make_vec(..., vectorization_mode='async', vector_kwargs={'context': 'spawn'}))"
             )
-        self.renderer.update_scene(self.data, camera="main")
-        return self.renderer.render().copy()
+        self.renderer.update_scene(self.data, camera=self._camera)
+        # the renderer returns a new array (or fills ``out``): no copy of its own buffer to make
+        return self.renderer.render(out=out)
 
 
 def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray,
@@ -282,18 +318,26 @@ def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np
     the rest in one ``mj_step`` call. Computing them as one batch replaces a per-substep
     round trip through axis-angle conversions, which dominated a step's cost.
     """
-    fracs = np.minimum(1.0, np.arange(1, substeps + 1) / (0.7 * substeps))
-    n_moving = int(np.count_nonzero(fracs < 1.0))
-    fracs = fracs[: min(substeps, n_moving + 1)]
-    moving = fracs[:n_moving]
+    fracs, n_moving = _substep_fractions(substeps)
     rots = np.empty((len(fracs), 3, 3))
     rel = matrix_to_axis_angle(target_rot @ start_rot.T)
-    rots[:n_moving] = axis_angle_to_matrix(moving[:, None] * rel) @ start_rot
+    rots[:n_moving] = axis_angle_to_matrix(fracs[:n_moving] * rel) @ start_rot
     rots[n_moving:] = target_rot
-    tcps = start_tcp + fracs[:, None] * (target_tcp - start_tcp)
+    tcps = start_tcp + fracs * (target_tcp - start_tcp)
     # the hand origin sits TCP_OFFSET above the TCP along the hand's z axis (a rotation's 3rd column)
     positions = tcps + TCP_OFFSET * rots[:, :, 2]
     quats = np.empty((len(fracs), 4))
-    for quat, rot in zip(quats, rots):  # MuJoCo's own conversion, as the per-substep path used
-        mujoco.mju_mat2Quat(quat, rot.reshape(-1))
+    for quat, rot in zip(quats, rots.reshape(-1, 9)):  # MuJoCo's own conversion, as the per-substep path used
+        mujoco.mju_mat2Quat(quat, rot)
     return positions, quats
+
+
+@functools.lru_cache(maxsize=8)
+def _substep_fractions(substeps: int) -> tuple[np.ndarray, int]:
+    """Fraction of the way to the target at each returned substep, as a column (read-only),
+    and how many of them are still moving. The same for every control step of a world."""
+    fracs = np.minimum(1.0, np.arange(1, substeps + 1) / (0.7 * substeps))
+    n_moving = int(np.count_nonzero(fracs < 1.0))
+    fracs = fracs[: min(substeps, n_moving + 1), None].copy()
+    fracs.flags.writeable = False
+    return fracs, n_moving
