@@ -77,6 +77,9 @@ def assert_same_episodes(out_a, out_b, same_attempts: bool = True) -> None:
     kill interrupted some)."""
     a, b = records(out_a), records(out_b)
     assert sorted(a) == sorted(b)
+    for recs in (a, b):  # each run filed its world, judge and policy builds as loads
+        loads = {k for r in recs.values() for k in (r["timings"] or {}) if k.startswith("load_")}
+        assert {"load_world", "load_judge", "load_policy"} <= loads, loads
     for eid in a:
         ra, rb = a[eid], b[eid]
         assert ra["status"] == rb["status"] == "done"
@@ -97,7 +100,9 @@ def assert_same_episodes(out_a, out_b, same_attempts: bool = True) -> None:
         assert [c["passed"] for c in ga["calls"]] == [c["passed"] for c in gb["calls"]], eid
         assert [c["check"] for c in ga["calls"]] == [c["check"] for c in gb["calls"]], eid
         np.testing.assert_allclose([c["score"] for c in ga["calls"]], [c["score"] for c in gb["calls"]], atol=1e-2)
-        assert sorted(ra["timings"]) == sorted(rb["timings"])
+        # model loads are filed with whichever episode a worker finishes first: not compared per episode
+        warm = lambda t: sorted(k for k in t if not k.startswith("load_"))  # noqa: E731
+        assert warm(ra["timings"]) == warm(rb["timings"]), eid
         for kind in ("video", "actions", "log"):
             assert (ra[kind] is None) == (rb[kind] is None), (eid, kind)
         np.testing.assert_allclose(np.load(Path(out_a) / ra["actions"]), np.load(Path(out_b) / rb["actions"]), atol=1e-6)
