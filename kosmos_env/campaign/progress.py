@@ -2,7 +2,9 @@
 
 The bar's total is the planned episode count and it starts at the episodes already done
 (a resumed campaign shows its true position); rate and ETA are tqdm's, over this run's
-episodes. The postfix shows discards, abstentions and errors so far.
+episodes. The postfix shows discards, abstentions and errors so far and the queue depth of
+each stage: episodes rolling out, rolled out and awaiting a judge (``await_judge``), being
+judged (the last two only in a two-stage campaign, ``eval --judge-workers N``).
 """
 from __future__ import annotations
 
@@ -45,11 +47,19 @@ class ProgressMonitor:
         return counts
 
     def _postfix(self, counts) -> None:
-        self.bar.set_postfix(success=counts["success"], discarded=counts["discarded"], abstained=counts["abstained"],
-                             errors=counts["error"], running=counts["leased"], refresh=False)
+        self.bar.set_postfix(stage_postfix(counts), refresh=False)
 
     def close(self) -> None:
         self.refresh(force=True)
         if self.bar is not None:
             self.bar.close()
         self.ledger.close()
+
+
+def stage_postfix(counts) -> dict[str, int]:
+    """The progress line's fields: outcomes so far, then the queue depth of each stage."""
+    fields = {"success": counts["success"], "discarded": counts["discarded"], "abstained": counts["abstained"],
+              "errors": counts["error"], "pending": counts["pending"], "rolling_out": counts["rolling_out"]}
+    if counts["rolled_out"] or counts["judging"]:
+        fields.update(await_judge=counts["rolled_out"], judging=counts["judging"])
+    return fields
