@@ -91,7 +91,7 @@ def parse_actor_resources(value: str | Mapping[str, Any] | None, flag: str = "--
         raise ValueError(f"{flag} must be a JSON object, got {type(value).__name__}")
     unknown = sorted(set(value) - set(ACTOR_OPTION_KEYS))
     if unknown:
-        raise ValueError(f"unknown {flag} option(s) {unknown}; allowed: {list(ACTOR_OPTION_KEYS)}")
+        raise ValueError(f"{flag}: unknown actor resource option(s) {unknown}; allowed: {list(ACTOR_OPTION_KEYS)}")
     out = dict(value)
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in out:
@@ -265,7 +265,7 @@ class RayExecutor(Executor):
         self.workers = int(workers)
         self.address = address
         self.num_cpus = num_cpus
-        self.actor_options = parse_actor_resources(actor_resources)
+        self.actor_options = parse_actor_resources(actor_resources, "--rollout-resources/--actor-resources")
         self.max_restarts = 2 * (self.workers + self.judge_workers) if max_restarts is None else int(max_restarts)
         self.poll_seconds = float(poll_seconds)
         self.init_kwargs = dict(init_kwargs or {})
