@@ -208,3 +208,23 @@ def test_bad_stage_flags_are_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and needle in err[0] and "Traceback" not in err[0], (extra, err)
     assert not (tmp_path / "run" / "ledger.sqlite").exists()  # refused before anything ran
+
+
+@pytest.mark.slow
+def test_ray_two_stage_campaign_places_judge_actors_by_their_own_resources(tmp_path):
+    """1 rollout actor (1 CPU) + 2 judge actors packed on one CPU (0.5 each) in a 2-CPU Ray."""
+    ray = pytest.importorskip("ray")
+    config = _config(seeds=2)
+    inline = run_campaign(config, tmp_path / "inline", progress=False)
+    executor = make_executor(1, "ray", judge_workers=2, num_cpus=2, judge_resources='{"num_cpus": 0.5}')
+    staged = run_campaign(config, tmp_path / "ray", executor, progress=False)
+    assert not ray.is_initialized()
+    assert staged["campaign"]["complete"] and _comparable(staged) == _comparable(inline)
+    report = verify_campaign(tmp_path / "ray")
+    assert report.ok, report.problems
+    roles = sorted(info["role"] for info in executor.actor_info)
+    assert roles == ["judge", "judge", "rollout"]
+    with Ledger(tmp_path / "ray" / "ledger.sqlite", create=False) as ledger:
+        queue = ledger.judge_queue()
+    assert len(queue) == 4 and {q["status"] for q in queue} == {"judged"}
+    assert all(":ray-j" in q["judged_by"] for q in queue) and all(":ray-a0" in q["rolled_by"] for q in queue)
