@@ -323,11 +323,14 @@ class _Dispatcher:
         self.idle: set[int] = set()
         self.restarts = 0
         self.judge_batch: int | None = job.settings.judge_batch or None
+        self.judge_loading: dict[int, Any] = {}  # judge slot -> its start() call, until the judge is loaded
         self.reader = None
 
     def _start_actor(self, slot: int) -> None:
         if slot in self.judge_slots:
             self.actors[slot] = self.judge_cls.remote(self.config, self.settings.judge_batch)
+            # the judge loads while rollouts start (no waiting on it here: the driver renews leases meanwhile)
+            self.judge_loading[slot] = self.actors[slot].start.remote()
         else:
             self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot], bool(self.judge_slots))
         self.idle.add(slot)
@@ -384,14 +387,8 @@ class _Dispatcher:
             self.in_flight[ref] = (slot, key, time.perf_counter())
             self.idle.discard(slot)
         for slot in sorted(self.idle & self.judge_slots):
-            if self.judge_batch is None:  # the judge's own batch size: ask a judge actor once (it loads the judge)
-                counts = self.ledger.counts()
-                if counts["rolled_out"] + counts["judging"] == 0:
-                    break
-                started = self.ray.get(self.actors[slot].start.remote())
-                if started["status"] != "ok":
-                    raise WorkerFailed(f"Ray judge actor {slot} failed: {started['error']}", started.get("traceback", ""))
-                self.judge_batch = int(started["batch"])
+            if slot in self.judge_loading and not self._judge_loaded(slot):
+                continue
             rows = self.ledger.claim_judging(self.owners[slot], s.lease_seconds, self.judge_batch)
             if not rows:
                 break
@@ -399,6 +396,24 @@ class _Dispatcher:
             ref = self.actors[slot].judge.remote(rollouts)
             self.in_flight[ref] = (slot, rows, time.perf_counter(), read_s)
             self.idle.discard(slot)
+
+    def _judge_loaded(self, slot: int) -> bool:
+        """Has judge actor ``slot`` loaded its judge? (the first to answer sets the batch size
+        when ``--judge-batch`` was not given: the judge's own ``batch_size``)."""
+        ref = self.judge_loading[slot]
+        ready, _ = self.ray.wait([ref], timeout=0)
+        if not ready:
+            return False
+        del self.judge_loading[slot]
+        try:
+            started = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            raise WorkerFailed(f"Ray judge actor {slot} failed to start: {type(exc).__name__}: {exc}") from exc
+        if started["status"] != "ok":
+            raise WorkerFailed(f"Ray judge actor {slot} failed: {started['error']}", started.get("traceback", ""))
+        if self.judge_batch is None:
+            self.judge_batch = int(started["batch"])
+        return True
 
     def _read(self, rows) -> tuple[list[Any], float]:
         """The rollouts of judge-queue rows, read here from the store this driver recorded them in."""
