@@ -228,3 +228,35 @@ def test_ray_two_stage_campaign_places_judge_actors_by_their_own_resources(tmp_p
         queue = ledger.judge_queue()
     assert len(queue) == 4 and {q["status"] for q in queue} == {"judged"}
     assert all(":ray-j" in q["judged_by"] for q in queue) and all(":ray-a0" in q["rolled_by"] for q in queue)
+
+
+@pytest.mark.slow
+def test_two_stage_eval_killed_anywhere_resumes_without_redoing_a_finished_stage(tmp_path):
+    """kill -9 a running `eval --judge-workers 1` (its worker processes die with it), rerun the same command."""
+    from tests.test_campaign_support import kill_after_done
+
+    out = tmp_path / "run"
+    argv = ["eval", "--policy", "tests.test_campaign_support:SlowScripted:skill=0.8,delay=0.03", "--policy", "random",
+            "--tasks", "spoon_on_towel", "--seeds", "3", "--image-size", "64", "64", "--no-progress",
+            "--workers", "1", "--judge-workers", "1", "--out", str(out)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KOSMOS_ENV_ALLOW_IMPORT": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    kill_after_done(proc, out, 2, timeout=240)
+    with Ledger(out / "ledger.sqlite", create=False) as ledger:
+        assert ledger.counts()["done"] < 6
+        filed_before = {q["episode_id"]: q["record"] for q in ledger.judge_queue()}
+    result = subprocess.run([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    with Ledger(out / "ledger.sqlite", create=False) as ledger:
+        queue = {q["episode_id"]: q for q in ledger.judge_queue()}
+        for eid, record in filed_before.items():  # a rollout filed before the kill was kept, not run again
+            assert queue[eid]["record"] == record
+        for row in ledger.episodes():
+            statuses = [a["status"] for a in ledger.attempts(row["episode_id"])]
+            assert row["status"] == "done" and statuses.count("ok") == 1, (row["episode_id"], statuses)
+            if row["outcome"] != "discarded":
+                assert statuses.count("rolled-out") == 1, (row["episode_id"], statuses)
+    report = verify_campaign(out)
+    assert report.ok, report.problems

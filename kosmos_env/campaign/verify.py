@@ -202,7 +202,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                                        f"{n_rows} actions ({chunk} per step)")
     report.checked["episodes"] = len(episodes)
     if judge_queue:
-        from kosmos_env.campaign.judge_stage import check_stage
+        from kosmos_env.campaign.stage_check import check_stage
 
         report.problems.extend(check_stage(episodes, judge_queue, attempts))
         report.checked["judge_stage"] = len(judge_queue)
