@@ -260,3 +260,22 @@ def test_two_stage_eval_killed_anywhere_resumes_without_redoing_a_finished_stage
                 assert statuses.count("rolled-out") == 1, (row["episode_id"], statuses)
     report = verify_campaign(out)
     assert report.ok, report.problems
+
+
+def test_queue_depth_per_stage_in_progress_line_and_incomplete_note(tmp_path):
+    from kosmos_env.campaign.progress import stage_postfix
+    from kosmos_env.report.bundle import RESULTS_SCHEMA, SUPPORTED_SCHEMA_VERSIONS, bundle_from_data
+
+    counts = {"success": 1, "discarded": 0, "abstained": 0, "error": 0, "pending": 3, "rolling_out": 2,
+              "rolled_out": 4, "judging": 1}
+    assert stage_postfix(counts) == {"success": 1, "discarded": 0, "abstained": 0, "errors": 0, "pending": 3,
+                                     "rolling_out": 2, "await_judge": 4, "judging": 1}
+    idle = {**counts, "rolled_out": 0, "judging": 0}
+    assert "await_judge" not in stage_postfix(idle) and stage_postfix(idle, two_stage=True)["await_judge"] == 0
+    data = {"schema": RESULTS_SCHEMA, "schema_version": max(SUPPORTED_SCHEMA_VERSIONS),
+            "campaign": {"complete": False, "planned": 10,
+                         "queue": {"pending": 3, "rolling_out": 2, "rolled_out": 4, "judging": 1, "done": 0}},
+            "per_episode": [{"policy": "random", "task": "spoon_on_towel", "seed": 0, "repeat": 0, "outcome": "failure",
+                             "score": 0.0, "success": False}]}
+    notes = bundle_from_data(tmp_path, tmp_path / "results.json", data).notes
+    assert any("(pending 3, rolling out 2, rolled out 4, judging 1)" in n for n in notes), notes

@@ -57,7 +57,8 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
         clear_cancel(ledger, owner)  # rerunning a cancelled campaign resumes it
         ledger.reopen_errors(all_errors=retry_errors)
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
-    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
+    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress,
+                              two_stage=bool(getattr(executor, "judge_workers", 0)))
     try:
         refresh = monitor.refresh if on_progress is None else lambda: (monitor.refresh(), on_progress())
         executor.run(CampaignJob(out_dir, config, settings), refresh)
