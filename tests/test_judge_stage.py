@@ -81,6 +81,18 @@ def test_ledger_stages_lease_and_record_exactly_once(tmp_path):
             assert ledger.fail_judging(second, judge_b, "boom", 3) == expected
         counts = ledger.counts()
         assert counts["done"] == 2 and counts["error"] == 1 and counts["leased"] == 0
+        # --retry-errors runs it again from the start: rolled out anew, judged once, and verify's stage check agrees
+        assert ledger.reopen_errors(all_errors=True) == 1
+        assert _stage_fake(ledger, rollout) == second
+        assert [r["episode_id"] for r in ledger.claim_judging(judge_b, 60.0, 8)] == [second]
+        assert ledger.complete_judging(second, judge_b, {**verdict, "outcome": "failure", "success": False,
+                                                         "score": 0.0, "judgment": {"success": False, "score": 0.0}})
+        from kosmos_env.campaign.stage_check import check_stage
+
+        assert check_stage(ledger.episodes(), ledger.judge_queue(), ledger.attempts()) == []
+        ledger.conn.execute("INSERT INTO attempts (episode_id, attempt, status) VALUES (?, 1, 'rolled-out')", (second,))
+        assert any("rolled out 2 times" in p for p in check_stage(ledger.episodes(), ledger.judge_queue(),
+                                                                   ledger.attempts()))
 
 
 def _comparable(results):

@@ -16,18 +16,20 @@ def check_stage(episodes: Sequence[Mapping[str, Any]], queue: Sequence[Mapping[s
     """Problems in a two-stage campaign's ledger (``kosmos-env verify`` reports them).
 
     Every judge-queue row names a planned episode and agrees with its status (judged exactly
-    when the episode is done); each staged episode was rolled out once; its recorded rollout
-    fields are the ones its rollout worker filed; its provenance hashes to its identity and
-    names the same judge as every other judged episode of the campaign (one judge per campaign,
-    whichever stage judged it).
+    when the episode is done); each staged episode was rolled out once (since ``--retry-errors``
+    last reopened it); its recorded rollout fields are the ones its rollout worker filed; its
+    provenance hashes to its identity and names the same judge as every other judged episode of
+    the campaign (one judge per campaign, whichever stage judged it).
     """
     from kosmos_env.spec import canonical_json, sha256_hex
 
     problems: list[str] = []
     by_id = {r["episode_id"]: r for r in episodes}
     rolled: dict[str, int] = {}
-    for a in attempts:
-        if a["status"] == "rolled-out":
+    for a in sorted(attempts, key=lambda a: a["id"]):
+        if a["status"] == "reopened":  # --retry-errors ran the episode again from the start
+            rolled[a["episode_id"]] = 0
+        elif a["status"] == "rolled-out":
             rolled[a["episode_id"]] = rolled.get(a["episode_id"], 0) + 1
     staged_ids = set()
     for q in queue:
