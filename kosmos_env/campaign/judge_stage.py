@@ -176,10 +176,11 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
                on_episode: Callable[[str, str], None] | None = None, stop: Any = None, judge: Any = None) -> int:
     """Judge rolled-out episodes until every episode of the campaign is done; returns how many.
 
-    While rollout workers still run, an idle judge worker waits for their rollouts (it is
-    cheap: it loads its judge on the first rolled-out episode). ``judge`` is a ready judge
-    object for the campaign's judge spec (tests, warm processes). A cancel recorded in the
-    ledger stops the loop between batches.
+    The judge is loaded as soon as the campaign has work left, so loading it overlaps the first
+    rollouts (and a judge that cannot load stops the campaign before it has rolled out much);
+    then, while rollout workers still run, an idle judge worker waits for their rollouts.
+    ``judge`` is a ready judge object for the campaign's judge spec (tests, warm processes). A
+    cancel recorded in the ledger stops the loop between batches.
     """
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     ledger = Ledger(path, create=False)
@@ -191,13 +192,15 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
             if cancel_requested(ledger):
                 break
             counts = ledger.counts()
+            if counts["pending"] + counts["leased"] == 0:
+                break  # every episode is done
+            if runner is None:
+                runner = JudgeRunner(config, out_dir, judge, settings.judge_batch)
             if counts["rolled_out"] + counts["judging"] == 0:
                 if counts["pending"] + counts["rolling_out"] == 0 or not settings.wait_for_others:
                     break  # nothing will arrive (or we were told not to wait for it)
                 time.sleep(settings.poll_seconds)
                 continue
-            if runner is None:
-                runner = JudgeRunner(config, out_dir, judge, settings.judge_batch)
             rows = ledger.claim_judging(owner, settings.lease_seconds, runner.batch)
             if not rows:  # all of it is being judged by live workers: wait, take over if they die
                 time.sleep(settings.poll_seconds)
