@@ -12,6 +12,10 @@ that mode on worlds whose frames are known to follow the commands:
    position (unclipped, as the Bridge world integrates), first with the true commands, then with
    shuffled ones (``permuted``: the episode's own commands permuted in time; ``swapped``:
    another episode's, permuted). Frozen and panned frames are checked at every step.
+   Workspace: the Bridge world clips its integrated pose at the table top of its scene
+   (``world.workspace``); here the floor is the tabletop's own table (the z minimum of its
+   ``world.workspace``, which its simulator clips the gripper to), the other bounds the Bridge
+   spec's.
 2. **Learned tabletop** (Kosmos-TabletopLearned-v1, 64x64): the same replay on frames a learned
    network generated. Its network was trained through the tabletop's own camera, so this part
    uses that camera's model (the mode, calibration + integrated pose, is the same).
@@ -22,6 +26,8 @@ score x passed); 95% intervals by bootstrap over episodes. The calibration-free 
 Bridge spec ran before) is reported beside it as the baseline.
 
     python bench/bridge_gate.py [--seeds 3] [--seed 100] [--out bench/results/bridge_gate.txt]
+    python bench/bridge_gate.py --seeds 2 --seed 200 --skip-learned --print-pan-passes \\
+        --gate-set pan_blur_px=0 --gate-set pan_explained=0.6  (which pans got through before)
 """
 from __future__ import annotations
 
@@ -82,7 +88,7 @@ def shuffles(episodes, rng):
     return permuted, swapped
 
 
-def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int) -> dict:
+def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan_passes: bool = False) -> dict:
     from kosmos_env.bridge_gate import replay_gate
 
     rng = np.random.default_rng(seed)
@@ -130,6 +136,10 @@ def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int) -> 
         out[f"{ctrl}_rejected_demanded"] = float(1 - dem.mean()) if dem.size else None
         out[f"{ctrl}_demanded_steps"] = int(dem.size)
         out[f"{ctrl}_rejected_all"] = float(1 - passed.mean())
+    if pan_passes:  # panned steps that demanded motion and still passed, with what the pan measure saw
+        out["pan_passes"] = [dict(d, episode=f"{episodes[i]['policy']} {episodes[i]['task']} seed {episodes[i]['seed']}", step=t)
+                             for i, r in enumerate(runs["true"]) for t, d in enumerate(r["pan_detail"])
+                             if r["pan_passed"][t] and r["pan_demanded"][t]]
     return out
 
 
@@ -151,6 +161,9 @@ def fmt(name: str, m: dict) -> list[str]:
     for ctrl in ("frozen", "pan"):
         lines.append(f"  {ctrl:<6} rejected: {pct(m[f'{ctrl}_rejected_demanded'])} of {m[f'{ctrl}_demanded_steps']} "
                      f"steps whose command demands motion, {pct(m[f'{ctrl}_rejected_all'])} of all steps")
+    if "pan_passes" in m:
+        lines.append(f"  panned steps demanding motion that passed: {len(m['pan_passes'])}")
+        lines += [f"    {d}" for d in m["pan_passes"]]
     lines.append("  true episodes pass by policy: " + ", ".join(f"{p} {pct(v)}" for p, v in m["true_episode_pass_by_policy"].items()))
     return lines
 
@@ -165,6 +178,17 @@ def _pitched(block, degrees: float) -> np.ndarray:
     return np.array([forward[0] / horizontal * np.cos(pitch), forward[1] / horizontal * np.cos(pitch), np.sin(pitch)])
 
 
+def with_floor(gate_spec, world_spec) -> dict:
+    """The Bridge gate with its workspace floor set to the table of ``world_spec`` (the z minimum
+    of its ``world.workspace``): the world the frames come from stops the gripper there."""
+    gate = dict(gate_spec)
+    if gate.get("workspace") is not None and world_spec.world.get("workspace") is not None:
+        ws = [list(row) for row in gate["workspace"]]
+        ws[2][0] = float(world_spec.world["workspace"][2][0])
+        gate["workspace"] = ws
+    return gate
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=3, help="episodes per policy and task")
@@ -173,6 +197,10 @@ def main() -> int:
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--skip-learned", action="store_true", help="skip the learned tabletop")
     p.add_argument("--gate-json", default=None, help="gate thresholds to use instead of the Bridge spec's")
+    p.add_argument("--gate-set", action="append", default=[], metavar="NAME=VALUE",
+                   help="override one gate threshold (JSON value), e.g. pan_blur_px=0 (repeatable)")
+    p.add_argument("--print-pan-passes", action="store_true",
+                   help="list the panned steps that demanded motion and still passed (tabletop measurement)")
     p.add_argument("--out", default=None, help="also write the report to this file")
     args = p.parse_args()
     import torch
@@ -185,13 +213,19 @@ def main() -> int:
 
     bridge = load_spec("Kosmos-Bridge-v1")
     gate = dict(bridge.gate) if not args.gate_json else json.load(open(args.gate_json, encoding="utf-8"))
+    for item in args.gate_set:
+        name, _, value = item.partition("=")
+        if name not in gate or not value:
+            p.error(f"--gate-set {item!r}: expected NAME=VALUE with NAME a key of the gate section")
+        gate[name] = json.loads(value)
     block = dict(bridge.world.get("camera") or camera_block())
     size = tuple(int(v) for v in args.image_size.split(","))
     seeds = list(range(args.seed, args.seed + args.seeds))
     t0 = time.perf_counter()
     lines = [f"command: python bench/{os.path.basename(__file__)} " + " ".join(sys.argv[1:]),
              f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load {load_average()}",
-             f"gate: Kosmos-Bridge-v1 spec gate section{' (from ' + args.gate_json + ')' if args.gate_json else ''}; "
+             f"gate: Kosmos-Bridge-v1 spec gate section{' (from ' + args.gate_json + ')' if args.gate_json else ''}"
+             f"{' with ' + ', '.join(args.gate_set) if args.gate_set else ''}; "
              f"camera {block['setup']}; seeds {seeds[0]}..{seeds[-1]}; policies {', '.join(POLICIES)}", ""]
 
     tab = load_spec("Kosmos-Tabletop-v1")
@@ -200,18 +234,21 @@ def main() -> int:
     home = np.asarray(tab.world["home_tcp"], float)
     # the tabletop's home pose is its start pose, given as a Bridge task gives initial_ee_pos
     cal = bridge_calibration(dict(block, start_ee_pos=list(home)), size)
-    m = measure(gate, episodes, cal, home, args.seed, args.boot)
+    gate_tab = with_floor(gate, tab)
+    lines.insert(3, f"workspace: {gate_tab['workspace']} (Bridge spec's, floor = the tabletop's table)"
+                 if gate_tab.get("workspace") is not None else "workspace: none (the integrated pose is not clipped)")
+    m = measure(gate_tab, episodes, cal, home, args.seed, args.boot, pan_passes=args.print_pan_passes)
     lines += fmt(f"tabletop, Bridge camera, {size[0]}x{size[1]}, calibration from the camera model + integrated commanded pose", m)
-    base = measure(gate, episodes, None, None, args.seed, args.boot)
+    base = measure(gate_tab, episodes, None, None, args.seed, args.boot)
     lines += ["", *fmt("baseline: same episodes, calibration-free mode (the Bridge gate before)", base)]
     # sensitivity to what a Bridge world can get wrong: the camera model (pitch 5 degrees off)
     # and the start pose (3 cm off sideways); same episodes, same shuffles
     off = {k: v for k, v in block.items() if k != "quaternion_wxyz"}
     off["look_direction"] = _pitched(block, 5.0).tolist()
-    m_off = measure(gate, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
+    m_off = measure(gate_tab, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
     lines += ["", *fmt("robustness: the calibration's pitch 5 degrees off (camera model error)", m_off)]
     shifted = home + np.array([0.0, 0.03, 0.0])
-    m_start = measure(gate, episodes, cal, shifted, args.seed, args.boot)
+    m_start = measure(gate_tab, episodes, cal, shifted, args.seed, args.boot)
     lines += ["", *fmt("robustness: the start pose 3 cm off (y + 0.03 m)", m_start)]
 
     if not args.skip_learned:
@@ -219,9 +256,10 @@ def main() -> int:
         eps = record("Kosmos-TabletopLearned-v1", (64, 64), None, POLICIES, None, seeds)
         lcal = tabletop_calibration(learned.world["camera"], (64, 64))
         lhome = np.asarray(learned.world["home_tcp"], float)
-        ml = measure(gate, eps, lcal, lhome, args.seed, args.boot)
+        gate_learned = with_floor(gate, learned)
+        ml = measure(gate_learned, eps, lcal, lhome, args.seed, args.boot)
         lines += ["", *fmt("learned tabletop (generated frames), its own camera's model + integrated commanded pose, 64x64", ml)]
-        bl = measure(gate, eps, None, None, args.seed, args.boot)
+        bl = measure(gate_learned, eps, None, None, args.seed, args.boot)
         lines += ["", *fmt("baseline: learned tabletop, calibration-free mode", bl)]
     lines += ["", f"total {time.perf_counter() - t0:.0f} s"]
     text = "\n".join(lines)

@@ -26,10 +26,13 @@ import numpy as np
 COMMANDS_FILE = "bridge_real_can_to_left_commands.json"
 
 
-def integrated_positions(actions: np.ndarray, start: Sequence[float]) -> np.ndarray:
-    """TCP after each action, integrated from ``start`` without clipping (what a Bridge world logs)."""
+def integrated_positions(actions: np.ndarray, start: Sequence[float], workspace: Any = None) -> np.ndarray:
+    """TCP after each action, integrated from ``start`` and clipped to ``workspace`` after every action
+    (what a Bridge world logs; ``workspace=None``: unclipped)."""
+    from kosmos_env.worlds.bridge_camera import integrate_tcp
+
     rows = np.asarray(actions, dtype=np.float64).reshape(-1, 7)
-    return np.asarray(start, dtype=np.float64) + np.cumsum(rows[:, :3], axis=0)
+    return integrate_tcp(start, rows[:, :3], workspace)
 
 
 def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.ndarray, calibration: Any,
@@ -37,12 +40,14 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
                 rng: np.random.Generator | None = None, pan_range: tuple[float, float] = (2.0, 8.0)) -> dict[str, np.ndarray]:
     """Feed ``frames`` (T+1, H, W, 3) and ``actions`` (T, 7) to a fresh gate, ``chunk`` actions per call.
 
-    The log of each call is the integrated commanded TCP (``start`` + running sum), as a Bridge
-    world reports it; ``start=None`` or ``calibration=None`` runs the calibration-free mode.
+    The log of each call is the integrated commanded TCP (``start`` + running sum, clipped to the
+    gate's ``workspace`` when it has one: a Bridge world's ``world.workspace`` equals it), as a
+    Bridge world reports it; ``start=None`` or ``calibration=None`` runs the calibration-free mode.
     Returns per call ``passed``, ``score``, ``demanded`` (a segment demanded visible motion) and
     ``check``; with ``controls``, the verdicts on a frozen call (the previous frame repeated) and
     a panned call (the previous frame shifted by 2-8 px per 128 px of width, the arm still),
-    each from a copy of the gate's state after the true history.
+    each from a copy of the gate's state after the true history; ``pan_detail`` holds per call the
+    applied shift (frame px) and what the pan measure saw (shift in analysis px, explained fraction).
     """
     import cv2
 
@@ -53,10 +58,11 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
     if len(frames) != len(actions) + 1:
         raise ValueError(f"need one frame more than actions, got {len(frames)} frames and {len(actions)} actions")
     gate = ConsistencyGate.from_spec({k: v for k, v in gate_spec.items() if k != "enabled"})
-    path = integrated_positions(actions, start) if (start is not None and calibration is not None) else None
+    path = integrated_positions(actions, start, gate_spec.get("workspace")) \
+        if (start is not None and calibration is not None) else None
     out: dict[str, list] = {"passed": [], "score": [], "demanded": [], "check": []}
     if controls:
-        out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[])
+        out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[], pan_detail=[])
         rng = rng or np.random.default_rng(0)
     h, w = frames.shape[1:3]
     for t0 in range(0, len(actions), chunk):
@@ -78,6 +84,11 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
             v = copy.deepcopy(gate).check(frames[t0], np.stack(panned), act, calibration, log)
             out["pan_passed"].append(v.passed)
             out["pan_demanded"].append(any(s["demanded"] for s in v.segments))
+            # what the pan measure saw (first segment), to tell why a pan got through
+            seg = v.segments[0]
+            out["pan_detail"].append({"applied_px": [round(float(mag * np.cos(angle)), 3), round(float(mag * np.sin(angle)), 3)],
+                                      **{k: seg.get(k) for k in ("global_shift_px", "pan_explained", "pan_broken_static")},
+                                      "check": v.check})
         v = gate.check(frames[t0], frames[t0 + 1: t1 + 1], act, calibration, log)
         out["passed"].append(v.passed)
         out["score"].append(v.score)

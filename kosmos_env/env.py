@@ -153,9 +153,15 @@ class KosmosEnv(gymnasium.Env):
       :mod:`kosmos_env.worlds.bridge_camera`) and the start pose of the tool centre point
       (``start_ee_pos``, SimplerEnv's for the real can episode; a task may give
       ``initial_ee_pos``). The world exposes that ``calibration`` and logs ``ee_pos``: the pose
-      *integrated from the commands*, not measured. With them the gate runs calibrated: frozen
-      frames near the projected gripper, camera pans (per step and over each 4-frame call), the
-      direction of the gripper's visible motion against the projected command, image collapse.
+      *integrated from the commands*, not measured, clipped after every action to
+      ``world.workspace``, whose floor is the table top: SimplerEnv's Bridge scene puts the robot
+      base at height 0.870 on a table at 0.87 (simpler-env/ManiSkill2_real2sim @ ef7a4d4,
+      ``mani_skill2_real2sim/envs/custom_scenes/base_env.py``), so z = 0 in ``base_link``; the
+      other bounds box the arm's reach (its URDF), and the gate's ``workspace`` is the same. With
+      them the gate runs calibrated: frozen frames near the projected gripper, camera pans (per
+      step and over each 4-frame call; both frames blurred by ``pan_blur_px`` before measuring how
+      much of the change a shift explains), the direction of the gripper's visible motion against
+      the projected command, image collapse.
       Measured where ground truth exists (``bench/bridge_gate.py``: the tabletop rendered through
       this camera, calibration and integrated pose as the Bridge world has them) and on the real
       can episode (passes under commands derived from its video; frozen and panned copies
@@ -182,6 +188,10 @@ class KosmosEnv(gymnasium.Env):
       now carries NVIDIA's statistics with method ``"quantile"``, real 4:3 frames at 240x320, a new
       task suite, ``device``/``dtype`` ``"auto"`` and world code version 2 in its hash; no result
       with the old hash exists.
+    - Kosmos-Bridge-v1, revised gate (same id): ``world.workspace`` (the table top as the floor of
+      the integrated pose) with the same ``gate.workspace``, and the pan measure's ``pan_blur_px``
+      1.0 with ``pan_explained`` 0.68. Its spec hash changed: results recorded under the earlier
+      hash are not comparable with results under the new one.
     - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, new fields
       ``world.actions_per_call`` and ``world.sweep``): the learned tabletop retrained with object
       state, so grasped objects no longer vanish. Its spec hash changed: results recorded

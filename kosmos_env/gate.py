@@ -89,6 +89,12 @@ class GateThresholds:
     #: calibration-free: the same over the whole frame (an arm filling the frame can explain
     #: part of it too, so the bar is higher)
     pan_explained_uncalibrated: float = 0.6
+    #: Gaussian blur (sigma, analysis px) applied to both frames before measuring how much of the
+    #: change the shift explains; 0 = none. Moving a frame by a sub-pixel shift resamples it
+    #: bilinearly, which smooths it, while a real pan arrives sharp: on sharp edges that
+    #: difference alone leaves a residual that counts against the pan. Blurring both frames
+    #: equalises the smoothing, so what remains is misalignment.
+    pan_blur_px: float = 0.0
     #: calibrated: observed vs commanded direction cosine below this is a mismatch
     direction_min_cos: float = 0.3
     #: calibrated: ... and the commanded displacement explains the window no better than this
@@ -118,7 +124,7 @@ class GateThresholds:
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
                 raise ValueError(f"gate threshold {name!r} must be a positive number, got {value!r}")
         for name in ("min_translation_m", "view_margin_px", "frozen_min_changed_px", "frozen_min_changed_fraction",
-                     "hand_height_m", "max_rotation_swing"):
+                     "hand_height_m", "max_rotation_swing", "pan_blur_px"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
                 raise ValueError(f"gate threshold {name!r} must be a number >= 0, got {value!r}")
@@ -430,8 +436,16 @@ class ConsistencyGate:
         sx, sy, moved = _refine_shift(a, b, sx, sy, keep)
         seg["global_shift_px"] = [round(float(sx), 3), round(float(sy), 3)]
         shift = float(math.hypot(sx, sy))
-        comp = float(np.mean(np.abs(b - moved)[keep]))
-        explained = 1.0 - comp / raw
+        if th.pan_blur_px > 0:  # equal smoothing on both sides (see GateThresholds.pan_blur_px)
+            ab = cv2.GaussianBlur(a, (0, 0), th.pan_blur_px)
+            bb = cv2.GaussianBlur(b, (0, 0), th.pan_blur_px)
+            moved_b = cv2.warpAffine(ab, np.float32([[1, 0, sx], [0, 1, sy]]), (w, h), flags=cv2.INTER_LINEAR,
+                                     borderMode=cv2.BORDER_REPLICATE)
+            raw_b = float(np.mean(np.abs(bb - ab)[keep]))
+            explained = 1.0 - float(np.mean(np.abs(bb - moved_b)[keep])) / raw_b if raw_b > 0 else 0.0
+        else:
+            comp = float(np.mean(np.abs(b - moved)[keep]))
+            explained = 1.0 - comp / raw
         seg["pan_explained"] = round(explained, 3)
         # a large arm close to the camera can dominate the shift too; but then the scene's
         # edges that did not change (the table's edge, objects) break when everything is moved

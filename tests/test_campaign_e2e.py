@@ -217,7 +217,9 @@ def test_abstentions_are_their_own_outcome(tmp_path):
     assert record["outcome"] == "abstained" and record["success"] is None and record["score"] is None
     assert record["ground_truth"]["success"] is True  # the truth is kept beside the judge's abstention
     assert {kind for *_, kind in artifacts} == {"actions", "log"}
-    assert set(record["timings"]) == {"policy", "world", "gate", "judge", "io", "total"}
+    # the worker's first episode also carries the model builds it did (kept apart from the warm stage seconds)
+    assert set(record["timings"]) == {"policy", "world", "gate", "judge", "io", "total",
+                                      "load_policy", "load_world", "load_judge"}
     rows = [{"policy": "p", "task": "t", "outcome": o} for o in ("success", "abstained", "failure", "discarded")]
     agg = aggregate(rows, ["p"], ["t"])
     s = agg["per_policy"]["p"]

@@ -124,6 +124,9 @@ def test_two_stage_campaign_records_what_inline_judging_records(tmp_path):
         judged_by = {q["judged_by"].split(":")[2].split("-")[0] for q in queue}
         rolled_by = {q["rolled_by"].split(":")[2].split("-")[0] for q in queue}
         assert judged_by == {"j0"} and rolled_by == {"w0"}  # each stage ran in its own worker
+        # model loads are filed once per worker: the judge's by the judge worker, the world's by the rollout worker
+        timings = [r["timings"] for r in ledger.episodes()]
+        assert sum("load_judge" in t for t in timings) == 1 and sum("load_world" in t for t in timings) == 1
 
 
 _SLOW_JUDGE = """

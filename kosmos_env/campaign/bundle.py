@@ -46,10 +46,12 @@ def bundle_lock(out_dir: str | os.PathLike) -> Iterator[None]:
 
 def episode_entry(row: Mapping[str, Any], spec_hash: str | None = None) -> dict[str, Any]:
     """One ``per_episode`` item of results.json from a ledger row (``spec_hash``: the campaign's)."""
-    from kosmos_env.campaign.cost import stage_seconds
+    from kosmos_env.campaign.cost import LOAD_PREFIX, stage_seconds
 
     timings = row.get("timings")
     t = stage_seconds(timings) if timings is not None else None
+    if t is not None:  # model builds this worker filed with the episode (load_policy, load_world, load_judge)
+        t.update({k: float(v) for k, v in timings.items() if k.startswith(LOAD_PREFIX)})
     return {
         "episode_id": row["episode_id"],
         "spec_hash": spec_hash,
@@ -67,7 +69,7 @@ def episode_entry(row: Mapping[str, Any], spec_hash: str | None = None) -> dict[
         "gate": row["gate"],
         "ground_truth": row["ground_truth"],
         "steps": row["steps"],
-        "timings": None if t is None else {k: t[k] for k in ("policy", "world", "gate", "judge", "io", "total")},
+        "timings": None if t is None else {k: v for k, v in t.items() if k != "overhead"},
         "artifacts": {"video": row["video"], "actions": row["actions"], "log": row["log"]},
         "error": row["error"],
         "attempts": row["attempts"],

@@ -3,7 +3,11 @@
 Every episode records the seconds it spent in each stage: ``policy`` (inference), ``world``
 (simulation or generation), ``gate`` (consistency check), ``judge`` (scoring), ``io`` (video
 encoding and artifact writes) and ``total`` (claim to record); ``overhead`` is what ``total``
-leaves after the named stages (env reset, bookkeeping).
+leaves after the named stages (env reset, bookkeeping). These are *warm* seconds: building a
+model (loading weights) is not part of them. A worker records each build once, on the first
+episode it finishes after the build, as ``load_policy``, ``load_world`` and ``load_judge``
+seconds in that episode's timings (:func:`load_seconds`); summaries report load seconds apart
+from the per-rollout warm seconds and price them the same way (the stage's device).
 
 Price table (``--price-table FILE`` or inline JSON)::
 
@@ -27,6 +31,9 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 STAGES = ("policy", "world", "gate", "judge", "io", "overhead")
+#: stages that build a model once per worker; their build seconds are ``load_<stage>`` timings
+LOAD_STAGES = ("policy", "world", "judge")
+LOAD_PREFIX = "load_"
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,31 @@ def stage_seconds(timings: Mapping[str, float] | None) -> dict[str, float]:
     return t
 
 
+def load_seconds(timings: Mapping[str, float] | None) -> dict[str, float]:
+    """Model-build seconds a worker filed with this episode, per stage (all zero for most episodes)."""
+    return {k: float((timings or {}).get(LOAD_PREFIX + k, 0.0)) for k in LOAD_STAGES}
+
+
+def file_loads(timings: dict[str, float], loads: Mapping[str, float]) -> None:
+    """Add a worker's model builds (seconds per stage, since its last filed episode) to an
+    episode's timings as ``load_<stage>`` keys (summed with any already there)."""
+    for stage, seconds in loads.items():
+        if stage not in LOAD_STAGES:
+            raise ValueError(f"unknown load stage {stage!r}; stages that load models: {', '.join(LOAD_STAGES)}")
+        key = LOAD_PREFIX + stage
+        timings[key] = float(timings.get(key, 0.0)) + float(seconds)
+
+
+def judge_shares(warm: Mapping[str, float], load: Mapping[str, float]) -> dict[str, float | None]:
+    """The judge's share of warm inference and of warm plus model loads, from per-stage amounts
+    (seconds or money) whose warm ``total`` is the sum of :data:`STAGES`."""
+    warm_total = sum(warm[k] for k in STAGES)
+    load_total = sum(load.values())
+    return {"warm": warm["judge"] / warm_total if warm_total > 0 else None,
+            "with_loads": (warm["judge"] + load.get("judge", 0.0)) / (warm_total + load_total)
+            if warm_total + load_total > 0 else None}
+
+
 def busy_wall_seconds(runs: Iterable[Mapping[str, Any]], finished_times: Iterable[float]) -> float:
     """Wall-clock seconds covered by eval runs (overlapping runs counted once).
 
@@ -135,13 +167,20 @@ def busy_wall_seconds(runs: Iterable[Mapping[str, Any]], finished_times: Iterabl
 
 def cost_summary(episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]] = (),
                  price_table: PriceTable | None = None) -> dict[str, Any]:
-    """Seconds per stage (sums and per rollout), rollouts per hour, and money if priced."""
+    """Warm seconds per stage (sums and per rollout), model-load seconds apart, the judge's share,
+    rollouts per hour, and money split the same way if priced."""
     rows = list(episodes)
     n = len(rows)
     sums = {k: 0.0 for k in (*STAGES, "total")}
+    loads = {k: 0.0 for k in LOAD_STAGES}
+    builds = 0
     for row in rows:
         for k, v in stage_seconds(row.get("timings")).items():
             sums[k] += v
+        filed = load_seconds(row.get("timings"))
+        builds += any(v > 0 for v in filed.values())
+        for k, v in filed.items():
+            loads[k] += v
     wall = busy_wall_seconds(runs, [r.get("finished") for r in rows])
     out: dict[str, Any] = {
         "rollouts": n,
@@ -150,12 +189,19 @@ def cost_summary(episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[s
         "wall_seconds": round(wall, 3),
         "rollouts_per_hour": (n / wall * 3600.0) if wall > 0 and n else None,
         "seconds_per_rollout": (sums["total"] / n) if n else None,
+        # model builds, apart from the warm seconds above: summed over workers, and spread over the rollouts
+        "load_seconds": {k: round(v, 6) for k, v in loads.items()},
+        "load_seconds_per_rollout": {k: (round(v / n, 6) if n else None) for k, v in loads.items()},
+        "episodes_with_loads": builds,
+        "judge_share_of_time": judge_shares(sums, loads),
         "money": None,
     }
     if price_table is not None:
         per_stage = {k: sums[k] * price_table.price_per_second(k) for k in STAGES}
+        load_money = {k: loads[k] * price_table.price_per_second(k) for k in LOAD_STAGES}
         campaign = sum(per_stage.values())
         judge = per_stage["judge"]
+        shares = judge_shares(per_stage, load_money)
         out["money"] = {
             "currency": price_table.currency,
             "per_stage": {k: round(v, 6) for k, v in per_stage.items()},
@@ -163,9 +209,12 @@ def cost_summary(episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[s
             "campaign": round(campaign, 6),
             "per_rollout": round(campaign / n, 6) if n else None,
             "judge": {"campaign": round(judge, 6), "per_rollout": round(judge / n, 6) if n else None,
-                      "share": (judge / campaign) if campaign > 0 else None},
+                      "share": shares["warm"], "share_with_loads": shares["with_loads"]},
             "without_judge": {"campaign": round(campaign - judge, 6),
                               "per_rollout": round((campaign - judge) / n, 6) if n else None},
+            "load_per_stage": {k: round(v, 6) for k, v in load_money.items()},
+            "load": round(sum(load_money.values()), 6),
+            "campaign_with_loads": round(campaign + sum(load_money.values()), 6),
         }
     return out
 
@@ -177,7 +226,15 @@ def format_cost(cost: Mapping[str, Any]) -> str:
     lines = []
     if n:
         stages = ", ".join(f"{k} {per[k]:.3f}" for k in (*STAGES, "total"))
-        lines.append(f"seconds per rollout by stage: {stages}")
+        lines.append(f"warm seconds per rollout by stage: {stages}")
+        loads = cost.get("load_seconds") or {}
+        if any(loads.values()):
+            lines.append("model load seconds (once per worker, not in the per-rollout seconds): "
+                         + ", ".join(f"{k} {v:.3f}" for k, v in loads.items()))
+        share = (cost.get("judge_share_of_time") or {})
+        if share.get("warm") is not None:
+            lines.append(f"judge's share of the time: {share['warm']:.1%} of warm inference"
+                         + (f", {share['with_loads']:.1%} with model loads" if any(loads.values()) else ""))
     rate = cost.get("rollouts_per_hour")
     lines.append(f"{n} rollouts in {cost['wall_seconds']:.1f} s of wall clock"
                  + (f" = {rate:.0f} rollouts/hour" if rate else ""))
@@ -185,7 +242,12 @@ def format_cost(cost: Mapping[str, Any]) -> str:
     if money:
         cur = money["currency"]
         share = money["judge"]["share"]
-        lines.append(f"cost: {money['campaign']:.4g} {cur} for the campaign, {money['per_rollout'] or 0:.4g} {cur} per rollout; "
-                     f"judge {money['judge']['campaign']:.4g} {cur}"
+        lines.append(f"cost: {money['campaign']:.4g} {cur} of warm inference for the campaign, "
+                     f"{money['per_rollout'] or 0:.4g} {cur} per rollout; judge {money['judge']['campaign']:.4g} {cur}"
                      + (f" ({share:.1%} of it)" if share is not None else ""))
+        if money.get("load"):
+            with_loads = money["judge"].get("share_with_loads")
+            lines.append(f"model loads: {money['load']:.4g} {cur} more ("
+                         + ", ".join(f"{k} {v:.4g}" for k, v in money["load_per_stage"].items()) + ")"
+                         + (f"; judge's share with loads {with_loads:.1%}" if with_loads is not None else ""))
     return "\n".join(lines)

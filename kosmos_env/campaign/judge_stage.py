@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from kosmos_env.campaign.control import cancel_requested
+from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig
 from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
@@ -70,7 +71,10 @@ class JudgeRunner:
         from kosmos_env.judges.base import judge_identity
 
         self.config = config
+        t0 = time.perf_counter()
         self.judge = judge if judge is not None else make_judge(dict(config.judge))
+        # the judge's build, filed as load_judge with this worker's first judged episode (as in-line workers do)
+        self._loads = {} if judge is not None else {"judge": time.perf_counter() - t0}
         self.identity = judge_identity(self.judge, config.judge)
         self.name = str(getattr(self.judge, "name", config.judge.get("type")))
         self.reader = None
@@ -120,9 +124,20 @@ class JudgeRunner:
         """(record, None) or (None, error) per judge-queue row, in order."""
         rollouts, read_s = self.read(rows)
         verdicts, judge_s = self.judge_rollouts(rollouts)
-        return [(None, v) if isinstance(v, BaseException) else
-                (finish_record(self.config, row["record"], v.to_dict(), self.identity, self.name, judge_s, read_s), None)
-                for row, v in zip(rows, verdicts)]
+        out: list[tuple[dict[str, Any] | None, BaseException | None]] = []
+        for row, v in zip(rows, verdicts):
+            if isinstance(v, BaseException):
+                out.append((None, v))
+                continue
+            record = finish_record(self.config, row["record"], v.to_dict(), self.identity, self.name, judge_s, read_s)
+            file_loads(record["timings"], self.take_loads())
+            out.append((record, None))
+        return out
+
+    def take_loads(self) -> dict[str, float]:
+        """The judge's build seconds not yet filed with an episode (then none are left to file)."""
+        loads, self._loads = self._loads, {}
+        return loads
 
     def close(self) -> None:
         close = getattr(self.judge, "close", None)

@@ -123,6 +123,26 @@ def resolve(ledger: Ledger, judge: str) -> str:
     raise ValueError(f"{judge!r} names several judges ({names}): give more of the judge id")
 
 
+def _load_key(judge_id: str) -> str:
+    return f"judge_load_seconds:{judge_id}"
+
+
+def record_load(ledger: Ledger, judge_id: str, seconds: float) -> None:
+    """Add one build of judge ``judge_id`` (its model load, in seconds) to the ledger's meta, so
+    cost reports of this judge's numbers count its loads apart from its per-rollout seconds."""
+    with ledger.transaction() as conn:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (_load_key(judge_id),)).fetchone()
+        loads = json.loads(row[0]) if row else []
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                     (_load_key(judge_id), json.dumps(loads + [round(float(seconds), 6)])))
+
+
+def load_seconds(ledger: Ledger, judge_id: str) -> list[float]:
+    """Seconds of every recorded build of judge ``judge_id`` by ``kosmos-env judge`` (one per run that judged)."""
+    value = ledger.meta().get(_load_key(judge_id))
+    return [float(x) for x in json.loads(value)] if value else []
+
+
 def check(ledger: Ledger) -> list[str]:
     """Problems in the table: a row whose judge id is not its stored spec's hash, or an unknown episode."""
     if not has_table(ledger):

@@ -232,7 +232,7 @@ class JudgeActor:
             else:
                 out.append({"judgment": v.to_dict()})
         return {"status": "ok", "verdicts": out, "seconds": seconds, "identity": self.runner.identity,
-                "name": self.runner.name}
+                "name": self.runner.name, "loads": self.runner.take_loads()}
 
     def close(self) -> None:
         if self.runner is not None:
@@ -476,6 +476,7 @@ class _Dispatcher:
             self.ledger.complete(key.episode_id, owner, record, artifacts)
 
     def _collect_judging(self, ref) -> None:
+        from kosmos_env.campaign.cost import file_loads
         from kosmos_env.campaign.judge_stage import finish_record
 
         slot, rows, t_sent, read_s = self.in_flight.pop(ref)
@@ -505,6 +506,8 @@ class _Dispatcher:
                 continue
             record = finish_record(self.job.config, row["record"], verdict["judgment"], result["identity"],
                                    result["name"], float(result["seconds"]), read_s)
+            file_loads(record["timings"], result.get("loads") or {})  # the judge's build, with its first episode
+            result["loads"] = {}
             self.ledger.complete_judging(row["episode_id"], owner, record)
 
     def _register(self, policies) -> None:

@@ -74,7 +74,10 @@ def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: 
     out = Path(out_dir)
     if not (out / LEDGER_NAME).is_file():
         raise FileNotFoundError(f"{out} is not a campaign folder (no {LEDGER_NAME})")
+    t0 = time.perf_counter()
+    built = judge is None
     judge = judge if judge is not None else load_judge(spec)
+    load = time.perf_counter() - t0 if built else 0.0  # filed as this judge's model load when it judges anything
     t0 = time.perf_counter()
     verified = verify_campaign(out)
     if not verified.ok:
@@ -97,6 +100,8 @@ def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: 
         report.already_judged = len(rows) - len(todo)
         if todo:
             judgment_table.ensure_table(ledger)
+            if built:
+                judgment_table.record_load(ledger, judge_id, load)
         reader = StoredRollouts(out, config)
         from kosmos_env.judges import judge_many
 

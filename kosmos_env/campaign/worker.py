@@ -23,6 +23,7 @@ from typing import Any, Callable, Mapping
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
+from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
@@ -85,9 +86,17 @@ class EpisodeRunner:
         self.judge_stage = bool(judge_stage)
         # judging is deferred: the campaign judges the finished rollout in its own, timed stage. The env
         # gets the campaign's judge object, so the spec's default judge is never loaded beside it.
+        # model builds are timed apart from the warm per-episode seconds and filed with the next finished
+        # episode as load_<stage> timings (kosmos_env.campaign.cost); the world loads here, not in the first reset.
+        # A rollout worker of a two-stage campaign builds no judge (its judge workers file their own load).
+        t0 = time.perf_counter()
         self.judge = StagedJudge(config.judge) if self.judge_stage else make_judge(dict(config.judge))
+        self._loads = {} if self.judge_stage else {"judge": time.perf_counter() - t0}
+        t0 = time.perf_counter()
         self.env = gymnasium.make(config.env_id, defer_judging=True, judge=self.judge, **dict(config.spec_overrides))
         base = self.env.unwrapped
+        base.world.load()
+        self._loads["world"] = time.perf_counter() - t0
         if base.spec_hash != config.spec_hash:
             raise RuntimeError(
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
@@ -103,7 +112,9 @@ class EpisodeRunner:
             from kosmos_env.policies import make_policy
 
             ref = self._refs[label]
+            t0 = time.perf_counter()
             pol = make_policy(ref.name, **dict(ref.kwargs))
+            self._loads["policy"] = self._loads.get("policy", 0.0) + time.perf_counter() - t0
             hub = getattr(pol, "hub_model_id", None) or ref.kwargs.get("model_id")
             self.ledger.register_policy(label, pol.content_hash(), None if hub is None else str(hub), self.owner)
             self._policies[label] = pol
@@ -125,8 +136,8 @@ class EpisodeRunner:
         """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts)."""
         from kosmos_env.rollouts import run_episode
 
+        policy = self.policy(key.policy)  # a first use builds it: a load, not this episode's seconds
         t_start = time.perf_counter()
-        policy = self.policy(key.policy)
         result = run_episode(self.env, policy, key.env_seed, key.task)
         timings = {k: float(result.timings.get(k, 0.0)) for k in ("policy", "world", "gate", "judge")}
         judgment = None
@@ -163,6 +174,8 @@ class EpisodeRunner:
                 artifacts.append((sha, staged["frames"], size, "frames"))
         timings["io"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
+        file_loads(timings, self._loads)
+        self._loads = {}
         success = None if judgment is None else judgment.get("success")
         record = {
             "outcome": outcome,

@@ -12,6 +12,13 @@ p-value against a random ranking and the difference to the action-only baseline 
 alone, judged from each episode's stored actions). ``--map "csv_name=label;..."`` maps the
 CSV's policy and task names onto the campaign's (every name must map, else one error).
 
+Every analysis names the judge of its success numbers (label and identity hash) and states the
+time and money per stage (warm per-rollout seconds; model loads apart) with the judge's share
+of the bill. ``--judge ID_OR_NAME`` reads the numbers of another judge stored with the campaign
+(``kosmos-env judge DIR --judge SPEC``): its identity, a unique prefix of it, or its label;
+``campaign`` (the default) is the campaign's own judge. An unknown judge is an error that lists
+the stored ones.
+
 ``kosmos-env analyze --cost-sweep RUN1 RUN2 ...`` compares campaigns of one design run at several
 settings of a world: cost per rollout (with the judge's share), agreement with the truth (the
 ``--reference`` CSV, else the most expensive run) with intervals, and the cheapest run whose
@@ -43,6 +50,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--registration", type=Path, default=None, metavar="REG.json",
                    help="a pre-registered study: compute its registered metrics and report PASS/FAIL for each bar "
                         "(with its interval) first; every other number is labelled exploratory")
+    p.add_argument("--judge", default=None, metavar="ID_OR_NAME",
+                   help="whose verdicts the success numbers are: 'campaign' (default: the campaign's own judge) or "
+                        "the identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`")
     p.add_argument("--alpha", type=float, default=0.05, help="error level of intervals and tests (default 0.05)")
     p.add_argument("--power", type=float, default=0.8, help="power for the minimum detectable difference (default 0.8)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -70,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         from kosmos_env.report.name_map import parse_name_map
 
         name_map = parse_name_map(args.name_map)
+    if args.cost_sweep and args.judge is not None:
+        raise ValueError("--judge chooses the judge of one campaign DIR; --cost-sweep compares runs by their own judges")
     if args.cost_sweep:
         from kosmos_env.report.cost_sweep import cost_sweep_runs, format_cost_sweep
 
@@ -87,20 +99,25 @@ def run(args: argparse.Namespace) -> int:
     bundle = load_bundle(args.dir)
     registered = None
     if args.registration is not None:
+        if args.judge not in (None, "campaign"):
+            raise ValueError("--registration checks the registered judge's numbers; it cannot be combined with --judge")
         from kosmos_env.registration import load_registration
         from kosmos_env.registration.report import registered_from_bundle
 
         registered = registered_from_bundle(bundle, load_registration(args.registration))
     result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
                             n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
-                            horizon_step=args.horizon_step, name_map=name_map)
+                            horizon_step=args.horizon_step, name_map=name_map, judge=args.judge)
     if registered is not None:
         from kosmos_env.registration.report import EXPLORATORY_NOTE
 
         result = {"registered": registered, "exploratory_note": EXPLORATORY_NOTE, **result}
     text = json.dumps(result, indent=2, allow_nan=False, default=_jsonable)
-    if not args.no_write:
-        (bundle.root / "analysis.json").write_text(text + "\n", encoding="utf-8")
+    if not args.no_write:  # another judge's analysis goes to DIR/judges/<id>/, never over the campaign's own
+        from kosmos_env.report.judge_view import judge_output_dir
+
+        written = judge_output_dir(bundle.root, result["judge"]) / "analysis.json"
+        written.write_text(text + "\n", encoding="utf-8")
     if args.json:
         print(text)
     elif registered is not None:
@@ -110,7 +127,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(analysis_text(result))
     if not args.no_write and not args.json:
-        print(f"\nwrote {bundle.root / 'analysis.json'}")
+        print(f"\nwrote {written}")
     return 0
 
 

@@ -6,6 +6,12 @@ episodes.parquet, selected videos, a new manifest and the dataset cards go to th
 is how leaderboard submissions arrive). Policies with a Hub model id get an ``.eval_results/*.yaml``
 entry in their model repo (a PR by default). ``--dry-run PATH`` writes the exact trees instead and
 touches no network. See kosmos_env/publish/hub.py for the layout.
+
+The cards name the judge of every success number (label and identity hash) and state the time
+and money per stage with the judge's share of the bill. ``--judge ID_OR_NAME`` leads the cards
+with another judge stored with the campaign (``kosmos-env judge DIR --judge SPEC``) and adds its
+verdicts as ``judgments/<judge id>.json``; results.json (what leaderboards rank) always keeps the
+campaign's own judge. An unknown judge is an error that lists the stored ones.
 """
 from __future__ import annotations
 
@@ -31,6 +37,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "directly, or skip (default: %(default)s)")
     p.add_argument("--private", action="store_true", help="create the dataset repo as private if it does not exist")
     p.add_argument("--license", default="cc-by-4.0", help="license in the dataset card (default: %(default)s)")
+    p.add_argument("--judge", default=None, metavar="ID_OR_NAME",
+                   help="judge whose ranking the cards lead with: 'campaign' (default: the campaign's own) or the "
+                        "identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`")
     p.add_argument("--no-verify", action="store_true",
                    help="skip `kosmos-env verify` of the campaign's ledger (the bundle checks always run)")
     p.set_defaults(func=run)
@@ -44,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--videos-per-policy must be -1 (all), 0 or more")
     try:
         plan = plan_publish(args.dir, args.repo, pr=args.pr, videos_per_policy=args.videos_per_policy,
-                            model_results=args.model_results, license=args.license)
+                            model_results=args.model_results, license=args.license, judge=args.judge)
     except SubmissionRejected as exc:
         raise ValueError(f"the bundle in {args.dir} failed verification ({exc.check}): {exc.reason}") from None
     if not args.no_verify:  # the campaign's ledger too: an edited ledger is refused, not published

@@ -151,29 +151,40 @@ class Console:
                    success=[{"policy": p, **v} for p, v in s.success_so_far().items()])
         return row
 
-    def analysis(self, ref: cz.CampaignRef) -> tuple[dict | None, int, str]:
-        """(analysis dict or None, episodes it covers, error text); cached per done count."""
+    def analysis(self, ref: cz.CampaignRef, judge: str | None = None) -> tuple[dict | None, int, str]:
+        """(analysis dict or None, episodes it covers, error text); cached per done count and judge
+        (``judge``: whose verdicts, see kosmos_env.report.judge_view; None = the campaign's own)."""
+        import json
+
+        from kosmos_env.campaign import judgments
         from kosmos_env.campaign.bundle import build_results
+        from kosmos_env.campaign.cost import PriceTable
         from kosmos_env.campaign.readonly import ReadOnlyLedger
         from kosmos_env.report.analysis import analyze_bundle
         from kosmos_env.report.bundle import bundle_from_data
 
         with ReadOnlyLedger(ref.ledger_path) as ledger:
             done = ledger.counts()["done"]
-            key = (ref.key, done, self.reference)
+            rejudged = sum(j["episodes"] for j in judgments.judges(ledger))  # re-judging changes another judge's page
+            key = (ref.key, done, self.reference, judge, rejudged)
             with self._analysis_lock:
                 if key in self._analysis:
                     return self._analysis[key], done, ""
             if done == 0:
                 return None, 0, "No finished episode yet: nothing to analyse."
-            results = build_results(ledger)
+            stored = ledger.meta().get("price_table")
+            try:  # the campaign's price table, so the page states the judge's share of the bill in money too
+                prices = PriceTable.from_dict(json.loads(stored)) if stored else None
+            except ValueError:
+                prices = None
+            results = build_results(ledger, prices)
         try:
             bundle = bundle_from_data(ref.path, ref.ledger_path, results)
-            a = analyze_bundle(bundle, reference=self.reference, **self.analysis_options)
+            a = analyze_bundle(bundle, reference=self.reference, judge=judge, **self.analysis_options)
         except (ValueError, FileNotFoundError) as exc:
             return None, done, f"The analysis could not be computed: {exc}"
         with self._analysis_lock:
-            self._analysis = {k: v for k, v in self._analysis.items() if k[0] != ref.key}
+            self._analysis = {k: v for k, v in self._analysis.items() if k[0] != ref.key or k[3] != judge}
             self._analysis[key] = a
         return a, done, ""
 
@@ -242,7 +253,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         if err:
             return err
         verification = con.verifier.status(ref, s.done)[0] if s.complete else None
-        return con.render("campaign.html", s=s, key=key, state=s.state(verification),
+        return con.render("campaign.html", s=s, key=key, state=s.state(verification), judge=cz.judge_name(s.judge),
                           percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
                           queue_states=LIVE_QUEUE, stages=LIVE_STAGES)
 
@@ -377,18 +388,18 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         return FileResponse(path, media_type=ev.MEDIA_TYPES[ext], headers={"Cache-Control": "max-age=86400, immutable"})
 
     @app.get("/c/{key}/analysis", response_class=HTMLResponse)
-    def analysis_page(key: str):
+    def analysis_page(key: str, judge: str = ""):
         ref, s, err = campaign_or_error(key)
         if err:
             return err
-        a, n_done, message = con.analysis(ref)
+        a, n_done, message = con.analysis(ref, judge or None)
         html = None
         if a is not None:
             from kosmos_env.report.analysis_html import render_analysis_html
 
             html = render_analysis_html(a)
         return con.render("analysis.html", s=s, key=key, analysis_html=html, analysis_error=message, n_done=n_done,
-                          reference=con.reference)
+                          reference=con.reference, judges=cz.stored_judges(ref), chosen=(a or {}).get("judge"))
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare_page(a: str = "", b: str = ""):

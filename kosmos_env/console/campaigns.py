@@ -348,6 +348,25 @@ def _money(stages: dict[str, float], table: dict | None) -> dict[str, Any] | Non
             "judge_share": per_stage["judge"] / total if total > 0 else None}
 
 
+def judge_name(spec: dict) -> str:
+    """``label [identity]`` of a judge spec: how the console names the judge of a success number."""
+    from kosmos_env.campaign import judgments
+
+    return f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]"
+
+
+def stored_judges(ref: CampaignRef) -> list[dict[str, Any]]:
+    """Judges other than the campaign's own with verdicts in its ledger (``kosmos-env judge``)."""
+    from kosmos_env.campaign import judgments
+    from kosmos_env.campaign.readonly import ReadOnlyLedger
+
+    try:
+        with ReadOnlyLedger(ref.ledger_path) as ledger:
+            return judgments.judges(ledger)
+    except (OSError, sqlite3.Error):
+        return []
+
+
 def ranking_so_far(s: Summary) -> list[dict[str, Any]]:
     """Policies best first (rate, then Wilson lower bound, then campaign order), with intervals."""
     rates = s.success_so_far()

@@ -10,12 +10,16 @@ Two cards are written per publish:
 
 The summary ranks policies by the numbers recomputed from the per-episode rows (never the
 submitted ones), with Wilson 95% intervals, the worst-case interval that counts undecided
-episodes, and the command that reruns the campaign.
+episodes, and the command that reruns the campaign. It names the judge of every success number
+(label and identity hash), leads with another stored judge's ranking when ``publish --judge``
+chose one (:mod:`kosmos_env.publish.judge_choice`), and states the time and money per stage
+with the judge's share of the bill.
 """
 from __future__ import annotations
 
 from typing import Any
 
+from kosmos_env.publish.judge_choice import JudgeChoice, cost_markdown, judge_name
 from kosmos_env.publish.validate import VerifiedSubmission
 
 CARD_TAGS = ["kosmos-env", "robotics", "evaluation", "world-models", "benchmark-results"]
@@ -75,8 +79,35 @@ def rerun_command(sub: VerifiedSubmission) -> str:
     return " \\\n  ".join(parts)
 
 
-def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
+def chosen_ranking_markdown(choice: JudgeChoice) -> str:
+    """The ranking by a judge other than the campaign's own, from its stored verdicts."""
+    lines = ["| rank | policy | success | Wilson 95% CI | successes / decided | abstained |",
+             "|---:|---|---:|---:|---:|---:|"]
+    for i, r in enumerate(choice.ranking, 1):
+        lines.append(f"| {i} | `{_md_escape(r['policy'])}` | {_pct(r['success_rate'])} | {_ci(r['wilson_95'])} | "
+                     f"{r['successes']} / {r['decided']} | {r['abstained']} |")
+    return "\n".join(lines)
+
+
+def _judge_sections(sub: VerifiedSubmission, choice: JudgeChoice | None) -> tuple[list[str], str]:
+    """(the chosen judge's ranking section, title of the campaign's own ranking)."""
+    own = choice.own if choice is not None else None
+    own_name = f" by the campaign's own judge {judge_name(own)}" if own else ""
+    if choice is None or choice.is_campaign_judge:
+        return [], f"### Ranking{own_name}"
+    rel = choice.verdicts_file[0] if choice.verdicts_file else "judgments/"
+    section = [f"### Ranking by judge {judge_name(choice.judge)}", "",
+               f"This judge re-judged the campaign's stored rollouts (`kosmos-env judge`); its verdicts are in "
+               f"`{rel}` (hash-bound by manifest.json). Leaderboards rank the campaign's own judge (results.json), "
+               "shown after this table.", "", *[f"- {n}" for n in choice.notes], "",
+               chosen_ranking_markdown(choice), ""]
+    return section, f"### Ranking{own_name} (results.json)"
+
+
+def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str, choice: JudgeChoice | None = None) -> str:
     c = sub.campaign
+    chosen, own_title = _judge_sections(sub, choice)
+    own_judge = f"{judge_name(choice.own)} (the campaign's own), " if choice else ""
     board = "official: registered spec and judge" if sub.official else \
         "**non-default**: spec overrides or another judge, never ranked with official results"
     overrides = c.get("spec_overrides") or {}
@@ -84,7 +115,10 @@ def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
         f"## {c['env_id']} · spec `{c['spec_hash'][:12]}` · campaign `{c['id']}`",
         "",
         f"- Env spec hash: `{c['spec_hash']}` ({board})",
-        f"- Judge: `{_json(c.get('judge'))}`" + (f"; spec overrides: `{_json(overrides)}`" if overrides else ""),
+        f"- Judge: {own_judge}`{_json(c.get('judge'))}`"
+        + (f"; spec overrides: `{_json(overrides)}`" if overrides else ""),
+        *([f"- Success numbers below come first from judge {judge_name(choice.judge)}"]
+          if choice is not None and not choice.is_campaign_judge else []),
         f"- Design: {len(c['policies'])} policies × {len(c['tasks'])} tasks × {len(c['seeds'])} seeds × "
         f"{c['repeats']} repeats = {len(sub.rows)} episodes, paired (every policy sees the same initial scenes)",
         f"- Files: [`{prefix}`](https://huggingface.co/datasets/{repo_id}/tree/main/{prefix}) — results.json, "
@@ -92,7 +126,10 @@ def summary_markdown(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
         f"- Written by kosmos-env {sub.results.get('package_version', '?')} on {c.get('written') or c.get('created', '?')}",
         "",
         *([_registered_section(sub)] if sub.campaign.get("registration") is not None else []),
-        "### Ranking",
+        *([f"### Time and cost per stage (judge {judge_name(choice.judge)}'s share of the bill)", "",
+           *cost_markdown(choice), ""] if choice is not None else []),
+        *chosen,
+        own_title,
         "",
         "Success rate = successes / (successes + failures). Wilson 95% intervals; the worst-case interval "
         "counts every discarded, abstained or errored episode first as a failure, then as a success. "
@@ -136,13 +173,15 @@ def _registered_section(sub: VerifiedSubmission) -> str:
     return registered_markdown(_registered(sub), stamp) if stamp is not None else ""
 
 
-def campaign_card(sub: VerifiedSubmission, repo_id: str, prefix: str) -> str:
+def campaign_card(sub: VerifiedSubmission, repo_id: str, prefix: str, choice: JudgeChoice | None = None) -> str:
     """README.md kept inside the campaign folder."""
-    meta = {"kosmos_env": _campaign_meta(sub, prefix)}
-    return _front_matter(meta) + f"# Kosmos-Env campaign `{sub.campaign_id}`\n\n" + summary_markdown(sub, repo_id, prefix)
+    meta = {"kosmos_env": _campaign_meta(sub, prefix, choice)}
+    return (_front_matter(meta) + f"# Kosmos-Env campaign `{sub.campaign_id}`\n\n"
+            + summary_markdown(sub, repo_id, prefix, choice))
 
 
-def dataset_card(sub: VerifiedSubmission, repo_id: str, prefix: str, license: str = "cc-by-4.0") -> str:
+def dataset_card(sub: VerifiedSubmission, repo_id: str, prefix: str, license: str = "cc-by-4.0",
+                 choice: JudgeChoice | None = None) -> str:
     """README.md at the dataset root: Hub metadata plus the latest campaign's summary."""
     meta = {
         "pretty_name": f"Kosmos-Env results ({repo_id})",
@@ -151,7 +190,7 @@ def dataset_card(sub: VerifiedSubmission, repo_id: str, prefix: str, license: st
         "task_categories": ["robotics"],
         "configs": [{"config_name": "episodes",
                      "data_files": [{"split": "train", "path": "results/*/*/*/episodes.parquet"}]}],
-        "kosmos_env": {"latest": _campaign_meta(sub, prefix)},
+        "kosmos_env": {"latest": _campaign_meta(sub, prefix, choice)},
     }
     intro = "\n".join([
         f"# Kosmos-Env results: {repo_id}",
@@ -165,16 +204,27 @@ def dataset_card(sub: VerifiedSubmission, repo_id: str, prefix: str, license: st
         "",
         "",
     ])
-    return _front_matter(meta) + intro + summary_markdown(sub, repo_id, prefix)
+    return _front_matter(meta) + intro + summary_markdown(sub, repo_id, prefix, choice)
 
 
-def _campaign_meta(sub: VerifiedSubmission, prefix: str) -> dict[str, Any]:
+def _campaign_meta(sub: VerifiedSubmission, prefix: str, choice: JudgeChoice | None = None) -> dict[str, Any]:
     c = sub.campaign
-    return {"env_id": c["env_id"], "spec_hash": c["spec_hash"], "campaign_id": c["id"], "path": prefix,
+    meta = {"env_id": c["env_id"], "spec_hash": c["spec_hash"], "campaign_id": c["id"], "path": prefix,
             "official": sub.official, "episodes": len(sub.rows),
             "ranking": [{"policy": label, "success_rate": _round(sub.aggregated["per_policy"][label]["success_rate"]),
                          "wilson_95": _round(sub.aggregated["per_policy"][label]["wilson_95"])}
                         for label in sub.aggregated["ranking"]]} | _registration_meta(sub)
+    if choice is not None:
+        from kosmos_env.publish.judge_choice import judge_shares
+
+        meta["judge"] = {"label": choice.own["label"], "id": choice.own["id"]}  # whose verdicts "ranking" holds
+        meta["judge_share"] = {"judge": judge_name(choice.judge), **{k: _round(v) for k, v in judge_shares(choice).items()}}
+        if not choice.is_campaign_judge:
+            meta["chosen_judge"] = {"label": choice.judge["label"], "id": choice.judge["id"],
+                                    "verdicts": choice.verdicts_file[0] if choice.verdicts_file else None,
+                                    "ranking": [{"policy": r["policy"], "success_rate": _round(r["success_rate"]),
+                                                 "wilson_95": _round(r["wilson_95"])} for r in choice.ranking]}
+    return meta
 
 
 def _registration_meta(sub: VerifiedSubmission) -> dict[str, Any]:

@@ -142,9 +142,12 @@ def select_videos(sub: VerifiedSubmission, per_policy: int) -> list[str]:
 
 
 def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = False, videos_per_policy: int = 2,
-                 model_results: str = "pr", license: str = "cc-by-4.0") -> PublishPlan:
-    """Verify the bundle and plan the dataset commit (nothing is sent anywhere)."""
+                 model_results: str = "pr", license: str = "cc-by-4.0", judge: str | None = None) -> PublishPlan:
+    """Verify the bundle and plan the dataset commit (nothing is sent anywhere). ``judge`` chooses
+    whose ranking the cards lead with (:mod:`kosmos_env.publish.judge_choice`; None: the
+    campaign's own judge, whose verdicts results.json holds in any case)."""
     from kosmos_env.publish.card import campaign_card, dataset_card
+    from kosmos_env.publish.judge_choice import choose_judge
 
     check_repo_id(repo_id)
     if model_results not in MODEL_RESULTS_MODES:
@@ -152,19 +155,22 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
     root = Path(bundle_dir)
     sub = verify_submission(root, strict=False, allow_overrides=True)
     prefix = campaign_prefix(sub)
+    choice = choose_judge(root, judge)
     published: dict[str, bytes | Path] = {"results.json": root / "results.json",
                                           "episodes.parquet": root / "episodes.parquet"}
+    if choice.verdicts_file is not None:  # another judge's verdicts, so its ranking can be recomputed
+        published[choice.verdicts_file[0]] = choice.verdicts_file[1]
     videos = select_videos(sub, videos_per_policy)
     for rel in videos:
         published[rel] = root / rel
-    published["README.md"] = campaign_card(sub, repo_id, prefix).encode()
+    published["README.md"] = campaign_card(sub, repo_id, prefix, choice).encode()
     hashes = {rel: (_sha_bytes(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_path(data))
               for rel, data in published.items()}
     manifest = {"schema": MANIFEST_SCHEMA, "campaign": sub.campaign_id, "files": dict(sorted(hashes.items())),
                 "source_manifest_sha256": sha256_path(root / "manifest.json")}
     published["manifest.json"] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     files: dict[str, bytes | Path] = {prefix + rel: data for rel, data in published.items()}
-    files["README.md"] = dataset_card(sub, repo_id, prefix, license=license).encode()
+    files["README.md"] = dataset_card(sub, repo_id, prefix, license=license, choice=choice).encode()
     ranking = ", ".join(f"{label} {_pct(sub.aggregated['per_policy'][label]['success_rate'])}"
                         for label in sub.aggregated["ranking"])
     commit = RepoCommit(
@@ -175,9 +181,22 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
                      f"Spec hash {sub.spec_hash}. Published by kosmos-env publish."),
     )
     notes = list(sub.notes)
+    if not choice.is_campaign_judge:
+        notes.append(f"the cards lead with judge {choice.judge['label']} [{choice.judge['id']}]; its verdicts go to "
+                     f"{prefix}{choice.verdicts_file[0]}; results.json keeps the campaign's own judge "
+                     f"{choice.own['label']} [{choice.own['id']}]")
     notes.append(f"{len(videos)} video(s) selected ({videos_per_policy if videos_per_policy >= 0 else 'all'} per policy)")
     return PublishPlan(sub=sub, repo_id=repo_id, prefix=prefix, dataset=commit, model_results=model_results,
                        notes=notes)
+
+
+def campaign_judge_name(sub: VerifiedSubmission) -> str:
+    """``label [identity]`` of the judge whose verdicts results.json holds."""
+    from kosmos_env.campaign import judgments
+
+    spec = sub.campaign.get("judge")
+    spec = dict(spec) if isinstance(spec, dict) else {"type": str(spec)}
+    return f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]"
 
 
 def eval_results_commits(sub: VerifiedSubmission, repo_id: str, prefix: str, dataset_revision: str | None,
@@ -202,7 +221,8 @@ def eval_results_commits(sub: VerifiedSubmission, repo_id: str, prefix: str, dat
         notes = (f"kosmos-env policy {pol['label']}; spec {sub.spec_hash[:12]}; success rate over "
                  f"{s['successes'] + s['failures']} decided of {s['n']} episodes, Wilson 95% "
                  f"[{100 * lo:.1f}, {100 * hi:.1f}], worst-case 95% [{100 * wlo:.1f}, {100 * whi:.1f}]; campaign "
-                 f"{sub.campaign_id}" + ("" if sub.official else "; NON-DEFAULT spec or judge"))
+                 f"{sub.campaign_id}; judged by {campaign_judge_name(sub)}"
+                 + ("" if sub.official else "; NON-DEFAULT spec or judge"))
         entry = EvalResultEntry(dataset_id=repo_id, task_id=sub.env_id, value=round(100 * s["success_rate"], 2),
                                 dataset_revision=dataset_revision, date=date, source_url=url,
                                 source_name="Kosmos-Env results", notes=notes)

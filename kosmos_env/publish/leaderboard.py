@@ -50,10 +50,32 @@ def newcombe_diff(p1: float, ci1: Sequence[float], p2: float, ci2: Sequence[floa
     return (max(-1.0, lower), min(1.0, upper))
 
 
-def _entry(sub: VerifiedSubmission, policy: dict) -> dict[str, Any]:
+def judge_cost(sub: VerifiedSubmission) -> dict[str, Any]:
+    """The campaign judge's name and its share of the campaign's time and money (from the rows'
+    stage timings and the campaign's price table; warm inference, and with model loads)."""
+    from kosmos_env.campaign import judgments
+    from kosmos_env.campaign.cost import PriceTable, cost_summary
+
+    spec = sub.campaign.get("judge")
+    spec = dict(spec) if isinstance(spec, dict) else {"type": str(spec)}
+    table = sub.campaign.get("price_table")
+    try:
+        prices = PriceTable.from_dict(table) if table else None
+    except ValueError:
+        prices = None
+    cost = cost_summary([r for r in sub.rows if r.get("timings")], (), prices)
+    money = cost.get("money") or {}
+    return {"judge_name": f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]",
+            "judge_share_time": cost["judge_share_of_time"]["warm"],
+            "judge_share_time_with_loads": cost["judge_share_of_time"]["with_loads"],
+            "judge_share_money": (money.get("judge") or {}).get("share"),
+            "judge_share_money_with_loads": (money.get("judge") or {}).get("share_with_loads")}
+
+
+def _entry(sub: VerifiedSubmission, policy: dict, cost: dict[str, Any] | None = None) -> dict[str, Any]:
     label = policy["label"]
     s = sub.aggregated["per_policy"][label]
-    return {
+    return {**(cost if cost is not None else judge_cost(sub)),
         "policy": label,
         "policy_name": policy.get("name"),
         "kwargs": policy.get("kwargs") or {},
@@ -177,7 +199,8 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
         groups.setdefault(sub.board_key, []).append(sub)
     boards = []
     for (env_id, spec_hash, judge_hash), subs in groups.items():
-        entries = [_entry(sub, p) for sub in subs for p in sub.campaign["policies"]]
+        costs = {id(sub): judge_cost(sub) for sub in subs}
+        entries = [_entry(sub, p, costs[id(sub)]) for sub in subs for p in sub.campaign["policies"]]
         task_sets = {tuple(sorted(sub.campaign["tasks"])) for sub in subs}
         notes = []
         if len(task_sets) > 1:

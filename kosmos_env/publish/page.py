@@ -82,7 +82,8 @@ _COLUMNS = [
     ("rank", "Rank", False, False), ("policy", "Policy", True, False), ("success", "Success", False, True),
     ("wilson", "Wilson 95% CI", False, True), ("worst", "Worst-case 95%", False, True), ("n", "n", False, True),
     ("discarded", "Discarded", False, True), ("abstained", "Abstained", False, True), ("errors", "Errors", False, True),
-    ("next", "vs next", False, False), ("campaign", "Campaign", True, False),
+    ("next", "vs next", False, False), ("judge_share", "Judge's share of the bill", False, True),
+    ("campaign", "Campaign", True, False),
 ]
 
 
@@ -96,6 +97,15 @@ def _ci(pair: list | None) -> str:
 
 def _num(x: float | None) -> str:
     return "" if x is None else repr(float(x))
+
+
+def _judge_share_cell(e: dict[str, Any]) -> str:
+    """The campaign judge's share of the money (of the time without a price table), named in the title."""
+    money = e.get("judge_share_money")
+    share = money if money is not None else e.get("judge_share_time")
+    what = "money" if money is not None else "time (no price table)"
+    title = f'judge {e.get("judge_name", "?")}: share of the {what}, warm inference'
+    return f'<td data-sort="{_num(share)}" title="{escape(title)}">{_pct(share)}</td>'
 
 
 def _row(e: dict[str, Any]) -> str:
@@ -116,6 +126,7 @@ def _row(e: dict[str, Any]) -> str:
         f'<td data-sort="{_num(e["worst_case_95"][0] if e["worst_case_95"] else None)}">{_ci(e["worst_case_95"])}</td>',
         f'<td>{e["n"]}</td>', f'<td>{e["discarded"]}</td>', f'<td>{e["abstained"]}</td>', f'<td>{e["errors"]}</td>',
         f'<td data-sort="{nxt_sort}"{nxt_title}>{nxt}</td>',
+        _judge_share_cell(e),
         f'<td class="l" data-sort="{escape(e["campaign_id"])}"><code>{escape(e["campaign_id"])}</code></td>',
     ]
     return f'<tr data-policy="{escape(e["policy"])}" data-rank="{e["rank"]}">' + "".join(cells) + "</tr>"
@@ -158,7 +169,8 @@ def _board(board: dict[str, Any], idx: int) -> str:
     lines = [
         f'<section class="board" id="board-{idx}">',
         f'<h2>{escape(board["env_id"])} · spec <code>{escape(board["spec_hash"][:12])}</code>{badge}</h2>',
-        f'<p class="muted">spec hash <code>{escape(board["spec_hash"])}</code>; judge '
+        f'<p class="muted">spec hash <code>{escape(board["spec_hash"])}</code>; success judged by '
+        f'<b>{escape(board["entries"][0].get("judge_name", "?") if board["entries"] else "?")}</b> '
         f'<code>{escape(json.dumps(board["judge"], sort_keys=True))}</code>'
         + (f'; overrides <code>{escape(json.dumps(overrides, sort_keys=True))}</code>' if overrides else "")
         + f'; campaigns: {escape(", ".join(board["campaigns"]))}</p>',

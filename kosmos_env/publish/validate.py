@@ -62,7 +62,7 @@ IGNORED_LOCAL_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm"
                        # what `kosmos-env report` and `analyze` write beside the bundle (never published)
                        "report.html", "report.md", "analysis.json")
 #: folders at the top of a campaign folder that hold local outputs, ignored like the files above
-IGNORED_LOCAL_DIRS = ("report_assets",)
+IGNORED_LOCAL_DIRS = ("report_assets", "judges")  # judges/<id>/: reports and analyses by re-judging judges
 MAX_JSON_BYTES = 256 * 1024 * 1024
 #: largest single file a submission may hold (a rollout video or array), and all files together
 MAX_FILE_BYTES = 256 * 1024 * 1024

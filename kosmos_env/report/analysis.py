@@ -4,7 +4,9 @@ Sections: per-policy rates (Wilson, Clopper–Pearson, worst case with discards/
 paired bootstrap of pairwise differences and of the ranking, split-half repeatability of the
 ranking, minimum detectable difference and the fraction of separable pairs, horizon
 sensitivity from per-step ground truth in the robot logs, an anytime-valid paired A/B test of
-the top two policies, and (with a reference CSV) rank agreement with the reference.
+the top two policies, and (with a reference CSV) rank agreement with the reference. Every
+analysis names the judge its success numbers come from (``judge``: label and identity) and
+carries the time and money per stage with the judge's share of the bill (``cost``).
 
 Units of resampling: the bootstrap, split-half and MDD treat one (task, seed) as one unit (a
 policy's repeats of the same initial state are averaged first), because episodes that share a
@@ -240,8 +242,16 @@ def _quantiles(x: np.ndarray) -> dict:
 def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, reference: str | Path | None = None,
                    n_boot: int = 2000, n_splits: int = 1000, seed: int = 0, horizon_step: int = HORIZON_STEP,
                    horizon_metric: str = "kendall", horizon_threshold: float = 0.8,
-                   name_map: dict[str, str] | None = None) -> dict:
-    """Run every applicable analysis on ``bundle``; returns a JSON-ready dict (see module doc)."""
+                   name_map: dict[str, str] | None = None, judge: str | None = None) -> dict:
+    """Run every applicable analysis on ``bundle``; returns a JSON-ready dict (see module doc).
+
+    ``judge`` chooses whose verdicts the success numbers are (:mod:`kosmos_env.report.judge_view`;
+    None: the campaign's own judge); the dict names it under ``judge`` and carries the time and
+    money breakdown with the judge's share under ``cost``.
+    """
+    from kosmos_env.report.judge_view import select_judge
+    from kosmos_env.report.summary import cost_breakdown
+
     if not 0 < alpha < 1:
         raise ValueError(f"--alpha must be in (0, 1), got {alpha}")
     if not 0 < power < 1:
@@ -249,6 +259,7 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     if horizon_step < 1:
         raise ValueError(f"horizon step must be >= 1, got {horizon_step}")
     ref_rows = read_reference_csv(reference) if reference is not None else None  # fail fast on a bad CSV
+    bundle, judge_info = select_judge(bundle, judge)
     if name_map is not None:
         if ref_rows is None:
             raise ValueError("--map renames the names of a --reference CSV; give --reference too")
@@ -272,6 +283,8 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         "per_policy": {p: rates[p].to_dict() | {"rank": order.index(p) + 1} for p in order},
         "per_policy_task": {p: {t: c.to_dict() for t, c in cells[p].items()} for p in order},
         "ranking": order,
+        "judge": judge_info,
+        "cost": {k: v for k, v in cost_breakdown(bundle).items() if k != "seconds_per_rollout_by_policy"},
     }
     ranked = [p for p in order if rates[p].rate is not None]
     if len(ranked) < len(order):

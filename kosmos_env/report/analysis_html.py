@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import iv, num, pct
+from kosmos_env.report.text import cost_lines, iv, judge_line, num, pct
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}
@@ -43,7 +43,8 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
     parts = [f'<section class="an" id="analysis"><{heading}>Statistical analysis</{heading}>',
              f"<p>The statistics of <code>kosmos-env analyze</code>: resampling unit (task, seed) with repeats "
              f"averaged; alpha {st['alpha']:g}, power {st['power']:g}, {st['n_boot']} bootstrap resamples, "
-             f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>"]
+             f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>",
+             f'<p class="judge"><b>{_h(judge_line(a.get("judge")))}</b></p>']
 
     # rates with intervals and discard bounds
     rows, chart = [], []
@@ -169,6 +170,9 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
                                                        f"(floor {num(r['metrics'][m]['random_floor'])})"
                                                        for m in METRICS] for r in ag["rows"]]),
                   "<p>Each value with its random floor; MMRV: lower is better.</p>"]
+    if "cost" in a:
+        parts.append(f"<{sub}>Time and cost per stage: the judge's share of the bill</{sub}>")
+        parts.append("<ul>" + "".join(f"<li>{_h(line)}</li>" for line in cost_lines(a["cost"])) + "</ul>")
     if a.get("notes"):
         parts.append('<div class="notes"><strong>Analysis notes</strong><ul>'
                      + "".join(f"<li>{_h(n)}</li>" for n in a["notes"]) + "</ul></div>")

@@ -23,13 +23,12 @@ DEFAULT_BAR = 0.6
 
 
 def _cost(bundle) -> tuple[float, float | None]:
-    totals, judge = [], []
-    for r in bundle.rows:
-        t = r.get("timings") or {}
-        totals.append(sum(t.values()))
-        judge.append(t.get("judge", 0.0))
-    total = float(np.mean(totals)) if totals else 0.0
-    return total, (float(np.mean(judge)) / total if total > 0 else None)
+    """Warm seconds per rollout and the judge's share of them (model loads, paid once per worker,
+    are left out: settings are compared by what each further rollout costs)."""
+    from kosmos_env.report.summary import cost_breakdown
+
+    c = cost_breakdown(bundle)
+    return (c["seconds_per_rollout"] or {}).get("total", 0.0), c["judge_share"]
 
 
 def cost_sweep_runs(dirs: Sequence[str | Path], *, reference: str | Path | None = None,

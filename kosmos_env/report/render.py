@@ -6,6 +6,9 @@ tables and links its figures from DIR/report_assets/ (written alongside), so it 
 code host without bloating the text with base64.
 
 All numbers are recomputed from results.json's per_episode rows (:mod:`kosmos_env.report.summary`).
+The report names the judge of its success numbers (label and identity); ``judge=`` chooses
+another judge stored with the campaign (:mod:`kosmos_env.report.judge_view`), whose report is
+written to DIR/judges/<judge id>/ so the campaign's own report is never overwritten.
 """
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ from kosmos_env.report.analysis_html import CSS as ANALYSIS_CSS
 from kosmos_env.report.bundle import OUTCOMES, Bundle, load_bundle
 from kosmos_env.report.summary import (TIME_STAGES, PolicyRate, aggregated_mismatches, cost_breakdown, per_policy,
                                        per_policy_task, ranking)
-from kosmos_env.report.text import iv, num, pct
+from kosmos_env.report.text import iv, judge_line, num, pct
 
 ASSETS = "report_assets"
 
@@ -60,20 +63,27 @@ class ReportData:
     figures: dict[str, tuple[str, bytes]] = field(default_factory=dict)  # key -> (title, png)
     thumbnails: list = field(default_factory=list)
     analysis: dict | None = None  # kosmos-env analyze's statistics (report/analysis.py)
+    judge: dict = field(default_factory=dict)  # whose verdicts the success numbers are (report/judge_view.py)
 
 
-def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True) -> ReportData:
+def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True, judge: str | None = None) -> ReportData:
     """Recompute the aggregates, draw the figures and thumbnails, and (``analysis``) run the
-    statistics of ``kosmos-env analyze`` for the report's analysis section."""
+    statistics of ``kosmos-env analyze`` for the report's analysis section; success numbers are
+    judge ``judge``'s (None: the campaign's own)."""
     from kosmos_env.report import plots
+    from kosmos_env.report.judge_view import select_judge
     from kosmos_env.report.thumbnails import make_thumbnails
 
+    campaign_bundle = bundle
+    bundle, judge_info = select_judge(bundle, judge)
     rates = per_policy(bundle)
     cells = per_policy_task(bundle)
     order = ranking(rates)
     cost = cost_breakdown(bundle)
-    notes = list(bundle.notes) + aggregated_mismatches(bundle, rates) + list(cost["notes"])
-    data = ReportData(bundle, rates, cells, order, cost, notes)
+    # results.json's own aggregates are the campaign judge's: compared only when showing that judge
+    mismatches = aggregated_mismatches(bundle, rates) if judge_info["source"] == "campaign" else []
+    notes = list(bundle.notes) + mismatches + list(cost["notes"])
+    data = ReportData(bundle, rates, cells, order, cost, notes, judge=judge_info)
     data.figures["ranking"] = ("Ranking: success rate with Wilson 95% intervals", plots.ranking_plot(order, rates))
     data.figures["tasks"] = ("Success per policy × task", plots.task_heatmap(order, bundle.tasks, cells))
     data.figures["outcomes"] = ("Outcomes per policy: discards and abstentions", plots.outcome_plot(order, rates))
@@ -82,7 +92,7 @@ def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True) -
     if analysis:
         from kosmos_env.report.analysis import analyze_bundle
 
-        data.analysis = analyze_bundle(bundle)
+        data.analysis = analyze_bundle(campaign_bundle, judge=judge)
     if thumbnails:
         data.thumbnails = make_thumbnails(bundle)
         for t in data.thumbnails:
@@ -133,7 +143,7 @@ def _time_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
         return None
     total = sec["total"]
     money = d.cost["money"]
-    head = ["stage", "seconds per rollout", "share of time"]
+    head = ["stage", "warm seconds per rollout", "share of time"]
     if money:
         head += ["device", f"{money['currency']} per 1000 rollouts", "share of money"]
     rows = []
@@ -143,6 +153,27 @@ def _time_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
             m = money["per_rollout"] if s == "total" else money["per_rollout_by_stage"][s]
             row += ["" if s == "total" else str(money["devices"][s] or "-"), money_text(1000 * m),
                     pct(m / money["per_rollout"] if money["per_rollout"] > 0 else None)]
+        rows.append(row)
+    return head, rows
+
+
+def _load_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
+    """Model builds, once per worker: kept out of the warm per-rollout seconds above."""
+    loads = d.cost.get("load_seconds") or {}
+    if not any(loads.values()):
+        return None
+    per = d.cost.get("load_seconds_per_rollout") or {}
+    money = d.cost["money"]
+    head = ["model load", "seconds (all workers)", "seconds spread per rollout"]
+    if money:
+        head += ["device", money["currency"]]
+    rows = []
+    for s in list(loads) + ["total"]:
+        sec = sum(loads.values()) if s == "total" else loads[s]
+        row = [s, money_text(sec), money_text(sum(per.values()) if s == "total" else per.get(s, 0.0))]
+        if money:
+            m = money["load_total"] if s == "total" else money["load_by_stage"][s]
+            row += ["" if s == "total" else str(money["devices"][s] or "-"), money_text(m)]
         rows.append(row)
     return head, rows
 
@@ -167,14 +198,18 @@ def _money_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
     head = ["", cur]
     rows = [[f"price per hour: {k}", money_text(v)] for k, v in m["price_per_hour"].items()]
     rows += [["per rollout", money_text(m["per_rollout"])], ["per 1000 rollouts", money_text(m["per_1000_rollouts"])],
-             [f"this campaign ({d.cost['n_timed']} timed rollouts)", money_text(m["campaign_total"])],
-             ["judge's share of the money", pct(m["judge_share"])]]
+             [f"this campaign ({d.cost['n_timed']} timed rollouts, warm)", money_text(m["campaign_total"])],
+             ["judge's share of the money (warm inference)", pct(m["judge_share"])]]
+    if m.get("load_total"):
+        rows += [["model loads (all workers)", money_text(m["load_total"])],
+                 ["this campaign with model loads", money_text(m["campaign_total_with_loads"])],
+                 ["judge's share of the money with model loads", pct(m["judge_share_with_loads"])]]
     return head, rows
 
 
 def _meta_rows(d: ReportData) -> list[tuple[str, str]]:
     c = d.bundle.campaign
-    judge = c.get("judge")
+    judge = d.judge.get("spec") if d.judge else c.get("judge")
     if isinstance(judge, dict):
         name = judge.get("type") or judge.get("name") or judge.get("judge")
         rest = ", ".join(f"{k}={v}" for k, v in judge.items() if k not in ("type", "name", "judge"))
@@ -184,7 +219,8 @@ def _meta_rows(d: ReportData) -> list[tuple[str, str]]:
     seeds = sorted({r["seed"] for r in d.bundle.rows})
     return [
         ("campaign", str(c.get("id"))), ("env", str(c.get("env_id"))), ("spec hash", str(c.get("spec_hash"))),
-        ("created", str(c.get("created"))), ("judge", judge_txt),
+        ("created", str(c.get("created"))), ("judge", judge_line(d.judge) if d.judge else "-"),
+        ("judge settings", judge_txt),
         ("policies", ", ".join(d.bundle.policies)), ("tasks", ", ".join(d.bundle.tasks)),
         ("seeds", f"{len(seeds)} ({seeds[0]} .. {seeds[-1]})"),
         ("repeats", str(max(r["repeat"] for r in d.bundle.rows) + 1)), ("episodes", str(len(d.bundle.rows))),
@@ -196,9 +232,19 @@ def _time_summary(d: ReportData) -> str:
     c = d.cost
     if not c["seconds_per_rollout"]:
         return "No episode recorded timings."
-    return (f"{c['n_timed']} timed rollouts, {num(c['seconds_per_rollout']['total'], 3)} s each on average "
-            f"({num(c['rollouts_per_hour'], 1)} rollouts per hour of serial compute); the judge takes "
-            f"{pct(c['judge_share'])} of the time.")
+    text = (f"{c['n_timed']} timed rollouts, {num(c['seconds_per_rollout']['total'], 3)} s of warm inference each on "
+            f"average ({num(c['rollouts_per_hour'], 1)} rollouts per hour of serial compute); the judge takes "
+            f"{pct(c['judge_share'])} of the time")
+    if any((c.get("load_seconds") or {}).values()):
+        text += (f" ({pct(c['judge_share_with_loads'])} counting model loads, which took "
+                 f"{money_text(sum(c['load_seconds'].values()))} s over all workers and are kept out of the "
+                 "per-rollout seconds)")
+    m = c.get("money")
+    if m:
+        text += f"; its share of the bill is {pct(m['judge_share'])}"
+        if m.get("load_total"):
+            text += f" ({pct(m['judge_share_with_loads'])} with model loads)"
+    return text + "."
 
 
 # ----------------------------------------------------------------------------- HTML
@@ -243,7 +289,7 @@ def render_html(d: ReportData) -> str:
     if d.notes:
         parts.append('<div class="notes"><strong>Notes</strong><ul>' + "".join(f"<li>{_h(n)}</li>" for n in d.notes)
                      + "</ul></div>")
-    parts += ["<h2>Ranking</h2>",
+    parts += ["<h2>Ranking</h2>", f"<p><b>{_h(judge_line(d.judge))}</b></p>",
               "<p>Success rate = successes / decided episodes (discarded, abstained and errored episodes are "
               "undecided). The worst-case interval counts every undecided episode as a failure (lower end) "
               "and as a success (upper end), widened by sampling error.</p>",
@@ -259,6 +305,9 @@ def render_html(d: ReportData) -> str:
     times = _time_rows(d)
     if times:
         parts.append(_html_table(*times))
+    loads = _load_rows(d)
+    if loads:
+        parts.append(_html_table(*loads))
     money = _money_rows(d)
     parts.append(_html_table(*money) if money else "<p>No price table was given to the campaign, so no money "
                                                    "figures.</p>")
@@ -311,7 +360,7 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     out = [f"# Campaign report: {c.get('id')}", "", _md_table(["", ""], _meta_rows(d)), ""]
     if d.notes:
         out += ["**Notes**", ""] + [f"- {n}" for n in d.notes] + [""]
-    out += ["## Ranking", "",
+    out += ["## Ranking", "", f"**{judge_line(d.judge)}**", "",
             "Success rate = successes / decided episodes; the worst-case interval counts undecided episodes "
             "as failures (lower end) and as successes (upper end).", "",
             f"![{d.figures['ranking'][0]}]({assets['ranking']})", "", _md_table(*_ranking_rows(d), left=(1,)), "",
@@ -325,6 +374,9 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     times = _time_rows(d)
     if times:
         out += [_md_table(*times), ""]
+    loads = _load_rows(d)
+    if loads:
+        out += [_md_table(*loads), ""]
     money = _money_rows(d)
     out += [_md_table(*money) if money else "No price table was given to the campaign, so no money figures.", ""]
     if d.analysis is not None:
@@ -355,12 +407,15 @@ def _asset_name(episode_id: str) -> str:
     return "rollout-" + hashlib.sha256(episode_id.encode()).hexdigest()[:12] + ".gif"
 
 
-def write_report(directory: str | Path, *, thumbnails: bool = True, analysis: bool = True) -> dict[str, Path]:
-    """Write report.html, report.md and report_assets/ into the campaign ``directory``;
-    return their paths."""
+def write_report(directory: str | Path, *, thumbnails: bool = True, analysis: bool = True,
+                 judge: str | None = None) -> dict[str, Path]:
+    """Write report.html, report.md and report_assets/ into the campaign ``directory`` (another
+    judge's report: into ``directory/judges/<judge id>/``); return their paths."""
+    from kosmos_env.report.judge_view import judge_output_dir
+
     bundle = load_bundle(directory)
-    d = collect(bundle, thumbnails=thumbnails, analysis=analysis)
-    root = bundle.root
+    d = collect(bundle, thumbnails=thumbnails, analysis=analysis, judge=judge)
+    root = judge_output_dir(bundle.root, d.judge)
     assets_dir = root / ASSETS
     assets_dir.mkdir(exist_ok=True)
     assets: dict[str, str] = {}

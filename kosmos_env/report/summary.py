@@ -107,25 +107,36 @@ def _stage_means(rows: list[dict]) -> dict[str, float] | None:
 
 
 def cost_breakdown(bundle: Bundle) -> dict:
-    """Per-stage seconds per rollout (all episodes and per policy), the judge's share of the
-    time, rollouts per hour of serial compute, and money when the campaign has a price table
-    (the campaign's own price-table format, :class:`kosmos_env.campaign.cost.PriceTable`).
+    """Warm per-stage seconds per rollout (all episodes and per policy), model-load seconds
+    apart (summed over the workers that built a model, and spread over the timed rollouts), the
+    judge's share of the time (warm, and with loads), rollouts per hour of serial compute, and
+    money split the same way when the campaign has a price table (the campaign's own
+    price-table format, :class:`kosmos_env.campaign.cost.PriceTable`).
 
     Episodes without timings (e.g. infrastructure errors) are left out of the means.
     """
+    from kosmos_env.campaign.cost import LOAD_STAGES, judge_shares, load_seconds
+
     rows = bundle.rows
     overall = _stage_means(rows)
     n_timed = sum(1 for r in rows if r.get("timings"))
+    loads = {k: 0.0 for k in LOAD_STAGES}
+    for r in rows:
+        for k, v in load_seconds(r.get("timings")).items():
+            loads[k] += v
     out = {
         "seconds_per_rollout": overall,
         "seconds_per_rollout_by_policy": {p: _stage_means([r for r in rows if r["policy"] == p]) for p in bundle.policies},
-        "judge_share": None, "rollouts_per_hour": None, "n_rollouts": len(rows), "n_timed": n_timed,
-        "money": None, "notes": [],
+        "load_seconds": loads,
+        "load_seconds_per_rollout": {k: v / n_timed for k, v in loads.items()} if n_timed else None,
+        "judge_share": None, "judge_share_with_loads": None, "rollouts_per_hour": None, "n_rollouts": len(rows),
+        "n_timed": n_timed, "money": None, "notes": [],
     }
     if n_timed < len(rows):
         out["notes"].append(f"{len(rows) - n_timed} episode(s) have no timings and are left out of the time breakdown")
     if overall and overall["total"] > 0:
         out["judge_share"] = overall["judge"] / overall["total"]
+        out["judge_share_with_loads"] = judge_shares(overall, out["load_seconds_per_rollout"])["with_loads"]
         out["rollouts_per_hour"] = 3600.0 / overall["total"]
     table = bundle.campaign.get("price_table")
     if table and overall:
@@ -137,6 +148,7 @@ def cost_breakdown(bundle: Bundle) -> dict:
             raise ValueError(f"{bundle.results_path}: campaign.price_table: {exc}") from None
         per_stage = {s: overall[s] * prices.price_per_second(s) for s in TIME_STAGES}
         per_rollout = sum(per_stage.values())
+        load_money = {s: loads[s] * prices.price_per_second(s) for s in LOAD_STAGES}
         out["money"] = {
             "currency": prices.currency,
             "price_per_hour": dict(prices.accelerator_per_hour),
@@ -146,6 +158,12 @@ def cost_breakdown(bundle: Bundle) -> dict:
             "judge_share": per_stage["judge"] / per_rollout if per_rollout > 0 else None,
             "per_1000_rollouts": 1000 * per_rollout,
             "campaign_total": per_rollout * n_timed,
+            # model loads: money of the builds over all workers, apart from the warm per-rollout money
+            "load_by_stage": load_money,
+            "load_total": sum(load_money.values()),
+            "campaign_total_with_loads": per_rollout * n_timed + sum(load_money.values()),
+            "judge_share_with_loads": judge_shares({s: v * n_timed for s, v in per_stage.items()},
+                                                   load_money)["with_loads"],
         }
     return out
 

@@ -41,6 +41,62 @@ def _skipped(section) -> str | None:
     return f"  skipped: {section['skipped']}" if isinstance(section, dict) and "skipped" in section else None
 
 
+def judge_line(judge: dict | None) -> str:
+    """Who judged the success numbers: label, identity, and whether it is the campaign's own judge."""
+    if not judge:
+        return "judge: not recorded"
+    whose = "the campaign's own judge" if judge.get("source") == "campaign" else "re-judged from the stored rollouts"
+    return f"success judged by {judge['label']} [{judge['id']}] ({whose}, {judge.get('episodes', '?')} episodes)"
+
+
+def seconds_text(v) -> str:
+    """Seconds (or money) with about three significant digits, fixed notation."""
+    import math
+
+    if v is None:
+        return "n/a"
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{max(2, 2 - math.floor(math.log10(abs(v))))}f}"
+
+
+def cost_lines(cost: dict | None) -> list[str]:
+    """Warm seconds per rollout by stage, model loads apart, and the judge's share of time and money."""
+    if not cost or not cost.get("seconds_per_rollout"):
+        return ["no episode recorded timings"]
+    sec = cost["seconds_per_rollout"]
+    stages = [k for k in sec if k != "total"]
+    lines = [f"warm seconds per rollout ({cost['n_timed']} timed): "
+             + ", ".join(f"{k} {seconds_text(sec[k])}" for k in stages) + f"; total {seconds_text(sec['total'])}"]
+    loads = cost.get("load_seconds") or {}
+    if any(loads.values()):
+        lines.append("model loads (once per worker, kept out of the seconds above): "
+                     + ", ".join(f"{k} {seconds_text(v)} s" for k, v in loads.items())
+                     + f"; spread over the rollouts {seconds_text(sum((cost.get('load_seconds_per_rollout') or {}).values()))}"
+                     " s each")
+    else:
+        lines.append("model loads: none recorded with these episodes")
+    lines.append(f"judge's share of the time: {pct(cost.get('judge_share'))} of warm inference"
+                 + (f", {pct(cost.get('judge_share_with_loads'))} with model loads" if any(loads.values()) else ""))
+    m = cost.get("money")
+    if m:
+        cur = m["currency"]
+        lines.append(f"money per rollout (warm): {seconds_text(m['per_rollout'])} {cur} = "
+                     + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["per_rollout_by_stage"].items())
+                     + f"; campaign {seconds_text(m['campaign_total'])} {cur}")
+        if m.get("load_total"):
+            lines.append(f"model loads: {seconds_text(m['load_total'])} {cur} ("
+                         + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["load_by_stage"].items())
+                         + f"); campaign with loads {seconds_text(m['campaign_total_with_loads'])} {cur}")
+        lines.append(f"judge's share of the bill: {pct(m.get('judge_share'))} of warm inference"
+                     + (f", {pct(m.get('judge_share_with_loads'))} with model loads" if m.get("load_total") else ""))
+    else:
+        lines.append("no price table: the judge's share of the bill is its share of the time above")
+    return lines
+
+
 def analysis_text(a: dict) -> str:
     """All sections of an analysis as aligned plain-text tables."""
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
@@ -49,6 +105,7 @@ def analysis_text(a: dict) -> str:
         _title(f"campaign {c.get('id') or '?'}"),
         f"env {c.get('env_id')}  spec {str(c.get('spec_hash'))[:12]}  episodes {c['n_episodes']}  "
         f"policies {len(c['policies'])}  tasks {len(c['tasks'])}  seeds {len(c['seeds'])}  repeats {c['repeats']}",
+        judge_line(a.get("judge")),
     ]
 
     rows = []
@@ -180,6 +237,9 @@ def analysis_text(a: dict) -> str:
         parts.append(f"the world adds information over the action-only baseline (Kendall): {'yes' if adds else 'no'}; "
                      f"action-only baseline {u['action_only']}; null world {u['null_world']}")
         parts.append(u["convention"])
+
+    if "cost" in a:
+        parts += ["", _title("time and cost per stage (the judge's share of the bill)")] + cost_lines(a["cost"])
 
     if a.get("notes"):
         parts += ["", _title("notes")] + [f"- {n}" for n in a["notes"]]

@@ -23,6 +23,22 @@ initialises the simulated robot's tool centre point at [0.298068, -0.114657, 0.1
 fingers in the episode's first frame. It is the default ``start_ee_pos`` of the Bridge world;
 a task may give its own (``initial_ee_pos`` in its parameters).
 
+Workspace (where the integrated pose may go): the pose a Bridge world integrates from the
+commands is what was commanded, and nothing stops a command sequence from driving it through
+the table, where the real arm (and any faithful world model) stops. SimplerEnv places the robot
+for the ``bridge_dataset`` setup with its base at height 0.870
+(``mani_skill2_real2sim/envs/custom_scenes/base_env.py``, ``_initialize_agent``:
+``robot_init_height = 0.870``) on a scene whose table top is at ``scene_table_height = 0.87``
+(same file, ``__init__``; the Bridge put-on tasks drop their objects onto it from there), at commit
+ef7a4d4fdf4b69f2c2154db5b15b9ac8dfe10682 of simpler-env/ManiSkill2_real2sim. The table top is
+therefore at z = 0.0 in ``base_link``: the floor of :data:`BRIDGE_WORKSPACE`. Its other bounds
+are the box around the arm's reach from the WidowX 250 6DOF URDF in the same repository
+(``assets/descriptions/widowx_description/wx250s.urdf``: shoulder axis 0.111 m above
+``base_link``; shoulder to ``ee_gripper_link`` at most 0.255 + 0.250 + 0.159 = 0.664 m), so only
+the floor binds in practice. The world clips its integrated pose to it after every action
+(:func:`integrate_tcp`), and the gate clips the commanded move the same way (its ``workspace``
+equals ``world.workspace``).
+
 A spec's ``world.camera`` block holds everything numerically (see :func:`camera_block`), so
 the spec hash covers the calibration. :func:`bridge_calibration` turns it into a
 :class:`~kosmos_env.worlds.base.CameraCalibration` for any image size: the intrinsics are
@@ -43,6 +59,18 @@ C920_INTRINSICS = ((623.588, 0.0, 319.501), (0.0, 623.588, 239.545), (0.0, 0.0, 
 NATIVE_SIZE = (480, 640)
 #: SimplerEnv's initial tool-centre-point position for the shipped real episode (base_link, m)
 REAL_EPISODE_START_EE_POS = (0.298068, -0.114657, 0.10782)
+
+#: table top in base_link for the bridge_dataset setup (SimplerEnv: robot base at 0.870 on a table at 0.87)
+TABLE_TOP_Z = 0.0
+#: shoulder-axis height and the longest shoulder-to-TCP distance of the WidowX 250 6DOF (wx250s.urdf)
+_SHOULDER_Z, _REACH = 0.111, 0.664
+#: [[xmin, xmax], [ymin, ymax], [zmin, zmax]] in base_link the integrated TCP is clipped to
+BRIDGE_WORKSPACE = ((-_REACH, _REACH), (-_REACH, _REACH), (TABLE_TOP_Z, round(_SHOULDER_Z + _REACH, 3)))
+WORKSPACE_SOURCE = (
+    "floor = table top in base_link: SimplerEnv (simpler-env/ManiSkill2_real2sim @ ef7a4d4fdf4b69f2c2154db5b15b9ac8dfe10682), "
+    "mani_skill2_real2sim/envs/custom_scenes/base_env.py puts the WidowX base (bridge_dataset camera setup) at "
+    "robot_init_height 0.870 on a table at scene_table_height 0.87; the other bounds box the arm's reach from "
+    "assets/descriptions/widowx_description/wx250s.urdf (shoulder 0.111 m up, shoulder to ee_gripper_link <= 0.664 m)")
 
 #: camera pose per setup: position in base_link, and either a SAPIEN quaternion (w, x, y, z)
 #: or a look-at direction (SAPIEN's look_at: x along the direction, no roll)
@@ -185,3 +213,29 @@ def lookat_camera(block: Mapping[str, Any], distance: float = 0.5) -> dict[str, 
     k = np.asarray(block["intrinsics"], dtype=np.float64)
     fovy = float(np.degrees(2 * np.arctan(block["native_size"][0] / 2 / k[1, 1])))
     return {"pos": pos.round(6).tolist(), "lookat": (pos + distance * forward).round(6).tolist(), "fovy": round(fovy, 4)}
+
+
+def validate_workspace(workspace: Any, where: str = "world.workspace") -> np.ndarray:
+    """The workspace as a (3, 2) array of [min, max] rows; ValueError naming ``where`` if malformed."""
+    try:
+        ws = np.asarray(workspace, dtype=np.float64)
+    except (TypeError, ValueError):
+        ws = np.zeros(0)
+    if ws.shape != (3, 2) or not np.all(np.isfinite(ws)) or np.any(ws[:, 0] >= ws[:, 1]):
+        raise ValueError(f"{where} must be [[xmin, xmax], [ymin, ymax], [zmin, zmax]] with min < max, got {workspace!r}")
+    return ws
+
+
+def integrate_tcp(start, translations, workspace=None) -> np.ndarray:
+    """TCP after each commanded translation (k, 3), from ``start``, clipped to ``workspace`` after every
+    action (as a robot stops at the table); returns (k, 3). ``workspace=None`` integrates unclipped."""
+    pos = np.asarray(start, dtype=np.float64).copy()
+    steps = np.asarray(translations, dtype=np.float64).reshape(-1, 3)
+    if workspace is None:
+        return pos + np.cumsum(steps, axis=0)
+    ws = validate_workspace(workspace)
+    out = np.empty_like(steps)
+    for i, step in enumerate(steps):
+        pos = np.clip(pos + step, ws[:, 0], ws[:, 1])
+        out[i] = pos
+    return out

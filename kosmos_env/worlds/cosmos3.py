@@ -29,7 +29,9 @@ holds a ``camera`` (:mod:`kosmos_env.worlds.bridge_camera`), the world exposes i
 **integrated from the commanded translations** from the start pose (``camera.start_ee_pos``, or
 the task's ``initial_ee_pos``), the way the learned tabletop integrates its pose. It is what
 was commanded, not a measurement of what the model drew; the gate projects it to check that
-the generated gripper moves the commanded way.
+the generated gripper moves the commanded way. With ``world.workspace`` (Kosmos-Bridge-v1: the
+table top of SimplerEnv's Bridge scene as the floor, see :mod:`kosmos_env.worlds.bridge_camera`)
+the integrated pose is clipped to it after every action, as the real arm stops at the table.
 
 Checks before anything heavy runs, each failing with one message that names the fix: the folder
 holds a ``Cosmos3OmniPipeline`` whose transformer has an action head (:class:`WrongArchitectureError`),
@@ -144,6 +146,15 @@ class Cosmos3World:
 
             try:
                 self.calibration = bridge_calibration(self.config["camera"], self.image_size)
+            except ValueError as exc:
+                raise SpecError(f"spec {spec.id}: {exc}") from None
+        self._workspace = None  # where the integrated TCP is clipped (None: unclipped)
+        if self.config.get("workspace") is not None:
+            from kosmos_env.spec import SpecError
+            from kosmos_env.worlds.bridge_camera import validate_workspace
+
+            try:
+                self._workspace = validate_workspace(self.config["workspace"]).tolist()
             except ValueError as exc:
                 raise SpecError(f"spec {spec.id}: {exc}") from None
         self.timings: dict[str, Any] = {"load_seconds": None, "calls": 0, "call_seconds": []}
@@ -272,8 +283,11 @@ class Cosmos3World:
         frames = np.stack([_resize(f, self.image_size) for f in native])
         log = {}
         if self._tcp is not None:
-            # commanded, not measured (see the module doc): one row per action, like a robot log
-            path = self._tcp + np.cumsum(rows[:, :3].astype(np.float64), axis=0)
+            # commanded, not measured (see the module doc): one row per action, like a robot log,
+            # clipped to the workspace after every action as the arm stops at the table
+            from kosmos_env.worlds.bridge_camera import integrate_tcp
+
+            path = integrate_tcp(self._tcp, rows[:, :3], self._workspace)
             self._tcp = path[-1]
             log["ee_pos"] = path.astype(np.float32)
         return WorldStep(frames=frames, log=log)
