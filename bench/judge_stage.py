@@ -8,13 +8,14 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
     store, ``judge_many``) in batches of 8 and one by one, alternating for ``--rounds``
     rounds; throughput ratio = (rollouts/s batched) / (rollouts/s one by one), best round of
     each, plus whether the verdicts are identical (they must be: per-rollout seeding);
-(b) the same campaign run three ways into fresh folders: in-line judging with 1 worker
-    process (the baseline), two stages at once with 1 rollout process + 1 judge process, and
-    in-line judging with 2 worker processes (the same number of processes as (b)'s two
-    stages, for context); wall ratio = two-stage / in-line-1. The per-rollout judge share is
-    the in-line run's judge seconds over its total seconds per rollout.
+(b) the same campaign run four ways into fresh folders: in-line judging with 1 worker
+    process (the baseline), two stages at once with 1 rollout process + 1 judge process (the
+    judge's own batch of 8, then ``--judge-batch 1``), and in-line judging with 2 worker
+    processes (the same number of processes as the two stages, for context); wall ratio =
+    two-stage / in-line-1, start-up (process spawn, imports, model loads) included. The
+    per-rollout judge share is the in-line run's warm judge seconds over its total seconds.
 
-    python bench/judge_stage.py [--seeds 4] [--rounds 2] [--out bench/results/judge_stage.txt]
+    python bench/judge_stage.py [--seeds 16] [--rounds 2] [--out bench/results/judge_stage.txt]
 
 Ratios are measured within one run; the machine's load is printed with them.
 """
@@ -32,6 +33,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")  # inherited by the spawned worker
 from _report import load_average, save  # noqa: E402  (bench/_report.py)
 
 POLICIES = ["scripted:skill=0.8", "scripted:skill=0.3"]
+STAGED = "two stages, 1 rollout + 1 judge worker (judge batch 8)"
+STAGED_1 = "two stages, 1 rollout + 1 judge worker, --judge-batch 1"
 TASKS = ["spoon_on_towel", "carrot_on_plate"]
 
 
@@ -81,14 +84,17 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
 def campaigns(config, base: str, lines: list[str]) -> float:
     from kosmos_env.campaign.executors import make_executor
     from kosmos_env.campaign.runner import run_campaign
+    from kosmos_env.campaign.worker import WorkSettings
 
     runs = {}
-    for name, executor in (("in-line, 1 worker", make_executor(1, "process")),
-                           ("two stages, 1 rollout + 1 judge worker", make_executor(1, "process", judge_workers=1)),
-                           ("in-line, 2 workers", make_executor(2, "process"))):
-        folder = os.path.join(base, name.split(",")[0].replace(" ", "-") + str(executor.workers))
+    for i, (name, executor, settings) in enumerate((
+            ("in-line, 1 worker", make_executor(1, "process"), WorkSettings()),
+            (STAGED, make_executor(1, "process", judge_workers=1), WorkSettings()),
+            (STAGED_1, make_executor(1, "process", judge_workers=1), WorkSettings(judge_batch=1)),
+            ("in-line, 2 workers", make_executor(2, "process"), WorkSettings()))):
+        folder = os.path.join(base, f"campaign-{i}")
         t0 = time.perf_counter()
-        results = run_campaign(config, folder, executor, progress=False)
+        results = run_campaign(config, folder, executor, settings, progress=False)
         runs[name] = (time.perf_counter() - t0, results)
     base_wall, base_results = runs["in-line, 1 worker"]
     per = [e["timings"] for e in base_results["per_episode"]]
@@ -102,17 +108,17 @@ def campaigns(config, base: str, lines: list[str]) -> float:
             [(e["outcome"], e["score"]) for e in base_results["per_episode"]]
         lines.append(f"    {name}: wall {wall:.1f} s ({len(results['per_episode'])} episodes, same outcomes as "
                      f"in-line-1: {same}, queue at the end {results['campaign']['queue']})")
-    staged = runs["two stages, 1 rollout + 1 judge worker"][0]
+    staged, staged_1 = runs[STAGED][0], runs[STAGED_1][0]
     ratio = staged / base_wall
     lines.append(f"(b) wall, two stages vs in-line judging (1 rollout worker each): {staged:.1f} / {base_wall:.1f} s "
-                 f"= {ratio:.2f}x (target <= 0.8x); vs in-line with 2 workers: "
-                 f"{staged / runs['in-line, 2 workers'][0]:.2f}x")
+                 f"= {ratio:.2f}x (target <= 0.8x); with --judge-batch 1: {staged_1 / base_wall:.2f}x; two stages vs "
+                 f"in-line with 2 workers: {staged / runs['in-line, 2 workers'][0]:.2f}x")
     return ratio
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=4, help="seeds per task (2 policies x 2 tasks x seeds episodes)")
+    parser.add_argument("--seeds", type=int, default=16, help="seeds per task (2 policies x 2 tasks x seeds episodes)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", default=None, help="also save the report here")
     args = parser.parse_args()
