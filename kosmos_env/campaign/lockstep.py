@@ -293,7 +293,7 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
                 continue
             if runner is None:
                 try:
-                    runner = EpisodeRunner(config, out_dir, ledger, owner)
+                    runner = EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)
                     t0 = time.perf_counter()
                     vec = make_vector_env(config, runner.judge, lanes_wide)
                     runner.add_load("world", time.perf_counter() - t0)
