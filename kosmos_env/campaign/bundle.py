@@ -149,6 +149,8 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
             "price_table": price_table.to_dict() if price_table else None,
             "planned": counts["planned"],
             "complete": counts["done"] == counts["planned"],
+            # queue depth per stage when the bundle was written (all done for a finished campaign)
+            "queue": ledger.stage_depths(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "per_episode": per_episode,

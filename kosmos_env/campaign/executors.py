@@ -10,7 +10,10 @@ the ledger (leases), not in the executor, so executors stay small:
   ``forkserver`` context, because MuJoCo/EGL and CUDA contexts do not survive ``fork``. Each
   process builds its env, judge and policies once and keeps them warm. A worker killed by a
   signal (segfault, OOM killer) is replaced and its lease is taken over; a worker that raised
-  (bad config, missing weights) stops the campaign with its error.
+  (bad config, missing weights) stops the campaign with its error. With ``judge_workers`` the
+  campaign runs in two stages at once: N rollout processes (no judge loaded) and
+  ``judge_workers`` judge processes (:mod:`kosmos_env.campaign.judge_stage`), each replaced
+  the same way when killed.
 
 A Ray executor (issue 10) fits the same shape: ``run`` creates N actors that each call
 ``work(out_dir, config, owner, settings)`` (the ledger must sit on a disk the actors share
@@ -23,7 +26,7 @@ import os
 import queue
 import time
 import traceback
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any, Callable
 
 from kosmos_env.campaign.design import CampaignConfig
@@ -86,12 +89,17 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any], tag: str, errors,
-                 parent_pid: int | None = None) -> None:
-    """Entry point of a pool process (top level so ``spawn`` can import it)."""
+                 parent_pid: int | None = None, role: str = "rollout") -> None:
+    """Entry point of a pool process (top level so ``spawn`` can import it); ``role``: rollout or judge."""
     if parent_pid is not None:
         _die_with_parent(parent_pid)
     try:
-        work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+        if role == "judge":
+            from kosmos_env.campaign.judge_stage import judge_work
+
+            judge_work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+        else:
+            work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
     except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
         errors.put((tag, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         raise SystemExit(1)
@@ -103,29 +111,32 @@ class ProcessPoolExecutor(Executor):
     name = "process-pool"
 
     def __init__(self, workers: int, start_method: str = "spawn", max_respawns: int | None = None,
-                 poll_seconds: float = 0.3):
+                 poll_seconds: float = 0.3, judge_workers: int = 0):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
+        if judge_workers < 0:
+            raise ValueError(f"--judge-workers must be 0 (judge in-line) or more, got {judge_workers}")
+        self.judge_workers = int(judge_workers)
         if start_method not in ("spawn", "forkserver"):
             raise ValueError(f"start_method must be 'spawn' or 'forkserver' (fork breaks MuJoCo/EGL and CUDA), got {start_method!r}")
         self.workers = int(workers)
         self.start_method = start_method
-        self.max_respawns = 2 * self.workers if max_respawns is None else int(max_respawns)
+        self.max_respawns = 2 * (self.workers + self.judge_workers) if max_respawns is None else int(max_respawns)
         self.poll_seconds = poll_seconds
 
     def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
         ctx = mp.get_context(self.start_method)
         errors = ctx.Queue()
         config = job.config.to_dict()
-        settings = asdict(job.settings)
+        settings = asdict(replace(job.settings, judge_stage=self.judge_workers > 0))
         procs: dict[str, Any] = {}
         spawned = 0
 
-        def start(i: int) -> None:
+        def start(i: int, role: str) -> None:
             nonlocal spawned
-            tag = f"w{i}-{spawned}"
+            tag = f"{'j' if role == 'judge' else 'w'}{i}-{spawned}"
             spawned += 1
-            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors, os.getpid()),
+            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors, os.getpid(), role),
                             name=f"kosmos-campaign-{tag}", daemon=False)
             p.start()
             procs[tag] = p
@@ -133,7 +144,9 @@ class ProcessPoolExecutor(Executor):
         respawns = 0
         try:
             for i in range(self.workers):
-                start(i)
+                start(i, "rollout")
+            for i in range(self.judge_workers):
+                start(i, "judge")
             while procs:
                 time.sleep(self.poll_seconds)
                 refresh()
@@ -146,11 +159,12 @@ class ProcessPoolExecutor(Executor):
                     if p.exitcode == 0:
                         continue
                     self._raise_reported(errors)
-                    # killed by a signal: its lease is taken over; replace it while work remains
-                    if respawns < self.max_respawns and self._work_left(job):
+                    # killed by a signal: its lease is taken over; replace it while its stage has work
+                    role = "judge" if tag.startswith("j") else "rollout"
+                    if respawns < self.max_respawns and self._work_left(job, role):
                         respawns += 1
-                        start(int(tag[1:].split("-")[0]))
-                    elif self._work_left(job):
+                        start(int(tag[1:].split("-")[0]), role)
+                    elif self._work_left(job, role):
                         raise WorkerFailed(f"worker {tag} died (exit code {p.exitcode}) and the respawn limit "
                                            f"({self.max_respawns}) is used up; rerun the same command to resume")
             self._raise_reported(errors, wait=0.2)
@@ -173,33 +187,44 @@ class ProcessPoolExecutor(Executor):
         raise WorkerFailed(f"worker {tag} failed: {first}", tb)
 
     @staticmethod
-    def _work_left(job: CampaignJob) -> bool:
+    def _work_left(job: CampaignJob, role: str = "rollout") -> bool:
+        """Work left for a worker of ``role``: rollouts to run, or (judge) any episode not done."""
         with Ledger(os.path.join(job.out_dir, LEDGER_NAME), create=False) as ledger:
             counts = ledger.counts()
-        return counts["pending"] + counts["leased"] > 0
+        if role == "judge":
+            return counts["pending"] + counts["leased"] > 0
+        return counts["pending"] + counts["rolling_out"] > 0
 
 
 EXECUTORS = ("auto", "in-process", "process", "ray")
 
 
-def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn", **ray_options: Any) -> Executor:
+def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn", judge_workers: int = 0,
+                  **ray_options: Any) -> Executor:
     """``auto``: in this process for one worker, a process pool for more; or force either.
 
+    ``judge_workers`` > 0 runs judging as its own stage beside the rollout workers (a process
+    pool, or Ray judge actors); 0 judges in-line, in each rollout worker.
     ``ray``: Ray actors (:mod:`kosmos_env.campaign.ray_executor`, imported only then);
-    ``ray_options`` are its ``address``, ``num_cpus`` and ``actor_resources``.
+    ``ray_options`` are its ``address``, ``num_cpus``, ``actor_resources`` and ``judge_resources``.
     """
     if kind not in EXECUTORS:
         raise ValueError(f"unknown executor {kind!r}; choose from {EXECUTORS}")
     if workers < 1:
         raise ValueError(f"--workers must be at least 1, got {workers}")
+    if judge_workers < 0:
+        raise ValueError(f"--judge-workers must be 0 (judge in-line) or more, got {judge_workers}")
     if kind == "ray":
         from kosmos_env.campaign.ray_executor import RayExecutor
 
-        return RayExecutor(workers, **ray_options)
+        return RayExecutor(workers, judge_workers=judge_workers, **ray_options)
     if any(v is not None for v in ray_options.values()):
         raise ValueError(f"{sorted(k for k, v in ray_options.items() if v is not None)} only apply to --executor ray")
-    if kind == "in-process" or (kind == "auto" and workers == 1):
+    if kind == "in-process" and judge_workers:
+        raise ValueError("--judge-workers runs judge processes beside the rollout workers; use --executor process "
+                         "(or auto) or ray, not in-process")
+    if kind == "in-process" or (kind == "auto" and workers == 1 and not judge_workers):
         if workers != 1:
             raise ValueError("the in-process executor runs exactly one worker; use --executor process for more")
         return InProcessExecutor()
-    return ProcessPoolExecutor(workers, start_method=start_method)
+    return ProcessPoolExecutor(workers, start_method=start_method, judge_workers=judge_workers)

@@ -13,6 +13,14 @@ of processes on one ledger neither duplicate nor lose an episode. Each claim, co
 failure is one ``BEGIN IMMEDIATE`` transaction with ``synchronous=FULL``: once ``complete``
 returns, the episode survives a kill -9 or a power cut.
 
+Two-stage campaigns (``eval --judge-workers N``): a rollout worker that finishes an episode
+files it with :meth:`Ledger.stage_rollout` (its record and artifacts, judgment still to come);
+the episode stays ``leased`` but is owned by the judge stage (:data:`JUDGE_STAGE`), so no
+rollout worker ever claims it again. Judge workers lease such episodes in batches
+(:meth:`claim_judging`, the same lease rules per stage) and close them with
+:meth:`complete_judging`. Each stage's step is one transaction, so a kill at any point loses
+no finished stage and redoes none.
+
 SQLite in WAL mode needs a local file system (not NFS); a cluster executor shares the
 ledger through one host's disk or a coordinator process.
 """
@@ -66,9 +74,24 @@ CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY, owner TEXT, executor TEXT, workers INTEGER, started REAL, finished REAL,
     argv TEXT, done_before INTEGER, done_after INTEGER
 );
+CREATE TABLE IF NOT EXISTS judge_queue (
+    episode_id TEXT PRIMARY KEY,
+    status TEXT NOT NULL CHECK (status IN ('awaiting', 'judging', 'judged')),
+    record TEXT NOT NULL, frames TEXT, fps REAL, rolled_by TEXT, rolled_at REAL,
+    owner TEXT, lease_expires REAL, attempts INTEGER NOT NULL DEFAULT 0,
+    judged_by TEXT, judged_at REAL
+);
+CREATE INDEX IF NOT EXISTS judge_queue_status ON judge_queue (status);
 """
 
 _JSON_FIELDS = ("judgment", "gate", "ground_truth", "timings", "provenance")
+_RECORD_FIELDS = ("outcome", "success", "score", "judge", "judgment", "gate", "ground_truth", "steps", "timings",
+                  "video", "actions", "log", "error", "provenance")
+#: lease owner of an episode that is rolled out and belongs to the judge stage (never expires,
+#: never taken over by a rollout worker; two fields only, so it never looks like a dead process)
+JUDGE_STAGE = "stage:judge"
+#: queue depth per stage, in pipeline order (see :meth:`Ledger.counts`)
+STAGE_DEPTHS = ("pending", "rolling_out", "rolled_out", "judging", "done")
 
 
 class ConfigMismatchError(ValueError):
@@ -213,7 +236,8 @@ class Ledger:
         """
         with self.transaction() as conn:
             now = time.time()
-            for row in conn.execute("SELECT * FROM episodes WHERE status = 'leased' ORDER BY ord").fetchall():
+            for row in conn.execute("SELECT * FROM episodes WHERE status = 'leased' AND owner IS NOT ? ORDER BY ord",
+                                    (JUDGE_STAGE,)).fetchall():
                 if row["lease_expires"] >= now and owner_alive(row["owner"]):
                     continue
                 why = "lease expired" if row["lease_expires"] < now else "owner process died"
@@ -255,12 +279,7 @@ class Ledger:
             conn.executemany(
                 "INSERT OR IGNORE INTO artifacts (sha256, relpath, size, kind, created) VALUES (?, ?, ?, ?, ?)",
                 [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts])
-            values = {k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
-                      if k in _JSON_FIELDS else record.get(k)
-                      for k in ("outcome", "success", "score", "judge", "judgment", "gate", "ground_truth", "steps",
-                                "timings", "video", "actions", "log", "error", "provenance")}
-            if values["success"] is not None:
-                values["success"] = int(bool(values["success"]))
+            values = _record_values(record)
             cur = conn.execute(
                 "UPDATE episodes SET status = 'done', owner = NULL, lease_expires = NULL, worker = ?, finished = ?, "
                 + ", ".join(f"{k} = ?" for k in values)
@@ -343,6 +362,155 @@ class Ledger:
                     "finished = NULL WHERE episode_id = ?", (r["episode_id"],))
         return len(chosen)
 
+    # -- the judge stage ----------------------------------------------------------------
+    def stage_rollout(self, episode_id: str, owner: str, record: Mapping[str, Any],
+                      artifacts: Sequence[tuple[str, str, int, str]] = (), frames: str | None = None,
+                      fps: float | None = None) -> bool:
+        """File a rolled-out episode for the judge stage (its rollout is final from here on).
+
+        ``record`` is the episode's record without its judgment; ``frames`` the relpath of the
+        frames the judge is to see (lossless), ``fps`` their rate. The episode stays ``leased``,
+        owned by :data:`JUDGE_STAGE`. Returns False (nothing changed) when ``owner`` no longer
+        holds the rollout lease (a worker that took it over files it instead).
+        """
+        with self.transaction() as conn:
+            now = time.time()
+            row = conn.execute("SELECT status, owner, attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            if row is None or row["status"] != "leased" or row["owner"] != owner:
+                return False
+            conn.executemany(
+                "INSERT OR IGNORE INTO artifacts (sha256, relpath, size, kind, created) VALUES (?, ?, ?, ?, ?)",
+                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts])
+            conn.execute("INSERT OR REPLACE INTO judge_queue (episode_id, status, record, frames, fps, rolled_by, rolled_at) "
+                         "VALUES (?, 'awaiting', ?, ?, ?, ?, ?)",
+                         (episode_id, json.dumps(dict(record), sort_keys=True), frames, fps, owner, now))
+            conn.execute("UPDATE episodes SET owner = ?, lease_expires = NULL WHERE episode_id = ?",
+                         (JUDGE_STAGE, episode_id))
+            conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                         "VALUES (?, ?, ?, NULL, ?, 'rolled-out', NULL)", (episode_id, row["attempts"], owner, now))
+            return True
+
+    def claim_judging(self, owner: str, ttl: float, limit: int) -> list[dict[str, Any]]:
+        """Lease up to ``limit`` rolled-out episodes to judge ``owner``: stale judge leases first.
+
+        A judge lease whose owner died or went silent is taken over (logged as an
+        ``judge-abandoned`` attempt; it never counts against the episode). Returns the queue rows
+        joined with their episode (``record`` decoded), in claim order; empty when none is free.
+        """
+        if limit < 1:
+            raise ValueError(f"a judge batch holds at least one rollout, got {limit}")
+        with self.transaction() as conn:
+            now = time.time()
+            picked = []
+            for row in conn.execute("SELECT q.episode_id, q.status, q.owner, q.lease_expires, q.attempts "
+                                    "FROM judge_queue q JOIN episodes e USING (episode_id) "
+                                    "WHERE q.status = 'judging' ORDER BY e.ord").fetchall():
+                if len(picked) >= limit:
+                    break
+                if row["lease_expires"] >= now and owner_alive(row["owner"]):
+                    continue
+                why = "judge lease expired" if row["lease_expires"] < now else "judge process died"
+                conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                             "VALUES (?, ?, ?, NULL, ?, 'judge-abandoned', ?)",
+                             (row["episode_id"], row["attempts"], row["owner"], now,
+                              f"{INFRA_TAG} {why}; taken over by {owner}"))
+                picked.append(row["episode_id"])
+            if len(picked) < limit:
+                picked += [r[0] for r in conn.execute(
+                    "SELECT q.episode_id FROM judge_queue q JOIN episodes e USING (episode_id) "
+                    "WHERE q.status = 'awaiting' ORDER BY e.ord LIMIT ?", (limit - len(picked),))]
+            for episode_id in picked:
+                conn.execute("UPDATE judge_queue SET status = 'judging', owner = ?, lease_expires = ?, "
+                             "attempts = attempts + 1 WHERE episode_id = ?", (owner, now + ttl, episode_id))
+            return [self._queue_row(conn, episode_id) for episode_id in picked]
+
+    @staticmethod
+    def _queue_row(conn, episode_id: str) -> dict[str, Any]:
+        row = conn.execute("SELECT q.*, e.policy, e.task, e.seed, e.repeat, e.env_seed, e.ord FROM judge_queue q "
+                           "JOIN episodes e USING (episode_id) WHERE episode_id = ?", (episode_id,)).fetchone()
+        out = dict(row)
+        out["record"] = json.loads(out["record"])
+        return out
+
+    def renew_judging(self, episode_ids: Sequence[str], owner: str, ttl: float) -> bool:
+        """Extend ``owner``'s judge leases; False when any of them was lost."""
+        with self.transaction() as conn:
+            expires = time.time() + ttl
+            kept = sum(conn.execute("UPDATE judge_queue SET lease_expires = ? WHERE episode_id = ? AND owner = ? "
+                                    "AND status = 'judging'", (expires, e, owner)).rowcount for e in episode_ids)
+            return kept == len(episode_ids)
+
+    def complete_judging(self, episode_id: str, owner: str, record: Mapping[str, Any]) -> bool:
+        """Record the judged episode (its full record): done. First finisher wins, as in :meth:`complete`."""
+        with self.transaction() as conn:
+            now = time.time()
+            values = _record_values(record)
+            cur = conn.execute(
+                "UPDATE episodes SET status = 'done', owner = NULL, lease_expires = NULL, finished = ?, "
+                + ", ".join(f"{k} = ?" for k in values)
+                + " WHERE episode_id = ? AND status = 'leased' AND owner = ?",
+                (now, *values.values(), episode_id, JUDGE_STAGE))
+            done = cur.rowcount == 1
+            if done:
+                conn.execute("UPDATE judge_queue SET status = 'judged', owner = NULL, lease_expires = NULL, "
+                             "judged_by = ?, judged_at = ? WHERE episode_id = ?", (owner, now, episode_id))
+            attempt = conn.execute("SELECT attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            conn.execute(
+                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
+                (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
+            return done
+
+    def release_judging(self, episode_ids: Sequence[str], owner: str) -> None:
+        """Hand judge leases back unused (the judge could not start): awaiting again, no attempt counted."""
+        with self.transaction() as conn:
+            for episode_id in episode_ids:
+                conn.execute("UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL, "
+                             "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'judging'",
+                             (episode_id, owner))
+
+    def fail_judging(self, episode_id: str, owner: str, error: str, max_attempts: int,
+                     infrastructure: bool = False) -> str:
+        """A judge raised on this rollout: back to ``awaiting``, or the episode ends in ``error``
+        once the judge failed ``max_attempts`` times (infrastructure failures never count).
+        Returns "awaiting", "done" or "lost" (``owner`` no longer held the judge lease)."""
+        with self.transaction() as conn:
+            now = time.time()
+            row = conn.execute("SELECT status, owner, attempts FROM judge_queue WHERE episode_id = ?",
+                               (episode_id,)).fetchone()
+            if row is None or row["status"] != "judging" or row["owner"] != owner:
+                return "lost"
+            if infrastructure and not error.startswith(INFRA_TAG):
+                error = f"{INFRA_TAG} {error}"
+            conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                         "VALUES (?, ?, ?, NULL, ?, ?, ?)",
+                         (episode_id, row["attempts"], owner, now, "judge-infra-error" if infrastructure
+                          else "judge-error", error))
+            failures = conn.execute("SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'judge-error'",
+                                    (episode_id,)).fetchone()[0]
+            if not infrastructure and failures >= max_attempts:
+                conn.execute("UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
+                             "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
+                             (f"the judge failed on this rollout {failures} times; last: {error}", owner, now, episode_id))
+                conn.execute("DELETE FROM judge_queue WHERE episode_id = ?", (episode_id,))
+                return "done"
+            conn.execute("UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL "
+                         "WHERE episode_id = ?", (episode_id,))
+            return "awaiting"
+
+    def has_judge_queue(self) -> bool:
+        """Does this ledger have the judge stage's table (ledgers written before it existed do not)?"""
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_queue'"
+                                 ).fetchone() is not None
+
+    def judge_queue(self) -> list[dict[str, Any]]:
+        """Every row of the judge stage's queue (``record`` decoded), in claim order."""
+        if not self.has_judge_queue():
+            return []
+        ids = [r[0] for r in self.conn.execute("SELECT q.episode_id FROM judge_queue q JOIN episodes e "
+                                                "USING (episode_id) ORDER BY e.ord")]
+        return [self._queue_row(self.conn, e) for e in ids]
+
     # -- policies and runs --------------------------------------------------------------
     def register_policy(self, label: str, content_hash: str, hub_model_id: str | None, worker: str) -> None:
         """Record a policy's content hash; a worker that built a *different* policy is refused."""
@@ -378,7 +546,11 @@ class Ledger:
 
     # -- reading ------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:
-        """Episodes per status and, for done ones, per outcome; ``planned`` is the total."""
+        """Episodes per status and, for done ones, per outcome; ``planned`` is the total.
+
+        ``leased`` counts every episode some stage holds; ``rolling_out``, ``rolled_out``
+        (awaiting a judge) and ``judging`` split it by stage.
+        """
         out = {s: 0 for s in STATUSES}
         for row in self.conn.execute("SELECT status, COUNT(*) AS n FROM episodes GROUP BY status"):
             out[row["status"]] = row["n"]
@@ -388,7 +560,21 @@ class Ledger:
             if row["outcome"]:
                 out[row["outcome"]] = row["n"]
         out["planned"] = out["pending"] + out["leased"] + out["done"]
+        # queue depth per stage: ``leased`` splits into rolling out and the judge stage's two queues
+        out["rolled_out"] = out["judging"] = 0
+        if self.has_judge_queue():
+            for row in self.conn.execute("SELECT q.status, COUNT(*) AS n FROM judge_queue q JOIN episodes e "
+                                         "USING (episode_id) WHERE e.status = 'leased' GROUP BY q.status"):
+                key = {"awaiting": "rolled_out", "judging": "judging"}.get(row["status"])
+                if key:
+                    out[key] = row["n"]
+        out["rolling_out"] = out["leased"] - out["rolled_out"] - out["judging"]
         return out
+
+    def stage_depths(self) -> dict[str, int]:
+        """Episodes in each stage of the pipeline (:data:`STAGE_DEPTHS`); they add up to the plan."""
+        counts = self.counts()
+        return {k: counts[k] for k in STAGE_DEPTHS}
 
     def episodes(self, status: str | None = None) -> list[dict[str, Any]]:
         """Episode rows (JSON fields decoded, success as bool/None), in claim order."""
@@ -415,3 +601,12 @@ class Ledger:
             self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         except sqlite3.OperationalError:
             pass
+
+
+def _record_values(record: Mapping[str, Any]) -> dict[str, Any]:
+    """An episode record as the ``episodes`` columns store it (JSON fields encoded, success 0/1)."""
+    values = {k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
+              if k in _JSON_FIELDS else record.get(k) for k in _RECORD_FIELDS}
+    if values["success"] is not None:
+        values["success"] = int(bool(values["success"]))
+    return values

@@ -30,6 +30,14 @@ Consequences:
   a worker that cannot start (missing weights, bad config) or a policy whose content hash
   changed stops the campaign with that error.
 
+Two stages (``judge_workers`` > 0): the ``workers`` actors become rollout actors (policy, world,
+gate; no judge loaded) placed by ``actor_resources``, and ``judge_workers`` judge actors, placed
+by their own ``judge_resources`` (e.g. ``{"num_gpus": 0.25}``: four judges per GPU), judge the
+rolled-out episodes in batches. The driver leases rolled-out episodes to a judge actor with the
+judge stage's leases, reads their stored artifacts (the rollouts it recorded itself) and sends
+the rollouts; the actor returns one verdict per rollout. A judge actor that dies costs no
+rollout: its batch goes back to the judge queue.
+
 Ray is an optional extra (``pip install 'kosmos-env[ray]'``) imported only inside this
 executor. ``address=None`` starts a private local Ray instance (``num_cpus`` caps it) and shuts
 it down at the end; ``address="auto"`` or ``"ray://host:10001"`` joins an existing cluster and
@@ -43,6 +51,7 @@ import socket
 import tempfile
 import time
 import traceback
+from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from kosmos_env.campaign.control import cancel_requested
@@ -64,8 +73,8 @@ def import_ray():
     return ray
 
 
-def parse_actor_resources(value: str | Mapping[str, Any] | None) -> dict[str, Any]:
-    """Check ``--actor-resources`` (a JSON object or a mapping) and return Ray actor options.
+def parse_actor_resources(value: str | Mapping[str, Any] | None, flag: str = "--actor-resources") -> dict[str, Any]:
+    """Check ``--actor-resources`` (or ``flag``: a JSON object or a mapping) and return Ray actor options.
 
     Default: one CPU per actor, no GPU. ``{"num_gpus": 1}`` gives each actor a whole GPU.
     """
@@ -77,25 +86,33 @@ def parse_actor_resources(value: str | Mapping[str, Any] | None) -> dict[str, An
         try:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--actor-resources must be a JSON object, e.g. '{{\"num_gpus\": 1}}': {exc}") from None
+            raise ValueError(f"{flag} must be a JSON object, e.g. '{{\"num_gpus\": 1}}': {exc}") from None
     if not isinstance(value, Mapping):
-        raise ValueError(f"--actor-resources must be a JSON object, got {type(value).__name__}")
+        raise ValueError(f"{flag} must be a JSON object, got {type(value).__name__}")
     unknown = sorted(set(value) - set(ACTOR_OPTION_KEYS))
     if unknown:
-        raise ValueError(f"unknown actor resource option(s) {unknown}; allowed: {list(ACTOR_OPTION_KEYS)}")
+        raise ValueError(f"{flag}: unknown actor resource option(s) {unknown}; allowed: {list(ACTOR_OPTION_KEYS)}")
     out = dict(value)
     for key in ("num_cpus", "num_gpus", "memory"):
         if key in out:
             amount = out[key]
             if isinstance(amount, bool) or not isinstance(amount, (int, float)) or amount < 0:
-                raise ValueError(f"actor resource {key!r} must be a non-negative number, got {amount!r}")
+                raise ValueError(f"{flag}: {key!r} must be a non-negative number, got {amount!r}")
             if key == "num_gpus" and amount > 1 and float(amount) != int(amount):
-                raise ValueError(f"num_gpus above 1 must be a whole number (Ray's rule), got {amount}")
+                raise ValueError(f"{flag}: num_gpus above 1 must be a whole number (Ray's rule), got {amount}")
     if "resources" in out and not (isinstance(out["resources"], Mapping)
                                    and all(isinstance(v, (int, float)) and v >= 0 for v in out["resources"].values())):
-        raise ValueError(f"actor resource 'resources' must map names to non-negative numbers, got {out['resources']!r}")
+        raise ValueError(f"{flag}: 'resources' must map names to non-negative numbers, got {out['resources']!r}")
     out.setdefault("num_cpus", 1)
     return out
+
+
+def _where(role: str) -> dict[str, Any]:
+    """Where the calling actor runs: its role, host, pid, node and the GPUs Ray gave it."""
+    import ray
+
+    return {"role": role, "host": socket.gethostname(), "pid": os.getpid(),
+            "gpus": [str(g) for g in ray.get_gpu_ids()], "node_id": ray.get_runtime_context().get_node_id()}
 
 
 class _PolicyRegistrations:
@@ -123,19 +140,17 @@ class EpisodeActor:
     store may be on another node); the temporary files are removed right after.
     """
 
-    def __init__(self, config: Mapping[str, Any], owner: str):
+    def __init__(self, config: Mapping[str, Any], owner: str, judge_stage: bool = False):
         self.config = CampaignConfig.from_dict(config)
         self.owner = owner
+        self.judge_stage = bool(judge_stage)
         self.tmp = tempfile.mkdtemp(prefix="kosmos-ray-actor-")
         self.registry = _PolicyRegistrations()
         self.runner = None
 
     def where(self) -> dict[str, Any]:
         """Host, pid and the GPUs Ray gave this actor (for logs and tests)."""
-        import ray
-
-        return {"host": socket.gethostname(), "pid": os.getpid(), "gpus": [str(g) for g in ray.get_gpu_ids()],
-                "node_id": ray.get_runtime_context().get_node_id()}
+        return _where("rollout")
 
     def run(self, key: tuple[str, str, int, int, int]) -> dict[str, Any]:
         """Run one episode; returns {"status": ok|error|fatal, ...} (never raises for an episode)."""
@@ -144,7 +159,8 @@ class EpisodeActor:
         episode = EpisodeKey(*key)
         if self.runner is None:
             try:
-                self.runner = EpisodeRunner(self.config, self.tmp, self.registry, self.owner)
+                self.runner = EpisodeRunner(self.config, self.tmp, self.registry, self.owner,
+                                            judge_stage=self.judge_stage)
             except BaseException as exc:
                 return {"status": "fatal", "error": f"worker could not start: {type(exc).__name__}: {exc}",
                         "traceback": traceback.format_exc()}
@@ -176,6 +192,54 @@ class EpisodeActor:
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+class JudgeActor:
+    """The body of one Ray judge actor: the campaign's judge, loaded once, judging batches of rollouts."""
+
+    def __init__(self, config: Mapping[str, Any], judge_batch: int = 0):
+        self.config = CampaignConfig.from_dict(config)
+        self.judge_batch = int(judge_batch)
+        self.runner = None
+
+    def where(self) -> dict[str, Any]:
+        """Host, pid and the GPUs Ray gave this actor (for logs and tests)."""
+        return _where("judge")
+
+    def start(self) -> dict[str, Any]:
+        """Load the judge; returns {"status": "ok", "batch": rollouts per claim} or a fatal error."""
+        from kosmos_env.campaign.judge_stage import JudgeRunner
+
+        if self.runner is None:
+            try:
+                self.runner = JudgeRunner(self.config, None, batch=self.judge_batch)
+            except BaseException as exc:
+                return {"status": "fatal", "error": f"judge could not start: {type(exc).__name__}: {exc}",
+                        "traceback": traceback.format_exc()}
+        return {"status": "ok", "batch": self.runner.batch}
+
+    def judge(self, rollouts: list[Any]) -> dict[str, Any]:
+        """One verdict dict or error per rollout (never raises for a rollout)."""
+        from kosmos_env.campaign.failures import is_infrastructure_failure
+
+        started = self.start()
+        if started["status"] != "ok":
+            return started
+        verdicts, seconds = self.runner.judge_rollouts(rollouts)
+        out = []
+        for v in verdicts:
+            if isinstance(v, BaseException):
+                out.append({"error": "".join(traceback.format_exception(type(v), v, v.__traceback__)),
+                            "infrastructure": is_infrastructure_failure(v)})
+            else:
+                out.append({"judgment": v.to_dict()})
+        return {"status": "ok", "verdicts": out, "seconds": seconds, "identity": self.runner.identity,
+                "name": self.runner.name, "loads": self.runner.take_loads()}
+
+    def close(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+            self.runner = None
+
+
 class RayExecutor(Executor):
     """``workers`` Ray actors fed episodes by lease from this process's ledger."""
 
@@ -183,9 +247,16 @@ class RayExecutor(Executor):
 
     def __init__(self, workers: int, address: str | None = None, num_cpus: float | None = None,
                  actor_resources: str | Mapping[str, Any] | None = None, max_restarts: int | None = None,
-                 poll_seconds: float = 0.2, init_kwargs: Mapping[str, Any] | None = None):
+                 poll_seconds: float = 0.2, init_kwargs: Mapping[str, Any] | None = None, judge_workers: int = 0,
+                 judge_resources: str | Mapping[str, Any] | None = None):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
+        if judge_workers < 0:
+            raise ValueError(f"--judge-workers must be 0 (judge in-line) or more, got {judge_workers}")
+        if judge_resources is not None and not judge_workers:
+            raise ValueError("--judge-resources places judge actors: give --judge-workers N")
+        self.judge_workers = int(judge_workers)
+        self.judge_options = parse_actor_resources(judge_resources, "--judge-resources")
         if num_cpus is not None and address is not None:
             raise ValueError("--ray-num-cpus sizes a new local Ray instance; it cannot be used with --address "
                              "(the cluster's resources are set where it was started)")
@@ -194,8 +265,8 @@ class RayExecutor(Executor):
         self.workers = int(workers)
         self.address = address
         self.num_cpus = num_cpus
-        self.actor_options = parse_actor_resources(actor_resources)
-        self.max_restarts = 2 * self.workers if max_restarts is None else int(max_restarts)
+        self.actor_options = parse_actor_resources(actor_resources, "--rollout-resources/--actor-resources")
+        self.max_restarts = 2 * (self.workers + self.judge_workers) if max_restarts is None else int(max_restarts)
         self.poll_seconds = float(poll_seconds)
         self.init_kwargs = dict(init_kwargs or {})
         self.actor_info: list[dict[str, Any]] = []  # where each actor ran (filled during run)
@@ -240,23 +311,42 @@ class _Dispatcher:
         self.store = ArtifactStore(job.out_dir)
         self.actor_cls = ray.remote(EpisodeActor).options(max_restarts=0, max_task_retries=0,
                                                           **executor.actor_options)
+        self.judge_cls = ray.remote(JudgeActor).options(max_restarts=0, max_task_retries=0,
+                                                        **executor.judge_options)
         self.actors: dict[int, Any] = {}
+        # slots 0..workers-1 roll out; the judge actors (two-stage campaigns) follow them
+        self.judge_slots = set(range(executor.workers, executor.workers + executor.judge_workers))
         self.owners = {i: make_owner(f"ray-a{i}") for i in range(executor.workers)}
-        self.in_flight: dict[Any, tuple[int, EpisodeKey, float]] = {}
+        self.owners.update({i: make_owner(f"ray-j{i - executor.workers}") for i in self.judge_slots})
+        # rollout: ref -> (slot, episode key, sent); judging: ref -> (slot, queue rows, sent, read seconds per rollout)
+        self.in_flight: dict[Any, tuple] = {}
         self.idle: set[int] = set()
         self.restarts = 0
+        self.judge_batch: int | None = job.settings.judge_batch or None
+        self.judge_loading: dict[int, Any] = {}  # judge slot -> its start() call, until the judge is loaded
+        self.reader = None
 
     def _start_actor(self, slot: int) -> None:
-        self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot])
+        if slot in self.judge_slots:
+            self.actors[slot] = self.judge_cls.remote(self.config, self.settings.judge_batch)
+            # the judge loads while rollouts start (no waiting on it here: the driver renews leases meanwhile)
+            self.judge_loading[slot] = self.actors[slot].start.remote()
+        else:
+            self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot], bool(self.judge_slots))
         self.idle.add(slot)
 
     def run(self) -> None:
         try:
-            for slot in range(self.ex.workers):
+            for slot in [*range(self.ex.workers), *sorted(self.judge_slots)]:
                 self._start_actor(slot)
             self._loop()
         finally:
             self._shutdown()
+
+    def _work_left(self, counts: Mapping[str, int]) -> int:
+        """Episodes this driver's actors can still move on (without judge actors, rolled-out
+        episodes are the runner's to judge afterwards)."""
+        return counts["pending"] + (counts["leased"] if self.judge_slots else counts["rolling_out"])
 
     def _loop(self) -> None:
         s = self.settings
@@ -265,7 +355,7 @@ class _Dispatcher:
             self._dispatch()
             if not self.in_flight:
                 counts = self.ledger.counts()
-                if (counts["pending"] == 0 and counts["leased"] == 0) or cancel_requested(self.ledger):
+                if self._work_left(counts) == 0 or cancel_requested(self.ledger):
                     return
                 if not s.wait_for_others:
                     return
@@ -277,8 +367,11 @@ class _Dispatcher:
             for ref in ready:
                 self._collect(ref)
             if time.monotonic() >= next_renew:
-                for slot, key, _ in self.in_flight.values():
-                    self.ledger.renew(key.episode_id, self.owners[slot], s.lease_seconds)
+                for slot, work, *_ in self.in_flight.values():
+                    if slot in self.judge_slots:
+                        self.ledger.renew_judging([r["episode_id"] for r in work], self.owners[slot], s.lease_seconds)
+                    else:
+                        self.ledger.renew(work.episode_id, self.owners[slot], s.lease_seconds)
                 next_renew = time.monotonic() + s.lease_seconds / 3.0
             self.refresh()
 
@@ -286,15 +379,56 @@ class _Dispatcher:
         s = self.settings
         if cancel_requested(self.ledger):  # cancelled: in-flight episodes finish, nothing new starts
             return
-        for slot in sorted(self.idle):
+        for slot in sorted(self.idle - self.judge_slots):
             key = self.ledger.claim(self.owners[slot], s.lease_seconds, s.max_attempts)
             if key is None:
-                return
+                break
             ref = self.actors[slot].run.remote((key.policy, key.task, key.seed, key.repeat, key.order))
             self.in_flight[ref] = (slot, key, time.perf_counter())
             self.idle.discard(slot)
+        for slot in sorted(self.idle & self.judge_slots):
+            if slot in self.judge_loading and not self._judge_loaded(slot):
+                continue
+            rows = self.ledger.claim_judging(self.owners[slot], s.lease_seconds, self.judge_batch)
+            if not rows:
+                break
+            rollouts, read_s = self._read(rows)
+            ref = self.actors[slot].judge.remote(rollouts)
+            self.in_flight[ref] = (slot, rows, time.perf_counter(), read_s)
+            self.idle.discard(slot)
+
+    def _judge_loaded(self, slot: int) -> bool:
+        """Has judge actor ``slot`` loaded its judge? (the first to answer sets the batch size
+        when ``--judge-batch`` was not given: the judge's own ``batch_size``)."""
+        ref = self.judge_loading[slot]
+        ready, _ = self.ray.wait([ref], timeout=0)
+        if not ready:
+            return False
+        del self.judge_loading[slot]
+        try:
+            started = self.ray.get(ref)
+        except self.ray.exceptions.RayError as exc:
+            raise WorkerFailed(f"Ray judge actor {slot} failed to start: {type(exc).__name__}: {exc}") from exc
+        if started["status"] != "ok":
+            raise WorkerFailed(f"Ray judge actor {slot} failed: {started['error']}", started.get("traceback", ""))
+        if self.judge_batch is None:
+            self.judge_batch = int(started["batch"])
+        return True
+
+    def _read(self, rows) -> tuple[list[Any], float]:
+        """The rollouts of judge-queue rows, read here from the store this driver recorded them in."""
+        from kosmos_env.campaign.judge_stage import read_rollouts
+
+        if self.reader is None:  # reading only: no judge is loaded in the driver
+            from kosmos_env.campaign.rejudge import StoredRollouts
+
+            self.reader = StoredRollouts(Path(self.job.out_dir), self.job.config)
+        return read_rollouts(self.reader, rows)
 
     def _collect(self, ref) -> None:
+        if self.in_flight[ref][0] in self.judge_slots:
+            self._collect_judging(ref)
+            return
         slot, key, t_sent = self.in_flight.pop(ref)
         owner = self.owners[slot]
         s = self.settings
@@ -335,7 +469,46 @@ class _Dispatcher:
         timings["io"] = float(timings.get("io", 0.0)) + time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_sent  # dispatch to record, as the other executors' claim to record
         record = {**record, "timings": timings}
-        self.ledger.complete(key.episode_id, owner, record, artifacts)
+        staged = record.pop("staged", None)
+        if staged is not None:  # two-stage: the judge actors take it from here
+            self.ledger.stage_rollout(key.episode_id, owner, record, artifacts, staged["frames"], staged["fps"])
+        else:
+            self.ledger.complete(key.episode_id, owner, record, artifacts)
+
+    def _collect_judging(self, ref) -> None:
+        from kosmos_env.campaign.cost import file_loads
+        from kosmos_env.campaign.judge_stage import finish_record
+
+        slot, rows, t_sent, read_s = self.in_flight.pop(ref)
+        owner = self.owners[slot]
+        s = self.settings
+        ids = [r["episode_id"] for r in rows]
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            # the judge actor died: its rollouts are kept and go back to the judge queue
+            for eid in ids:
+                self.ledger.fail_judging(eid, owner, f"Ray judge actor {slot} died while judging: {exc}",
+                                         s.max_attempts, infrastructure=True)
+            self._replace(slot, exc)
+            return
+        except self.ray.exceptions.RayError as exc:
+            self.ledger.release_judging(ids, owner)
+            raise WorkerFailed(f"Ray judge actor {slot} failed: {type(exc).__name__}: {exc}") from exc
+        self.idle.add(slot)
+        if result["status"] == "fatal":
+            self.ledger.release_judging(ids, owner)
+            raise WorkerFailed(f"Ray judge actor {slot} failed: {result['error']}", result.get("traceback", ""))
+        for row, verdict in zip(rows, result["verdicts"]):
+            if "error" in verdict:
+                self.ledger.fail_judging(row["episode_id"], owner, verdict["error"], s.max_attempts,
+                                         infrastructure=bool(verdict.get("infrastructure")))
+                continue
+            record = finish_record(self.job.config, row["record"], verdict["judgment"], result["identity"],
+                                   result["name"], float(result["seconds"]), read_s)
+            file_loads(record["timings"], result.get("loads") or {})  # the judge's build, with its first episode
+            result["loads"] = {}
+            self.ledger.complete_judging(row["episode_id"], owner, record)
 
     def _register(self, policies) -> None:
         for label, content_hash, hub, worker in policies:
@@ -343,7 +516,8 @@ class _Dispatcher:
 
     def _replace(self, slot: int, exc: BaseException) -> None:
         counts = self.ledger.counts()
-        if counts["pending"] + counts["leased"] == 0:
+        left = counts["pending"] + counts["leased"] if slot in self.judge_slots else self._work_left(counts)
+        if left == 0:
             return
         if self.restarts >= self.ex.max_restarts:
             raise WorkerFailed(f"Ray actor {slot} died ({exc}) and the restart limit ({self.ex.max_restarts}) is "
@@ -353,9 +527,12 @@ class _Dispatcher:
 
     def _shutdown(self) -> None:
         # episodes still in flight (we are leaving on an error or an interrupt): hand them back
-        for slot, key, _ in self.in_flight.values():
+        for slot, work, *_ in self.in_flight.values():
             try:
-                self.ledger.release(key.episode_id, self.owners[slot])
+                if slot in self.judge_slots:
+                    self.ledger.release_judging([r["episode_id"] for r in work], self.owners[slot])
+                else:
+                    self.ledger.release(work.episode_id, self.owners[slot])
             except Exception:
                 pass
         self.in_flight.clear()

@@ -134,14 +134,18 @@ class StoredRollouts:
         self.fps = float(spec.render_fps)
 
     def rollout(self, row: Mapping[str, Any]):
+        """``row``: an episode row, or a judge-stage queue row (its ``frames`` artifact holds the
+        exact frames the env produced and ``fps`` their rate; they take precedence over the MP4)."""
         from kosmos_env.video import read_video_fps
         from kosmos_env.judges.base import Rollout
 
         task = row["task"]
         if task not in self.suite.tasks:
             raise ValueError(f"episode {row['episode_id']} has task {task!r}, not in suite {self.suite.name!r}")
-        fps = self.fps
-        if row.get("video"):
+        fps = float(row["fps"]) if row.get("fps") else self.fps
+        if row.get("frames"):
+            frames = _stored_frames(self.root, row["frames"], row["episode_id"])
+        elif row.get("video"):
             frames, fps, digest = read_video_fps(self.root / row["video"])
             if digest != Path(row["video"]).stem.lower():
                 raise ValueError(f"video {row['video']} of {row['episode_id']} does not match its hash")
@@ -157,3 +161,17 @@ class StoredRollouts:
         return Rollout(frames=frames, instruction=self.suite.tasks[task].instruction, actions=actions, fps=fps,
                        task=task, log=log, ground_truth=row.get("ground_truth"),
                        meta={"episode_id": row["episode_id"], "policy": row["policy"], "seed": row["seed"]})
+
+
+def _stored_frames(root: Path, relpath: str, episode_id: str) -> np.ndarray:
+    """The lossless frames artifact of a rolled-out episode, checked against its content hash."""
+    from kosmos_env.campaign.artifacts import sha256_file
+
+    path = root / relpath
+    if sha256_file(path) != Path(relpath).name.split(".")[0].lower():
+        raise ValueError(f"frames {relpath} of {episode_id} do not match their hash")
+    with np.load(path, allow_pickle=False) as z:
+        frames = z["frames"]
+    if frames.dtype != np.uint8 or frames.ndim != 4 or frames.shape[-1] != 3:
+        raise ValueError(f"frames {relpath} of {episode_id} are not (T, H, W, 3) uint8")
+    return frames

@@ -57,13 +57,31 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
         clear_cancel(ledger, owner)  # rerunning a cancelled campaign resumes it
         ledger.reopen_errors(all_errors=retry_errors)
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
-    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress)
+    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress,
+                              two_stage=bool(getattr(executor, "judge_workers", 0)))
     try:
         refresh = monitor.refresh if on_progress is None else lambda: (monitor.refresh(), on_progress())
         executor.run(CampaignJob(out_dir, config, settings), refresh)
+        _judge_leftovers(config, out_dir, settings, refresh)
     finally:
         monitor.close()
         with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
             ledger.finish_run(run_id)
         results = write_bundle(out_dir, price_table)
     return results
+
+
+def _judge_leftovers(config: CampaignConfig, out_dir: str, settings: WorkSettings, refresh: Callable[[], None]) -> None:
+    """Judge rolled-out episodes no judge worker is left to judge, here, with the campaign's judge.
+
+    A two-stage run killed after some rollouts and resumed without ``--judge-workers`` (or an
+    executor without judge workers) leaves them in the judge queue; their rollouts are kept and
+    judged, never run again.
+    """
+    with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+        counts = ledger.counts()
+    if counts["rolled_out"] + counts["judging"] == 0:
+        return
+    from kosmos_env.campaign.judge_stage import judge_work
+
+    judge_work(out_dir, config, make_owner("judge-main"), settings, on_episode=lambda *_: refresh())

@@ -117,6 +117,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             from kosmos_env.campaign.judgments import check as check_judgments
 
             report.problems.extend(check_judgments(ledger))
+            judge_queue = ledger.judge_queue()  # two-stage campaigns: the judge stage's own record
     except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
         report.problems.append(f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
                                "or not a campaign ledger")
@@ -200,6 +201,11 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                 report.problems.append(f"{eid}: {row['steps']} steps recorded, but its actions artifact holds "
                                        f"{n_rows} actions ({chunk} per step)")
     report.checked["episodes"] = len(episodes)
+    if judge_queue:
+        from kosmos_env.campaign.stage_check import check_stage
+
+        report.problems.extend(check_stage(episodes, judge_queue, attempts))
+        report.checked["judge_stage"] = len(judge_queue)
 
     # -- the artifact store -----------------------------------------------------------------
     known = set()

@@ -6,6 +6,11 @@ claim an episode from the ledger, keep its lease alive with a heartbeat thread w
 record the result or the failure, repeat until no episode is left. A worker whose ledger still
 holds episodes leased by *other live* workers waits for them rather than exiting, so a lease
 that expires (its worker hung or died) is still taken over and finished.
+
+With judging as its own stage (``eval --judge-workers N``) a worker here is a *rollout*
+worker: it never loads the judge, and files each rolled-out episode (record, artifacts and the
+exact frames the judge is to see) for the judge workers of :mod:`kosmos_env.campaign.judge_stage`.
+Gate discards need no judge and are recorded at once.
 """
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
@@ -37,12 +42,38 @@ class WorkSettings:
     # leaves the episodes unfinished for the next run (they never become errors)
     infra_retries: int = 6
     infra_backoff: float = 0.5
+    # judging as its own stage: rollout workers file rolled-out episodes for judge workers, which
+    # take up to judge_batch of them at a time (0: as many as the judge batches itself)
+    judge_stage: bool = False
+    judge_batch: int = 0
+
+
+class StagedJudge:
+    """Stands in for the campaign's judge in a rollout worker of a two-stage campaign.
+
+    The env needs a judge object (else it would load the spec's default judge); this one is
+    never asked to judge (the env defers judging) and loads nothing, so a rollout worker's
+    memory holds the world and the policies only.
+    """
+
+    def __init__(self, spec: Mapping[str, Any]):
+        self.spec = dict(spec)
+        self.name = str(self.spec.get("type", "judge"))
+
+    def judge(self, rollout: Any) -> Any:
+        raise RuntimeError("a rollout worker of a two-stage campaign does not judge: its judge workers do")
 
 
 class EpisodeRunner:
-    """Runs episodes of one campaign in this process with a warm env, judge and policies."""
+    """Runs episodes of one campaign in this process with a warm env, judge and policies.
 
-    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike, ledger: Ledger, owner: str):
+    ``judge_stage=True``: a rollout worker of a two-stage campaign (no judge is loaded; a
+    rollout that needs a verdict comes back with outcome ``pending`` and its record carries
+    ``staged``: the frames artifact and rate the judge workers are to use).
+    """
+
+    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike, ledger: Ledger, owner: str,
+                 judge_stage: bool = False):
         import gymnasium
 
         import kosmos_env  # noqa: F401  (registers the env ids)
@@ -52,13 +83,15 @@ class EpisodeRunner:
         self.owner = owner
         self.ledger = ledger
         self.store = ArtifactStore(out_dir)
+        self.judge_stage = bool(judge_stage)
         # judging is deferred: the campaign judges the finished rollout in its own, timed stage. The env
         # gets the campaign's judge object, so the spec's default judge is never loaded beside it.
         # model builds are timed apart from the warm per-episode seconds and filed with the next finished
-        # episode as load_<stage> timings (kosmos_env.campaign.cost); the world loads here, not in the first reset
+        # episode as load_<stage> timings (kosmos_env.campaign.cost); the world loads here, not in the first reset.
+        # A rollout worker of a two-stage campaign builds no judge (its judge workers file their own load).
         t0 = time.perf_counter()
-        self.judge = make_judge(dict(config.judge))
-        self._loads = {"judge": time.perf_counter() - t0}
+        self.judge = StagedJudge(config.judge) if self.judge_stage else make_judge(dict(config.judge))
+        self._loads = {} if self.judge_stage else {"judge": time.perf_counter() - t0}
         t0 = time.perf_counter()
         self.env = gymnasium.make(config.env_id, defer_judging=True, judge=self.judge, **dict(config.spec_overrides))
         base = self.env.unwrapped
@@ -90,14 +123,13 @@ class EpisodeRunner:
     def provenance(self) -> dict[str, Any]:
         """Spec hash, the world that runs and the campaign's judge (with its model), and their joint hash."""
         if self._provenance is None:
-            from kosmos_env.judges.base import judge_identity
-            from kosmos_env.spec import canonical_json, sha256_hex
+            world = self.env.unwrapped.provenance["world"]
+            if self.judge_stage:  # the judge worker adds its judge (see campaign_provenance)
+                self._provenance = _plain({"spec_hash": self.config.spec_hash, "world": world})
+            else:
+                from kosmos_env.judges.base import judge_identity
 
-            env_prov = self.env.unwrapped.provenance
-            core = {"spec_hash": self.config.spec_hash, "world": env_prov["world"],
-                    "judge": judge_identity(self.judge, self.config.judge)}
-            core = _plain(core)
-            self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(core))}
+                self._provenance = campaign_provenance(self.config, world, judge_identity(self.judge, self.config.judge))
         return self._provenance
 
     def run(self, key: EpisodeKey) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
@@ -110,13 +142,13 @@ class EpisodeRunner:
         timings = {k: float(result.timings.get(k, 0.0)) for k in ("policy", "world", "gate", "judge")}
         judgment = None
         outcome = result.outcome
-        if outcome == "pending":
+        if outcome == "pending" and not self.judge_stage:
             t0 = time.perf_counter()
             verdict = self.judge.judge(result.rollout)
             timings["judge"] += time.perf_counter() - t0
             judgment = verdict.to_dict()
             outcome = verdict.outcome
-        elif outcome not in ("discarded", "success", "failure", "abstained"):
+        elif outcome not in ("pending", "discarded", "success", "failure", "abstained"):
             raise RuntimeError(f"episode ended with outcome {outcome!r}; expected pending or discarded")
         elif result.judgment and not result.judgment.get("pending"):
             judgment = dict(result.judgment)
@@ -134,6 +166,12 @@ class EpisodeRunner:
         if rollout.log:
             sha, log, size = self.store.put_bytes(npz_bytes(rollout.log), "npz")
             artifacts.append((sha, log, size, "log"))
+        staged = None
+        if outcome == "pending":  # two-stage: the judge workers judge exactly the frames the env produced
+            staged = {"frames": None, "fps": float(rollout.fps)}
+            if len(rollout.frames):
+                sha, staged["frames"], size = self.store.put_bytes(npz_bytes({"frames": rollout.frames}), "npz")
+                artifacts.append((sha, staged["frames"], size, "frames"))
         timings["io"] = time.perf_counter() - t0
         timings["total"] = time.perf_counter() - t_start
         file_loads(timings, self._loads)
@@ -156,6 +194,8 @@ class EpisodeRunner:
             "error": None,
             "provenance": self.provenance(),
         }
+        if staged is not None:
+            record["staged"] = staged
         return record, artifacts
 
     def close(self) -> None:
@@ -165,6 +205,19 @@ class EpisodeRunner:
             except Exception:  # closing must not hide the campaign's result
                 pass
         self.env.close()
+
+
+def campaign_provenance(config: CampaignConfig, world: Mapping[str, Any], judge: Mapping[str, Any]) -> dict[str, Any]:
+    """Spec hash, the world that ran and the judge that judged (its ``judge_identity``), and
+    their joint identity hash.
+
+    The same function serves in-line judging and the judge stage, so an episode's provenance
+    does not depend on which of them judged it.
+    """
+    from kosmos_env.spec import canonical_json, sha256_hex
+
+    core = _plain({"spec_hash": config.spec_hash, "world": dict(world), "judge": dict(judge)})
+    return {**core, "identity_sha256": sha256_hex(canonical_json(core))}
 
 
 def _plain(value: Any) -> Any:
@@ -201,6 +254,10 @@ class Heartbeat:
         self._stop.set()
         self._thread.join()
 
+    def _renew(self, ledger: Ledger) -> bool:
+        _, episode_id, owner, ttl = self.args
+        return ledger.renew(episode_id, owner, ttl)
+
     def _loop(self) -> None:
         path, episode_id, owner, ttl = self.args
         ledger = None
@@ -208,7 +265,7 @@ class Heartbeat:
             while not self._stop.wait(ttl / 3.0):
                 if ledger is None:
                     ledger = Ledger(path, create=False)
-                if not ledger.renew(episode_id, owner, ttl):
+                if not self._renew(ledger):
                     self.lost = True
                     return
         finally:
@@ -237,7 +294,7 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
             key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
             if key is None:
                 counts = ledger.counts()
-                if counts["pending"] == 0 and counts["leased"] == 0:
+                if counts["pending"] == 0 and counts["rolling_out"] == 0:  # the judge stage is not ours
                     break
                 if not settings.wait_for_others:
                     break
@@ -245,7 +302,7 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                 continue
             if runner is None:
                 try:
-                    runner = EpisodeRunner(config, out_dir, ledger, owner)
+                    runner = EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)
                 except BaseException:
                     ledger.release(key.episode_id, owner)  # not the episode's fault: no attempt used
                     raise
@@ -277,7 +334,12 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                         time.sleep(pause)
                     continue
             infra_in_a_row = 0
-            if ledger.complete(key.episode_id, owner, record, artifacts):
+            staged = record.pop("staged", None)
+            if staged is not None:  # rolled out: the judge stage takes it from here
+                ledger.stage_rollout(key.episode_id, owner, record, artifacts, staged["frames"], staged["fps"])
+                if on_episode:
+                    on_episode(key.episode_id, "rolled_out")
+            elif ledger.complete(key.episode_id, owner, record, artifacts):
                 finished += 1
                 if on_episode:
                     on_episode(key.episode_id, record["outcome"])

@@ -39,6 +39,19 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ray-num-cpus", type=float, default=None, help="CPUs of the local Ray instance (default: all)")
     p.add_argument("--actor-resources", default=None, metavar="JSON",
                    help='Ray resources per worker actor, e.g. \'{"num_gpus": 1}\' (default: {"num_cpus": 1})')
+    p.add_argument("--judge-workers", type=int, default=0, metavar="N",
+                   help="judge as its own stage: N judge workers (processes, or Ray actors with --executor ray) take "
+                        "rolled-out episodes in batches while the --workers rollout workers, which load no judge, "
+                        "keep rolling out; 0 judges in-line in each worker (default: %(default)s)")
+    p.add_argument("--judge-batch", type=int, default=None, metavar="N",
+                   help="rollouts a judge worker takes at a time (default: the judge's own batch_size, which its "
+                        "memory_budget_mb may split further; 1 for judges that do not batch)")
+    p.add_argument("--rollout-resources", default=None, metavar="JSON",
+                   help='Ray resources per rollout actor (policy + world + gate), e.g. \'{"num_gpus": 1}\'; same as '
+                        "--actor-resources")
+    p.add_argument("--judge-resources", default=None, metavar="JSON",
+                   help='Ray resources per judge actor (with --judge-workers), e.g. \'{"num_gpus": 0.25}\' to pack '
+                        'four judges on a GPU (default: {"num_cpus": 1})')
     p.add_argument("--judge", default=None, help="judge type (e.g. state) or JSON spec; default: the env spec's judge")
     p.add_argument("--tiny", action="store_true",
                    help="run with tiny random models (Cosmos 3 world, Qwen-VL judge; built once in ~/.cache/kosmos-env): "
@@ -117,12 +130,22 @@ def run(args: argparse.Namespace) -> int:
                              spec_overrides=control_overrides(args.control))
     check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
-    ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus, "actor_resources": args.actor_resources}
-    executor = make_executor(args.workers, args.executor, **ray_options)
-    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts)
+    if args.judge_batch is not None and args.judge_batch < 1:
+        raise ValueError(f"--judge-batch must be at least 1, got {args.judge_batch}")
+    if (args.judge_batch is not None or args.judge_resources is not None) and args.judge_workers < 1:
+        raise ValueError("--judge-batch and --judge-resources apply to judge workers: give --judge-workers N")
+    if args.rollout_resources is not None and args.actor_resources is not None:
+        raise ValueError("give --rollout-resources or --actor-resources (the same setting), not both")
+    ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus,
+                   "actor_resources": args.rollout_resources or args.actor_resources,
+                   "judge_resources": args.judge_resources}
+    executor = make_executor(args.workers, args.executor, judge_workers=args.judge_workers, **ray_options)
+    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts,
+                            judge_batch=args.judge_batch or 0)
     print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
           f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
-          f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s) -> {args.out}", file=sys.stderr)
+          f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s)"
+          f"{f' + {args.judge_workers} judge worker(s)' if args.judge_workers else ''} -> {args.out}", file=sys.stderr)
     feed = None
     if args.wandb:  # episodes go to W&B as the ledger records them; workers in other processes need no handle
         from kosmos_env.publish.wandb_logger import LedgerFeed

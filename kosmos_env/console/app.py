@@ -32,7 +32,8 @@ from kosmos_env.console import episode_view as ev
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 100
 OUTCOME_CHOICES = ("success", "failure", "discarded", "abstained", "error", "pending", "leased")
-LIVE_QUEUE = ("pending", "leased", "done", "success", "failure", "discarded", "abstained", "error")
+LIVE_QUEUE = ("pending", "leased", "rolled_out", "judging", "done", "success", "failure", "discarded", "abstained",
+              "error")
 LIVE_STAGES = ("policy", "world", "gate", "judge", "io", "overhead", "total")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 

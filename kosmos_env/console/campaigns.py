@@ -273,7 +273,7 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         money = _money(stages, s.price_table)
         return {
             "key": ref.key, "campaign_id": s.campaign_id, "state": s.state(), "running": s.running,
-            "planned": s.planned, "queue": s.queue, "outcomes": s.outcomes,
+            "planned": s.planned, "queue": s.queue, "stage_queue": _judge_stage_depth(conn), "outcomes": s.outcomes,
             "rollouts_per_hour": rate, "eta_seconds": eta, "remaining": remaining,
             "run": None if current is None else {"started": current["started"], "finished": current["finished"],
                                                   "workers": current["workers"], "executor": current["executor"],
@@ -283,6 +283,19 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         }
     finally:
         conn.close()
+
+
+def _judge_stage_depth(conn: sqlite3.Connection) -> dict[str, int]:
+    """Of the leased episodes, those rolled out and awaiting a judge, and those being judged
+    (two-stage campaigns, ``eval --judge-workers``; zero elsewhere)."""
+    out = {"rolled_out": 0, "judging": 0}
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_queue'").fetchone():
+        for status, n in conn.execute("SELECT q.status, COUNT(*) FROM judge_queue q JOIN episodes e USING (episode_id) "
+                                      "WHERE e.status = 'leased' GROUP BY q.status"):
+            key = {"awaiting": "rolled_out", "judging": "judging"}.get(status)
+            if key:
+                out[key] = n
+    return out
 
 
 _STAGE_CACHE: dict[str, tuple[int, float, int, dict[str, float]]] = {}

@@ -192,7 +192,12 @@ def bundle_from_data(root: Path, path: Path, data: Any) -> Bundle:
         notes.append(f"episode rows name policies the campaign block does not list: {extra}")
     if campaign.get("complete") is False:
         planned = campaign.get("planned")
+        queue = campaign.get("queue") if isinstance(campaign.get("queue"), dict) else {}
+        # queue depth per stage when the bundle was written
+        depth = [f"{k.replace('_', ' ')} {queue[k]}" for k in ("pending", "rolling_out", "rolled_out", "judging")
+                 if queue.get(k)]
         notes.append(f"the campaign is incomplete: {len(rows)} finished episodes"
                      + (f" of {planned} planned" if isinstance(planned, int) else "")
+                     + (f" ({', '.join(depth)})" if depth else "")
                      + "; rerun kosmos-env eval with the same arguments to resume it")
     return Bundle(root=root, results_path=path, data=data, rows=rows, policies=policies, tasks=tasks, notes=notes)

@@ -55,6 +55,7 @@
     var st = document.getElementById("state");
     if (st) { st.textContent = d.state; st.className = "state s-" + d.state.replace(/ /g, "-"); }
     ["pending", "leased", "done"].forEach(function (q) { set("q-" + q, d.queue[q]); });
+    ["rolled_out", "judging"].forEach(function (q) { set("q-" + q, d.stage_queue[q]); });
     ["success", "failure", "discarded", "abstained", "error"].forEach(function (o) { set("q-" + o, d.outcomes[o]); });
     set("rate", d.rollouts_per_hour === null ? "\u2013" : Math.round(d.rollouts_per_hour).toString());
     set("run-info", d.run ? (d.run.episodes + " episodes this run, " + d.run.workers + " worker(s), " + d.run.executor) : "");
