@@ -258,3 +258,24 @@ def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "Ray" in err[0], err
     assert not out.exists()
+
+
+def test_lockstep_rollout_workers_feed_the_judge_stage(tmp_path):
+    """``--lockstep`` with ``--judge-workers``: lockstep rollout workers file rolled-out episodes and the
+    judge stage judges them; the records equal a one-at-a-time campaign judged in-line."""
+    from kosmos_env.campaign.verify import verify_campaign
+    from tests.test_campaign_support import ledger_rows
+
+    base = ["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "scripted:skill=1.0", "--policy", "random",
+            "--tasks", "carrot_on_plate", "--seeds", "2", "--image-size", "64", "64", "--no-video", "--no-progress"]
+    assert cli.main(base + ["--out", str(tmp_path / "inline")]) == 0
+    staged = tmp_path / "staged"
+    assert cli.main(base + ["--out", str(staged), "--executor", "process", "--workers", "1",
+                            "--judge-workers", "1", "--lockstep", "3"]) == 0
+    assert ledger_rows(staged) == ledger_rows(tmp_path / "inline")
+    assert {r[1] for r in ledger_rows(staged).values()} == {"success", "failure"}
+    assert verify_campaign(staged).ok
+    # the rollout worker ran in lockstep: it leased the first 3 episodes together, the 4th after they ended
+    started = [ledger_count(staged, f"SELECT CAST(1000 * started AS INTEGER) FROM episodes WHERE ord = {i}")
+               for i in range(4)]
+    assert started[2] - started[0] < started[3] - started[2], started
