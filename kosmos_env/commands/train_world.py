@@ -1,7 +1,7 @@
 """``kosmos-env train-world``: record tabletop episodes, train the learned tabletop, measure it.
 
 One command reproduces the shipped weights on CPU (defaults: 7 policies × 4 tasks × 16 seeds
-recorded, 5–20 minutes; 400 segmenter, 1500 object-dynamics and 3000 renderer steps (batch 16),
+recorded, 5–20 minutes; 400 segmenter, 1500 object-dynamics and 2000 renderer steps (batch 16),
 under 45 minutes on one loaded core)::
 
     kosmos-env train-world --data /tmp/kosmos_tabletop_episodes.npz \\
@@ -29,7 +29,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seeds-per-task", type=int, default=16, help="recorded seeds per (policy, task) (default 16)")
     p.add_argument("--policies", nargs="+", default=None, help="policy mix to record (default: scripted at 6 skills + random)")
     p.add_argument("--holdout", type=float, default=0.15, help="fraction of each task's seeds held out whole (default 0.15)")
-    p.add_argument("--steps", type=int, default=3000, help="renderer training steps (default 3000)")
+    p.add_argument("--steps", type=int, default=2000, help="renderer training steps (default 2000)")
     p.add_argument("--segmenter-steps", type=int, default=400, help="segmenter training steps (default 400)")
     p.add_argument("--dynamics-steps", type=int, default=1500, help="object-dynamics training steps (default 1500)")
     p.add_argument("--batch", type=int, default=16, help="frames per renderer training step (default 16)")

@@ -137,7 +137,7 @@ class Engine:
         cond = condition_vector(pos, euler, pos1, pos2, self.gripper.numpy(), self.command.numpy(), self.home)
         heat = torch.stack([self._heat_first, self._heat((pos, rot, euler)), self._heat((pos1, rot1, None)),
                             self._heat((pos2, rot2, None))], dim=1)
-        frame, _ = self.model.renderer(self.first, self.sprite0[:, 3], heat, self.sprite_at(self.obj),
+        frame, _, _ = self.model.renderer(self.first, self.sprite0[:, 3], heat, self.sprite_at(self.obj),
                                        torch.from_numpy(cond))
         self.cur = frame
         self._pending = 0

@@ -81,7 +81,7 @@ class _FiLMBlock(nn.Module):
 
 
 class StateRenderer(nn.Module):
-    """State-conditioned, sprite-compositing U-Net. ``forward`` returns (frame, change mask)."""
+    """State-conditioned, sprite-compositing U-Net. ``forward`` returns (frame, change mask, content)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__()
@@ -127,7 +127,7 @@ class StateRenderer(nn.Module):
         visible = 1 - torch.sigmoid(out[:, 4:5])
         frame = (1 - mask) * first + mask * content
         frame = (1 - sprite[:, 3:4] * visible) * frame + visible * sprite[:, :3]
-        return frame, mask
+        return frame, mask, content
 
 
 class LearnedTabletop(nn.Module):

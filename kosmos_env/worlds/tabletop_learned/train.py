@@ -87,7 +87,7 @@ def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
 
 @dataclass
 class TrainConfig:
-    steps: int = 3000
+    steps: int = 2000
     batch: int = 16
     lr: float = 2e-3
     seed: int = 0
@@ -223,7 +223,8 @@ def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.ran
     """Fit the renderer frame by frame: every (episode, step) is an independent example,
     because the renderer draws from the state and the first frame, never from its own output.
     The loss is L1 (sharper than squared error where the picture is uncertain), up-weighted
-    on the pixels that differ from the first frame (the robot and the moved object)."""
+    on the pixels that differ from the first frame (the robot and the moved object), plus
+    direct terms for the change mask (those pixels) and the content drawn there."""
     import torch
     from tqdm import tqdm
 
@@ -240,9 +241,14 @@ def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.ran
         ep = rng.integers(0, E, cfg.batch)
         t = rng.integers(1, T1, cfg.batch)
         first, alpha_first, heat, placed, cond, target = render_batch(data, sprites, ep, t)
-        pred, _ = model.renderer(first, alpha_first, heat, placed, cond)
+        pred, mask, content = model.renderer(first, alpha_first, heat, placed, cond)
         changed = ((target - first).abs().amax(dim=1, keepdim=True) > 0.03).float()
         loss = ((1.0 + cfg.change_weight * changed) * (pred - target).abs()).mean()
+        # the mask and the content are also supervised directly: with the frame loss alone the
+        # mask closes everywhere in the first steps (copying the first frame beats untrained
+        # content) and never reopens
+        loss = loss + cfg.change_weight * (changed * (content - target).abs()).mean()
+        loss = loss + torch.nn.functional.binary_cross_entropy(mask.clamp(1e-6, 1 - 1e-6), changed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
