@@ -1,14 +1,15 @@
 """``kosmos-env train-world``: record tabletop episodes, train the learned tabletop, measure it.
 
-One command reproduces the shipped weights on CPU (defaults: 7 policies × 4 tasks × 16 seeds
-recorded, 5–20 minutes; 400 segmenter, 1500 object-dynamics and 2000 renderer steps (batch 16),
-under 45 minutes on one loaded core)::
+One command trains the whole world on CPU (defaults: 7 policies × 4 tasks × 16 seeds recorded,
+5–20 minutes; 400 segmenter, 1500 object-dynamics and 2000 renderer steps (batch 16); measured
+per stage on a shared 2-core machine: about 8, 4 and 12 minutes)::
 
     kosmos-env train-world --data /tmp/kosmos_tabletop_episodes.npz \\
         --out-dir kosmos_env/worlds/tabletop_learned/weights --error-report bench/results/learned_world_error.txt
 
 ``--objects-from FILE`` keeps the segmenter and object dynamics of an existing weights file and
-trains only the renderer (the stage that changed most recently; about a third of the time).
+trains only the renderer. The shipped weights were made that way, from the previous shipped
+file (its sha256 is in the weights' metadata, ``objects_from_sha256``).
 
 It writes ``world.safetensors`` (segmenter, object dynamics and renderer in one file),
 ``vision_judge.safetensors`` (the frame classifier that judges generated rollouts) and a
