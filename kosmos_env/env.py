@@ -101,7 +101,8 @@ class KosmosEnv(gymnasium.Env):
       trained only on recorded tabletop transitions (``kosmos-env train-world``); 64×64 only
       (another ``image_size`` raises ``ValueError``). A segmenter finds the object in the first
       frame; object dynamics step its state (held or not, position) and predict the measured
-      gripper; a renderer draws each frame with the object's sprite composited where it now is,
+      gripper; a renderer draws each frame from that state over the first frame (never from its
+      own output, so frames stay sharp) with the object's sprite composited where it now is,
       so a grasped object moves with the gripper and a placed one stays placed.
     - The first frame is the simulator's layout for the seed (same seed, same scene as
       ``Kosmos-Tabletop-v1``); every later frame is predicted. ``ee_pos``/``ee_euler`` are
@@ -196,6 +197,10 @@ class KosmosEnv(gymnasium.Env):
       ``world.actions_per_call`` and ``world.sweep``): the learned tabletop retrained with object
       state, so grasped objects no longer vanish. Its spec hash changed: results recorded
       under the earlier hash are not comparable with results under the new one.
+    - v1, revised ``Kosmos-TabletopLearned-v1`` spec again (new ``world.weights_sha256``): its
+      renderer draws each frame from the world's state instead of from its own last frame (frames
+      no longer blur), and a held object's predicted gripper opening stays where the fingers
+      stopped. New spec hash; earlier results are not comparable.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}

@@ -222,6 +222,22 @@ def test_two_actions_per_call_halve_the_model_calls_and_end_on_a_generated_frame
     env.close()
 
 
+def test_the_renderer_draws_from_the_state_not_from_its_own_last_frame():
+    """After the same 4 actions, one model call (4 actions per call) and four (1 per call) give
+    the same frame: nothing generated earlier feeds back, so errors cannot compound into blur."""
+    frames = {}
+    for n in (1, 4):
+        spec = load_spec(ENV_ID).with_overrides(world={"actions_per_call": n}, horizon=8)
+        env = gymnasium.make(ENV_ID, env_spec=spec)
+        env.reset(seed=11, options={"task": "eggplant_in_basket"})
+        for a in ([0.04, 0.02, -0.03, 0, 0, 0.1, 1.0], [0.03, -0.02, -0.03, 0, 0, 0, 1.0],
+                  [0.0, 0.03, -0.02, 0, 0, 0, 0.0], [0.02, 0.0, 0.0, 0, 0, -0.1, 0.0]):
+            obs, *_ = env.step(np.asarray(a, dtype=np.float32))
+        frames[n] = obs["image"]
+        env.close()
+    np.testing.assert_array_equal(frames[1], frames[4])
+
+
 def _drive_to(env, engine, goal, grip, max_steps=12):
     """Servo the integrated tool point to ``goal`` with gripper command ``grip``."""
     for _ in range(max_steps):

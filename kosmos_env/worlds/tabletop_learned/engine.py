@@ -6,7 +6,8 @@ One implementation serves the env (:mod:`.world`, a batch of one) and the held-o
 Per action: the commanded pose is integrated (:mod:`.kinematics`), the object dynamics step the
 object state and predict the measured gripper (:mod:`.objects`), and a free object over the
 target is kept on the target's top (the one piece of scene geometry imposed rather than
-learned; sizes from the public task suite). The renderer (:mod:`.model`) is
+learned; sizes from the public task suite). The renderer (:mod:`.model`) draws a frame from
+the current state over the episode's first frame (never from its own previous output); it is
 called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
 the episode); actions in between repeat the last generated frame.
 """
@@ -50,9 +51,9 @@ class Engine:
         """Find object and target in the first frames (B, H, W, 3) and reset every state."""
         b = len(frames0)
         self.task = torch.as_tensor(np.asarray(task_index), dtype=torch.long)
-        self.cur = to_tensor(frames0)
-        self.prev = self.cur
-        probs = torch.sigmoid(self.model.segmenter(self.cur, self.task)).numpy()
+        self.first = to_tensor(frames0)
+        self.cur = self.first
+        probs = torch.sigmoid(self.model.segmenter(self.first, self.task)).numpy()
         obj, target_xy, rest = [], [], []
         for i in range(b):
             from kosmos_env.tasks.shapes import object_half_height
@@ -69,20 +70,25 @@ class Engine:
         self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
         self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
         alpha = torch.from_numpy(probs[:, :1]).float()
-        self.sprite0 = torch.cat([self.cur * alpha, alpha], dim=1)  # premultiplied RGB, alpha
+        self.sprite0 = torch.cat([self.first * alpha, alpha], dim=1)  # premultiplied RGB, alpha
         self.uv0 = self._project(self.obj)
         self.held = torch.zeros(b)
         self.gripper = torch.ones(b)
+        self.command = torch.ones(b)  # the gripper starts commanded open
         self.integrators = [PoseIntegrator(self.world) for _ in range(b)]
-        # state at the last model call: the renderer is conditioned on the change since then
-        self._call_pose = self._poses()
-        self._call_gripper = self.gripper.clone()
-        self._call_obj = self.obj.clone()
-        self._pending: list[np.ndarray] = []
+        # poses now, 1 and 2 steps ago (per action, whatever the actions per call): the renderer
+        # learns the arm's lag behind its command from them
+        self._history = [self._poses()] * 3
+        self._heat_first = self._heat(self._history[-1])
+        self._pending = 0
 
     def _poses(self):
-        return ([p.pos.copy() for p in self.integrators], [p.rot.copy() for p in self.integrators],
-                [p.euler.copy() for p in self.integrators])
+        return (np.stack([p.pos for p in self.integrators]), np.stack([p.rot for p in self.integrators]),
+                np.stack([p.euler for p in self.integrators]))
+
+    def _heat(self, poses) -> torch.Tensor:
+        pos, rot, _ = poses
+        return torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(pos, rot)]))
 
     def _project(self, points: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(self.calibration.project(points.numpy().astype(np.float64)), dtype=torch.float32)
@@ -104,9 +110,11 @@ class Engine:
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
         self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
             self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
+        self.command = cmd
         self._rest_on_supports()
-        self._pending.append(actions)
-        due = len(self._pending) >= self.actions_per_call if render is None else render
+        self._history = self._history[1:] + [self._poses()]
+        self._pending += 1
+        due = self._pending >= self.actions_per_call if render is None else render
         if due:
             self._render()
         return to_uint8(self.cur), self.gripper.numpy().copy(), bool(due)
@@ -125,23 +133,14 @@ class Engine:
         self.obj = torch.from_numpy(obj)
 
     def _render(self) -> None:
-        pending = np.stack(self._pending, axis=1)  # (B, s, 7)
-        s = pending.shape[1]
-        eff = np.concatenate([pending[..., :6].sum(axis=1), pending[:, -1, 6:7]], axis=1)
-        pos, rot, euler = self._call_pose
-        nxt_pos, nxt_rot, _ = self._poses()
-        cond = condition_vector(eff, np.stack(pos), np.stack(euler), np.stack(nxt_pos), self._call_gripper.numpy(),
-                                self.home, self.gripper.numpy(), np.full(len(pos), s))
-        heat_cur = torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(pos, rot)]))
-        heat_next = torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(nxt_pos, nxt_rot)]))
-        alpha_cur = self.sprite_at(self._call_obj)[:, 3]
-        frame, _ = self.model.renderer(self.prev, self.cur, heat_cur, heat_next, self.sprite_at(self.obj), alpha_cur,
+        (pos2, rot2, _), (pos1, rot1, _), (pos, rot, euler) = self._history
+        cond = condition_vector(pos, euler, pos1, pos2, self.gripper.numpy(), self.command.numpy(), self.home)
+        heat = torch.stack([self._heat_first, self._heat((pos, rot, euler)), self._heat((pos1, rot1, None)),
+                            self._heat((pos2, rot2, None))], dim=1)
+        frame, _, _ = self.model.renderer(self.first, self.sprite0[:, 3], heat, self.sprite_at(self.obj),
                                        torch.from_numpy(cond))
-        self.prev, self.cur = self.cur, frame
-        self._call_pose = (nxt_pos, nxt_rot, self._poses()[2])
-        self._call_gripper = self.gripper.clone()
-        self._call_obj = self.obj.clone()
-        self._pending = []
+        self.cur = frame
+        self._pending = 0
 
     def ee_pos(self) -> np.ndarray:
         return np.stack([p.pos for p in self.integrators]).astype(np.float32)

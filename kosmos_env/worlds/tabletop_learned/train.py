@@ -7,9 +7,14 @@ Three networks, trained in order (everything seeded; torch uses at most 2 thread
 2. the object dynamics (held probability, free displacement, measured gripper), unrolled over
    whole episodes on their own predictions, supervised by the simulator's object centre, finger
    contact and measured gripper;
-3. the renderer, unrolled on its own frames for a curriculum of 2 → 3 → 4 model calls, each call
-   covering 1–4 actions, with the object's sprite placed at its true position (the dynamics are
-   trained separately), and a per-pixel loss that up-weights the pixels that change.
+3. the renderer, frame by frame (it draws each frame from the state and the episode's first
+   frame, never from its own output), with the object's sprite placed at its true position (the
+   dynamics are trained separately), and an L1 loss that up-weights the pixels that differ
+   from the first frame.
+
+``TrainConfig.objects_from`` reuses the segmenter and dynamics of an existing weights file and
+trains only the renderer (the renderer stage does not depend on how they were trained, except
+through the segmenter's sprites).
 
 Held-out evaluation (:func:`multistep_error`) runs the whole learned world (:mod:`.engine`) from
 the first frame of every held-out episode, as the env does, and compares its frames with the
@@ -25,9 +30,6 @@ import numpy as np
 
 from kosmos_env.worlds.tabletop_learned.dataset import Episodes
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, integrate, matrix_to_euler
-
-#: how often each number of actions per model call is drawn while training the renderer
-ACTIONS_PER_CALL_MIX = ((1, 0.4), (2, 0.2), (3, 0.2), (4, 0.2))
 
 
 @dataclass
@@ -85,16 +87,17 @@ def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
 
 @dataclass
 class TrainConfig:
-    steps: int = 700
-    batch: int = 8
+    steps: int = 2000
+    batch: int = 16
     lr: float = 2e-3
     seed: int = 0
-    curriculum: tuple = ((0.3, 2), (0.7, 3), (1.0, 4))  # (fraction of steps, model calls unrolled)
     change_weight: float = 4.0
     segmenter_steps: int = 400
     dynamics_steps: int = 1500
     threads: int = 2
     model: dict = field(default_factory=dict)
+    #: a weights file whose segmenter and dynamics are reused (only the renderer is trained)
+    objects_from: str | None = None
 
 
 def _images(a: np.ndarray):
@@ -193,72 +196,59 @@ def first_frame_sprites(model, data: Prepared):
     return torch.cat(out)
 
 
-def _render_batch(data: Prepared, sprites, ep: np.ndarray, start: np.ndarray, s: int, k: int):
-    """Tensors for ``k`` model calls of ``s`` actions each from ``start`` in episodes ``ep``."""
+def render_batch(data: Prepared, sprites, ep: np.ndarray, t: np.ndarray):
+    """Renderer inputs and target for frame ``t`` of episodes ``ep``: the first frame, the
+    object's first-frame alpha, heatmaps (first pose, now, 1 and 2 steps ago), the sprite at
+    the simulator's object position, the conditioning vector; and the simulator's frame."""
     import torch
 
     from kosmos_env.worlds.tabletop_learned.model import condition_vector
     from kosmos_env.worlds.tabletop_learned.objects import shift_layers
 
-    b = len(ep)
-    calls = start[:, None] + s * np.arange(k + 1)[None]  # (B, k+1) frame indices at the calls
-    frames = _images(data.frames[ep[:, None], calls])  # (B, k+1, 3, H, W)
-    prev_idx = np.where(start >= s, start - s, start)
-    prev = _images(data.frames[ep, prev_idx])
-    heat = torch.from_numpy(data.heat[ep[:, None], calls].astype(np.float32))
-    c0, c1 = calls[:, :-1], calls[:, 1:]
-    acts = np.stack([data.actions[ep[:, None], c0 + j] for j in range(s)], axis=2)  # (B, k, s, 7)
-    eff = np.concatenate([acts[..., :6].sum(axis=2), acts[:, :, -1, 6:7]], axis=-1)
-    cond = condition_vector(eff, data.pos[ep[:, None], c0], data.euler[ep[:, None], c0], data.pos[ep[:, None], c1],
-                            data.gripper[ep[:, None], c0], data.home, data.gripper[ep[:, None], c1],
-                            np.full(c0.shape, s))
-    shift = torch.from_numpy(data.object_uv[ep[:, None], calls] - data.object_uv[ep, 0][:, None])  # (B, k+1, 2)
+    t1, t2 = np.maximum(t - 1, 0), np.maximum(t - 2, 0)
+    first = _images(data.frames[ep, 0])
+    target = _images(data.frames[ep, t])
+    heat = torch.from_numpy(np.stack([data.heat[ep, 0], data.heat[ep, t], data.heat[ep, t1], data.heat[ep, t2]],
+                                     axis=1).astype(np.float32))
+    command = np.where(t > 0, data.actions[ep, np.maximum(t - 1, 0), 6], 1.0)
+    cond = condition_vector(data.pos[ep, t], data.euler[ep, t], data.pos[ep, t1], data.pos[ep, t2],
+                            data.gripper[ep, t], command, data.home)
     sp = sprites[torch.from_numpy(ep)]
-    placed = shift_layers(sp[:, None].expand(b, k + 1, *sp.shape[1:]).reshape(b * (k + 1), *sp.shape[1:]),
-                          shift.reshape(-1, 2)).reshape(b, k + 1, *sp.shape[1:])
-    return prev, frames, heat, torch.from_numpy(cond), placed
-
-
-def unroll_renderer(renderer, prev, frames0, heat, cond, placed, k: int):
-    """Roll the renderer ``k`` calls on its own frames; returns predicted frames (B, k, 3, H, W)."""
-    import torch
-
-    cur = frames0
-    out = []
-    for j in range(k):
-        nxt, _ = renderer(prev, cur, heat[:, j], heat[:, j + 1], placed[:, j + 1], placed[:, j, 3], cond[:, j])
-        out.append(nxt)
-        prev, cur = cur, nxt
-    return torch.stack(out, 1)
+    placed = shift_layers(sp, torch.from_numpy(data.object_uv[ep, t] - data.object_uv[ep, 0]))
+    return first, sp[:, 3], heat, placed, torch.from_numpy(cond), target
 
 
 def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.random.Generator,
                    progress: bool = True, log_every: int = 100) -> list:
+    """Fit the renderer frame by frame: every (episode, step) is an independent example,
+    because the renderer draws from the state and the first frame, never from its own output.
+    The loss is L1 (sharper than squared error where the picture is uncertain), up-weighted
+    on the pixels that differ from the first frame (the robot and the moved object), plus
+    direct terms for the change mask (those pixels) and the content drawn there."""
     import torch
     from tqdm import tqdm
 
     params = list(model.renderer.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=1e-4)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=max(cfg.steps, 1), pct_start=0.05)
+    warm = max(1, cfg.steps // 20)  # linear warm-up, then cosine decay to 0
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1.0 + np.cos(np.pi * min(i, cfg.steps) / max(cfg.steps, 1))))
     E, T1 = data.frames.shape[:2]
-    T = T1 - 1
-    strides = np.array([s for s, _ in ACTIONS_PER_CALL_MIX])
-    weights = np.array([w for _, w in ACTIONS_PER_CALL_MIX])
     history = []
     running = None
     bar = tqdm(range(cfg.steps), desc="training renderer", disable=not progress)
     for step in bar:
-        frac = (step + 1) / max(cfg.steps, 1)
-        k = next(length for until, length in cfg.curriculum if frac <= until + 1e-9)
-        s = int(rng.choice(strides, p=weights / weights.sum()))
-        k = max(1, min(k, T // s))
         ep = rng.integers(0, E, cfg.batch)
-        start = rng.integers(0, T - s * k + 1, cfg.batch)
-        prev, frames, heat, cond, placed = _render_batch(data, sprites, ep, start, s, k)
-        pred = unroll_renderer(model.renderer, prev, frames[:, 0], heat, cond, placed, k)
-        target = frames[:, 1:]
-        changed = ((target - frames[:, :-1]).abs().amax(dim=2, keepdim=True) > 0.03).float()
-        loss = ((1.0 + cfg.change_weight * changed) * (pred - target) ** 2).mean()
+        t = rng.integers(1, T1, cfg.batch)
+        first, alpha_first, heat, placed, cond, target = render_batch(data, sprites, ep, t)
+        pred, mask, content = model.renderer(first, alpha_first, heat, placed, cond)
+        changed = ((target - first).abs().amax(dim=1, keepdim=True) > 0.03).float()
+        loss = ((1.0 + cfg.change_weight * changed) * (pred - target).abs()).mean()
+        # the mask and the content are also supervised directly: with the frame loss alone the
+        # mask closes everywhere in the first steps (copying the first frame beats untrained
+        # content) and never reopens
+        loss = loss + cfg.change_weight * (changed * (content - target).abs()).mean()
+        loss = loss + torch.nn.functional.binary_cross_entropy(mask.clamp(1e-6, 1 - 1e-6), changed)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -266,8 +256,8 @@ def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.ran
         sched.step()
         running = loss.item() if running is None else 0.95 * running + 0.05 * loss.item()
         if step % log_every == 0 or step == cfg.steps - 1:
-            history.append(("renderer", step, float(running), k, s))
-            bar.set_postfix(loss=f"{running:.5f}", k=k)
+            history.append(("renderer", step, float(running)))
+            bar.set_postfix(loss=f"{running:.5f}")
     return history
 
 
@@ -285,8 +275,11 @@ def train(train_data: Prepared, cfg: TrainConfig, progress: bool = True, after_s
     rng = np.random.default_rng(cfg.seed)
     model = LearnedTabletop(cfg.model)
     model.train()
-    history = train_segmenter(model, train_data, cfg, rng, progress)
-    history += train_dynamics(model, train_data, cfg, rng, progress)
+    if cfg.objects_from:
+        history = [("objects_from", 0, load_object_networks(model, cfg.objects_from))]
+    else:
+        history = train_segmenter(model, train_data, cfg, rng, progress)
+        history += train_dynamics(model, train_data, cfg, rng, progress)
     if after_stage is not None:
         model.eval()
         after_stage("dynamics", model)
@@ -295,6 +288,39 @@ def train(train_data: Prepared, cfg: TrainConfig, progress: bool = True, after_s
     history += train_renderer(model, train_data, sprites, cfg, rng, progress)
     model.eval()
     return model, history
+
+
+def load_object_networks(model, path) -> str:
+    """Copy the segmenter and dynamics weights of the weights file at ``path`` (any format
+    version whose two networks have the current shapes) into ``model``; returns its sha256."""
+    import hashlib
+
+    from safetensors.torch import load_file
+
+    state = load_file(str(path))
+    for part in ("segmenter", "dynamics"):
+        sub = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
+        if not sub:
+            raise ValueError(f"{path} holds no {part} weights; pass a learned-tabletop world.safetensors")
+        getattr(model, part).load_state_dict(sub)
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def object_networks_problem(path) -> str | None:
+    """Why ``path`` cannot lend its segmenter and dynamics (one line), or None."""
+    from pathlib import Path
+
+    if not Path(path).is_file():
+        return "no such file"
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as fh:
+            keys = list(fh.keys())
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same one-line answer
+        return f"not a safetensors file ({type(exc).__name__})"
+    missing = [p for p in ("segmenter", "dynamics") if not any(k.startswith(p + ".") for k in keys)]
+    return f"holds no {' or '.join(missing)} weights" if missing else None
 
 
 def multistep_error(model, data: Prepared, world: Mapping[str, Any], horizon: int = 20, actions_per_call: int = 1,

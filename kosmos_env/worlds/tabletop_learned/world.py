@@ -4,9 +4,10 @@
 ``Kosmos-Tabletop-v1``) and keeps only its first frame, the way a video world model is given
 an initial photograph. From then on the simulator is not consulted: the learned segmenter finds
 the object and the target in that frame, the learned object dynamics step the object state and
-predict the measured gripper with every action, and the renderer predicts every frame from the
-last two frames, the action and the object's sprite placed where the object now is
-(:mod:`.engine`). The end-effector pose is integrated from the actions. The world has no state
+predict the measured gripper with every action, and the renderer draws every frame from that
+state (integrated pose, predicted gripper, the object's sprite placed where the object now is)
+over the first frame, never from its own previous output, so frames do not blur as the
+episode goes on (:mod:`.engine`). The end-effector pose is integrated from the actions. The world has no state
 to evaluate, so :meth:`evaluate` returns ``None``; judge it with the robot-log judge (on the
 predicted gripper log) or the vision judge on generated frames.
 
@@ -106,8 +107,6 @@ class LearnedTabletopWorld:
                     f"weights {self.weights_path} have sha256 {actual}, but {self.spec.id} is bound to {expected}. "
                     f"Different weights are a different world: override the spec's world.weights_sha256 "
                     f"(which changes the spec hash) to use them.")
-        from kosmos_env.worlds.tabletop_learned.model import load_weights
-
         from kosmos_env.worlds.tabletop_learned.engine import Engine
         from kosmos_env.worlds.tabletop_learned.model import load_weights
 
