@@ -7,10 +7,10 @@ import mujoco
 import numpy as np
 import pytest
 
-from kosmos_env.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle, matrix_to_euler
+from kosmos_env.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle
 from kosmos_env.policies.scripted import ScriptedPolicy
 from kosmos_env.worlds.base import WorldStep
-from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL, TCP_OFFSET
+from kosmos_env.worlds.tabletop.scene import TCP_OFFSET
 from kosmos_env.worlds.tabletop.world import TabletopWorld, substep_targets
 
 
@@ -55,14 +55,7 @@ class ReferenceWorld(TabletopWorld):
     """The tabletop with the per-substep control loop it had before batching."""
 
     def _control(self, action):
-        lo, hi = self._workspace[:, 0], self._workspace[:, 1]
-        target_tcp = np.clip(self._tcp + action[:3], lo, hi)
-        target_rot = euler_to_matrix(action[3:6]) @ self._rot
-        euler = matrix_to_euler(target_rot)
-        euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
-        target_rot = euler_to_matrix(euler)
-        self._gripper_cmd = float(action[6])
-        self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
         pos, quat = reference_targets(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
         for p, q in zip(pos, quat):
             self.data.mocap_pos[self._hand_mocap] = p
@@ -124,14 +117,7 @@ class UntrimmedStepWorld(TabletopWorld):
     the camera by name, a copied frame, evaluate() for the logged truth, the state recomputed."""
 
     def _control(self, action):
-        lo, hi = self._workspace[:, 0], self._workspace[:, 1]
-        target_tcp = np.clip(self._tcp + action[:3], lo, hi)
-        target_rot = euler_to_matrix(action[3:6]) @ self._rot
-        euler = matrix_to_euler(target_rot)
-        euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
-        target_rot = euler_to_matrix(euler)
-        self._gripper_cmd = float(action[6])
-        self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
         positions, quats = batched_targets_before_trimming(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
         for pos, quat in zip(positions, quats):
             self.data.mocap_pos[self._hand_mocap] = pos

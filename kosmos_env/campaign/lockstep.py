@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
-from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, nothing_left,
+from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, wait_for_work,
                                         pause_after_infrastructure_failure, record_episode, record_failure, work)
 
 
@@ -285,12 +285,9 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
                 heartbeat = _Heartbeat(path, key.episode_id, owner, settings.lease_seconds)
                 lanes.append(_Lane(len(lanes), key, heartbeat.__enter__()))
             if not lanes:
-                if nothing_left(ledger):
-                    break
-                if not settings.wait_for_others:
-                    break
-                time.sleep(settings.poll_seconds)
-                continue
+                if wait_for_work(ledger, settings):
+                    continue
+                break
             if runner is None:
                 try:
                     runner = EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)

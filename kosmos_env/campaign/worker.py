@@ -294,6 +294,15 @@ def nothing_left(ledger: Ledger) -> bool:
     return counts["pending"] == 0 and counts["rolling_out"] == 0  # the judge stage is not ours
 
 
+def wait_for_work(ledger: Ledger, settings: WorkSettings) -> bool:
+    """After a claim found nothing: sleep one poll and return True when work may still come
+    (another worker's lease can expire), False when the worker should stop."""
+    if nothing_left(ledger) or not settings.wait_for_others:
+        return False
+    time.sleep(settings.poll_seconds)
+    return True
+
+
 def record_episode(ledger: Ledger, key: EpisodeKey, owner: str, record: dict[str, Any],
                    artifacts: list[tuple[str, str, int, str]],
                    on_episode: Callable[[str, str], None] | None = None) -> bool:
@@ -361,12 +370,9 @@ def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, setting
                 break
             key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
             if key is None:
-                if nothing_left(ledger):
-                    break
-                if not settings.wait_for_others:
-                    break
-                time.sleep(settings.poll_seconds)
-                continue
+                if wait_for_work(ledger, settings):
+                    continue
+                break
             if runner is None:
                 try:
                     runner = EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)

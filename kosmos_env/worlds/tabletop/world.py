@@ -254,7 +254,8 @@ class TabletopWorld:
         mujoco.mju_mat2Quat(quat, rot.reshape(-1))
         self.data.mocap_quat[self._hand_mocap] = quat
 
-    def _control(self, action: np.ndarray) -> None:
+    def _command(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Set the gripper command and return the step's hand target (position, rotation)."""
         lo, hi = self._workspace[:, 0], self._workspace[:, 1]
         target_tcp = np.clip(self._tcp + action[:3], lo, hi)
         target_rot = euler_to_matrix(action[3:6]) @ self._rot
@@ -264,6 +265,10 @@ class TabletopWorld:
         target_rot = euler_to_matrix(euler)
         self._gripper_cmd = float(action[6])
         self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        return target_tcp, target_rot
+
+    def _control(self, action: np.ndarray) -> None:
+        target_tcp, target_rot = self._command(action)
         positions, quats = substep_targets(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
         # the hand target's rows of MjData, looked up once per scene rather than per substep
         m, d, mocap_pos, mocap_quat = self.model, self.data, self._mocap_pos, self._mocap_quat
