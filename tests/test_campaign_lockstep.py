@@ -1,9 +1,11 @@
 """``eval --lockstep N``: a worker runs N episodes side by side through one vector env.
 
 On Kosmos-Bridge-v1 (a tiny random Cosmos 3 checkpoint on CPU, the real diffusers pipeline) the
-sub-envs' world calls of a step meet in one batched call, and episodes that end early (the gate
-discards) stop being stepped; every record equals the one-at-a-time campaign's for the same
-seeds. A lockstep campaign SIGKILLed mid-batch and rerun finishes every episode exactly once.
+sub-envs' world calls of a step meet in one batched call, and a lane whose episode ends early
+(the gate discards) takes the next pending episode at once while the other lanes go on (a
+batched call then holds episodes at different steps); every record equals the one-at-a-time
+campaign's for the same seeds. A lockstep campaign SIGKILLed while refilled lanes run, then
+rerun, finishes every episode exactly once and keeps what was finished before the kill.
 On the tabletop (no vector entry point) the plain sync vector env is used, and a policy that
 offers a batched ``act_many`` is asked once per step for all lanes.
 """
@@ -120,6 +122,18 @@ def one_at_a_time(tiny_weights, tmp_path_factory):
     return out
 
 
+def batch_sizes(steps_in_claim_order: list[int], lanes: int, refill: bool) -> list[int]:
+    """The sizes of the batched world calls a lockstep worker makes for episodes of these lengths."""
+    queue, running, sizes = list(steps_in_claim_order), [], []
+    while queue or running:
+        if refill or not running:
+            while queue and len(running) < lanes:
+                running.append(queue.pop(0))
+        sizes.append(len(running))
+        running = [left - 1 for left in running if left > 1]
+    return sizes
+
+
 def test_lockstep_equals_one_at_a_time_and_batches_the_world(one_at_a_time, tmp_path, monkeypatch):
     import kosmos_env.batched_vector as bv
     from kosmos_env.campaign.verify import verify_campaign
@@ -146,6 +160,11 @@ def test_lockstep_equals_one_at_a_time_and_batches_the_world(one_at_a_time, tmp_
     # ended stopped being stepped: the later batches are only the episodes still running
     assert sum(sizes) == sum(steps)
     assert sizes[0] == LANES and max(sizes) == LANES and len(sizes) < sum(steps)
+    # a freed lane took the next episode at once (claims go in plan order): the calls are exactly
+    # those of refilled lanes, which here differ from (are fewer than) whole batches'
+    by_order = [r["steps"] for r in sorted(single.values(), key=lambda r: r["ord"])]
+    refilled, whole = batch_sizes(by_order, LANES, True), batch_sizes(by_order, LANES, False)
+    assert sizes == refilled and len(refilled) < len(whole), (sizes, refilled, whole)
     assert verify_campaign(out).ok
 
 
@@ -164,7 +183,8 @@ def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(o
         while time.time() < deadline and proc.poll() is None:
             done = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")
             leased = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'leased'")
-            if done >= 1 and leased >= 1:  # a batch is running: some of its episodes recorded, others not
+            # lanes are running and at least one of them was refilled (more episodes started than lanes)
+            if done >= 1 and leased >= 1 and done + leased > LANES:
                 os.kill(proc.pid, signal.SIGKILL)
                 seen = (done, leased)
                 break
@@ -179,8 +199,12 @@ def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(o
     assert proc.returncode == -signal.SIGKILL
     planned = len(records(one_at_a_time))
     assert seen[0] < planned
+    before = {eid: r for eid, r in records(out).items() if r["status"] == "done"}
 
     results = run(bridge_config(), out, lanes=LANES)  # the rerun resumes the same campaign
+    after = records(out)
+    for eid, rec in before.items():  # finished before the kill: kept as recorded, not run again
+        assert after[eid] == rec, eid
     assert results["campaign"]["complete"]
     assert ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'") == planned
     # exactly once: one recorded completion per episode, none ignored as a duplicate
@@ -252,11 +276,13 @@ def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "side by side" in err[0] and "--lockstep 1" in err[0], err
-    # the Ray executor sends its actors single episodes: refused rather than silently one at a time
-    assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "2",
-                     "--executor", "ray"]) == 2
+    # with Ray actors as well (checked before Ray starts)
+    assert cli.main(argv + ["--executor", "ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "Ray" in err[0], err
+    assert len(err) == 1 and "side by side" in err[0], err
+    assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "-1",
+                     "--executor", "ray"]) == 2
+    assert "--lockstep must be at least 1" in capsys.readouterr().err
     assert not out.exists()
 
 
@@ -279,3 +305,51 @@ def test_lockstep_rollout_workers_feed_the_judge_stage(tmp_path):
     started = [ledger_count(staged, f"SELECT CAST(1000 * started AS INTEGER) FROM episodes WHERE ord = {i}")
                for i in range(4)]
     assert started[2] - started[0] < started[3] - started[2], started
+
+
+def refilled_attempts(out) -> list[str]:
+    """Attempts that started while an earlier-started attempt of the same worker was still running
+    *and* after another of that worker's attempts had ended: a lane refilled mid-batch. (Whole
+    batches never do this: they claim only when every lane is free.)"""
+    from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+
+    with Ledger(Path(out) / LEDGER_NAME, create=False) as ledger:
+        # a failed attempt has its own times; the last (ok) attempt's start is the episode's
+        rows = [a for a in ledger.attempts() if a["status"] == "error"]
+        rows += [{**e, "attempt": e["attempts"]} for e in ledger.episodes("done") if e["outcome"] != "error"]
+    found = []
+    for b in rows:
+        mine = [a for a in rows if a["worker"] == b["worker"] and a is not b]
+        if (any(a["started"] < b["started"] < a["finished"] for a in mine)
+                and any(a["finished"] <= b["started"] for a in mine)):
+            found.append(f"{b['episode_id']}#{b['attempt']}")
+    return found
+
+
+def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, monkeypatch):
+    """``--executor ray --lockstep 3``: one Ray actor runs 3 lanes, the driver holds their leases and
+    feeds a freed lane (a policy error at step 5) while the others go on; records equal one at a time."""
+    ray = pytest.importorskip("ray")
+    from kosmos_env.campaign.design import make_config
+    from kosmos_env.campaign.executors import make_executor
+    from kosmos_env.campaign.runner import run_campaign
+    from kosmos_env.campaign.verify import verify_campaign
+    from kosmos_env.campaign.worker import WorkSettings
+
+    monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the Ray worker imports this module's FailsMidway
+    config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "tests.test_campaign_lockstep:FailsMidway"],
+                         tasks=["carrot_on_plate"], seeds=3, judge="state", image_size=(64, 64), video=False,
+                         spec_overrides={"horizon": 12})
+    run(config, tmp_path / "one", lanes=1)
+    executor = make_executor(1, "ray", num_cpus=2)
+    results = run_campaign(config, tmp_path / "ray", executor, settings=WorkSettings(lockstep=3), progress=False)
+    assert not ray.is_initialized()
+    assert results["campaign"]["complete"]
+    assert_same_episodes(tmp_path / "one", tmp_path / "ray")
+    assert verify_campaign(tmp_path / "ray").ok
+    rows = records(tmp_path / "ray").values()
+    assert {r["worker"].rsplit(":", 1)[-1] for r in rows} == {"ray-a0"}
+    # 3 lanes at once, and the lane freed by the failing episode was refilled while the others ran
+    assert refilled_attempts(tmp_path / "ray"), "no lane was refilled mid-batch"
+    assert not refilled_attempts(tmp_path / "one")

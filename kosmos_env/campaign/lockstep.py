@@ -14,8 +14,15 @@ others go on, and is judged, stored and recorded right away, by the same functio
 one-at-a-time worker (:meth:`EpisodeRunner.run` with the finished episode, ``Ledger.complete``,
 :func:`record_failure`), so a record does not depend on the lockstep setting: same fields,
 artifacts and judge, and outcomes and actions equal the one-at-a-time campaign's for the same
-seeds within the float tolerance of batched arithmetic. A new batch is claimed when the whole
-batch has ended.
+seeds within the float tolerance of batched arithmetic. Its lane then claims the next pending
+episode at once and resets only its own sub-env (continuous batching): the other lanes go on,
+so one batched world call holds episodes at different steps, and a short episode never leaves
+a lane idle until the longest of its batch ends. (``WorkSettings(refill=False)`` claims only
+when every lane is free: whole batches, the comparison arm of ``bench/campaign_lockstep.py``.)
+
+The lanes (:class:`Lanes`) know nothing of leases, so the same code runs under the Ray
+executor, whose driver holds the leases and feeds each actor's free lanes
+(:mod:`kosmos_env.campaign.ray_executor`).
 
 Policies act per episode: each lane holds its own instance of each policy (a policy keeps one
 episode's state), asked one by one, or in one call when the policy class overrides
@@ -111,72 +118,92 @@ def batched_act(policy_class: type) -> bool:
 
 
 @dataclass
+class LaneEnd:
+    """An episode that left its lane: its record and artifacts, or the exception that ended it."""
+
+    key: EpisodeKey
+    lane: int
+    record: dict[str, Any] | None = None
+    artifacts: list[tuple[str, str, int, str]] | None = None
+    error: Exception | None = None
+
+
+@dataclass
 class _Lane:
-    """One episode running in sub-env ``index``: its key, loop, heartbeat and the seconds charged so far."""
+    """One episode running in sub-env ``index``: its key, loop and the seconds charged to it so far."""
 
     index: int
     key: EpisodeKey
-    heartbeat: "_Heartbeat"
     loop: Any = None
     charged: float = 0.0
 
 
-class LockstepBatch:
-    """Runs one claimed batch of episodes to the end and records each as it ends."""
+class Lanes:
+    """The sub-envs of one vector env, each running one episode; a freed lane takes a new one.
 
-    def __init__(self, runner: EpisodeRunner, vec: Any, ledger: Ledger, owner: str, settings: WorkSettings,
-                 on_episode: Callable[[str, str], None] | None):
-        self.runner, self.vec, self.ledger, self.owner = runner, vec, ledger, owner
-        self.settings, self.on_episode = settings, on_episode
-        self.finished = 0
-        self.infra: list[BaseException] = []  # infrastructure failures of this batch, in order
-        self.succeeded = False  # whether any episode of this batch was recorded (resets the infra count)
+    Knows nothing of leases: a caller (the ledger-backed :func:`work_lockstep`, or a Ray actor
+    whose driver holds the leases) hands in episodes with :meth:`start` while :attr:`free` is
+    non-zero and calls :meth:`step` while :attr:`running`; both return the episodes that ended
+    (:class:`LaneEnd`: judged and stored by :meth:`EpisodeRunner.run`, or failed). Lanes may sit
+    at different steps of their episodes: a sub-env's reset and step touch only that sub-env,
+    and a batched world call takes each request's own frame, actions and seed.
+    """
 
-    def run(self, lanes: list[_Lane]) -> None:
+    def __init__(self, runner: EpisodeRunner, vec: Any):
+        self.runner, self.vec = runner, vec
+        self.running: dict[int, _Lane] = {}
+        self._free = list(range(len(vec.envs)))
+
+    @property
+    def free(self) -> int:
+        return len(self._free)
+
+    def keys(self) -> list[EpisodeKey]:
+        """The episodes running now."""
+        return [lane.key for lane in self.running.values()]
+
+    def start(self, key: EpisodeKey) -> list[LaneEnd]:
+        """Reset the lowest free lane for ``key`` (a policy's first build there is a load)."""
         from kosmos_env.rollouts import EpisodeLoop
 
-        running: dict[int, _Lane] = {}
+        lane = _Lane(self._free.pop(0), key)
         try:
-            for lane in lanes:
-                try:
-                    policy = self.runner.policy(lane.key.policy, lane=lane.index)  # a first build is a load
-                    t0 = time.perf_counter()
-                    lane.loop = EpisodeLoop(self.vec.envs[lane.index], policy, lane.key.env_seed, lane.key.task)
-                except ConfigMismatchError:
-                    raise
-                except Exception as exc:
-                    self._fail(lane, exc)
-                    continue
-                lane.charged += time.perf_counter() - t0
-                running[lane.index] = lane
-            while running:
-                actions = self._actions(running)
-                results, seconds, side_by_side = step_lanes(self.vec, actions)
-                for index in actions:
-                    lane, result = running[index], results[index]
-                    if isinstance(result, BaseException):
-                        if not isinstance(result, Exception):
-                            raise result  # KeyboardInterrupt, SystemExit: not an episode's failure
-                        del running[index]
-                        self._fail(lane, result)
-                        continue
-                    lane.charged += seconds[index]
-                    obs, _, terminated, truncated, info = result
-                    if lane.loop.observe(obs, terminated, truncated, info,
-                                         share=1.0 / len(actions) if side_by_side else 1.0):
-                        del running[index]
-                        self._finish(lane)
+            policy = self.runner.policy(key.policy, lane=lane.index)
+            t0 = time.perf_counter()
+            lane.loop = EpisodeLoop(self.vec.envs[lane.index], policy, key.env_seed, key.task)
         except ConfigMismatchError:
-            for lane in lanes:  # a changed policy is a campaign-level error: unfinished leases go back unused
-                if not lane.heartbeat.stopped:
-                    lane.heartbeat.__exit__()
-                    self.ledger.release(lane.key.episode_id, self.owner)
+            self._free_lane(lane.index)
             raise
+        except Exception as exc:
+            return [self._fail(lane, exc)]
+        lane.charged += time.perf_counter() - t0
+        self.running[lane.index] = lane
+        return []
 
-    def _actions(self, running: dict[int, _Lane]) -> dict[int, Any]:
-        """The next action of every running lane; lanes whose policy fails are failed and dropped."""
+    def step(self) -> list[LaneEnd]:
+        """One env step of every running lane, side by side; returns the episodes that ended."""
+        ended: list[LaneEnd] = []
+        actions = self._actions(ended)
+        if not actions:
+            return ended
+        results, seconds, side_by_side = step_lanes(self.vec, actions)
+        for index in actions:
+            lane, result = self.running[index], results[index]
+            if isinstance(result, BaseException):
+                if not isinstance(result, Exception):
+                    raise result  # KeyboardInterrupt, SystemExit: not an episode's failure
+                ended.append(self._fail(lane, result))
+                continue
+            lane.charged += seconds[index]
+            obs, _, terminated, truncated, info = result
+            if lane.loop.observe(obs, terminated, truncated, info, share=1.0 / len(actions) if side_by_side else 1.0):
+                ended.append(self._finish(lane))
+        return ended
+
+    def _actions(self, ended: list[LaneEnd]) -> dict[int, Any]:
+        """The next action of every running lane; lanes whose policy fails end (into ``ended``)."""
         groups: dict[str, list[_Lane]] = {}
-        for lane in running.values():  # lanes that need their policy, by policy, when the policy batches
+        for lane in self.running.values():  # lanes that need their policy, by policy, when the policy batches
             if lane.loop.needs_plan and batched_act(type(lane.loop.policy)):
                 groups.setdefault(lane.key.policy, []).append(lane)
         for group in groups.values():
@@ -188,9 +215,7 @@ class LockstepBatch:
                     raise ValueError(f"{type(group[0].loop.policy).__name__}.act_many returned {len(outputs)} "
                                      f"actions for {len(group)} observations")
             except Exception as exc:
-                for lane in group:
-                    del running[lane.index]
-                    self._fail(lane, exc)
+                ended.extend(self._fail(lane, exc) for lane in group)
                 continue
             share = (time.perf_counter() - t0) / len(group)
             for lane, output in zip(group, outputs):
@@ -198,45 +223,56 @@ class LockstepBatch:
                 try:
                     lane.loop.plan(output, share)
                 except Exception as exc:
-                    del running[lane.index]
-                    self._fail(lane, exc)
+                    ended.append(self._fail(lane, exc))
         actions = {}
-        for index, lane in list(running.items()):
+        for index, lane in list(self.running.items()):
             t0 = time.perf_counter()
             try:
                 actions[index] = lane.loop.next_action()
             except Exception as exc:
-                del running[index]
-                self._fail(lane, exc)
+                ended.append(self._fail(lane, exc))
                 continue
             lane.charged += time.perf_counter() - t0
         return actions
 
-    def _finish(self, lane: _Lane) -> None:
-        """Judge, store and record a lane's finished episode (the one-at-a-time worker's own functions)."""
+    def _finish(self, lane: _Lane) -> LaneEnd:
+        """Judge and store a lane's finished episode (the one-at-a-time worker's own function)."""
+        self._free_lane(lane.index)
         started = time.perf_counter() - lane.charged
         try:
             record, artifacts = self.runner.run(lane.key, episode=lane.loop.result(), started=started)
         except ConfigMismatchError:
             raise
         except Exception as exc:
-            self._fail(lane, exc)
-            return
-        lane.heartbeat.__exit__()
-        self.succeeded = True
-        if record_episode(self.ledger, lane.key, self.owner, record, artifacts, self.on_episode):
-            self.finished += 1
+            return LaneEnd(lane.key, lane.index, error=exc)
+        return LaneEnd(lane.key, lane.index, record=record, artifacts=artifacts)
 
-    def _fail(self, lane: _Lane, exc: Exception) -> None:
-        lane.heartbeat.__exit__()
-        if record_failure(self.ledger, lane.key, self.owner, exc, self.settings, self.on_episode):
-            self.infra.append(exc)
-        else:
-            self.succeeded = True  # the policy's own failure: the infrastructure works
+    def _fail(self, lane: _Lane, exc: Exception) -> LaneEnd:
+        self._free_lane(lane.index)
+        return LaneEnd(lane.key, lane.index, error=exc)
+
+    def _free_lane(self, index: int) -> None:
+        self.running.pop(index, None)
+        if index not in self._free:
+            self._free.append(index)
+            self._free.sort()
+
+
+def open_lanes(config: CampaignConfig, runner: EpisodeRunner, width: int) -> Lanes:
+    """``width`` lanes over a vector env of the campaign's env (its build filed as a world load)."""
+    t0 = time.perf_counter()
+    vec = make_vector_env(config, runner.judge, width)
+    runner.add_load("world", time.perf_counter() - t0)
+    return Lanes(runner, vec)
+
+
+def lane_width(settings: WorkSettings, planned: int) -> int:
+    """Lanes a lockstep worker opens: ``settings.lockstep``, but no sub-env that could never run."""
+    return min(int(settings.lockstep), max(1, int(planned)))
 
 
 class _Heartbeat(Heartbeat):
-    """A :class:`Heartbeat` that may be stopped more than once (a lane stops it when it ends)."""
+    """A :class:`Heartbeat` that may be stopped more than once."""
 
     stopped = False
 
@@ -260,64 +296,97 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
                   stop: threading.Event | None = None) -> int:
     """:func:`kosmos_env.campaign.worker.work` with ``settings.lockstep`` episodes side by side.
 
-    Claims up to ``settings.lockstep`` episodes, runs them to their ends together, repeats until
-    nothing is left; returns how many this worker finished. A batch in which every failure was
-    an infrastructure failure and nothing was recorded counts as one failure in a row (the
-    one-at-a-time worker counts episodes); the same limit and back-off apply.
+    Claims episodes into free lanes (each under its own lease and heartbeat), steps the running
+    lanes together and records each episode as it ends; with ``settings.refill`` (the default) a
+    freed lane claims the next episode at once, else new episodes are claimed only when every
+    lane is free (whole batches). A cancel or ``stop`` ends the claiming; running episodes
+    finish first. Returns how many episodes this worker finished. Infrastructure failures are
+    counted per step: a step in which episodes failed for an infrastructure reason and none
+    ended otherwise counts one failure in a row (the same limit and back-off as one at a time).
     """
     check_lockstep(config, settings.lockstep)
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     ledger = Ledger(path, create=False)
-    lanes_wide = min(int(settings.lockstep), max(1, ledger.counts()["planned"]))  # no sub-env that never runs
+    width = lane_width(settings, ledger.counts()["planned"])
     runner: EpisodeRunner | None = None
-    vec = None
+    lanes: Lanes | None = None
+    leases: dict[str, _Heartbeat] = {}  # episode id -> the heartbeat renewing its lease
     finished = 0
     infra_in_a_row = 0
-    try:
-        while stop is None or not stop.is_set():
-            if cancel_requested(ledger):  # checked between batches only: a running batch finishes first
+    next_claim = 0.0  # after a claim found nothing while lanes run: no new claim before this time
+
+    def claim(n: int) -> list[EpisodeKey]:
+        keys: list[EpisodeKey] = []
+        while len(keys) < n:
+            key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
+            if key is None:
                 break
-            lanes: list[_Lane] = []
-            while len(lanes) < lanes_wide:
-                key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
-                if key is None:
-                    break
-                heartbeat = _Heartbeat(path, key.episode_id, owner, settings.lease_seconds)
-                lanes.append(_Lane(len(lanes), key, heartbeat.__enter__()))
-            if not lanes:
-                if wait_for_work(ledger, settings):
+            leases[key.episode_id] = _Heartbeat(path, key.episode_id, owner, settings.lease_seconds).__enter__()
+            keys.append(key)
+        return keys
+
+    def release_all() -> None:  # not the episodes' fault: no attempt used
+        for episode_id, heartbeat in list(leases.items()):
+            heartbeat.__exit__()
+            ledger.release(episode_id, owner)
+        leases.clear()
+
+    try:
+        stopping = False
+        while True:
+            ended: list[LaneEnd] = []
+            idle = lanes is None or not lanes.running
+            free = width if lanes is None else lanes.free
+            claimed: list[EpisodeKey] = []
+            if not stopping and free and (idle or settings.refill) and (idle or time.monotonic() >= next_claim):
+                # checked before claiming only: running episodes always finish
+                stopping = (stop is not None and stop.is_set()) or cancel_requested(ledger)
+                claimed = [] if stopping else claim(free)
+                if not claimed:
+                    next_claim = time.monotonic() + settings.poll_seconds
+            if claimed and lanes is None:
+                try:
+                    runner = runner or EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)
+                    lanes = open_lanes(config, runner, width)
+                except BaseException:
+                    release_all()
+                    raise
+            for key in claimed:
+                ended += lanes.start(key)
+            if lanes is not None and lanes.running:
+                ended += lanes.step()
+            elif not ended:  # no lane running, nothing claimed
+                if not stopping and wait_for_work(ledger, settings):
                     continue
                 break
-            if runner is None:
-                try:
-                    runner = EpisodeRunner(config, out_dir, ledger, owner, judge_stage=settings.judge_stage)
-                    t0 = time.perf_counter()
-                    vec = make_vector_env(config, runner.judge, lanes_wide)
-                    runner.add_load("world", time.perf_counter() - t0)
-                except BaseException:
-                    for lane in lanes:  # not the episodes' fault: no attempt used
-                        lane.heartbeat.__exit__()
-                        ledger.release(lane.key.episode_id, owner)
-                    raise
-            batch = LockstepBatch(runner, vec, ledger, owner, settings, on_episode)
-            try:
-                batch.run(lanes)
-            finally:
-                for lane in lanes:
-                    lane.heartbeat.__exit__()
-            finished += batch.finished
-            if batch.succeeded or not batch.infra:
+            recorded, infra = 0, []
+            for end in ended:
+                leases.pop(end.key.episode_id).__exit__()
+                if end.error is None:
+                    recorded += 1
+                    finished += record_episode(ledger, end.key, owner, end.record, end.artifacts, on_episode)
+                elif record_failure(ledger, end.key, owner, end.error, settings, on_episode):
+                    infra.append(end.error)
+                else:
+                    recorded += 1  # the policy's own failure: the infrastructure works
+            if recorded:
                 infra_in_a_row = 0
-            else:
+            elif infra:
                 infra_in_a_row += 1
-                pause_after_infrastructure_failure(infra_in_a_row, batch.infra[-1], settings, stop)
+                pause_after_infrastructure_failure(infra_in_a_row, infra[-1], settings, stop)
+    except ConfigMismatchError:
+        release_all()  # a changed policy is a campaign-level error: unfinished leases go back unused
+        raise
     finally:
-        if vec is not None:
-            vec.close()
+        for heartbeat in leases.values():
+            heartbeat.__exit__()
+        if lanes is not None:
+            lanes.vec.close()
         if runner is not None:
             runner.close()
         ledger.close()
     return finished
 
 
-__all__ = ["check_lockstep", "make_vector_env", "run_worker", "step_lanes", "work_lockstep", "LockstepBatch"]
+__all__ = ["check_lockstep", "lane_width", "make_vector_env", "open_lanes", "run_worker", "step_lanes",
+           "work_lockstep", "LaneEnd", "Lanes"]

@@ -147,6 +147,7 @@ class EpisodeActor:
         self.tmp = tempfile.mkdtemp(prefix="kosmos-ray-actor-")
         self.registry = _PolicyRegistrations()
         self.runner = None
+        self.lanes = None  # lockstep lanes (kosmos_env.campaign.lockstep.Lanes), opened by run_lanes
 
     def where(self) -> dict[str, Any]:
         """Host, pid and the GPUs Ray gave this actor (for logs and tests)."""
@@ -169,10 +170,50 @@ class EpisodeActor:
         except ConfigMismatchError as exc:
             return {"status": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         except Exception as exc:
-            from kosmos_env.campaign.failures import is_infrastructure_failure
+            return {**_error(exc), "policies": self.registry.drain()}
+        return {"status": "ok", "record": record, "artifacts": self._payload(artifacts),
+                "policies": self.registry.drain()}
 
-            return {"status": "error", "error": traceback.format_exc(), "policies": self.registry.drain(),
-                    "infrastructure": is_infrastructure_failure(exc)}
+    def run_lanes(self, keys: list[tuple[str, str, int, int, int]], width: int) -> dict[str, Any]:
+        """Lockstep: start ``keys`` in free lanes (of ``width``, opened on the first call), then step
+        the running lanes until at least one episode ends (or none runs).
+
+        Returns {"status": "ok", "ended": [{"episode": key, "status": ok|error, ...}, ...],
+        "policies": registrations} or a fatal error (the driver then hands back every lease it
+        holds for this actor). The driver claims a new episode for each ended one and calls
+        again: lanes are refilled while the others go on."""
+        from kosmos_env.campaign.lockstep import open_lanes
+        from kosmos_env.campaign.worker import EpisodeRunner
+
+        try:
+            if self.runner is None:
+                self.runner = EpisodeRunner(self.config, self.tmp, self.registry, self.owner,
+                                            judge_stage=self.judge_stage)
+            if self.lanes is None:
+                self.lanes = open_lanes(self.config, self.runner, int(width))
+        except BaseException as exc:
+            return {"status": "fatal", "error": f"worker could not start: {type(exc).__name__}: {exc}",
+                    "traceback": traceback.format_exc()}
+        ended = []
+        try:
+            for key in keys:
+                ended += self.lanes.start(EpisodeKey(*key))
+            while self.lanes.running and not ended:
+                ended += self.lanes.step()
+        except ConfigMismatchError as exc:
+            return {"status": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
+        out = []
+        for end in ended:
+            key = _key_tuple(end.key)
+            if end.error is not None:
+                out.append({"episode": key, **_error(end.error)})
+            else:
+                out.append({"episode": key, "status": "ok", "record": end.record,
+                            "artifacts": self._payload(end.artifacts)})
+        return {"status": "ok", "ended": out, "policies": self.registry.drain()}
+
+    def _payload(self, artifacts) -> list[tuple[str, str, int, str, bytes]]:
+        """The artifacts' bytes for the driver; the temporary files are removed."""
         payload = []
         for sha, rel, size, kind in artifacts:
             path = os.path.join(self.tmp, rel)
@@ -183,13 +224,28 @@ class EpisodeActor:
                 os.unlink(path)
             except OSError:
                 pass
-        return {"status": "ok", "record": record, "artifacts": payload, "policies": self.registry.drain()}
+        return payload
 
     def close(self) -> None:
+        if self.lanes is not None:
+            self.lanes.vec.close()
+            self.lanes = None
         if self.runner is not None:
             self.runner.close()
             self.runner = None
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _key_tuple(key: EpisodeKey) -> tuple[str, str, int, int, int]:
+    return (key.policy, key.task, key.seed, key.repeat, key.order)
+
+
+def _error(exc: BaseException) -> dict[str, Any]:
+    """An episode's failure as the driver records it (traceback text, infrastructure or not)."""
+    from kosmos_env.campaign.failures import is_infrastructure_failure
+
+    return {"status": "error", "error": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            "infrastructure": is_infrastructure_failure(exc)}
 
 
 class JudgeActor:
@@ -325,6 +381,14 @@ class _Dispatcher:
         self.judge_batch: int | None = job.settings.judge_batch or None
         self.judge_loading: dict[int, Any] = {}  # judge slot -> its start() call, until the judge is loaded
         self.reader = None
+        # lockstep (--lockstep N): each rollout actor runs `width` lanes; the driver holds their leases
+        self.lockstep = int(job.settings.lockstep)
+        self.held: dict[int, dict[str, EpisodeKey]] = {}  # rollout slot -> episode id -> key, running in its lanes
+        if self.lockstep > 1:
+            from kosmos_env.campaign.lockstep import check_lockstep, lane_width
+
+            check_lockstep(job.config, self.lockstep)
+            self.width = lane_width(job.settings, self.ledger.counts()["planned"])
 
     def _start_actor(self, slot: int) -> None:
         if slot in self.judge_slots:
@@ -370,6 +434,9 @@ class _Dispatcher:
                 for slot, work, *_ in self.in_flight.values():
                     if slot in self.judge_slots:
                         self.ledger.renew_judging([r["episode_id"] for r in work], self.owners[slot], s.lease_seconds)
+                    elif work is None:  # a lockstep actor: every lane's lease
+                        for episode_id in self.held.get(slot, {}):
+                            self.ledger.renew(episode_id, self.owners[slot], s.lease_seconds)
                     else:
                         self.ledger.renew(work.episode_id, self.owners[slot], s.lease_seconds)
                 next_renew = time.monotonic() + s.lease_seconds / 3.0
@@ -377,9 +444,11 @@ class _Dispatcher:
 
     def _dispatch(self) -> None:
         s = self.settings
+        if self.lockstep > 1:
+            self._dispatch_lanes()
         if cancel_requested(self.ledger):  # cancelled: in-flight episodes finish, nothing new starts
             return
-        for slot in sorted(self.idle - self.judge_slots):
+        for slot in sorted(self.idle - self.judge_slots) if self.lockstep == 1 else ():
             key = self.ledger.claim(self.owners[slot], s.lease_seconds, s.max_attempts)
             if key is None:
                 break
@@ -395,6 +464,29 @@ class _Dispatcher:
             rollouts, read_s = self._read(rows)
             ref = self.actors[slot].judge.remote(rollouts)
             self.in_flight[ref] = (slot, rows, time.perf_counter(), read_s)
+            self.idle.discard(slot)
+
+    def _dispatch_lanes(self) -> None:
+        """Lockstep: give each idle rollout actor new episodes for its free lanes (all of them at
+        once without refilling) and let it step on; an actor whose lanes still run is always sent
+        on, also after a cancel (running episodes finish, nothing new starts)."""
+        s = self.settings
+        claiming = not cancel_requested(self.ledger)
+        for slot in sorted(self.idle - self.judge_slots):
+            held = self.held.setdefault(slot, {})
+            keys: list[EpisodeKey] = []
+            if claiming and (s.refill or not held):
+                while len(held) + len(keys) < self.width:
+                    key = self.ledger.claim(self.owners[slot], s.lease_seconds, s.max_attempts)
+                    if key is None:
+                        claiming = False
+                        break
+                    keys.append(key)
+            held.update((key.episode_id, key) for key in keys)
+            if not held:
+                continue
+            ref = self.actors[slot].run_lanes.remote([_key_tuple(k) for k in keys], self.width)
+            self.in_flight[ref] = (slot, None, time.perf_counter())
             self.idle.discard(slot)
 
     def _judge_loaded(self, slot: int) -> bool:
@@ -429,6 +521,9 @@ class _Dispatcher:
         if self.in_flight[ref][0] in self.judge_slots:
             self._collect_judging(ref)
             return
+        if self.in_flight[ref][1] is None:
+            self._collect_lanes(ref)
+            return
         slot, key, t_sent = self.in_flight.pop(ref)
         owner = self.owners[slot]
         s = self.settings
@@ -453,7 +548,51 @@ class _Dispatcher:
         except ConfigMismatchError:
             self.ledger.release(key.episode_id, owner)
             raise
-        if status == "error":
+        self._file(slot, key, result, t_sent)
+
+    def _collect_lanes(self, ref) -> None:
+        """A lockstep actor's answer: record the episodes that ended; their lanes are free again."""
+        slot, _, _ = self.in_flight.pop(ref)
+        owner = self.owners[slot]
+        held = self.held.setdefault(slot, {})
+        try:
+            result = self.ray.get(ref)
+        except self.ray.exceptions.RayActorError as exc:
+            # the actor died: each of its lanes' episodes loses its run (infrastructure, never final)
+            for episode_id in held:
+                self.ledger.fail(episode_id, owner, f"Ray actor {slot} died while running the episode "
+                                 f"(one of {len(held)} lockstep lanes): {exc}", self.settings.max_attempts,
+                                 infrastructure=True)
+            held.clear()
+            self._replace(slot, exc)
+            return
+        except self.ray.exceptions.RayError as exc:
+            self._release_lanes(slot)
+            raise WorkerFailed(f"Ray actor {slot} failed: {type(exc).__name__}: {exc}") from exc
+        self.idle.add(slot)
+        if result["status"] == "fatal":
+            self._release_lanes(slot)  # not the episodes' fault: no attempt used
+            raise WorkerFailed(f"Ray actor {slot} failed: {result['error']}", result.get("traceback", ""))
+        try:
+            self._register(result.get("policies", ()))
+        except ConfigMismatchError:
+            self._release_lanes(slot)
+            raise
+        for item in result["ended"]:
+            key = EpisodeKey(*item["episode"])
+            held.pop(key.episode_id, None)
+            self._file(slot, key, item, None)
+
+    def _release_lanes(self, slot: int) -> None:
+        for episode_id in self.held.pop(slot, {}):
+            self.ledger.release(episode_id, self.owners[slot])
+
+    def _file(self, slot: int, key: EpisodeKey, result: Mapping[str, Any], t_sent: float | None) -> None:
+        """Record one episode an actor ran: its failure, or its record and artifacts (stored here).
+        ``t_sent``: when it was dispatched (its ``total``); None keeps the actor's own (lockstep)."""
+        owner = self.owners[slot]
+        s = self.settings
+        if result["status"] == "error":
             self.ledger.fail(key.episode_id, owner, result["error"], s.max_attempts,
                              infrastructure=bool(result.get("infrastructure")))
             return
@@ -467,7 +606,10 @@ class _Dispatcher:
             artifacts.append((sha, rel, size, kind))
         timings = dict(record["timings"])
         timings["io"] = float(timings.get("io", 0.0)) + time.perf_counter() - t0
-        timings["total"] = time.perf_counter() - t_sent  # dispatch to record, as the other executors' claim to record
+        if t_sent is not None:  # dispatch to record, as the other executors' claim to record
+            timings["total"] = time.perf_counter() - t_sent
+        else:  # lockstep: the actor's share of the steps it ran side by side, and this storing
+            timings["total"] = float(timings.get("total", 0.0)) + time.perf_counter() - t0
         record = {**record, "timings": timings}
         staged = record.pop("staged", None)
         if staged is not None:  # two-stage: the judge actors take it from here
@@ -531,11 +673,16 @@ class _Dispatcher:
             try:
                 if slot in self.judge_slots:
                     self.ledger.release_judging([r["episode_id"] for r in work], self.owners[slot])
-                else:
+                elif work is not None:
                     self.ledger.release(work.episode_id, self.owners[slot])
             except Exception:
                 pass
         self.in_flight.clear()
+        for slot in list(self.held):  # lockstep lanes, in flight or between two calls
+            try:
+                self._release_lanes(slot)
+            except Exception:
+                pass
         info_refs = []
         for handle in self.actors.values():
             try:

@@ -44,6 +44,8 @@ class WorkSettings:
     infra_backoff: float = 0.5
     # episodes run side by side through one vector env (kosmos_env.campaign.lockstep.run_worker); 1 = one at a time
     lockstep: int = 1
+    # lockstep: a lane whose episode ended claims the next one at once (False: whole batches)
+    refill: bool = True
     # judging as its own stage: rollout workers file rolled-out episodes for judge workers, which
     # take up to judge_batch of them at a time (0: as many as the judge batches itself)
     judge_stage: bool = False

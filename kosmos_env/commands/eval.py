@@ -32,8 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
     p.add_argument("--lockstep", type=int, default=1, metavar="N",
-                   help="each worker runs N episodes side by side through one vector env; on Kosmos-Bridge-v1 a step's "
-                        "N world calls run as one batched model call. Same records as N=1 (default: %(default)s)")
+                   help="each worker (process or Ray actor) runs N episodes side by side through one vector env; on "
+                        "Kosmos-Bridge-v1 a step's world calls run as one batched model call; a lane whose episode "
+                        "ended takes the next one at once. Same records as N=1 (default: %(default)s)")
     p.add_argument("--executor", choices=("auto", "in-process", "process", "ray"), default="auto",
                    help="auto: in this process for 1 worker, a spawn process pool for more; ray: --workers Ray "
                         "actors (needs the ray extra) (default: %(default)s)")
@@ -112,9 +113,6 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-attempts must be at least 1")
     if args.lockstep < 1:
         raise ValueError(f"--lockstep must be at least 1, got {args.lockstep}")
-    if args.lockstep > 1 and args.executor == "ray":
-        raise ValueError("--lockstep runs in the in-process and process-pool workers; the Ray executor sends actors "
-                         "one episode at a time: use --executor process (or auto) with --lockstep")
     if args.lease_seconds <= 0:
         raise ValueError("--lease-seconds must be positive")
     if args.registration and args.control:
