@@ -353,3 +353,25 @@ def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, 
     # 3 lanes at once, and the lane freed by the failing episode was refilled while the others ran
     assert refilled_attempts(tmp_path / "ray"), "no lane was refilled mid-batch"
     assert not refilled_attempts(tmp_path / "one")
+
+
+def test_ray_actor_lanes_send_every_artifact_when_episodes_ending_together_share_one(tmp_path):
+    """The Ray actor's lockstep call, run here without Ray: two lanes whose episodes end in the same
+    step with byte-identical actions (one content-addressed file) both send its bytes back."""
+    from kosmos_env.campaign.design import make_config
+    from kosmos_env.campaign.ray_executor import EpisodeActor
+
+    config = make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate", "spoon_on_towel"], seeds=1,
+                         judge="state", image_size=(64, 64), video=False, spec_overrides={"horizon": 2})
+    actor = EpisodeActor(config.to_dict(), "host:1:test")
+    try:
+        keys = [(k.policy, k.task, k.seed, k.repeat, k.order) for k in config.episodes()]
+        result = actor.run_lanes(keys, 2)
+        assert result["status"] == "ok", result
+        ended = result["ended"]
+        assert sorted(e["episode"] for e in ended) == sorted(keys)  # both ended in the same step
+        actions = [next(a for a in e["artifacts"] if a[3] == "actions") for e in ended]
+        assert actions[0][1] == actions[1][1] and actions[0][4] and actions[0][4] == actions[1][4]
+        assert not actor.lanes.running and actor.lanes.free == 2
+    finally:
+        actor.close()

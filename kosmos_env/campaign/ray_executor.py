@@ -203,28 +203,41 @@ class EpisodeActor:
         except ConfigMismatchError as exc:
             return {"status": "fatal", "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()}
         out = []
+        read: dict[str, bytes] = {}  # episodes ending together may share a (content-addressed) file
         for end in ended:
             key = _key_tuple(end.key)
             if end.error is not None:
                 out.append({"episode": key, **_error(end.error)})
             else:
                 out.append({"episode": key, "status": "ok", "record": end.record,
-                            "artifacts": self._payload(end.artifacts)})
+                            "artifacts": self._payload(end.artifacts, read)})
+        self._remove(read)
         return {"status": "ok", "ended": out, "policies": self.registry.drain()}
 
-    def _payload(self, artifacts) -> list[tuple[str, str, int, str, bytes]]:
-        """The artifacts' bytes for the driver; the temporary files are removed."""
+    def _payload(self, artifacts, read: dict[str, bytes] | None = None) -> list[tuple[str, str, int, str, bytes]]:
+        """The artifacts' bytes for the driver. Files read go into ``read`` (removed by the
+        caller with :meth:`_remove`); without it they are removed at once."""
+        own = read is None
+        read = {} if own else read
         payload = []
         for sha, rel, size, kind in artifacts:
+            if rel not in read:
+                with open(os.path.join(self.tmp, rel), "rb") as fh:
+                    read[rel] = fh.read()
+            payload.append((sha, rel, size, kind, read[rel]))
+        if own:
+            self._remove(read)
+        return payload
+
+    def _remove(self, read: Mapping[str, bytes]) -> None:
+        """Remove the temporary artifact files ``read`` names (the driver stores them)."""
+        for rel in read:
             path = os.path.join(self.tmp, rel)
-            with open(path, "rb") as fh:
-                payload.append((sha, rel, size, kind, fh.read()))
             try:
                 os.chmod(path, 0o600)
                 os.unlink(path)
             except OSError:
                 pass
-        return payload
 
     def close(self) -> None:
         if self.lanes is not None:
