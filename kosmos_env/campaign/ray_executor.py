@@ -30,6 +30,13 @@ Consequences:
   a worker that cannot start (missing weights, bad config) or a policy whose content hash
   changed stops the campaign with that error.
 
+Lockstep (``settings.lockstep`` N > 1, ``eval --lockstep N``): each rollout actor runs N lanes
+(:class:`kosmos_env.campaign.lockstep.Lanes`, one vector env, batched world calls). The driver
+claims up to N episodes for an actor and renews all their leases; the actor steps its lanes until
+at least one episode ends and sends back the ended ones; the driver records them, claims one new
+episode per freed lane and sends the actor on, so lanes are refilled while the others go on. An
+actor that dies costs each of its lanes' episodes one infrastructure attempt (never final).
+
 Two stages (``judge_workers`` > 0): the ``workers`` actors become rollout actors (policy, world,
 gate; no judge loaded) placed by ``actor_resources``, and ``judge_workers`` judge actors, placed
 by their own ``judge_resources`` (e.g. ``{"num_gpus": 0.25}``: four judges per GPU), judge the
