@@ -140,7 +140,9 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
     def step_some(self, actions: Mapping[int, Any]) -> dict[int, Any]:
         """Step only the sub-envs ``actions`` names (index -> its action), side by side, their world
         calls in one batch; no autoreset and no batching of the results (the lockstep campaign
-        worker steps only the episodes still running). Returns index -> that env's
+        worker steps only the episodes running). The sub-envs may be at different steps of their
+        episodes, and one may have been reset alone since the last call (a refilled lockstep
+        lane): each world request carries its own frame, actions and seed. Returns index -> that env's
         ``(obs, reward, terminated, truncated, info)``, or the exception its step raised."""
         results: dict[int, Any] = {}
         self.batcher.open_round(len(actions))
