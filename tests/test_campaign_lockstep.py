@@ -327,9 +327,13 @@ def refilled_attempts(out) -> list[str]:
 
 
 def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, monkeypatch):
-    """``--executor ray --lockstep 3``: one Ray actor runs 3 lanes, the driver holds their leases and
-    feeds a freed lane (a policy error at step 5) while the others go on; records equal one at a time."""
+    """``--executor ray --lockstep 3``: a Ray actor runs 3 lanes, the driver holds their leases and
+    feeds a freed lane (a policy error at step 5) while the others go on. The actor is SIGKILLed
+    while its lanes run (an OOM kill): its episodes go back unfinished, a new actor finishes them,
+    nothing finished is run again, and the records equal one at a time."""
     ray = pytest.importorskip("ray")
+    import psutil
+
     from kosmos_env.campaign.design import make_config
     from kosmos_env.campaign.executors import make_executor
     from kosmos_env.campaign.runner import run_campaign
@@ -338,20 +342,55 @@ def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, 
 
     monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the Ray worker imports this module's FailsMidway
+    # 3 seeds: FailsMidway's seed-1 episode runs beside others, so its lane is refilled mid-batch
     config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "tests.test_campaign_lockstep:FailsMidway"],
                          tasks=["carrot_on_plate"], seeds=3, judge="state", image_size=(64, 64), video=False,
                          spec_overrides={"horizon": 12})
     run(config, tmp_path / "one", lanes=1)
+    out = tmp_path / "ray"
+    killed: list[tuple[int, int, dict]] = []
+
+    def kill_the_actor_mid_run():
+        deadline = time.time() + 120
+        while time.time() < deadline and not killed:
+            done = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")
+            leased = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'leased'")
+            if done >= 1 and leased >= 2:
+                actors = [p for p in psutil.Process().children(recursive=True)
+                          if p.name().startswith("ray::EpisodeActor")]
+                if actors:
+                    snapshot = {e: r for e, r in records(out).items() if r["status"] == "done"}
+                    for p in actors:
+                        p.send_signal(signal.SIGKILL)
+                    killed.append((done, leased, snapshot))
+            time.sleep(0.02)
+
+    import threading
+
+    killer = threading.Thread(target=kill_the_actor_mid_run)
+    killer.start()
     executor = make_executor(1, "ray", num_cpus=2)
-    results = run_campaign(config, tmp_path / "ray", executor, settings=WorkSettings(lockstep=3), progress=False)
+    try:
+        results = run_campaign(config, out, executor, settings=WorkSettings(lockstep=3), progress=False)
+    finally:
+        killer.join()
     assert not ray.is_initialized()
+    assert killed, "the campaign ended before the actor could be killed mid-run"
     assert results["campaign"]["complete"]
-    assert_same_episodes(tmp_path / "one", tmp_path / "ray")
-    assert verify_campaign(tmp_path / "ray").ok
-    rows = records(tmp_path / "ray").values()
-    assert {r["worker"].rsplit(":", 1)[-1] for r in rows} == {"ray-a0"}
-    # 3 lanes at once, and the lane freed by the failing episode was refilled while the others ran
-    assert refilled_attempts(tmp_path / "ray"), "no lane was refilled mid-batch"
+    assert_same_episodes(tmp_path / "one", out, same_attempts=False)
+    assert verify_campaign(out).ok
+    after = records(out)
+    for eid, rec in killed[0][2].items():  # finished before the kill: kept as recorded
+        assert after[eid] == rec, eid
+    # exactly once: one completion per episode; the killed lanes' runs were infrastructure attempts
+    planned = len(after)
+    assert ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'ok'") == planned - 1  # 1 ends in error
+    assert ledger_count(out, "SELECT COUNT(DISTINCT episode_id) FROM attempts WHERE status = 'ok'") == planned - 1
+    assert ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'duplicate-ignored'") == 0
+    assert 1 <= ledger_count(out, "SELECT COUNT(*) FROM attempts WHERE status = 'infra-error'") <= 3
+    assert {r["worker"].rsplit(":", 1)[-1] for r in after.values()} == {"ray-a0"}
+    # 3 lanes at once, and a lane freed by the failing episode was refilled while the others ran
+    assert refilled_attempts(out), "no lane was refilled mid-batch"
     assert not refilled_attempts(tmp_path / "one")
 
 
