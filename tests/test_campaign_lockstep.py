@@ -343,7 +343,9 @@ def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, 
     monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the Ray worker imports this module's FailsMidway
     # 3 seeds: FailsMidway's seed-1 episode runs beside others, so its lane is refilled mid-batch
-    config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "tests.test_campaign_lockstep:FailsMidway"],
+    # (the scripted policy waits 20 ms per action so that the kill below lands while lanes run)
+    config = make_config("Kosmos-Tabletop-v1", ["tests.test_campaign_support:SlowScripted:skill=1.0,delay=0.02",
+                                                "tests.test_campaign_lockstep:FailsMidway"],
                          tasks=["carrot_on_plate"], seeds=3, judge="state", image_size=(64, 64), video=False,
                          spec_overrides={"horizon": 12})
     run(config, tmp_path / "one", lanes=1)
