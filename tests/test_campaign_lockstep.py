@@ -358,8 +358,13 @@ def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, 
             done = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'done'")
             leased = ledger_count(out, "SELECT COUNT(*) FROM episodes WHERE status = 'leased'")
             if done >= 1 and leased >= 2:
-                actors = [p for p in psutil.Process().children(recursive=True)
-                          if p.name().startswith("ray::EpisodeActor")]
+                actors = []
+                for p in psutil.Process().children(recursive=True):
+                    try:
+                        if p.name().startswith("ray::EpisodeActor"):
+                            actors.append(p)
+                    except psutil.NoSuchProcess:  # exited between listing and reading its name
+                        pass
                 if actors:
                     snapshot = {e: r for e, r in records(out).items() if r["status"] == "done"}
                     for p in actors:

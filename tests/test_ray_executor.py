@@ -58,12 +58,22 @@ def _descendants():
     return psutil.Process().children(recursive=True)
 
 
+def _name(proc) -> str:
+    """A process's name, or "" when it exited between being listed and being read."""
+    import psutil
+
+    try:
+        return proc.name()
+    except psutil.NoSuchProcess:
+        return ""
+
+
 def _assert_all_exit(procs, timeout: float) -> None:
     """Every process in ``procs`` (ones this test started) exits within ``timeout``; else kill and fail."""
     import psutil
 
     _, alive = psutil.wait_procs(procs, timeout=timeout)
-    names = [(p.pid, p.name()) for p in alive if p.is_running()]
+    names = [(p.pid, _name(p)) for p in alive if p.is_running()]
     for p in alive:
         try:
             p.kill()
@@ -223,7 +233,7 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
 
         deadline = time.time() + 30
         while time.time() < deadline:
-            actors = [p for p in _descendants() if p.name().startswith("ray::EpisodeActor")]
+            actors = [p for p in _descendants() if _name(p).startswith("ray::EpisodeActor")]
             if not actors:
                 break
             time.sleep(0.5)
