@@ -437,9 +437,12 @@ def rollout_seed(judge_seed: int, rollout: Rollout) -> int:
 class _SeededSampler:
     """A logits processor that samples each row's next token with that row's own generator.
 
-    Temperature and nucleus (top-p) filtering as ``generate`` would apply them, then one
-    multinomial draw per row from ``torch.Generator(seed_of_row)``; the returned scores are 0
-    at the chosen token and -inf elsewhere, so generate's own sampling can only pick it.
+    Temperature and nucleus (top-p) filtering as ``generate`` would apply them, then one draw
+    per row by the exponential race: the token maximising ``p / e`` with ``e ~ Exp(1)`` drawn,
+    one per token, from ``torch.Generator(seed_of_row)`` (an exact draw from ``p``, and the
+    draw ``torch.multinomial(p, 1, generator=...)`` makes with the same generator). The
+    returned scores are 0 at the chosen token and -inf elsewhere, so generate's own sampling
+    can only pick it.
     """
 
     def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
@@ -458,10 +461,9 @@ class _SeededSampler:
         # keep the smallest head whose mass reaches top_p (the first token always stays)
         drop = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
-        chosen = torch.empty(scores.shape[0], dtype=torch.long)
-        for row, gen in enumerate(self.generators):
-            pick = torch.multinomial(sorted_p[row], 1, generator=gen)
-            chosen[row] = order[row, pick[0]]
+        # only the random numbers are drawn row by row (each row has its own generator)
+        race = torch.stack([torch.empty(sorted_p.shape[1]).exponential_(generator=gen) for gen in self.generators])
+        chosen = order.gather(1, (sorted_p / race).argmax(dim=-1, keepdim=True)).squeeze(1)
         out = torch.full_like(scores, float("-inf"))
         out[torch.arange(scores.shape[0]), chosen.to(scores.device)] = 0.0
         return out
