@@ -62,7 +62,7 @@ class VLMJudge:
     Spec fields (all keyword arguments): ``model_id``, ``revision``, ``local_path``,
     ``sample_fps`` (frames per second shown to the model, default 4 as Cosmos-Reason uses),
     ``max_frames``, ``k`` (samples), ``min_valid`` (quorum size ``q``), ``temperature``,
-    ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts per forward pass in
+    ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts decoded together in
     :meth:`judge_batch`; with ``memory_budget_mb`` it is the cap and the budget sizes each
     batch from an estimate of its KV cache and vision activations), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
     ``prompt_sha256`` (must equal :data:`PROMPT_SHA256` when given: the spec pins the prompt),
@@ -251,10 +251,12 @@ class VLMJudge:
 
         Batches hold ``batch_size`` rollouts, or as many as ``memory_budget_mb`` allows (see
         :meth:`plan_batches`). Each rollout's video is patchified once and encoded by the vision
-        tower once per batch (``num_return_sequences=k`` expands the encoded video, not the
-        pixels). Sample ``j`` of a rollout is drawn with its own generator seeded from the
-        judge seed, the rollout's content and ``j`` (:func:`rollout_seed`), so the votes are
-        the same whichever rollouts share the batch (up to float rounding of padded batches).
+        tower once, in the single prefill of its prompt; the ``k`` samples decode from copies of
+        that prompt's key/value cache, and the whole batch's ``len(batch) * k`` rows decode
+        together (see :meth:`_generate`). Sample ``j`` of a rollout is drawn with its own
+        generator seeded from the judge seed, the rollout's content and ``j``
+        (:func:`rollout_seed`), so the votes are the same whichever rollouts share the batch (up
+        to float rounding of padded batches).
         """
         items = [self._inputs(r) for r in rollouts]
         seeds = [rollout_seed(self.seed, r) for r in rollouts]
@@ -283,8 +285,9 @@ class VLMJudge:
         """Working memory of one rollout's ``k`` samples in a batch (an estimate, for batch sizing).
 
         KV cache of its k rows over prompt + ``max_new_tokens`` tokens, the text activations of
-        the prefill (a few hidden-size vectors per token), the vision tower's activations over its
-        patches (encoded once), and the float32 logits of one decoding step per row.
+        its prompt's prefill (one row: a few hidden-size vectors per token), the vision tower's
+        activations over its patches (encoded once), and the float32 logits of one decoding step
+        per row. Summed over a batch this over-counts the prefills, which run one rollout at a time.
         """
         cfg = self.model.config
         text = getattr(cfg, "text_config", cfg)
@@ -295,7 +298,7 @@ class VLMJudge:
         kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
         tokens = len(item["ids"]) + self.max_new_tokens
         kv = 2 * int(text.num_hidden_layers) * kv_heads * head_dim * nbytes * tokens * self.k
-        prefill = 4 * int(text.hidden_size) * nbytes * len(item["ids"]) * self.k
+        prefill = 4 * int(text.hidden_size) * nbytes * len(item["ids"])
         patches = int(np.prod(item["grid"]))
         vision_hidden = int(getattr(vision, "hidden_size", 0) or getattr(vision, "embed_dim", 0) or 0)
         vis = 8 * vision_hidden * nbytes * patches
