@@ -7,7 +7,8 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
     rollouts are then judged by the judge stage's own code (``JudgeRunner``: read from the
     store, ``judge_many``) in batches of 8 and one by one, alternating for ``--rounds``
     rounds; throughput ratio = (rollouts/s batched) / (rollouts/s one by one), best round of
-    each, plus whether the verdicts are identical (they must be: per-rollout seeding);
+    each, and the median process CPU seconds of each; plus whether verdicts and scores are identical
+    (they must be: per-rollout seeding);
 (b) the same campaign run four ways into fresh folders: in-line judging with 1 worker
     process (the baseline), two stages at once with 1 rollout process + 1 judge process (the
     judge's own batch of 8, then ``--judge-batch 1``), and in-line judging with 2 worker
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import tempfile
 import time
 
@@ -63,21 +65,27 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
     for runner in runners.values():
         runner.judge_rows(rows[:1])  # warm: first-call allocations are not judging
     best: dict[int, float] = {}
+    cpu: dict[int, list[float]] = {1: [], 8: []}
     verdicts: dict[int, list] = {}
     for r in range(rounds):
         for b, runner in runners.items():
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = []
             for i in range(0, len(rows), b):
                 out += runner.judge_rows(rows[i:i + b])
-            took = time.perf_counter() - t0
+            took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
             rate = len(rows) / took
             best[b] = max(best.get(b, 0.0), rate)
-            verdicts[b] = [(rec["outcome"], rec["judgment"]["votes"]) for rec, _ in out]
-            lines.append(f"    round {r + 1}, batch {b}: {took:.2f} s = {rate:.2f} rollouts/s")
+            cpu[b].append(took_cpu)
+            verdicts[b] = [(rec["outcome"], rec["judgment"]["score"], rec["judgment"]["votes"]) for rec, _ in out]
+            lines.append(f"    round {r + 1}, batch {b}: {took:.2f} s = {rate:.2f} rollouts/s (process CPU {took_cpu:.2f} s)")
     ratio = best[8] / best[1]
     lines.append(f"(a) judge throughput, batches of 8 vs one by one: {best[8]:.2f} / {best[1]:.2f} rollouts/s "
-                 f"= {ratio:.2f}x (target >= 2x); verdicts identical: {verdicts[8] == verdicts[1]}")
+                 f"= {ratio:.2f}x (target >= 2x); verdicts and scores identical: {verdicts[8] == verdicts[1]}")
+    # the judge runs in this process on one thread: its CPU seconds are what the machine's load inflates least
+    cpu_1, cpu_8 = statistics.median(cpu[1]), statistics.median(cpu[8])
+    lines.append(f"(a) judge CPU seconds per rollout (median of rounds), one by one vs batches of 8: "
+                 f"{cpu_1 / len(rows):.3f} / {cpu_8 / len(rows):.3f} s = {cpu_1 / cpu_8:.2f}x")
     return ratio
 
 

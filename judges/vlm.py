@@ -62,7 +62,7 @@ class VLMJudge:
     Spec fields (all keyword arguments): ``model_id``, ``revision``, ``local_path``,
     ``sample_fps`` (frames per second shown to the model, default 4 as Cosmos-Reason uses),
     ``max_frames``, ``k`` (samples), ``min_valid`` (quorum size ``q``), ``temperature``,
-    ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts per forward pass in
+    ``top_p``, ``max_new_tokens``, ``seed``, ``batch_size`` (rollouts decoded together in
     :meth:`judge_batch`; with ``memory_budget_mb`` it is the cap and the budget sizes each
     batch from an estimate of its KV cache and vision activations), ``max_pixels`` / ``min_pixels`` (per-frame pixel budget),
     ``prompt_sha256`` (must equal :data:`PROMPT_SHA256` when given: the spec pins the prompt),
@@ -251,10 +251,12 @@ class VLMJudge:
 
         Batches hold ``batch_size`` rollouts, or as many as ``memory_budget_mb`` allows (see
         :meth:`plan_batches`). Each rollout's video is patchified once and encoded by the vision
-        tower once per batch (``num_return_sequences=k`` expands the encoded video, not the
-        pixels). Sample ``j`` of a rollout is drawn with its own generator seeded from the
-        judge seed, the rollout's content and ``j`` (:func:`rollout_seed`), so the votes are
-        the same whichever rollouts share the batch (up to float rounding of padded batches).
+        tower once, in the single prefill of its prompt; the ``k`` samples decode from copies of
+        that prompt's key/value cache, and the whole batch's ``len(batch) * k`` rows decode
+        together (see :meth:`_generate`). Sample ``j`` of a rollout is drawn with its own
+        generator seeded from the judge seed, the rollout's content and ``j``
+        (:func:`rollout_seed`), so the votes are the same whichever rollouts share the batch (up
+        to float rounding of padded batches).
         """
         items = [self._inputs(r) for r in rollouts]
         seeds = [rollout_seed(self.seed, r) for r in rollouts]
@@ -283,8 +285,9 @@ class VLMJudge:
         """Working memory of one rollout's ``k`` samples in a batch (an estimate, for batch sizing).
 
         KV cache of its k rows over prompt + ``max_new_tokens`` tokens, the text activations of
-        the prefill (a few hidden-size vectors per token), the vision tower's activations over its
-        patches (encoded once), and the float32 logits of one decoding step per row.
+        its prompt's prefill (one row: a few hidden-size vectors per token), the vision tower's
+        activations over its patches (encoded once), and the float32 logits of one decoding step
+        per row. Summed over a batch this over-counts the prefills, which run one rollout at a time.
         """
         cfg = self.model.config
         text = getattr(cfg, "text_config", cfg)
@@ -295,7 +298,7 @@ class VLMJudge:
         kv_heads = int(getattr(text, "num_key_value_heads", None) or heads)
         tokens = len(item["ids"]) + self.max_new_tokens
         kv = 2 * int(text.num_hidden_layers) * kv_heads * head_dim * nbytes * tokens * self.k
-        prefill = 4 * int(text.hidden_size) * nbytes * len(item["ids"]) * self.k
+        prefill = 4 * int(text.hidden_size) * nbytes * len(item["ids"])
         patches = int(np.prod(item["grid"]))
         vision_hidden = int(getattr(vision, "hidden_size", 0) or getattr(vision, "embed_dim", 0) or 0)
         vis = 8 * vision_hidden * nbytes * patches
@@ -348,50 +351,70 @@ class VLMJudge:
                 "prep_seconds": time.perf_counter() - t0}
 
     def _generate(self, items: Sequence[dict[str, Any]], seeds: Sequence[int]) -> tuple[list[str], list[int]]:
-        """Sample ``k`` answers for each item in one ``generate`` call.
+        """Sample ``k`` answers for each item: one prompt prefill per item, one batched decoding loop.
 
-        One row per item (its video encoded once); ``num_return_sequences=k`` expands the rows.
-        :class:`_SeededSampler` draws every token of row ``(item, j)`` from a generator seeded
-        with ``seeds[item] + j``. Returns len(items) * k texts and, per text, the number of
+        The ``k`` samples of an item share its prompt, so the prompt (video included) is prefilled
+        once per item, as a single unpadded row: on a CPU an unpadded prefill takes the causal
+        attention kernel, while a padded batch needs a mask and a much slower kernel. The items'
+        key/value caches are then left-padded to a common width, repeated ``k`` times and handed
+        to ``generate``, which decodes all ``len(items) * k`` rows together from the last prompt
+        token on. :class:`_SeededSampler` draws every token of row ``(item, j)`` from a generator
+        seeded with ``seeds[item] + j``. Returns len(items) * k texts and, per text, the number of
         tokens generated (up to and including the first end-of-sequence token).
         """
         import torch
-        from transformers import LogitsProcessorList
+        from transformers import DynamicCache, LogitsProcessorList
 
         pad_id = self.tokenizer.pad_token_id
         if pad_id is None:
             pad_id = self.tokenizer.eos_token_id
-        width = max(len(r["ids"]) for r in items)
+        lengths = [len(r["ids"]) for r in items]
+        width = max(lengths)
         input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
         attention = torch.zeros((len(items), width), dtype=torch.long)
         for i, r in enumerate(items):  # left padding: generation continues every row at the end
-            input_ids[i, width - len(r["ids"]) :] = torch.tensor(r["ids"], dtype=torch.long)
-            attention[i, width - len(r["ids"]) :] = 1
+            input_ids[i, width - lengths[i] :] = torch.tensor(r["ids"], dtype=torch.long)
+            attention[i, width - lengths[i] :] = 1
         mm_types = torch.zeros_like(input_ids, dtype=torch.int32)
         mm_types[input_ids == self._video_token_id] = 2
         mm_types[input_ids == self._image_token_id] = 1
         device = self.model.device
         vision_dtype = next(self.model.parameters()).dtype
-        kwargs: dict[str, Any] = {
-            "input_ids": input_ids.to(device),
-            "attention_mask": attention.to(device),
-            "mm_token_type_ids": mm_types.to(device),
-            "pixel_values_videos": torch.from_numpy(np.concatenate([r["patches"] for r in items])).to(device, vision_dtype),
-            "video_grid_thw": torch.tensor([r["grid"] for r in items], dtype=torch.long, device=device),
-        }
+        grids = torch.tensor([r["grid"] for r in items], dtype=torch.long, device=device)
+        video_kwargs: dict[str, Any] = {"video_grid_thw": grids}
         if self.family == "qwen2_5_vl":
-            kwargs["second_per_grid_ts"] = torch.tensor([r["second_per_grid"] for r in items], dtype=torch.float32, device=device)
+            video_kwargs["second_per_grid_ts"] = torch.tensor(
+                [r["second_per_grid"] for r in items], dtype=torch.float32, device=device)
+        input_ids, attention, mm_types = input_ids.to(device), attention.to(device), mm_types.to(device)
         sampler = _SeededSampler([s + j for s in seeds for j in range(self.k)], self.temperature, self.top_p)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
+            # the model's own multimodal (mRoPE) positions of the padded batch, as generate computes them
+            positions = self.model._prepare_position_ids_for_generation(
+                input_ids, {"attention_mask": attention, "mm_token_type_ids": mm_types, **video_kwargs})
+            per_layer: list[list[tuple[Any, Any]]] = []
+            for i, r in enumerate(items):
+                # the prompt but its last token, which generate feeds to produce the first sample token
+                span = slice(width - lengths[i], width - 1)
+                video = {key: v[i : i + 1] for key, v in video_kwargs.items()}
+                out = self.model(
+                    input_ids=input_ids[i : i + 1, span], position_ids=positions[:, i : i + 1, span],
+                    mm_token_type_ids=mm_types[i : i + 1, span], use_cache=True, logits_to_keep=1,
+                    pixel_values_videos=torch.from_numpy(r["patches"]).to(device, vision_dtype), **video,
+                )
+                per_layer.append([(layer.keys, layer.values) for layer in _cache_of(out).layers])
+            cache = DynamicCache(ddp_cache_data=_padded_cache(per_layer, width - 1, self.k), config=self.model.config)
             # the sampler decides each token (a one-hot distribution); generate's own sampling
             # then picks it whatever the global RNG holds, and its warpers are switched off
-            out = self.model.generate(
-                **kwargs, do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=self.k,
+            generated = self.model.generate(
+                input_ids=input_ids.repeat_interleave(self.k, dim=0),
+                attention_mask=attention.repeat_interleave(self.k, dim=0),
+                position_ids=positions.repeat_interleave(self.k, dim=1),
+                cache=cache, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
                 logits_processor=LogitsProcessorList([sampler]), max_new_tokens=self.max_new_tokens,
                 pad_token_id=pad_id,
             )
-        new = out[:, width:]
+        new = generated[:, width:]
         return self.tokenizer.batch_decode(new, skip_special_tokens=True), _generated_lengths(new, self._eos_ids(pad_id))
 
     def _eos_ids(self, pad_id: int) -> set[int]:
@@ -417,9 +440,12 @@ def rollout_seed(judge_seed: int, rollout: Rollout) -> int:
 class _SeededSampler:
     """A logits processor that samples each row's next token with that row's own generator.
 
-    Temperature and nucleus (top-p) filtering as ``generate`` would apply them, then one
-    multinomial draw per row from ``torch.Generator(seed_of_row)``; the returned scores are 0
-    at the chosen token and -inf elsewhere, so generate's own sampling can only pick it.
+    Temperature and nucleus (top-p) filtering as ``generate`` would apply them, then one draw
+    per row by the exponential race: the token maximising ``p / e`` with ``e ~ Exp(1)`` drawn,
+    one per token, from ``torch.Generator(seed_of_row)`` (an exact draw from ``p``, and the
+    draw ``torch.multinomial(p, 1, generator=...)`` makes with the same generator). The
+    returned scores are 0 at the chosen token and -inf elsewhere, so generate's own sampling
+    can only pick it.
     """
 
     def __init__(self, seeds: Sequence[int], temperature: float, top_p: float):
@@ -438,13 +464,40 @@ class _SeededSampler:
         # keep the smallest head whose mass reaches top_p (the first token always stays)
         drop = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
-        chosen = torch.empty(scores.shape[0], dtype=torch.long)
-        for row, gen in enumerate(self.generators):
-            pick = torch.multinomial(sorted_p[row], 1, generator=gen)
-            chosen[row] = order[row, pick[0]]
+        # only the random numbers are drawn row by row (each row has its own generator)
+        race = torch.stack([torch.empty(sorted_p.shape[1]).exponential_(generator=gen) for gen in self.generators])
+        chosen = order.gather(1, (sorted_p / race).argmax(dim=-1, keepdim=True)).squeeze(1)
         out = torch.full_like(scores, float("-inf"))
         out[torch.arange(scores.shape[0]), chosen.to(scores.device)] = 0.0
         return out
+
+
+def _cache_of(output: Any) -> Any:
+    """The key/value cache a forward pass returned (``cache`` in transformers 5, ``past_key_values`` before)."""
+    cache = getattr(output, "cache", None)
+    return cache if cache is not None else output.past_key_values
+
+
+def _padded_cache(per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int) -> list[tuple[Any, Any]]:
+    """Per layer, the items' ``(1, heads, length, dim)`` keys and values left-padded with zeros to
+    ``width`` positions, stacked, and each item's row repeated ``repeats`` times (its k samples).
+
+    The padded positions are masked out by the attention mask ``generate`` is given, so their
+    zeros never enter a softmax."""
+    import torch
+
+    layers = []
+    for layer in range(len(per_item[0])):
+        stacked = []
+        for kind in (0, 1):
+            first = per_item[0][layer][kind]
+            out = first.new_zeros((len(per_item), first.shape[1], width, first.shape[3]))
+            for i, kv in enumerate(per_item):
+                part = kv[layer][kind]
+                out[i, :, width - part.shape[2] :] = part[0]
+            stacked.append(out.repeat_interleave(repeats, dim=0))
+        layers.append((stacked[0], stacked[1]))
+    return layers
 
 
 def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:

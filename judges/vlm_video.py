@@ -97,18 +97,19 @@ def patchify_video(frames: np.ndarray, s: VideoSettings) -> tuple[np.ndarray, tu
         raise ValueError(f"frames must be (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     h, w = smart_size(frames.shape[1], frames.shape[2], s)
     resized = np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
-    video = resized.astype(np.float32) / 255.0
-    video = (video - np.asarray(s.image_mean, np.float32)) / np.asarray(s.image_std, np.float32)
-    video = video.transpose(0, 3, 1, 2)  # T, C, H, W
     tp, p, m = s.temporal_patch_size, s.patch_size, s.merge_size
-    if pad := -len(video) % tp:
-        video = np.concatenate([video, np.repeat(video[-1:], pad, axis=0)])
-    t = len(video)
+    if pad := -len(resized) % tp:
+        resized = np.concatenate([resized, np.repeat(resized[-1:], pad, axis=0)])
+    t = len(resized)
     gt, gh, gw = t // tp, h // p, w // p
-    x = video.reshape(gt, tp, 3, gh // m, m, p, gw // m, m, p)
+    # the patch layout is rearranged on the uint8 frames (a quarter of the bytes to move), then
+    # scaled and normalised per channel; elementwise, so the values equal normalise-then-rearrange
+    x = resized.reshape(gt, tp, gh // m, m, p, gw // m, m, p, 3)
     # (gt, gh/m, gw/m, m, m, C, tp, p, p): merge windows contiguous, as the vision tower expects
-    x = x.transpose(0, 3, 6, 4, 7, 2, 1, 5, 8)
-    return np.ascontiguousarray(x.reshape(gt * gh * gw, 3 * tp * p * p)), (gt, gh, gw)
+    x = np.ascontiguousarray(x.transpose(0, 2, 5, 3, 6, 8, 1, 4, 7)).reshape(gt * gh * gw, 3, tp * p * p)
+    video = x.astype(np.float32) / 255.0
+    video = (video - np.asarray(s.image_mean, np.float32)[:, None]) / np.asarray(s.image_std, np.float32)[:, None]
+    return video.reshape(gt * gh * gw, 3 * tp * p * p), (gt, gh, gw)
 
 
 def video_placeholder(family: str, grid: tuple[int, int, int], merge_size: int, timestamps: list[float] | None = None) -> str:

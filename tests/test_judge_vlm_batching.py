@@ -1,4 +1,5 @@
-"""VLM judge batching: per-rollout seeded votes, one vision encoding per rollout, memory-budget batches."""
+"""VLM judge batching: per-rollout seeded votes, one vision encoding and one prompt prefill per rollout,
+batched verdicts equal to one-by-one ones, memory-budget batches."""
 import os
 
 import numpy as np
@@ -38,9 +39,9 @@ def test_votes_do_not_depend_on_batch_mates_and_video_is_encoded_once(qwen25):
         together = judge.judge_batch(rolls)
     finally:
         hook.remove()
-    # one vision-tower pass over the three videos' patches, not k copies of each
+    # each video goes through the vision tower once (with its prompt's prefill), not k times
     items = [judge._inputs(r) for r in rolls]
-    assert encoded == [sum(len(it["patches"]) for it in items)]
+    assert encoded == [len(it["patches"]) for it in items]
     assert [j.extras["batch_rollouts"] for j in together] == [3, 3, 3]
     raw = lambda j: j.extras["raw_answers"]  # noqa: E731
     alone = judge.judge_batch([rolls[2]])[0]
@@ -74,3 +75,61 @@ def test_memory_budget_sizes_the_batches(qwen25):
     assert k4.estimate_bytes(items[0]) > per
     with pytest.raises(ValueError, match="memory_budget_mb"):
         VLMJudge(model=model, tokenizer=tok, memory_budget_mb=0, **SMALL)
+
+
+def mixed_rollouts():
+    """Videos of different lengths and two instructions: the batch's prompts need left padding."""
+    return [rollout(9, seed=1), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block"),
+            rollout(21, seed=4)]
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_batched_verdicts_and_scores_equal_one_by_one(family, qwen25):
+    model, tok = qwen25 if family == "qwen2_5_vl" else qwen_tiny.build_qwen3_vl()
+    judge = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=1, batch_size=4, seed=2, **SMALL)
+    rolls = mixed_rollouts()
+    assert len({len(judge._inputs(r)["ids"]) for r in rolls}) > 1  # padding is exercised
+    together = judge.judge_batch(rolls)
+    assert [j.extras["batch_rollouts"] for j in together] == [4] * 4
+    for r, batched in zip(rolls, together):
+        alone = judge.judge(r)
+        assert alone.extras["batch_rollouts"] == 1
+        assert (batched.success, batched.score, batched.votes) == (alone.success, alone.score, alone.votes)
+        assert batched.extras["raw_answers"] == alone.extras["raw_answers"]
+        assert batched.extras["generated_tokens"] == alone.extras["generated_tokens"]
+
+
+def generate_over_whole_prompt(judge, item, seed):
+    """Reference: the model's own ``generate`` on the full prompt, its k samples by ``num_return_sequences``."""
+    from transformers import LogitsProcessorList
+
+    from kosmos_env.judges.vlm import _SeededSampler
+
+    ids = torch.tensor([item["ids"]])
+    mm = torch.zeros_like(ids, dtype=torch.int32)
+    mm[ids == judge._video_token_id] = 2
+    extra = {"second_per_grid_ts": torch.tensor([item["second_per_grid"]])} if judge.family == "qwen2_5_vl" else {}
+    sampler = _SeededSampler([seed + j for j in range(judge.k)], judge.temperature, judge.top_p)
+    with torch.inference_mode():
+        out = judge.model.generate(
+            input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=mm,
+            pixel_values_videos=torch.from_numpy(item["patches"]), video_grid_thw=torch.tensor([item["grid"]]), **extra,
+            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=judge.k,
+            logits_processor=LogitsProcessorList([sampler]), max_new_tokens=judge.max_new_tokens,
+            pad_token_id=judge.tokenizer.pad_token_id)
+    return judge.tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
+def test_prefill_once_per_rollout_samples_what_generate_samples_over_the_whole_prompt(family, qwen25):
+    # the judge prefills each prompt once and decodes its k rows from a repeated, left-padded cache;
+    # the tokens must be the ones generate draws when it prefills the whole prompt k times itself
+    model, tok = qwen25 if family == "qwen2_5_vl" else qwen_tiny.build_qwen3_vl()
+    judge = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=1, batch_size=4, seed=9, **SMALL)
+    rolls = mixed_rollouts()
+    items = [judge._inputs(r) for r in rolls]
+    seeds = [rollout_seed(judge.seed, r) for r in rolls]
+    texts, _ = judge._generate(items, seeds)
+    reference = [t for it, s in zip(items, seeds) for t in generate_over_whole_prompt(judge, it, s)]
+    assert texts == reference
+    assert len(set(texts)) > judge.k  # the rows differ: nothing constant passes this
