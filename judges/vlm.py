@@ -183,6 +183,10 @@ class VLMJudge:
         if cls_name is None:
             raise ValueError(f"{source} is a {config.model_type!r} model; the VLM judge supports {sorted(_MODEL_CLASSES)}")
         model_cls = getattr(transformers, cls_name)
+        if not hasattr(model_cls, "_prepare_position_ids_for_generation"):
+            # the prefill-once decode (_generate) computes the multimodal positions as generate does
+            raise RuntimeError(f"the VLM judge needs transformers>=5.24 (installed: {transformers.__version__}); "
+                               "pip install -U 'transformers>=5.24'")
         model = model_cls.from_pretrained(source, dtype=dtype, **common)
         if device:
             model = model.to(device)
