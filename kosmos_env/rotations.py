@@ -243,10 +243,12 @@ def euler_to_matrix_single(euler: np.ndarray) -> np.ndarray:
 def matrix_to_euler_single(matrix: np.ndarray) -> np.ndarray:
     """:func:`matrix_to_euler` of one float64 rotation matrix: the same (3,) bits."""
     m00, m01, _, m10, m11, _, m20, m21, m22 = _one_matrix(matrix)
-    # np.clip(x, -1, 1) is min(max(x, -1), 1) with numpy's tie rule (the bound wins unless x is larger)
+    # np.clip(x, -1.0, 1.0) with scalar bounds: numpy's loop replaces x only when it lies outside
     sp = -m20
-    sp = sp if sp > -1.0 else -1.0
-    sp = sp if sp < 1.0 else 1.0
+    if sp < -1.0:
+        sp = -1.0
+    if sp > 1.0:
+        sp = 1.0
     pitch = float(np.arcsin(sp))
     cp = math.sqrt(m21 * m21 + m22 * m22)
     if cp < 1e-9:  # gimbal lock, as in matrix_to_euler

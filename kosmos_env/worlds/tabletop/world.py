@@ -200,8 +200,10 @@ class TabletopWorld:
     def measured_gripper(self) -> float:
         """Measured opening in [0, 1] (mean finger travel / full travel)."""
         qpos, (left, right) = self.data.qpos, self._finger_qpos_pair
-        # np.mean of two values and np.clip, on Python floats: the same operations and bits
-        return _clip((float(qpos[left]) + float(qpos[right])) / 2 / FINGER_TRAVEL, 0.0, 1.0)
+        # np.mean of the two and np.clip, on Python floats: the same operations and bits (numpy's
+        # sum starts from +0.0, so two -0.0 fingers sum to +0.0 there as here)
+        total = 0.0 + float(qpos[left]) + float(qpos[right])
+        return _clip_to_constants(total / 2 / FINGER_TRAVEL, 0.0, 1.0)
 
     # -- internals ----------------------------------------------------------------------
     def _scene(self, task: TaskSpec):
@@ -268,13 +270,14 @@ class TabletopWorld:
         same bits (tests/test_tabletop_substeps.py compares against the numpy code).
         """
         dx, dy, dz, _, _, _, gripper = action.tolist()
-        target_tcp = np.array([_clip(p + d, lo, hi) for p, d, (lo, hi) in
+        target_tcp = np.array([_clip_to_bounds(p + d, lo, hi) for p, d, (lo, hi) in
                                zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows)])
         target_rot = euler_to_matrix_single(action[3:6]) @ self._rot  # numpy's matmul (BLAS), as before
         # joint limits of the wrist: tilt away from pointing down is bounded
         tilt = self._max_tilt
         roll, pitch, yaw = matrix_to_euler_single(target_rot).tolist()
-        target_rot = euler_to_matrix_single(np.array([_clip(roll, -tilt, tilt), _clip(pitch, -tilt, tilt), yaw]))
+        target_rot = euler_to_matrix_single(np.array([_clip_to_constants(roll, -tilt, tilt),
+                                                      _clip_to_constants(pitch, -tilt, tilt), yaw]))
         self._gripper_cmd = gripper
         self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         return target_tcp, target_rot
@@ -360,10 +363,23 @@ def _substep_poses(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.
     return positions, rots.reshape(-1, 9)
 
 
-def _clip(x: float, lo: float, hi: float) -> float:
-    """``np.clip`` of one finite float: numpy's min(max(x, lo), hi), where a tie returns the bound."""
+# np.clip has two loops whose only difference is which value a tie keeps (visible on signed
+# zeros): with array bounds it is max(x, lo) then min(., hi) keeping the bound on a tie; with
+# scalar bounds it replaces x only when x lies strictly outside. Each call site below uses the
+# rule of the np.clip call it replaced, so even -0.0 comes out the same.
+def _clip_to_bounds(x: float, lo: float, hi: float) -> float:
+    """``np.clip(x, lo_array, hi_array)`` for one finite element."""
     x = x if x > lo else lo
     return x if x < hi else hi
+
+
+def _clip_to_constants(x: float, lo: float, hi: float) -> float:
+    """``np.clip(x, lo, hi)`` with scalar bounds, for one finite value."""
+    if x < lo:
+        x = lo
+    if x > hi:
+        x = hi
+    return x
 
 
 @functools.lru_cache(maxsize=8)
