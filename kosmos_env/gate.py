@@ -299,12 +299,7 @@ class ConsistencyGate:
             if start is None and logged is not None:
                 start = logged[i].astype(np.float64) - commanded  # first call only: see module doc
             if start is not None and th.workspace is not None:
-                # the world clips after every action; np.clip's arithmetic on Python floats
-                # (float32 action to float64, add, then numpy's clip rule): the same bits
-                target = start.tolist()
-                for move in acts[:, :3].tolist():
-                    target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, self._workspace_rows)]
-                commanded = np.array(target) - start
+                commanded = self._clipped_move(start, acts)
             if not segments:
                 call_start = start
             a_img, b_img = grays[start_frame + 1], grays[end_frame + 1]
@@ -368,6 +363,15 @@ class ConsistencyGate:
                   f"motion; worst score {score:.2f})")
         return GateVerdict(True, score, reason, check="ok", thresholds=dict(self._thresholds_dict), segments=_public(segments),
                            episode=self.episode_summary)
+
+    def _clipped_move(self, start: np.ndarray, acts: np.ndarray) -> np.ndarray:
+        """The commanded TCP move from ``start`` with the workspace clipping the world applies
+        after every action. np.clip's arithmetic on Python floats (float32 action to float64,
+        add, numpy's clip rule for array bounds): the same bits as the numpy loop, less overhead."""
+        target = start.tolist()
+        for move in acts[:, :3].tolist():
+            target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, self._workspace_rows)]
+        return np.array(target) - start
 
     # -- measurements -------------------------------------------------------------------
     def _segment(self, a, b, commanded, rotation, start, calibration, scale) -> dict[str, Any]:
