@@ -21,6 +21,11 @@ env is warmed up with the same calls it is timed on (step + render) and runs the
 steps; the rounds interleave tabletop and Pusher so that load hits both alike. On a loaded
 machine one preempted step can weigh more than a hundred clean ones, so rates come from the
 median per-step time, and step/floor is also given from process CPU time (all threads).
+The Pushers run in a separate (spawned) process, called in turn with the tabletop's rounds: in
+one process, once Pusher-v5 (4096-pixel shadow map, 4x multisampling) had rendered at 128x128,
+the tabletop's later rounds measured 2-5x slower per step than its first round while the
+floor got no slower (main's code and the bit-identical trimmed code alike), so the 128x128
+step/floor depended on the comparison env, not on the tabletop.
 With Mesa's software rasteriser (llvmpipe), ``LP_NUM_THREADS=0`` draws on the calling thread:
 then no rasteriser thread burns CPU outside the timed calls or waits to be scheduled inside
 them, and the CPU ratio is the cleanest split of a step's cost (Pusher's 4096-pixel shadow pass
@@ -33,6 +38,7 @@ Targets: tabletop at most 1.5x the floor's time per step; at least 5x Pusher-v5'
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import platform
 import time
@@ -93,6 +99,23 @@ def pusher_times(env, actions: np.ndarray) -> np.ndarray:
     if not frame.any():
         raise RuntimeError("Pusher-v5 rendered a black frame: its GL context was not current")
     return times
+
+
+_PUSHERS: dict[tuple[int, bool], object] = {}  # in the Pusher process: (size, lite) -> env
+
+
+def pusher_round(size: int, lite: bool, steps: int) -> np.ndarray:
+    """One round of Pusher step + render times, run in the Pusher process (envs kept between rounds)."""
+    if (size, lite) not in _PUSHERS:
+        _PUSHERS[(size, lite)] = make_pusher(size, lite)
+    env = _PUSHERS[(size, lite)]
+    return pusher_times(env, random_actions(env, steps))
+
+
+def close_pushers() -> None:
+    for env in _PUSHERS.values():
+        env.close()
+    _PUSHERS.clear()
 
 
 class _Timed:
@@ -186,26 +209,27 @@ def main() -> None:
         f"mujoco {mujoco.__version__}, gymnasium {gymnasium.__version__}, MUJOCO_GL={os.environ.get('MUJOCO_GL')}, "
         f"LP_NUM_THREADS={os.environ.get('LP_NUM_THREADS')}",
         f"load average before: {load_average()}",
-        f"{args.rounds} interleaved rounds of {args.steps} steps per env (tabletop, Pusher-v5, Pusher lite); "
+        f"{args.rounds} interleaved rounds of {args.steps} steps per env (tabletop, Pusher-v5, Pusher lite; the Pushers "
+        "in a process of their own); "
         "rates from median per-step wall times over all rounds",
         f"{'size':>9} {'tabletop/s':>11} {'world/s':>9} {'floor/s':>9} {'Pusher-v5/s':>12} {'lite/s':>8} "
         f"{'step/floor':>11} {'world/floor':>12} {'step/floor cpu':>15} {'tabletop/Pusher':>16} {'tabletop/lite':>14}",
     ]
     rounds_text: list[str] = []
+    # the Pushers' GL contexts live in their own process (see the module docstring)
+    pusher_pool = multiprocessing.get_context("spawn").Pool(1)
     for size in args.sizes:
         tabletop = gymnasium.make("Kosmos-Tabletop-v1", image_size=(size, size))
-        pushers = {"pusher": make_pusher(size, lite=False), "lite": make_pusher(size, lite=True)}
+        pushers = {"pusher": False, "lite": True}  # name -> lite, measured in the Pusher process
         t_actions = random_actions(tabletop, args.steps)
-        p_actions = random_actions(pushers["pusher"], args.steps)
         rounds: list[dict[str, np.ndarray]] = []
         for _ in range(args.rounds):
             timed = tabletop_times(tabletop, t_actions)
-            for name, env in pushers.items():
-                timed[name] = pusher_times(env, p_actions)
+            for name, lite in pushers.items():
+                timed[name] = pusher_pool.apply(pusher_round, (size, lite, args.steps))
             rounds.append(timed)
         tabletop.close()
-        for env in pushers.values():
-            env.close()
+        pusher_pool.apply(close_pushers)
         pooled = {k: np.concatenate([r[k] for r in rounds]) for k in rounds[0]}
         med = {k: float(np.median(v)) for k, v in pooled.items()}
         cpu_ratio = pooled["step_cpu"].sum() / pooled["floor_cpu"].sum()
@@ -223,6 +247,8 @@ def main() -> None:
                            f"world/floor {per_round('world', 'floor', '.2f')}; "
                            f"tabletop/Pusher {per_round('pusher', 'step', '.1f')}; "
                            f"tabletop/lite {per_round('lite', 'step', '.2f')}")
+    pusher_pool.close()
+    pusher_pool.join()
     lines.extend(rounds_text)
     lines.append(f"load average after: {load_average()}")
     lines.append("step/floor and world/floor: median env step or world step time over the median time its own")

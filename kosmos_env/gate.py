@@ -212,6 +212,11 @@ class ConsistencyGate:
 
         self.thresholds = thresholds or GateThresholds()
         self._thresholds_dict = self.thresholds.to_dict()
+        # per-call constants, built once: the workspace rows as Python floats (the clipping of
+        # the commanded move runs on Python floats) and the hand's lift above the TCP
+        ws = self.thresholds.workspace
+        self._workspace_rows = None if ws is None else [(float(lo), float(hi)) for lo, hi in ws]
+        self._lift = np.array([0.0, 0.0, self.thresholds.hand_height_m])
         self._hann_cache: dict[tuple[int, int], np.ndarray] = {}
         self.reset()
 
@@ -294,11 +299,7 @@ class ConsistencyGate:
             if start is None and logged is not None:
                 start = logged[i].astype(np.float64) - commanded  # first call only: see module doc
             if start is not None and th.workspace is not None:
-                ws = np.asarray(th.workspace)
-                target = start.copy()
-                for a in acts:  # the world clips after every action
-                    target = np.clip(target + a[:3], ws[:, 0], ws[:, 1])
-                commanded = target - start
+                commanded = self._clipped_move(start, acts)
             if not segments:
                 call_start = start
             a_img, b_img = grays[start_frame + 1], grays[end_frame + 1]
@@ -363,6 +364,15 @@ class ConsistencyGate:
         return GateVerdict(True, score, reason, check="ok", thresholds=dict(self._thresholds_dict), segments=_public(segments),
                            episode=self.episode_summary)
 
+    def _clipped_move(self, start: np.ndarray, acts: np.ndarray) -> np.ndarray:
+        """The commanded TCP move from ``start`` with the workspace clipping the world applies
+        after every action. np.clip's arithmetic on Python floats (float32 action to float64,
+        add, numpy's clip rule for array bounds): the same bits as the numpy loop, less overhead."""
+        target = start.tolist()
+        for move in acts[:, :3].tolist():
+            target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, self._workspace_rows)]
+        return np.array(target) - start
+
     # -- measurements -------------------------------------------------------------------
     def _segment(self, a, b, commanded, rotation, start, calibration, scale) -> dict[str, Any]:
         """Measure one action segment (frame a -> frame b) and update the episode counters."""
@@ -376,12 +386,21 @@ class ConsistencyGate:
             seg.update(in_view=geo["in_view"], expected_px=[round(float(v), 3) for v in geo["expected"]],
                        demanded=bool(demanded_m and geo["in_view"] and geo["expected_px"] >= th.min_motion_px))
 
-        a, pan, shift = self._camera_motion(seg, a, b, None if geo is None else geo["box"])
+        # |b - a| and its change mask, computed once per segment: the pan pre-check, the pan
+        # measure, the gripper window and the centroid all read them (the same values each of
+        # them computed on its own before)
+        box = None if geo is None else geo["box"]
+        absdiff = np.abs(b - a)
+        changed = None if box is None else absdiff > th.change_threshold
+        a_in = a
+        a, pan, shift = self._camera_motion(seg, a, b, box, absdiff, changed)
+        if a is not a_in:  # after a pan, a is the camera-compensated frame: its own difference
+            absdiff = changed = None
 
         if geo is not None:
-            self._measure_calibrated(seg, a, b, geo, commanded, rotation)
+            self._measure_calibrated(seg, a, b, geo, commanded, rotation, changed)
         else:
-            self._segment_uncalibrated(seg, a, b, cmd_m, demanded_m)
+            self._segment_uncalibrated(seg, a, b, cmd_m, demanded_m, absdiff)
 
         if pan:
             seg["score"] = 0.0
@@ -393,14 +412,15 @@ class ConsistencyGate:
                                   f"(a camera pan explaining {seg['pan_explained']:.0%} of the change)")
         return seg
 
-    def _camera_motion(self, seg, a, b, box):
+    def _camera_motion(self, seg, a, b, box, absdiff=None, changed=None):
         """Global shift between a and b, and whether it is a camera pan.
 
         The shift comes from phase correlation (Hann-windowed). It is a pan when
         moving the whole of ``a`` by it explains at least ``pan_explained`` of the difference
         outside the gripper's window ``box`` (the whole frame when the gripper's place is
         unknown): a pan moves the static scene, an arm does not. Returns (a compensated for a
-        pan or a unchanged, pan?, shift in px).
+        pan or a unchanged, pan?, shift in px). ``absdiff`` (``|b - a|``) and ``changed`` (its
+        change mask) are passed by callers that have them already.
         """
         import cv2
 
@@ -409,7 +429,9 @@ class ConsistencyGate:
         if box is not None:
             # nothing changed outside the gripper's window: nothing there can have panned
             x0, y0, c = box
-            changed = np.abs(b - a) > th.change_threshold
+            if changed is None:
+                absdiff = np.abs(b - a) if absdiff is None else absdiff
+                changed = absdiff > th.change_threshold
             outside = int(np.count_nonzero(changed)) - int(np.count_nonzero(changed[y0: y0 + c, x0: x0 + c]))
             if outside < th.frozen_min_changed_px:
                 seg["global_shift_px"] = [0.0, 0.0]
@@ -429,7 +451,9 @@ class ConsistencyGate:
         if box is not None:
             x0, y0, c = box
             keep[y0: y0 + c, x0: x0 + c] = False
-        raw = float(np.mean(np.abs(b - a)[keep])) if keep.any() else 0.0
+        if absdiff is None:
+            absdiff = np.abs(b - a)
+        raw = float(np.mean(absdiff[keep])) if keep.any() else 0.0
         if raw < 0.02 * th.change_threshold:  # the scene outside the gripper did not change at all
             seg["pan_explained"] = 0.0
             return a, False, shift
@@ -451,7 +475,7 @@ class ConsistencyGate:
         # edges that did not change (the table's edge, objects) break when everything is moved
         # by the arm's shift, while after a real pan they stay matched
         edges = keep & (_gradient(a) > th.pan_edge_gradient)
-        still = edges & (np.abs(b - a) <= th.change_threshold)
+        still = edges & (absdiff <= th.change_threshold)
         n_still = int(np.count_nonzero(still))
         broken = int(np.count_nonzero(still & (np.abs(b - moved) > th.change_threshold)))
         broken_fraction = broken / n_still if n_still >= th.frozen_min_changed_px else 0.0
@@ -479,15 +503,17 @@ class ConsistencyGate:
     def _geometry(self, commanded, start, calibration, scale, shape) -> dict[str, Any]:
         """Where the gripper is and should go in the analysis image (calibrated worlds)."""
         th = self.thresholds
-        lift = np.array([0.0, 0.0, th.hand_height_m])
+        lift = self._lift
         end = start + commanded
         # the TCP and the hand above it, before and after the commanded move
         uv = np.asarray(calibration.project(np.stack([start, end, start + lift, end + lift])), dtype=np.float64) * scale
         h, w = shape
-        finite = bool(np.isfinite(uv).all())
+        # the view test on Python floats: the same comparisons as numpy's min/max, less overhead
+        us, vs = uv[:, 0].tolist(), uv[:, 1].tolist()
+        finite = all(map(math.isfinite, us)) and all(map(math.isfinite, vs))
         margin = th.view_margin_px
-        in_view = finite and bool(uv[:, 0].min() >= margin and uv[:, 0].max() <= w - margin
-                                  and uv[:, 1].min() >= margin and uv[:, 1].max() <= h - margin)
+        in_view = finite and (min(us) >= margin and max(us) <= w - margin
+                              and min(vs) >= margin and max(vs) <= h - margin)
         if not finite:
             return {"in_view": False, "expected": np.zeros(2), "expected_px": 0.0, "box": None}
         expected = uv[1] - uv[0]
@@ -498,7 +524,7 @@ class ConsistencyGate:
         return {"in_view": in_view, "expected": expected, "expected_px": math.hypot(expected[0], expected[1]),
                 "box": (x0, y0, c)}
 
-    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation) -> None:
+    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation, changed_mask=None) -> None:
         th = self.thresholds
         expected, exp_px, box = geo["expected"], geo["expected_px"], geo["box"]
         if box is None:
@@ -506,8 +532,10 @@ class ConsistencyGate:
             return
         x0, y0, c = box
         ac, bc = a[y0: y0 + c, x0: x0 + c], b[y0: y0 + c, x0: x0 + c]
-        changed = int(np.count_nonzero(np.abs(bc - ac) > th.change_threshold))
-        observed, _ = _changed_centroid_shift(ac, bc, th.change_threshold)
+        # the window's change mask: a crop of the segment's (b, a) mask where the caller has it
+        mask = (np.abs(bc - ac) > th.change_threshold) if changed_mask is None else changed_mask[y0: y0 + c, x0: x0 + c]
+        changed = int(np.count_nonzero(mask))
+        observed, _ = _changed_centroid_shift(ac, bc, th.change_threshold, mask)
         obs_px = float(np.hypot(*observed))
         cos = float(observed @ expected / (obs_px * exp_px)) if obs_px > 1e-6 and exp_px > 1e-6 else None
         # score: how much better the commanded displacement explains the window than the best
@@ -543,9 +571,9 @@ class ConsistencyGate:
             self._mismatches += 1
             seg["mismatch"] = True
 
-    def _segment_uncalibrated(self, seg, a, b, cmd_m, demanded_m) -> None:
+    def _segment_uncalibrated(self, seg, a, b, cmd_m, demanded_m, absdiff=None) -> None:
         th = self.thresholds
-        diff = np.abs(b - a)
+        diff = np.abs(b - a) if absdiff is None else absdiff
         m = max(1, int(round(0.05 * min(a.shape))))  # ignore a thin border (pan fill, crop jitter)
         changed = float(np.mean(diff[m:-m, m:-m] > th.change_threshold))
         seg.update(in_view=None, demanded=bool(demanded_m), changed_fraction=round(changed, 5))
@@ -608,6 +636,13 @@ class ConsistencyGate:
         return prev_frame, frames, actions
 
 
+def _clip_to_bounds(x: float, lo: float, hi: float) -> float:
+    """``np.clip(x, lo_array, hi_array)`` for one finite element: max(x, lo) then min(., hi), a tie
+    keeping the bound (numpy's loop for array bounds; the sign of a zero comes out the same)."""
+    x = x if x > lo else lo
+    return x if x < hi else hi
+
+
 def _logged_positions(log: Mapping[str, Any], k: int) -> np.ndarray | None:
     ee = log.get("ee_pos")
     if ee is None:
@@ -618,7 +653,8 @@ def _logged_positions(log: Mapping[str, Any], k: int) -> np.ndarray | None:
     return ee
 
 
-def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float) -> tuple[np.ndarray, int]:
+def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float,
+                            mask: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """Displacement of what changed between a and b: centroid of b's vs a's changed pixels.
 
     Each changed pixel weighs by how far its value lies from the window's background (the
@@ -627,14 +663,16 @@ def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float) -> t
     """
     import cv2
 
-    mask = np.abs(b - a) > threshold
+    if mask is None:  # (callers that have the change mask of (a, b) at this threshold pass it)
+        mask = np.abs(b - a) > threshold
     changed = int(np.count_nonzero(mask))
     if not changed:
         return np.zeros(2), 0
     flat = a.ravel()
     background = float(np.partition(flat, flat.size // 2)[flat.size // 2])  # median, without np.median's overhead
-    ma = cv2.moments(np.where(mask, np.abs(a - background), 0.0).astype(np.float32))
-    mb = cv2.moments(np.where(mask, np.abs(b - background), 0.0).astype(np.float32))
+    # (np.where of float32 frames is float32 already: no copy needed for OpenCV)
+    ma = cv2.moments(np.where(mask, np.abs(a - background), 0.0).astype(np.float32, copy=False))
+    mb = cv2.moments(np.where(mask, np.abs(b - background), 0.0).astype(np.float32, copy=False))
     if ma["m00"] < 1e-6 or mb["m00"] < 1e-6:
         return np.zeros(2), changed
     return np.array([mb["m10"] / mb["m00"] - ma["m10"] / ma["m00"], mb["m01"] / mb["m00"] - ma["m01"] / ma["m00"]]), changed

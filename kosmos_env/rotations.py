@@ -14,9 +14,13 @@ Conventions (stated once, used everywhere in Kosmos-Env):
 - **Quaternions** are ``(w, x, y, z)`` with ``w >= 0`` on output.
 
 Every function accepts a single value or a batch with leading dimensions (``(..., 3)``,
-``(..., 3, 3)``, ...) and returns float64 unless the input is float32.
+``(..., 3, 3)``, ...) and returns float64 unless the input is float32. The ``*_single``
+variants take exactly one float64 rotation and return the same bits as the batched functions
+with a fraction of their overhead (for per-step control loops; see their docstring).
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -30,6 +34,9 @@ __all__ = [
     "quat_to_matrix",
     "matrix_to_quat",
     "project_to_so3",
+    "euler_to_matrix_single",
+    "matrix_to_euler_single",
+    "matrix_to_axis_angle_single",
 ]
 
 
@@ -195,3 +202,92 @@ def project_to_so3(matrix: np.ndarray) -> np.ndarray:
     u = u.copy()
     u[..., :, 2] *= d[..., None]
     return u @ vt
+
+
+# -- one rotation at a time, bit for bit the batched functions above --------------------------
+#
+# The batched functions spend most of a single rotation's time on numpy call overhead (tiny
+# arrays, np.where over both branches, np.stack). These do the same arithmetic on Python floats
+# in the same order: + - * / and sqrt are correctly rounded IEEE operations in numpy and in
+# Python alike, so the results are the same bits. What is not exactly rounded stays numpy:
+# sin, cos, arcsin and arctan2 are called through numpy on one value, which runs the same ufunc
+# inner loop as the batched code's 0-d calls (libm, or SVML on AVX-512 CPUs, whichever numpy
+# picks for a one-element call); the quaternion norm stays np.linalg.norm (a BLAS dot product,
+# whose kernel differs between CPUs). Only float64 input is accepted: float32 would be computed
+# in float32 by the batched functions.
+
+
+def _one_matrix(matrix: np.ndarray) -> list[float]:
+    m = np.asarray(matrix)
+    if m.shape != (3, 3) or m.dtype != np.float64:
+        raise ValueError(f"expected one float64 (3, 3) rotation matrix, got {m.shape} {m.dtype}")
+    return m.ravel().tolist()
+
+
+def euler_to_matrix_single(euler: np.ndarray) -> np.ndarray:
+    """:func:`euler_to_matrix` of one float64 ``(roll, pitch, yaw)``: the same (3, 3) bits."""
+    e = np.asarray(euler)
+    if e.shape != (3,) or e.dtype != np.float64:
+        raise ValueError(f"expected one float64 (3,) euler vector, got {e.shape} {e.dtype}")
+    r, p, y = e.tolist()
+    cos, sin = np.cos, np.sin
+    cr, sr, cp, sp, cy, sy = (float(cos(r)), float(sin(r)), float(cos(p)), float(sin(p)),
+                              float(cos(y)), float(sin(y)))
+    return np.array([
+        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+        [-sp, cp * sr, cp * cr],
+    ])
+
+
+def matrix_to_euler_single(matrix: np.ndarray) -> np.ndarray:
+    """:func:`matrix_to_euler` of one float64 rotation matrix: the same (3,) bits."""
+    m00, m01, _, m10, m11, _, m20, m21, m22 = _one_matrix(matrix)
+    # np.clip(x, -1.0, 1.0) with scalar bounds: numpy's loop replaces x only when it lies outside
+    sp = -m20
+    if sp < -1.0:
+        sp = -1.0
+    if sp > 1.0:
+        sp = 1.0
+    pitch = float(np.arcsin(sp))
+    cp = math.sqrt(m21 * m21 + m22 * m22)
+    if cp < 1e-9:  # gimbal lock, as in matrix_to_euler
+        roll, yaw = 0.0, float(np.arctan2(-m01, m11))
+    else:
+        roll, yaw = float(np.arctan2(m21, m22)), float(np.arctan2(m10, m00))
+    return np.array([roll, pitch, yaw])
+
+
+def _matrix_to_quat_single(matrix: np.ndarray) -> np.ndarray:
+    """:func:`matrix_to_quat` of one float64 rotation matrix: the same (4,) bits."""
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = _one_matrix(matrix)
+    tr = r00 + r11 + r22
+    if tr > 0:
+        s = 2.0 * math.sqrt(tr + 1.0)
+        q = [0.25 * s, (r21 - r12) / s, (r02 - r20) / s, (r10 - r01) / s]
+    elif r00 > r11 and r00 > r22:
+        s = 2.0 * math.sqrt(1.0 + r00 - r11 - r22)
+        q = [(r21 - r12) / s, 0.25 * s, (r01 + r10) / s, (r02 + r20) / s]
+    elif r11 > r22:
+        s = 2.0 * math.sqrt(1.0 + r11 - r00 - r22)
+        q = [(r02 - r20) / s, (r01 + r10) / s, 0.25 * s, (r12 + r21) / s]
+    else:
+        s = 2.0 * math.sqrt(1.0 + r22 - r00 - r11)
+        q = [(r10 - r01) / s, (r02 + r20) / s, (r12 + r21) / s, 0.25 * s]
+    quat = np.array(q)
+    quat /= np.linalg.norm(quat)  # the batched function's own norm call (BLAS)
+    return -quat if quat[0] < 0 else quat
+
+
+def matrix_to_axis_angle_single(matrix: np.ndarray) -> np.ndarray:
+    """:func:`matrix_to_axis_angle` of one float64 rotation matrix: the same (3,) bits."""
+    q = _matrix_to_quat_single(matrix)
+    w, xyz = q[:1], q[1:]
+    s = np.linalg.norm(xyz, axis=-1, keepdims=True)  # the batched function's own reduction
+    s0, w0 = float(s[0]), float(w[0])
+    if s0 < 1e-12:
+        scale = 2.0 / (1.0 if w0 == 0 else w0)
+    else:
+        scale = (2.0 * float(np.arctan2(s0, w0))) / s0
+    x, y, z = xyz.tolist()
+    return np.array([x * scale, y * scale, z * scale])

@@ -7,10 +7,10 @@ import mujoco
 import numpy as np
 import pytest
 
-from kosmos_env.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle
+from kosmos_env.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle, matrix_to_euler
 from kosmos_env.policies.scripted import ScriptedPolicy
 from kosmos_env.worlds.base import WorldStep
-from kosmos_env.worlds.tabletop.scene import TCP_OFFSET
+from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL, TCP_OFFSET
 from kosmos_env.worlds.tabletop.world import TabletopWorld, substep_targets
 
 
@@ -113,8 +113,28 @@ def test_trimmed_targets_are_bitwise_the_batched_targets():
 
 
 class UntrimmedStepWorld(TabletopWorld):
-    """The world step before its per-step work was trimmed: mocap rows looked up per substep,
-    the camera by name, a copied frame, evaluate() for the logged truth, the state recomputed."""
+    """The world step before its per-step work was trimmed: the command computed with the
+    batched numpy rotation functions and np.clip, mocap rows looked up per substep, the camera
+    by name, a copied frame, evaluate() for the logged truth, the state recomputed."""
+
+    def _command(self, action):
+        lo, hi = self._workspace[:, 0], self._workspace[:, 1]
+        target_tcp = np.clip(self._tcp + action[:3], lo, hi)
+        target_rot = euler_to_matrix(action[3:6]) @ self._rot
+        euler = matrix_to_euler(target_rot)
+        euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
+        target_rot = euler_to_matrix(euler)
+        self._gripper_cmd = float(action[6])
+        self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        return target_tcp, target_rot
+
+    def measured_gripper(self):
+        q = self.data.qpos[self._finger_qpos]
+        return float(np.clip(q.mean() / FINGER_TRAVEL, 0.0, 1.0))
+
+    def _state(self):
+        return {"ee_pos": self.tcp_position(), "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+                "gripper": np.array([self.measured_gripper()], dtype=np.float32)}
 
     def _control(self, action):
         target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
@@ -146,6 +166,45 @@ class UntrimmedStepWorld(TabletopWorld):
         return WorldStep(frames=np.stack(frames), state=self._state(), log=log)
 
 
+def assert_same_step(got, want, world, reference):
+    np.testing.assert_array_equal(got.frames, want.frames)
+    assert got.log.keys() == want.log.keys()
+    for key in want.log:
+        np.testing.assert_array_equal(got.log[key], want.log[key])
+        assert got.log[key].dtype == want.log[key].dtype
+        assert got.log[key].tobytes() == want.log[key].tobytes()  # also the sign of zeros
+    for key in want.state:
+        assert got.state[key].dtype == want.state[key].dtype
+        assert got.state[key].tobytes() == want.state[key].tobytes()
+    for field in ("qpos", "qvel", "xpos", "xquat", "mocap_pos", "mocap_quat", "qacc_warmstart"):
+        assert getattr(world.data, field).tobytes() == getattr(reference.data, field).tobytes(), field
+
+
+def test_trimmed_world_step_is_bitwise_the_untrimmed_step_under_random_actions():
+    """Random actions over the whole action box: large rotations, the wrist's tilt limit and
+    the workspace walls, which a scripted episode seldom reaches."""
+    env = gymnasium.make("Kosmos-Tabletop-v1", task="stack_green_on_yellow", image_size=(64, 64))
+    world = env.unwrapped.world
+    reference = UntrimmedStepWorld(world.spec)
+    task_spec = env.unwrapped._resolve_task("stack_green_on_yellow")
+    world.reset(task_spec, np.random.default_rng(3))
+    reference.reset(task_spec, np.random.default_rng(3))
+    rng = np.random.default_rng(4)
+    low, high = env.action_space.low, env.action_space.high
+    tilted = walled = 0
+    for i in range(40):
+        action = rng.uniform(low, high) * (1.0, 0.3)[i % 2]
+        if i % 5 == 0:
+            action[:3] = 3 * high[:3] * np.sign(action[:3])  # straight into a wall
+        got, want = world.step(action), reference.step(action)
+        assert_same_step(got, want, world, reference)
+        tilted += bool(np.isclose(np.abs(got.state["ee_euler"][:2]), world._max_tilt, atol=1e-6).any())
+        walled += bool(np.isclose(world._tcp, world._workspace[:, 0]).any() or np.isclose(world._tcp, world._workspace[:, 1]).any())
+    assert tilted and walled  # the clipping branches were exercised
+    reference.close()
+    env.close()
+
+
 @pytest.mark.parametrize("task", ["carrot_on_plate", "eggplant_in_basket"])
 def test_trimmed_world_step_is_bitwise_the_untrimmed_step(task):
     """Same frames, robot log, state and body poses, bit for bit, along a scripted episode (the
@@ -166,16 +225,7 @@ def test_trimmed_world_step_is_bitwise_the_untrimmed_step(task):
         action, ref_action = policy.act(obs), ref_policy.act(ref_obs)
         np.testing.assert_array_equal(action, ref_action)
         got, want = world.step(action), reference.step(ref_action)
-        np.testing.assert_array_equal(got.frames, want.frames)
-        assert got.log.keys() == want.log.keys()
-        for key in want.log:
-            np.testing.assert_array_equal(got.log[key], want.log[key])
-            assert got.log[key].dtype == want.log[key].dtype
-        for key in want.state:
-            np.testing.assert_array_equal(got.state[key], want.state[key])
-            assert got.state[key].dtype == want.state[key].dtype
-        np.testing.assert_array_equal(world.data.xpos, reference.data.xpos)
-        np.testing.assert_array_equal(world.data.qvel, reference.data.qvel)
+        assert_same_step(got, want, world, reference)
         successes.append(bool(got.log["gt_success"][-1]))
         obs = {"image": got.frames[-1], "instruction": task_spec.instruction, **got.state}
         ref_obs = {"image": want.frames[-1], "instruction": task_spec.instruction, **want.state}

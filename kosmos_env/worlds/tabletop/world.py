@@ -20,9 +20,9 @@ import mujoco  # noqa: E402
 
 from kosmos_env.rotations import (  # noqa: E402
     axis_angle_to_matrix,
-    euler_to_matrix,
-    matrix_to_axis_angle,
-    matrix_to_euler,
+    euler_to_matrix_single,
+    matrix_to_axis_angle_single,
+    matrix_to_euler_single,
 )
 from kosmos_env.tasks import TaskSpec  # noqa: E402
 from kosmos_env.tasks.shapes import object_half_height, target_top  # noqa: E402
@@ -55,6 +55,8 @@ class TabletopWorld:
         self.calibration = tabletop_calibration(self.params["camera"], self.image_size)
         self._substeps = max(1, int(round(self.params["control_dt"] / self.params["physics_dt"])))
         self._workspace = np.asarray(self.params["workspace"], dtype=np.float64)
+        # the same bounds as Python floats, for the per-step clipping on Python floats
+        self._workspace_rows = [(float(lo), float(hi)) for lo, hi in self._workspace]
         self._max_tilt = float(self.params["max_tilt"])
         # one compiled model per task, built lazily and kept (switching tasks must stay cheap)
         self._scenes: dict[str, tuple[mujoco.MjModel, mujoco.MjData, mujoco.Renderer]] = {}
@@ -101,10 +103,11 @@ class TabletopWorld:
         cmd = np.empty(k, dtype=np.float32)
         measured = np.empty(k, dtype=np.float32)
         truth = np.empty(k, dtype=bool)
+        site_xpos, tcp_site = self.data.site_xpos, self._tcp_site
         for i, action in enumerate(rows):
             self._control(action)
             self._render(out=frames[i])
-            ee[i] = self.tcp_position()
+            ee[i] = site_xpos[tcp_site]  # float64 -> float32 on assignment: tcp_position()'s cast
             cmd[i] = self._gripper_cmd
             measured[i] = self.measured_gripper()
             truth[i] = self._resting_state(stop_early=True)[0]
@@ -117,7 +120,7 @@ class TabletopWorld:
             "gt_success": truth,
         }
         # the state after the last action is what the log's last row already measured
-        state = {"ee_pos": ee[-1].copy(), "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+        state = {"ee_pos": ee[-1].copy(), "ee_euler": matrix_to_euler_single(self._rot).astype(np.float32),
                  "gripper": measured[-1:].copy()}
         return WorldStep(frames=frames, state=state, log=log)
 
@@ -196,8 +199,11 @@ class TabletopWorld:
 
     def measured_gripper(self) -> float:
         """Measured opening in [0, 1] (mean finger travel / full travel)."""
-        q = self.data.qpos[self._finger_qpos]
-        return float(np.clip(q.mean() / FINGER_TRAVEL, 0.0, 1.0))
+        qpos, (left, right) = self.data.qpos, self._finger_qpos_pair
+        # np.mean of the two and np.clip, on Python floats: the same operations and bits (numpy's
+        # sum starts from +0.0, so two -0.0 fingers sum to +0.0 there as here)
+        total = 0.0 + float(qpos[left]) + float(qpos[right])
+        return _clip_to_constants(total / 2 / FINGER_TRAVEL, 0.0, 1.0)
 
     # -- internals ----------------------------------------------------------------------
     def _scene(self, task: TaskSpec):
@@ -221,10 +227,12 @@ class TabletopWorld:
         self._hand_qpos = model.joint("hand_free").qposadr[0]
         self._tcp_site = model.site("tcp").id
         self._finger_qpos = np.array([model.joint("finger_left").qposadr[0], model.joint("finger_right").qposadr[0]])
+        self._finger_qpos_pair = tuple(int(i) for i in self._finger_qpos)
         self._finger_geoms = {model.body("finger_left").id, model.body("finger_right").id}
         # per-step lookups done once: the hand target's MjData rows (views) and the camera
         self._mocap_pos = data.mocap_pos[self._hand_mocap]
         self._mocap_quat = data.mocap_quat[self._hand_mocap]
+        self._mocap_pos_bytes = memoryview(self._mocap_pos)  # copies into it skip numpy's setitem
         self._camera = mujoco.MjvCamera()
         self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
         self._camera.fixedcamid = model.camera("main").id
@@ -255,30 +263,40 @@ class TabletopWorld:
         self.data.mocap_quat[self._hand_mocap] = quat
 
     def _command(self, action: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Set the gripper command and return the step's hand target (position, rotation)."""
-        lo, hi = self._workspace[:, 0], self._workspace[:, 1]
-        target_tcp = np.clip(self._tcp + action[:3], lo, hi)
-        target_rot = euler_to_matrix(action[3:6]) @ self._rot
+        """Set the gripper command and return the step's hand target (position, rotation).
+
+        Per-element arithmetic runs on Python floats and the rotation conversions are the
+        ``*_single`` ones: the same operations in the same order as the numpy versions, so the
+        same bits (tests/test_tabletop_substeps.py compares against the numpy code).
+        """
+        dx, dy, dz, _, _, _, gripper = action.tolist()
+        target_tcp = np.array([_clip_to_bounds(p + d, lo, hi) for p, d, (lo, hi) in
+                               zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows)])
+        target_rot = euler_to_matrix_single(action[3:6]) @ self._rot  # numpy's matmul (BLAS), as before
         # joint limits of the wrist: tilt away from pointing down is bounded
-        euler = matrix_to_euler(target_rot)
-        euler[:2] = np.clip(euler[:2], -self._max_tilt, self._max_tilt)
-        target_rot = euler_to_matrix(euler)
-        self._gripper_cmd = float(action[6])
+        tilt = self._max_tilt
+        roll, pitch, yaw = matrix_to_euler_single(target_rot).tolist()
+        target_rot = euler_to_matrix_single(np.array([_clip_to_constants(roll, -tilt, tilt),
+                                                      _clip_to_constants(pitch, -tilt, tilt), yaw]))
+        self._gripper_cmd = gripper
         self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         return target_tcp, target_rot
 
     def _control(self, action: np.ndarray) -> None:
         target_tcp, target_rot = self._command(action)
-        positions, quats = substep_targets(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
-        # the hand target's rows of MjData, looked up once per scene rather than per substep
-        m, d, mocap_pos, mocap_quat = self.model, self.data, self._mocap_pos, self._mocap_quat
-        step = mujoco.mj_step
-        for pos, quat in zip(positions, quats):
-            mocap_pos[:] = pos
-            mocap_quat[:] = quat
+        positions, rots = _substep_poses(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
+        # the hand target's rows of MjData, looked up once per scene rather than per substep;
+        # positions are copied as raw float64 bytes and each quaternion is converted by MuJoCo
+        # straight into its row (the same function and input as substep_targets, no copy)
+        m, d, mocap_pos, mocap_quat = self.model, self.data, self._mocap_pos_bytes, self._mocap_quat
+        step, mat2quat = mujoco.mj_step, mujoco.mju_mat2Quat
+        flat_positions = memoryview(positions.reshape(-1))
+        for i, rot in enumerate(rots):
+            mocap_pos[:] = flat_positions[3 * i: 3 * i + 3]
+            mat2quat(mocap_quat, rot)
             step(m, d)
         # the hold phase: the target no longer moves, so the remaining substeps run in one call
-        hold = self._substeps - len(positions)
+        hold = self._substeps - len(rots)
         if hold:
             step(m, d, nstep=hold)
         self._tcp, self._rot = target_tcp, target_rot
@@ -295,7 +313,7 @@ class TabletopWorld:
     def _state(self) -> dict[str, np.ndarray]:
         return {
             "ee_pos": self.tcp_position(),
-            "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+            "ee_euler": matrix_to_euler_single(self._rot).astype(np.float32),
             "gripper": np.array([self.measured_gripper()], dtype=np.float32),
         }
 
@@ -323,18 +341,45 @@ def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np
     the rest in one ``mj_step`` call. Computing them as one batch replaces a per-substep
     round trip through axis-angle conversions, which dominated a step's cost.
     """
+    positions, rots = _substep_poses(start_tcp, start_rot, target_tcp, target_rot, substeps)
+    quats = np.empty((len(rots), 4))
+    for quat, rot in zip(quats, rots):  # MuJoCo's own conversion, as the per-substep path used
+        mujoco.mju_mat2Quat(quat, rot)
+    return positions, quats
+
+
+def _substep_poses(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray,
+                   target_rot: np.ndarray, substeps: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`substep_targets` before the quaternion conversion: mocap positions (n, 3) and
+    the hand's rotation matrices as rows of 9 (n, 9), for the world's substep loop."""
     fracs, n_moving = _substep_fractions(substeps)
     rots = np.empty((len(fracs), 3, 3))
-    rel = matrix_to_axis_angle(target_rot @ start_rot.T)
+    rel = matrix_to_axis_angle_single(target_rot @ start_rot.T)
     rots[:n_moving] = axis_angle_to_matrix(fracs[:n_moving] * rel) @ start_rot
     rots[n_moving:] = target_rot
     tcps = start_tcp + fracs * (target_tcp - start_tcp)
     # the hand origin sits TCP_OFFSET above the TCP along the hand's z axis (a rotation's 3rd column)
     positions = tcps + TCP_OFFSET * rots[:, :, 2]
-    quats = np.empty((len(fracs), 4))
-    for quat, rot in zip(quats, rots.reshape(-1, 9)):  # MuJoCo's own conversion, as the per-substep path used
-        mujoco.mju_mat2Quat(quat, rot)
-    return positions, quats
+    return positions, rots.reshape(-1, 9)
+
+
+# np.clip has two loops whose only difference is which value a tie keeps (visible on signed
+# zeros): with array bounds it is max(x, lo) then min(., hi) keeping the bound on a tie; with
+# scalar bounds it replaces x only when x lies strictly outside. Each call site below uses the
+# rule of the np.clip call it replaced, so even -0.0 comes out the same.
+def _clip_to_bounds(x: float, lo: float, hi: float) -> float:
+    """``np.clip(x, lo_array, hi_array)`` for one finite element."""
+    x = x if x > lo else lo
+    return x if x < hi else hi
+
+
+def _clip_to_constants(x: float, lo: float, hi: float) -> float:
+    """``np.clip(x, lo, hi)`` with scalar bounds, for one finite value."""
+    if x < lo:
+        x = lo
+    if x > hi:
+        x = hi
+    return x
 
 
 @functools.lru_cache(maxsize=8)
