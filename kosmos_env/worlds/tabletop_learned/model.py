@@ -29,7 +29,8 @@ probability cleaned by a fixed rule (:func:`.objects.sprite_alpha`: one connecte
 halo over the table or the target). What is learned: the
 segmenter, the object dynamics and this network's weights, all fitted to simulator frames and
 states. What is fixed geometry: the published camera calibration (sprite shifts, heatmaps),
-the integration of commanded pose, and the table/target resting rules of :mod:`.engine`.
+the integration of commanded pose, and the table/target resting rules of :mod:`.engine`;
+fixed rules (not learned): the sprite-alpha cleaning and the redraw of the first-frame footprint.
 Because nothing is fed back, a frame at step 40 is as sharp as one at step 1; a wrong state
 (the dynamics' error) shows as a wrong picture, not a blurred one.
 
