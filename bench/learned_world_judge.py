@@ -21,6 +21,9 @@ look like success), how often each log shows an empty grasp.
         --out bench/results/learned_world_judge.txt [--actions-per-call 1 2 4]
 
 Seeds start at 100000 (the validity study's), far from the training seeds (< 4000).
+``--json ROWS --frames-out FRAMES.npz`` also keeps every rollout's last frame; then
+``--rejudge ROWS FRAMES.npz --vision-weights W`` scores another frame classifier on the very
+same rollouts (no episode is run again).
 """
 from __future__ import annotations
 
@@ -61,7 +64,38 @@ def make_grasp_miss(seed=None):
 
 
 def run(args) -> dict:
+    """Every (policy, task, seed) in both worlds; ``--workers`` > 1 splits the policies across
+    processes (each with one torch thread; rows come back in the same order as one process's)."""
+    policies = list(args.policies) + [GRASP_MISS]
+    t_start = time.perf_counter()
+    workers = max(1, min(int(args.workers), len(policies)))
+    if workers == 1:
+        parts = [_run_policies(args, policies)]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        chunks = [policies[i::workers] for i in range(workers)]
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            done = list(pool.map(_run_policies, [args] * workers, chunks))
+        by_policy = {}
+        for rows, frames, tasks, settings in done:
+            for j, r in enumerate(rows):
+                by_policy.setdefault(r["policy"], []).append((r, {w: f[j] for w, f in frames.items()}))
+        ordered = [item for p in policies for item in by_policy[p]]
+        parts = [([r for r, _ in ordered], {w: [f[w] for _, f in ordered] for w in ordered[0][1]}, tasks, settings)]
+    rows, last_frames, tasks, settings = parts[0]
+    if args.frames_out:
+        np.savez_compressed(args.frames_out, **{w.replace("@", "_at_"): np.stack(f) for w, f in last_frames.items()})
+    return {"rows": rows, "policies": policies, "tasks": tasks, "seeds": args.seeds, "settings": list(settings),
+            "seed_offset": args.seed_offset, "wall_seconds": time.perf_counter() - t_start}
+
+
+def _run_policies(args, policies):
     import gymnasium
+    import torch
+
+    torch.set_num_threads(1)
 
     import kosmos_env  # noqa: F401
     from kosmos_env.judges import make_judge
@@ -86,8 +120,8 @@ def run(args) -> dict:
     tasks = list(envs["reference"].unwrapped.task_names)
     vision = FrameVisionJudge(args.vision_weights)
     robot_log = make_judge("robot_log")
-    policies = list(args.policies) + [GRASP_MISS]
     rows = []
+    last_frames = {world_name: [] for world_name in envs}  # for --frames-out (re-judging later)
     t_start = time.perf_counter()
     for name in policies:
         for task in tasks:
@@ -102,6 +136,7 @@ def run(args) -> dict:
                         policy = make_policy(pname, **pkw)
                     result = run_episode(env, policy, seed=seed, task=task)
                     rollout = result.rollout
+                    last_frames[world_name].append(np.asarray(rollout.frames[-1], dtype=np.uint8))
                     t0 = time.perf_counter()
                     row[f"{world_name}/vision"] = bool(vision.judge(rollout).success)
                     row[f"{world_name}/vision_seconds"] = time.perf_counter() - t0
@@ -114,8 +149,27 @@ def run(args) -> dict:
         print(f"{name}: done ({time.perf_counter() - t_start:.0f} s)", file=sys.stderr, flush=True)
     for env in envs.values():
         env.close()
-    return {"rows": rows, "policies": policies, "tasks": tasks, "seeds": args.seeds, "settings": list(settings),
-            "seed_offset": args.seed_offset, "wall_seconds": time.perf_counter() - t_start}
+    return rows, last_frames, tasks, settings
+
+
+def rejudge(result: dict, frames_path: str, vision_weights: str | None) -> dict:
+    """Replace every ``<world>/vision`` verdict with another frame classifier's, on the last
+    frames a run saved with ``--frames-out`` (rows in the same order): a judge trained later
+    is scored on the very same rollouts, without running the worlds again."""
+    from kosmos_env.judges.vision_frame import TASKS, load_classifier, predict
+
+    model = load_classifier(vision_weights)
+    rows = result["rows"]
+    task_index = [TASKS.index(r["task"]) for r in rows]
+    with np.load(frames_path, allow_pickle=False) as saved:
+        for key in saved.files:
+            frames = saved[key]
+            if len(frames) != len(rows):
+                raise ValueError(f"{frames_path}: {len(frames)} frames for {key}, the rows hold {len(rows)}")
+            probs = predict(model, frames, task_index)
+            for r, p in zip(rows, probs):
+                r[f"{key.replace('_at_', '@')}/vision"] = bool(p >= 0.5)
+    return result
 
 
 REFERENCE_EVALUATORS = ("reference/vision", "reference/robot_log")
@@ -213,13 +267,25 @@ def main(argv=None) -> int:
                    help="learned-world settings to run (default: the spec's world.actions_per_call)")
     p.add_argument("--weights", default=None, help="another world.safetensors (bound by its own sha256)")
     p.add_argument("--vision-weights", default=None)
+    p.add_argument("--workers", type=int, default=1, help="processes, each running a share of the policies (default 1)")
     p.add_argument("--json", default=None, help="also write the per-episode rows here")
+    p.add_argument("--frames-out", default=None, help="also save every rollout's last frame here (.npz)")
+    p.add_argument("--rejudge", nargs=2, metavar=("ROWS_JSON", "FRAMES_NPZ"), default=None,
+                   help="run no episode: re-judge a saved run's last frames with --vision-weights and summarise")
     p.add_argument("--out", default=None, help="write the summary here too")
     args = p.parse_args(argv)
-    if args.seeds < 1:
-        print("error: --seeds must be >= 1", file=sys.stderr)
+    if args.seeds < 1 or args.workers < 1:
+        print("error: --seeds and --workers must be >= 1", file=sys.stderr)
         return 2
-    result = run(args)
+    if args.rejudge:
+        missing = [f for f in args.rejudge if not os.path.isfile(f)]
+        if missing:
+            print(f"error: no such file: {missing[0]}", file=sys.stderr)
+            return 2
+        with open(args.rejudge[0]) as fh:
+            result = rejudge(json.load(fh), args.rejudge[1], args.vision_weights)
+    else:
+        result = run(args)
     text = "command: python bench/learned_world_judge.py " + " ".join(argv if argv is not None else sys.argv[1:]) + "\n"
     text += summarise(result)
     print(text)

@@ -201,6 +201,10 @@ class KosmosEnv(gymnasium.Env):
       renderer draws each frame from the world's state instead of from its own last frame (frames
       no longer blur), and a held object's predicted gripper opening stays where the fingers
       stopped. New spec hash; earlier results are not comparable.
+    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, weights format
+      v4): the object's sprite keeps only the object (the segmenter's faint halo had drawn the
+      target's outline where the object went and erased the yellow cube under the green one), and
+      where the object started is always redrawn. New spec hash; earlier results are not comparable.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}

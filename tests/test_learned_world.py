@@ -167,6 +167,45 @@ def test_shift_layers_moves_a_pixel_by_whole_pixels_and_keeps_its_mass():
     assert half[0, 0, 5, 7].item() == pytest.approx(0.5, abs=1e-5) and half[0, 0, 5, 8].item() == pytest.approx(0.5, abs=1e-5)
 
 
+def test_sprite_alpha_keeps_one_opaque_object_and_drops_the_halo_and_stray_blobs():
+    from kosmos_env.worlds.tabletop_learned.objects import sprite_alpha
+
+    prob = np.full((2, 16, 16), 0.1, np.float32)  # a faint halo everywhere (the raw segmenter's)
+    prob[0, 4:8, 4:8] = 0.9  # the object
+    prob[0, 5, 9] = 0.6  # a separate, lighter blob (e.g. on the target)
+    prob[0, 12, 2:14] = 0.25  # a faint ring segment below the threshold
+    prob[0, 3, 4:8] = 0.4  # the object's soft edge, connected to it
+    alpha = sprite_alpha(prob)
+    assert alpha.shape == prob.shape and alpha.dtype == np.float32
+    assert np.all(alpha[0, 4:8, 4:8] == 1.0)  # opaque inside the object
+    assert alpha[0, 3, 5] == pytest.approx(0.8)  # the soft edge scaled, kept
+    outside = np.ones((16, 16), bool)
+    outside[3:8, 4:8] = False
+    assert np.all(alpha[0][outside] == 0.0)  # no halo, no stray blob, no ring
+    assert np.all(alpha[1] == 0.0)  # nothing above the threshold: no sprite
+
+
+def test_the_renderer_redraws_where_the_object_started():
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.model import StateRenderer
+
+    torch.manual_seed(0)
+    net = StateRenderer().eval()  # untrained: its learned mask is near 0 (copies the first frame)
+    first = torch.rand(1, 3, 64, 64)
+    alpha_first = torch.zeros(1, 64, 64)
+    alpha_first[0, 20:26, 30:36] = 1.0
+    with torch.no_grad():
+        frame, mask, content = net(first, alpha_first, torch.zeros(1, 4, 64, 64), torch.zeros(1, 4, 64, 64),
+                                   torch.zeros(1, 17))
+    assert mask.max().item() < 0.1
+    inside = (slice(None), slice(None), slice(20, 26), slice(30, 36))
+    assert torch.allclose(frame[inside], content[inside], atol=1e-6)  # the old footprint is redrawn
+    outside = torch.ones(64, 64, dtype=torch.bool)
+    outside[20:26, 30:36] = False
+    assert (frame - first)[..., outside].abs().max().item() < 0.1  # the rest is (nearly) the first frame
+
+
 def test_mask_centre_back_projects_to_the_point_that_projects_there():
     from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
     from kosmos_env.worlds.tabletop_learned.objects import locate, mask_centre

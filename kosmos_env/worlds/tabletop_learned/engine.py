@@ -21,7 +21,7 @@ import torch
 from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
 from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
-from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers
+from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers, sprite_alpha
 
 
 def to_tensor(frames: np.ndarray) -> torch.Tensor:
@@ -69,7 +69,7 @@ class Engine:
         self._supports = [_support(p) for p in task_params]
         self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
         self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
-        alpha = torch.from_numpy(probs[:, :1]).float()
+        alpha = torch.from_numpy(sprite_alpha(probs[:, 0])[:, None])
         self.sprite0 = torch.cat([self.first * alpha, alpha], dim=1)  # premultiplied RGB, alpha
         self.uv0 = self._project(self.obj)
         self.held = torch.zeros(b)

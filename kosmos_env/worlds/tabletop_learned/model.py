@@ -16,15 +16,21 @@ frame). This renderer never reads its own output. Each frame is drawn afresh fro
 
 The network predicts what differs from the first frame and composites the sprite on top:
 
-    y = (1 − m) · x[0] + m · c              (robot drawn at its pose, old robot/object erased)
+    r = 1 − (1 − m) · (1 − A₀)
+    y = (1 − r) · x[0] + r · c              (robot drawn at its pose, old robot/object erased)
     x[t] = (1 − a) · y + (1 − o) · P        (the object's sprite where it now is)
 
 with a per-pixel mask ``m`` (initialised near 0: the untrained net copies the first frame),
-content ``c``, the shifted sprite ``P`` with alpha ``A``, ``a = A · (1 − o)`` and a learned
-occlusion ``o`` (the fingers in front of the object, the basket's wall). What is learned: the
+always opened on the object's first-frame alpha ``A₀`` (where the object started is redrawn
+by the content, so no faint copy of it stays behind when it moves), content ``c``, the shifted
+sprite ``P`` with alpha ``A``, ``a = A · (1 − o)`` and a learned occlusion ``o`` (the fingers
+in front of the object, the basket's wall). The sprite's alpha is the segmenter's object
+probability cleaned by a fixed rule (:func:`.objects.sprite_alpha`: one connected region, no
+halo over the table or the target). What is learned: the
 segmenter, the object dynamics and this network's weights, all fitted to simulator frames and
 states. What is fixed geometry: the published camera calibration (sprite shifts, heatmaps),
-the integration of commanded pose, and the table/target resting rules of :mod:`.engine`.
+the integration of commanded pose, and the table/target resting rules of :mod:`.engine`;
+fixed rules (not learned): the sprite-alpha cleaning and the redraw of the first-frame footprint.
 Because nothing is fed back, a frame at step 40 is as sharp as one at step 1; a wrong state
 (the dynamics' error) shows as a wrong picture, not a blurred one.
 
@@ -46,7 +52,7 @@ MAX_ACTIONS_PER_CALL = 4
 #: first frame RGB, object alpha in the first frame, heatmaps (first pose, now, 1 and 2 steps
 #: ago), sprite at the current position (P, A)
 IN_CHANNELS = 12
-FORMAT = "kosmos-tabletop-learned-v3"
+FORMAT = "kosmos-tabletop-learned-v4"
 DEFAULT_CONFIG = {"channels": [12, 24, 32, 48], "cond_dim": COND_DIM, "hidden": 128, "image_size": [64, 64],
                   "segmenter_width": 16, "dynamics_hidden": 128}
 
@@ -125,7 +131,11 @@ class StateRenderer(nn.Module):
         mask = torch.sigmoid(out[:, :1])
         content = torch.sigmoid(out[:, 1:4])
         visible = 1 - torch.sigmoid(out[:, 4:5])
-        frame = (1 - mask) * first + mask * content
+        # the object's first-frame footprint is always redrawn (by the content, which learns the
+        # empty table there; the sprite covers it again while the object has not moved): a
+        # learned mask left partly closed there drew a faint copy of the object where it started
+        redraw = 1 - (1 - mask) * (1 - alpha_first[:, None])
+        frame = (1 - redraw) * first + redraw * content
         frame = (1 - sprite[:, 3:4] * visible) * frame + visible * sprite[:, :3]
         return frame, mask, content
 

@@ -120,6 +120,40 @@ class ObjectDynamics(nn.Module):
         return nxt, h, held_logit, move_logit, grip_next
 
 
+#: the object's region is where the segmenter's probability reaches this; its alpha is the
+#: probability scaled so that this level is fully opaque
+SPRITE_REGION_P = 0.3
+SPRITE_OPAQUE_P = 0.5
+
+
+def sprite_alpha(prob: np.ndarray) -> np.ndarray:
+    """The object's sprite alpha (B, H, W) in [0, 1] from the segmenter's object probability (B, H, W).
+
+    The raw probability is a poor alpha: it spreads a faint halo over the table and the target
+    around the object (measured on held-out first frames: 107 pixels above 0.05 for a 30-pixel
+    object, a third of them on the target), and it stays below 1 inside the object. Pasted at
+    the object's new place, that halo drew the target's outline and a grey rim over whatever
+    the object landed on (the yellow cube under the green one), and the object looked faded.
+    So the alpha keeps only the connected region (probability >= ``SPRITE_REGION_P``) holding
+    the most probability mass, and is the probability scaled so that ``SPRITE_OPAQUE_P`` and
+    above is opaque (held-out first frames: 27 of the object's 30 pixels' worth of alpha kept,
+    none on the target, the halo on the table from 21 to 11). A rule on the learned mask, not
+    learned itself.
+    """
+    from scipy import ndimage
+
+    prob = np.asarray(prob, dtype=np.float32)
+    out = np.zeros_like(prob)
+    for i, p in enumerate(prob.reshape(-1, *prob.shape[-2:])):
+        labels, n = ndimage.label(p >= SPRITE_REGION_P)
+        if n == 0:
+            continue
+        mass = ndimage.sum(p, labels, index=np.arange(1, n + 1))
+        region = labels == 1 + int(np.argmax(mass))
+        out.reshape(-1, *prob.shape[-2:])[i] = region * np.clip(p / SPRITE_OPAQUE_P, 0.0, 1.0)
+    return out
+
+
 def shift_layers(layers: torch.Tensor, shift_uv: torch.Tensor) -> torch.Tensor:
     """Translate image layers (B, C, H, W) by (du, dv) pixels (B, 2), bilinear, zero outside."""
     b, _, h, w = layers.shape

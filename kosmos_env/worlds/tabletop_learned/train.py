@@ -184,14 +184,17 @@ def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Gener
 
 
 def first_frame_sprites(model, data: Prepared):
-    """Each episode's object sprite from its first frame, as the world cuts it (segmenter alpha)."""
+    """Each episode's object sprite from its first frame, as the world cuts it (:func:`~.objects.sprite_alpha`)."""
     import torch
+
+    from kosmos_env.worlds.tabletop_learned.objects import sprite_alpha
 
     out = []
     with torch.no_grad():
         for i in range(0, len(data.frames), 128):
             img = _images(data.frames[i:i + 128, 0])
-            alpha = torch.sigmoid(model.segmenter(img, torch.from_numpy(data.task[i:i + 128])))[:, :1]
+            prob = torch.sigmoid(model.segmenter(img, torch.from_numpy(data.task[i:i + 128])))[:, 0]
+            alpha = torch.from_numpy(sprite_alpha(prob.numpy())[:, None])
             out.append(torch.cat([img * alpha, alpha], dim=1))
     return torch.cat(out)
 
