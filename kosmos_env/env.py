@@ -204,7 +204,9 @@ class KosmosEnv(gymnasium.Env):
     - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, weights format
       v4): the object's sprite keeps only the object (the segmenter's faint halo had drawn the
       target's outline where the object went and erased the yellow cube under the green one), and
-      where the object started is always redrawn. New spec hash; earlier results are not comparable.
+      where the object started is always redrawn. Its weights and the frame judge's are the output
+      of one full ``kosmos-env train-world`` run (segmenter, dynamics, renderer and judge trained
+      together). New spec hash; earlier results are not comparable.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}

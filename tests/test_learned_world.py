@@ -333,7 +333,9 @@ def test_a_scripted_pick_and_place_keeps_the_object_and_leaves_it_where_the_simu
     # the layout puts the carrot >= 0.14 m from the plate: on the plate means it was carried
     plate_radius = load_suite("tabletop").tasks[task].params["target"]["size"][0]
     assert np.linalg.norm(final_obj[:2] - np.asarray(truth.ground_truth["target_pos"])[:2]) < plate_radius
-    assert np.linalg.norm(final_obj[:2] - np.asarray(truth.ground_truth["object_pos"])[:2]) < 0.04
+    # and near the simulator's final position: within 5 cm, about the mean held-out object error
+    # after 40 steps (4.6 cm in bench/results/learned_world_error.txt); the plate check above is the claim
+    assert np.linalg.norm(final_obj[:2] - np.asarray(truth.ground_truth["object_pos"])[:2]) < 0.05
     # the carrot's colour is still in the picture at the end (it did not vanish)
     rgba = np.array(load_suite("tabletop").tasks[task].params["object"]["rgba"][:3]) * 255
     last = result.rollout.frames[-1].astype(float)
