@@ -286,11 +286,7 @@ class Ledger:
                 + " WHERE episode_id = ? AND status != 'done'",
                 (owner, now, *values.values(), episode_id))
             done = cur.rowcount == 1
-            attempt = conn.execute("SELECT attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
-            conn.execute(
-                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
-                (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
+            _log_finish(conn, episode_id, owner, now, done)
             return done
 
     def release(self, episode_id: str, owner: str) -> None:
@@ -454,11 +450,7 @@ class Ledger:
             if done:
                 conn.execute("UPDATE judge_queue SET status = 'judged', owner = NULL, lease_expires = NULL, "
                              "judged_by = ?, judged_at = ? WHERE episode_id = ?", (owner, now, episode_id))
-            attempt = conn.execute("SELECT attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
-            conn.execute(
-                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
-                (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
+            _log_finish(conn, episode_id, owner, now, done)
             return done
 
     def release_judging(self, episode_ids: Sequence[str], owner: str) -> None:
@@ -610,3 +602,12 @@ def _record_values(record: Mapping[str, Any]) -> dict[str, Any]:
     if values["success"] is not None:
         values["success"] = int(bool(values["success"]))
     return values
+
+
+def _log_finish(conn, episode_id: str, owner: str, now: float, done: bool) -> None:
+    """One attempts row for a finishing write: ``ok``, or ``duplicate-ignored`` when the episode was already done."""
+    attempt = conn.execute("SELECT attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+    conn.execute(
+        "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+        "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
+        (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
