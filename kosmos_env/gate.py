@@ -218,6 +218,8 @@ class ConsistencyGate:
         self._workspace_rows = None if ws is None else [(float(lo), float(hi)) for lo, hi in ws]
         self._lift = np.array([0.0, 0.0, self.thresholds.hand_height_m])
         self._hann_cache: dict[tuple[int, int], np.ndarray] = {}
+        # (frame shape, analysis shape) -> analysis pixels per frame pixel (x, y): a per-size constant
+        self._scale_cache: dict[tuple[tuple[int, ...], tuple[int, ...]], np.ndarray] = {}
         self.reset()
 
     @classmethod
@@ -271,8 +273,9 @@ class ConsistencyGate:
         n, k = len(frames), len(actions)
         logged = _logged_positions(log, k)
 
-        if self._last_raw is not None and self._last_raw.shape == prev_frame.shape \
-                and np.array_equal(self._last_raw, prev_frame):
+        last = self._last_raw
+        if last is not None and last.shape == prev_frame.shape \
+                and (_same_memory(last, prev_frame) or np.array_equal(last, prev_frame)):
             first = self._last_gray  # the previous call's last frame: already converted
         else:
             first = self._gray(prev_frame)
@@ -280,7 +283,7 @@ class ConsistencyGate:
         self._last_raw, self._last_gray = frames[-1], grays[-1]
         if self._base_detail is None:
             self._base_detail = _detail(grays[0])
-        scale = np.array([grays[0].shape[1] / prev_frame.shape[1], grays[0].shape[0] / prev_frame.shape[0]])
+        scale = self._scale(prev_frame.shape, grays[0].shape)
 
         # which frame each action ends on (n == k: one frame per action)
         ends = [min(n - 1, max(0, int(round((i + 1) * n / k)) - 1)) for i in range(k)]
@@ -392,13 +395,16 @@ class ConsistencyGate:
         box = None if geo is None else geo["box"]
         absdiff = np.abs(b - a)
         changed = None if box is None else absdiff > th.change_threshold
+        # the gripper window's changed-pixel count, read by the pan pre-check and the measurement
+        window_changed = None if box is None else \
+            int(np.count_nonzero(changed[box[1]: box[1] + box[2], box[0]: box[0] + box[2]]))
         a_in = a
-        a, pan, shift = self._camera_motion(seg, a, b, box, absdiff, changed)
+        a, pan, shift = self._camera_motion(seg, a, b, box, absdiff, changed, window_changed=window_changed)
         if a is not a_in:  # after a pan, a is the camera-compensated frame: its own difference
-            absdiff = changed = None
+            absdiff = changed = window_changed = None
 
         if geo is not None:
-            self._measure_calibrated(seg, a, b, geo, commanded, rotation, changed)
+            self._measure_calibrated(seg, a, b, geo, commanded, rotation, changed, window_changed=window_changed)
         else:
             self._segment_uncalibrated(seg, a, b, cmd_m, demanded_m, absdiff)
 
@@ -412,7 +418,7 @@ class ConsistencyGate:
                                   f"(a camera pan explaining {seg['pan_explained']:.0%} of the change)")
         return seg
 
-    def _camera_motion(self, seg, a, b, box, absdiff=None, changed=None):
+    def _camera_motion(self, seg, a, b, box, absdiff=None, changed=None, *, window_changed=None):
         """Global shift between a and b, and whether it is a camera pan.
 
         The shift comes from phase correlation (Hann-windowed). It is a pan when
@@ -420,7 +426,8 @@ class ConsistencyGate:
         outside the gripper's window ``box`` (the whole frame when the gripper's place is
         unknown): a pan moves the static scene, an arm does not. Returns (a compensated for a
         pan or a unchanged, pan?, shift in px). ``absdiff`` (``|b - a|``) and ``changed`` (its
-        change mask) are passed by callers that have them already.
+        change mask) are passed by callers that have them already, and ``window_changed`` (the
+        mask's count inside ``box``) with ``changed``.
         """
         import cv2
 
@@ -432,7 +439,10 @@ class ConsistencyGate:
             if changed is None:
                 absdiff = np.abs(b - a) if absdiff is None else absdiff
                 changed = absdiff > th.change_threshold
-            outside = int(np.count_nonzero(changed)) - int(np.count_nonzero(changed[y0: y0 + c, x0: x0 + c]))
+                window_changed = None  # (a count passed without its mask is not this mask's)
+            if window_changed is None:
+                window_changed = int(np.count_nonzero(changed[y0: y0 + c, x0: x0 + c]))
+            outside = int(np.count_nonzero(changed)) - window_changed
             if outside < th.frozen_min_changed_px:
                 seg["global_shift_px"] = [0.0, 0.0]
                 return a, False, 0.0
@@ -524,7 +534,8 @@ class ConsistencyGate:
         return {"in_view": in_view, "expected": expected, "expected_px": math.hypot(expected[0], expected[1]),
                 "box": (x0, y0, c)}
 
-    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation, changed_mask=None) -> None:
+    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation, changed_mask=None, *,
+                            window_changed=None) -> None:
         th = self.thresholds
         expected, exp_px, box = geo["expected"], geo["expected_px"], geo["box"]
         if box is None:
@@ -534,8 +545,9 @@ class ConsistencyGate:
         ac, bc = a[y0: y0 + c, x0: x0 + c], b[y0: y0 + c, x0: x0 + c]
         # the window's change mask: a crop of the segment's (b, a) mask where the caller has it
         mask = (np.abs(bc - ac) > th.change_threshold) if changed_mask is None else changed_mask[y0: y0 + c, x0: x0 + c]
-        changed = int(np.count_nonzero(mask))
-        observed, _ = _changed_centroid_shift(ac, bc, th.change_threshold, mask)
+        # (``window_changed``: this mask's count, passed with ``changed_mask`` by _segment)
+        changed = int(np.count_nonzero(mask)) if window_changed is None or changed_mask is None else window_changed
+        observed, _ = _changed_centroid_shift(ac, bc, th.change_threshold, mask, count=changed)
         obs_px = float(np.hypot(*observed))
         cos = float(observed @ expected / (obs_px * exp_px)) if obs_px > 1e-6 and exp_px > 1e-6 else None
         # score: how much better the commanded displacement explains the window than the best
@@ -610,6 +622,16 @@ class ConsistencyGate:
             g = cv2.resize(g, size, interpolation=cv2.INTER_AREA if s < 1.0 else cv2.INTER_LINEAR)
         return g.astype(np.float32)
 
+    def _scale(self, frame_shape: tuple[int, ...], gray_shape: tuple[int, ...]) -> np.ndarray:
+        """Analysis pixels per frame pixel, (x, y); built once per frame size (read-only)."""
+        key = (frame_shape, gray_shape)
+        scale = self._scale_cache.get(key)
+        if scale is None:
+            scale = np.array([gray_shape[1] / frame_shape[1], gray_shape[0] / frame_shape[0]])
+            scale.flags.writeable = False
+            self._scale_cache[key] = scale
+        return scale
+
     def _hann(self, shape: tuple[int, int]) -> np.ndarray:
         import cv2
 
@@ -631,9 +653,16 @@ class ConsistencyGate:
             actions = actions[None]
         if actions.ndim != 2 or actions.shape[1] != 7 or len(actions) == 0:
             raise ValueError(f"gate: actions must be (k>=1, 7), got {actions.shape}")
-        if not np.all(np.isfinite(actions)):
+        if not np.isfinite(actions).all():
             raise ValueError("gate: actions contain NaN or inf")
         return prev_frame, frames, actions
+
+
+def _same_memory(x: np.ndarray, y: np.ndarray) -> bool:
+    """True when two arrays view the same bytes in the same layout: then their pixels are equal
+    (the env hands the gate back the previous call's last frame, a view of the same buffer)."""
+    return (x.dtype == y.dtype and x.strides == y.strides and x.shape == y.shape
+            and x.__array_interface__["data"][0] == y.__array_interface__["data"][0])
 
 
 def _clip_to_bounds(x: float, lo: float, hi: float) -> float:
@@ -654,7 +683,7 @@ def _logged_positions(log: Mapping[str, Any], k: int) -> np.ndarray | None:
 
 
 def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float,
-                            mask: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+                            mask: np.ndarray | None = None, *, count: int | None = None) -> tuple[np.ndarray, int]:
     """Displacement of what changed between a and b: centroid of b's vs a's changed pixels.
 
     Each changed pixel weighs by how far its value lies from the window's background (the
@@ -663,13 +692,15 @@ def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float,
     """
     import cv2
 
-    if mask is None:  # (callers that have the change mask of (a, b) at this threshold pass it)
-        mask = np.abs(b - a) > threshold
-    changed = int(np.count_nonzero(mask))
+    if mask is None:  # (callers that have the change mask of (a, b) at this threshold pass it,
+        mask = np.abs(b - a) > threshold  # and its count where they have it)
+        count = None
+    changed = int(np.count_nonzero(mask)) if count is None else count
     if not changed:
         return np.zeros(2), 0
-    flat = a.ravel()
-    background = float(np.partition(flat, flat.size // 2)[flat.size // 2])  # median, without np.median's overhead
+    flat = a.flatten()  # a copy (a is a crop), partitioned in place: the median without np.median's overhead
+    flat.partition(flat.size // 2)
+    background = float(flat[flat.size // 2])
     # (np.where of float32 frames is float32 already: no copy needed for OpenCV)
     ma = cv2.moments(np.where(mask, np.abs(a - background), 0.0).astype(np.float32, copy=False))
     mb = cv2.moments(np.where(mask, np.abs(b - background), 0.0).astype(np.float32, copy=False))

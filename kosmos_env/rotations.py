@@ -118,21 +118,32 @@ def rot6d_to_matrix(rot6d: np.ndarray) -> np.ndarray:
     return np.stack([c0, c1, c2], axis=-1)
 
 
+# the cross-product matrix [v]x of (v0, v1, v2) as a gather from (v0, v1, v2, +0.0) times +-1 (an
+# exact sign flip, the same bits as negating): rows (0, -v2, v1), (v2, 0, -v0), (-v1, v0, 0)
+_CROSS_INDEX = np.array([3, 2, 1, 2, 3, 0, 1, 0, 3])
+_CROSS_SIGN = {dt: np.array([1, -1, 1, 1, 1, -1, -1, 1, 1], dtype=dt) for dt in (np.float32, np.float64)}
+_EYE3 = {dt: np.eye(3, dtype=dt) for dt in (np.float32, np.float64)}
+for _constant in (*_CROSS_SIGN.values(), *_EYE3.values(), _CROSS_INDEX):
+    _constant.flags.writeable = False
+
+
 def axis_angle_to_matrix(rotvec: np.ndarray) -> np.ndarray:
     """Rotation vector ``theta * axis`` → rotation matrix (Rodrigues)."""
     v = _as_float(rotvec)
     _check_last(v, 3, "rotation vectors")
     theta = np.linalg.norm(v, axis=-1)[..., None, None]
-    k = np.zeros(v.shape[:-1] + (3, 3), dtype=v.dtype)
-    k[..., 0, 1], k[..., 0, 2] = -v[..., 2], v[..., 1]
-    k[..., 1, 0], k[..., 1, 2] = v[..., 2], -v[..., 0]
-    k[..., 2, 0], k[..., 2, 1] = -v[..., 1], v[..., 0]
+    padded = np.zeros(v.shape[:-1] + (4,), dtype=v.dtype)
+    padded[..., :3] = v
+    k = (padded[..., _CROSS_INDEX] * _CROSS_SIGN[v.dtype.type]).reshape(v.shape[:-1] + (3, 3))
     small = theta < 1e-8
-    safe = np.where(small, 1.0, theta)
-    a = np.where(small, 1.0 - theta**2 / 6.0, np.sin(safe) / safe)
-    b = np.where(small, 0.5 - theta**2 / 24.0, (1.0 - np.cos(safe)) / safe**2)
-    eye = np.broadcast_to(np.eye(3, dtype=v.dtype), k.shape)
-    return eye + a * k + b * (k @ k)
+    if small.any():
+        safe = np.where(small, 1.0, theta)
+        a = np.where(small, 1.0 - theta**2 / 6.0, np.sin(safe) / safe)
+        b = np.where(small, 0.5 - theta**2 / 24.0, (1.0 - np.cos(safe)) / safe**2)
+    else:  # no small angle: np.where would pick every element of these, so skip the other branch
+        a = np.sin(theta) / theta
+        b = (1.0 - np.cos(theta)) / theta**2
+    return _EYE3[v.dtype.type] + a * k + b * (k @ k)
 
 
 def matrix_to_axis_angle(matrix: np.ndarray) -> np.ndarray:

@@ -1,6 +1,8 @@
 """The gate computes |b - a| and its change mask once per segment and runs its view test and
 workspace clipping on Python floats: every verdict, with every reported number, must equal the
-one the gate gives when each measurement computes its own (its code before the sharing)."""
+one the gate gives when each measurement computes its own (its code before the sharing). The
+previous call's last frame, handed back as a view of the same buffer (as the env does), is
+recognised by its memory; a copy is compared by value."""
 from __future__ import annotations
 
 import json
@@ -10,17 +12,17 @@ import gymnasium
 import numpy as np
 import pytest
 
-from kosmos_env.gate import ConsistencyGate
+from kosmos_env.gate import ConsistencyGate, _same_memory
 from kosmos_env.policies.scripted import ScriptedPolicy
 
 
 class RecomputingGate(ConsistencyGate):
     """The gate as before: nothing shared between measurements, numpy for the clipping and the view test."""
 
-    def _camera_motion(self, seg, a, b, box, absdiff=None, changed=None):
+    def _camera_motion(self, seg, a, b, box, absdiff=None, changed=None, *, window_changed=None):
         return super()._camera_motion(seg, a, b, box)
 
-    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation, changed_mask=None):
+    def _measure_calibrated(self, seg, a, b, geo, commanded, rotation, changed_mask=None, *, window_changed=None):
         return super()._measure_calibrated(seg, a, b, geo, commanded, rotation)
 
     def _segment_uncalibrated(self, seg, a, b, cmd_m, demanded_m, absdiff=None):
@@ -93,14 +95,21 @@ def variants(calls):
     yield "frozen", [c if c is None else (c[0], np.repeat(c[0][None], len(c[1]), 0), c[2], c[3]) for c in calls]
 
 
-def replay(gate, calls, calibration):
+def replay(gate, calls, calibration, hand_back=False):
+    """Verdicts of the calls; ``hand_back``: pass the previous call's last frame (a view of its
+    frames) as ``prev`` where it equals the recorded one, as the env does."""
     out = []
+    last = None
     for call in calls:
         if call is None:
             gate.reset()
+            last = None
             continue
         prev, frames, actions, log = call
+        if hand_back and last is not None and np.array_equal(last, prev):
+            prev = last
         out.append(gate.check(prev, frames, actions, calibration, log).to_dict())
+        last = frames[-1]
     return out
 
 
@@ -111,7 +120,7 @@ def test_shared_masks_give_the_same_verdicts(size):
     demanded = 0
     for name, cs in variants(calls):
         for cal in (calibration, None):  # calibrated (the tabletop) and calibration-free (Bridge-like)
-            got = replay(ConsistencyGate(thresholds), cs, cal)
+            got = replay(ConsistencyGate(thresholds), cs, cal, hand_back=True)
             want = replay(RecomputingGate(thresholds), cs, cal)
             assert json.dumps(got) == json.dumps(want), (name, cal is not None)
             for verdict in got:
@@ -120,3 +129,12 @@ def test_shared_masks_give_the_same_verdicts(size):
     # the comparison covered the branches that read the shared arrays
     assert checks.get("camera_motion", 0) >= 5 and checks.get("frozen", 0) >= 5 and checks.get("ok", 0) >= 20, checks
     assert demanded >= 20
+
+
+def test_same_memory_only_for_views_of_the_same_pixels():
+    frames = np.arange(2 * 4 * 5 * 3, dtype=np.uint8).reshape(2, 4, 5, 3)
+    assert _same_memory(frames[-1], frames[-1])  # two view objects, one buffer
+    assert not _same_memory(frames[-1], frames[-1].copy())  # equal pixels, other memory: compared by value
+    assert not _same_memory(frames[0], frames[1])  # same buffer, other offset
+    assert not _same_memory(frames[-1], frames[-1][:, ::-1])  # same start, other layout
+    assert not _same_memory(frames[-1], frames[-1].view(np.int8))  # same bytes, other dtype

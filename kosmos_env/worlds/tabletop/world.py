@@ -103,11 +103,11 @@ class TabletopWorld:
         cmd = np.empty(k, dtype=np.float32)
         measured = np.empty(k, dtype=np.float32)
         truth = np.empty(k, dtype=bool)
-        site_xpos, tcp_site = self.data.site_xpos, self._tcp_site
+        tcp_xpos = self._tcp_xpos
         for i, action in enumerate(rows):
             self._control(action)
             self._render(out=frames[i])
-            ee[i] = site_xpos[tcp_site]  # float64 -> float32 on assignment: tcp_position()'s cast
+            ee[i] = tcp_xpos  # float64 -> float32 on assignment: tcp_position()'s cast
             cmd[i] = self._gripper_cmd
             measured[i] = self.measured_gripper()
             truth[i] = self._resting_state(stop_early=True)[0]
@@ -158,9 +158,9 @@ class TabletopWorld:
         """
         params = self._task.params
         obj, target = params["object"], params["target"]
-        obj_pos = self.data.xpos[self._object_body].copy()
-        target_pos = self.data.xpos[self._target_body].copy()
-        target_rot = self.data.xmat[self._target_body].reshape(3, 3)
+        obj_pos = self._object_xpos.copy()
+        target_pos = self._target_xpos.copy()
+        target_rot = self._target_xmat
         local = target_rot.T @ (obj_pos - target_pos)
         if target["shape"] == "cylinder":
             inside = float(np.hypot(local[0], local[1])) <= target["size"][0]
@@ -183,7 +183,7 @@ class TabletopWorld:
         touching = self._finger_contact_with_object()
         if stop_early and touching:
             return (False,)
-        speed = float(np.linalg.norm(self.data.cvel[self._object_body][3:]))
+        speed = float(np.linalg.norm(self._object_cvel_linear))
         settled = speed < _SETTLED_SPEED
         success = bool(inside and at_height and not touching and settled)
         return success, inside, at_height, touching, settled, speed, rest_height, obj_pos, target_pos
@@ -199,7 +199,7 @@ class TabletopWorld:
 
     def measured_gripper(self) -> float:
         """Measured opening in [0, 1] (mean finger travel / full travel)."""
-        qpos, (left, right) = self.data.qpos, self._finger_qpos_pair
+        qpos, (left, right) = self._qpos, self._finger_qpos_pair
         # np.mean of the two and np.clip, on Python floats: the same operations and bits (numpy's
         # sum starts from +0.0, so two -0.0 fingers sum to +0.0 there as here)
         total = 0.0 + float(qpos[left]) + float(qpos[right])
@@ -233,6 +233,13 @@ class TabletopWorld:
         self._mocap_pos = data.mocap_pos[self._hand_mocap]
         self._mocap_quat = data.mocap_quat[self._hand_mocap]
         self._mocap_pos_bytes = memoryview(self._mocap_pos)  # copies into it skip numpy's setitem
+        # the MjData rows the per-step control, log and ground truth read or write (views of
+        # MjData's buffers, which live as long as it: each MjData attribute access builds a new view)
+        self._qpos, self._ctrl = data.qpos, data.ctrl
+        self._tcp_xpos = data.site_xpos[self._tcp_site]
+        self._object_xpos, self._target_xpos = data.xpos[self._object_body], data.xpos[self._target_body]
+        self._target_xmat = data.xmat[self._target_body].reshape(3, 3)
+        self._object_cvel_linear = data.cvel[self._object_body][3:]
         self._camera = mujoco.MjvCamera()
         self._camera.type = mujoco.mjtCamera.mjCAMERA_FIXED
         self._camera.fixedcamid = model.camera("main").id
@@ -279,7 +286,7 @@ class TabletopWorld:
         target_rot = euler_to_matrix_single(np.array([_clip_to_constants(roll, -tilt, tilt),
                                                       _clip_to_constants(pitch, -tilt, tilt), yaw]))
         self._gripper_cmd = gripper
-        self.data.ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
+        self._ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         return target_tcp, target_rot
 
     def _control(self, action: np.ndarray) -> None:
