@@ -5,10 +5,11 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
 
 (a) a campaign's rollouts are rolled out once and filed for the judge stage; the same stored
     rollouts are then judged by the judge stage's own code (``JudgeRunner``: read from the
-    store, ``judge_many``) in batches of 8 and one by one, alternating for ``--rounds``
-    rounds; throughput ratio = (rollouts/s batched) / (rollouts/s one by one), best round of
-    each, and the median process CPU seconds of each; plus whether verdicts and scores are identical
-    (they must be: per-rollout seeding);
+    store, ``judge_many``) in batches of 8 and one by one: first one untimed pass over all
+    rollouts with each (one-time costs: allocator growth, first-call paths), then ``--rounds``
+    timed rounds of both (which runs first alternates), every round printed; throughput ratio = median round
+    time one by one / median round time batched, in wall seconds and in process CPU seconds;
+    plus whether verdicts and scores are identical (they must be: per-rollout seeding);
 (b) the same campaign run four ways into fresh folders: in-line judging with 1 worker
     process (the baseline), two stages at once with 1 rollout process + 1 judge process (the
     judge's own batch of 8, then ``--judge-batch 1``), and in-line judging with 2 worker
@@ -16,7 +17,7 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
     two-stage / in-line-1, start-up (process spawn, imports, model loads) included. The
     per-rollout judge share is the in-line run's warm judge seconds over its total seconds.
 
-    python bench/judge_stage.py [--seeds 16] [--rounds 2] [--out bench/results/judge_stage.txt]
+    python bench/judge_stage.py [--seeds 16] [--rounds 3] [--out bench/results/judge_stage.txt]
 
 Ratios are measured within one run; the machine's load is printed with them.
 """
@@ -62,26 +63,34 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
     lines.append(f"(a) {len(rows)} rollouts rolled out and stored once ({roll_s / len(rows):.3f} s per rollout)")
     spec = dict(config.judge)
     runners = {b: JudgeRunner(config, folder, make_judge({**spec, "batch_size": b}), b) for b in (1, 8)}
-    for runner in runners.values():
-        runner.judge_rows(rows[:1])  # warm: first-call allocations are not judging
-    best: dict[int, float] = {}
+
+    def judge_all(b: int, runner) -> list:
+        out = []
+        for i in range(0, len(rows), b):
+            out += runner.judge_rows(rows[i:i + b])
+        return out
+
+    for b, runner in runners.items():  # untimed warm-up pass: one-time costs are not judging
+        judge_all(b, runner)
+    wall: dict[int, list[float]] = {1: [], 8: []}
     cpu: dict[int, list[float]] = {1: [], 8: []}
     verdicts: dict[int, list] = {}
     for r in range(rounds):
-        for b, runner in runners.items():
+        for b in ((1, 8) if r % 2 == 0 else (8, 1)):  # alternate which arm runs first
+            runner = runners[b]
             t0, c0 = time.perf_counter(), time.process_time()
-            out = []
-            for i in range(0, len(rows), b):
-                out += runner.judge_rows(rows[i:i + b])
+            out = judge_all(b, runner)
             took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
-            rate = len(rows) / took
-            best[b] = max(best.get(b, 0.0), rate)
+            wall[b].append(took)
             cpu[b].append(took_cpu)
             verdicts[b] = [(rec["outcome"], rec["judgment"]["score"], rec["judgment"]["votes"]) for rec, _ in out]
-            lines.append(f"    round {r + 1}, batch {b}: {took:.2f} s = {rate:.2f} rollouts/s (process CPU {took_cpu:.2f} s)")
-    ratio = best[8] / best[1]
-    lines.append(f"(a) judge throughput, batches of 8 vs one by one: {best[8]:.2f} / {best[1]:.2f} rollouts/s "
-                 f"= {ratio:.2f}x (target >= 2x); verdicts and scores identical: {verdicts[8] == verdicts[1]}")
+            lines.append(f"    round {r + 1}, batch {b}: {took:.2f} s = {len(rows) / took:.2f} rollouts/s "
+                         f"(process CPU {took_cpu:.2f} s)")
+    wall_1, wall_8 = statistics.median(wall[1]), statistics.median(wall[8])
+    ratio = wall_1 / wall_8
+    lines.append(f"(a) judge throughput, batches of 8 vs one by one (median of {rounds} rounds, wall): "
+                 f"{len(rows) / wall_8:.2f} / {len(rows) / wall_1:.2f} rollouts/s = {ratio:.2f}x (target >= 2x); "
+                 f"verdicts and scores identical: {verdicts[8] == verdicts[1]}")
     # the judge runs in this process on one thread: its CPU seconds are what the machine's load inflates least
     cpu_1, cpu_8 = statistics.median(cpu[1]), statistics.median(cpu[8])
     lines.append(f"(a) judge CPU seconds per rollout (median of rounds), one by one vs batches of 8: "
@@ -127,9 +136,11 @@ def campaigns(config, base: str, lines: list[str]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=16, help="seeds per task (2 policies x 2 tasks x seeds episodes)")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds of each arm, after one untimed pass")
     parser.add_argument("--out", default=None, help="also save the report here")
     args = parser.parse_args()
+    if args.seeds < 1 or args.rounds < 1:
+        parser.error("--seeds and --rounds must be >= 1")
     import torch
 
     torch.set_num_threads(1)

@@ -25,6 +25,7 @@ weights (of the folder's files, or of the tensors of an injected model), compute
 """
 from __future__ import annotations
 
+import functools
 import os
 import time
 from typing import Any, Sequence
@@ -407,7 +408,10 @@ class VLMJudge:
                     pixel_values_videos=torch.from_numpy(r["patches"]).to(device, vision_dtype), **video,
                 )
                 per_layer.append([(layer.keys, layer.values) for layer in _cache_of(out).layers])
-            cache = DynamicCache(ddp_cache_data=_padded_cache(per_layer, width - 1, self.k), config=self.model.config)
+            # the decode cache is allocated once at its final width and written in place: growing a
+            # cache by concatenation copies all len(items) * k rows' keys and values at every step
+            cache = DynamicCache(config=self.model.config)
+            cache.layers = _preallocated_layers(per_layer, width - 1, self.k, self.max_new_tokens)
             # the sampler decides each token (a one-hot distribution); generate's own sampling
             # then picks it whatever the global RNG holds, and its warpers are switched off
             generated = self.model.generate(
@@ -457,6 +461,7 @@ class _SeededSampler:
 
         self.generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
         self.temperature, self.top_p = float(temperature), float(top_p)
+        self._race: Any = None  # the exponential draws of one step, one row per generator
 
     def __call__(self, input_ids: Any, scores: Any) -> Any:
         import torch
@@ -469,7 +474,13 @@ class _SeededSampler:
         drop = (sorted_p.cumsum(-1) - sorted_p) > self.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         # only the random numbers are drawn row by row (each row has its own generator)
-        race = torch.stack([torch.empty(sorted_p.shape[1]).exponential_(generator=gen) for gen in self.generators])
+        # drawn in place into one reused buffer: the same draws as a fresh tensor per row, without
+        # allocating and stacking len(rows) tensors at every step
+        if self._race is None or self._race.shape != sorted_p.shape:
+            self._race = torch.empty(sorted_p.shape)
+        race = self._race
+        for row, gen in zip(race, self.generators):
+            row.exponential_(generator=gen)
         chosen = order.gather(1, (sorted_p / race).argmax(dim=-1, keepdim=True)).squeeze(1)
         out = torch.full_like(scores, float("-inf"))
         out[torch.arange(scores.shape[0]), chosen.to(scores.device)] = 0.0
@@ -482,26 +493,88 @@ def _cache_of(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
-def _padded_cache(per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int) -> list[tuple[Any, Any]]:
-    """Per layer, the items' ``(1, heads, length, dim)`` keys and values left-padded with zeros to
-    ``width`` positions, stacked, and each item's row repeated ``repeats`` times (its k samples).
+def _preallocated_layers(per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int,
+                         room: int) -> list[Any]:
+    """Per layer, a preallocated cache layer (:func:`_preallocated_layer_class`) holding the items' ``(1, heads, length, dim)`` keys and
+    values left-padded with zeros to ``width`` positions, each item's row repeated ``repeats`` times
+    (its k samples), with ``room`` more positions allocated for the tokens to come.
 
     The padded positions are masked out by the attention mask ``generate`` is given, so their
     zeros never enter a softmax."""
-    import torch
-
+    layer_class = _preallocated_layer_class()
     layers = []
     for layer in range(len(per_item[0])):
-        stacked = []
+        buffers = []
         for kind in (0, 1):
             first = per_item[0][layer][kind]
-            out = first.new_zeros((len(per_item), first.shape[1], width, first.shape[3]))
+            # positions past ``width`` are written by update() before any view shows them
+            buf = first.new_empty((len(per_item) * repeats, first.shape[1], width + room, first.shape[3]))
             for i, kv in enumerate(per_item):
                 part = kv[layer][kind]
-                out[i, :, width - part.shape[2] :] = part[0]
-            stacked.append(out.repeat_interleave(repeats, dim=0))
-        layers.append((stacked[0], stacked[1]))
+                rows, start = slice(i * repeats, (i + 1) * repeats), width - part.shape[2]
+                buf[rows, :, :start] = 0.0  # left padding: masked out, but must not hold NaN or inf
+                buf[rows, :, start:width] = part  # one item's prompt, broadcast over its k rows
+            buffers.append(buf)
+        layers.append(layer_class(buffers[0], buffers[1], width))
     return layers
+
+
+@functools.lru_cache(maxsize=None)
+def _preallocated_layer_class() -> type:
+    """The preallocated cache-layer class, defined on first use so that transformers is imported lazily."""
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        """A decode cache layer whose keys and values live in buffers allocated at their final width.
+
+        ``update`` writes the new positions in place and returns views of the filled part, so
+        attention sees the same keys and values (same shapes and values) as with transformers'
+        ``DynamicLayer``, which concatenates a new tensor at every step. ``keys`` / ``values``
+        are those views, as ``DynamicLayer`` users expect. Subclassing ``DynamicLayer`` relies
+        on transformers 5.x's cache-layer interface (``transformers.cache_utils``; the models
+        extra pins ``transformers>=5.24``).
+        """
+
+        def __init__(self, keys: Any, values: Any, length: int):
+            super().__init__()
+            self.device = keys.device
+            self.is_initialized = True
+            self._adopt(keys, values, length)
+
+        def _adopt(self, keys: Any, values: Any, length: int) -> None:
+            self._key_buffer, self._value_buffer, self._length = keys, values, int(length)
+            self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
+            end = self._length + key_states.shape[-2]
+            if end > self._key_buffer.shape[-2]:  # out of room: grow (generate never asks for more than allocated)
+                import torch
+
+                extra = max(end - self._length, self._key_buffer.shape[-2])
+                grow = lambda t: torch.cat([t[:, :, : self._length], t.new_zeros(t.shape[:2] + (extra, t.shape[3]))], dim=2)  # noqa: E731
+                self._adopt(grow(self._key_buffer), grow(self._value_buffer), self._length)
+            self._key_buffer[:, :, self._length : end] = key_states
+            self._value_buffer[:, :, self._length : end] = value_states
+            self._adopt(self._key_buffer, self._value_buffer, end)
+            return self.keys, self.values
+
+        def crop(self, tokens_to_remove: int) -> None:
+            super().crop(tokens_to_remove)
+            self._adopt(self.keys, self.values, self.keys.shape[-2])
+
+        def batch_repeat_interleave(self, repeats: int) -> None:
+            super().batch_repeat_interleave(repeats)
+            self._adopt(self.keys, self.values, self.keys.shape[-2])
+
+        def batch_select_indices(self, indices: Any) -> None:
+            super().batch_select_indices(indices)
+            self._adopt(self.keys, self.values, self.keys.shape[-2])
+
+        def reorder_cache(self, beam_idx: Any) -> None:
+            super().reorder_cache(beam_idx)
+            self._adopt(self.keys, self.values, self.keys.shape[-2])
+
+    return PreallocatedLayer
 
 
 def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:

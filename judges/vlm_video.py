@@ -90,13 +90,11 @@ def smart_size(height: int, width: int, s: VideoSettings) -> tuple[int, int]:
 
 def patchify_video(frames: np.ndarray, s: VideoSettings) -> tuple[np.ndarray, tuple[int, int, int]]:
     """``(T, H, W, 3)`` uint8 frames -> (patches float32, (grid_t, grid_h, grid_w))."""
-    from PIL import Image
-
     frames = np.asarray(frames)
     if frames.ndim != 4 or frames.shape[-1] != 3 or frames.dtype != np.uint8:
         raise ValueError(f"frames must be (T, H, W, 3) uint8, got {frames.shape} {frames.dtype}")
     h, w = smart_size(frames.shape[1], frames.shape[2], s)
-    resized = np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
+    resized = resize_frames(frames, h, w)
     tp, p, m = s.temporal_patch_size, s.patch_size, s.merge_size
     if pad := -len(resized) % tp:
         resized = np.concatenate([resized, np.repeat(resized[-1:], pad, axis=0)])
@@ -110,6 +108,31 @@ def patchify_video(frames: np.ndarray, s: VideoSettings) -> tuple[np.ndarray, tu
     video = x.astype(np.float32) / 255.0
     video = (video - np.asarray(s.image_mean, np.float32)[:, None]) / np.asarray(s.image_std, np.float32)[:, None]
     return video.reshape(gt * gh * gw, 3 * tp * p * p), (gt, gh, gw)
+
+
+def resize_frames(frames: np.ndarray, h: int, w: int) -> np.ndarray:
+    """``(T, H, W, 3)`` uint8 frames resized to ``(T, h, w, 3)`` by Pillow's bicubic filter, each frame
+    exactly as ``Image.fromarray(frame).resize((w, h), Image.BICUBIC)`` gives it, in two Pillow calls.
+
+    Pillow resamples separably: a horizontal pass into an 8-bit image, then a vertical pass, and
+    a resize that keeps one dimension runs only the other pass. A horizontal pass maps each row
+    on its own and a vertical pass each column, so the frames stacked on top of each other are
+    resized in width in one call, then laid side by side and resized in height in another:
+    the same two passes with the same coefficients as one frame at a time, without a Pillow
+    call (and its copies) per frame.
+    """
+    from PIL import Image
+
+    t, height, width, _ = frames.shape
+    x = np.ascontiguousarray(frames)
+    if w != width:
+        x = np.asarray(Image.fromarray(x.reshape(t * height, width, 3)).resize((w, t * height), Image.BICUBIC))
+        x = x.reshape(t, height, w, 3)
+    if h != height:
+        side_by_side = np.ascontiguousarray(x.transpose(1, 0, 2, 3)).reshape(height, t * w, 3)
+        x = np.asarray(Image.fromarray(side_by_side).resize((t * w, h), Image.BICUBIC))
+        x = x.reshape(h, t, w, 3).transpose(1, 0, 2, 3)
+    return x
 
 
 def video_placeholder(family: str, grid: tuple[int, int, int], merge_size: int, timestamps: list[float] | None = None) -> str:

@@ -175,3 +175,19 @@ def test_patch_layout_matches_merge_windows():
     second = patches[1].reshape(3, 2, 2, 2)[0, 0] * 255  # next patch of the same merge window: to the right
     np.testing.assert_allclose(second, [[20, 30], [60, 70]], atol=1e-3)
     assert video_placeholder("qwen2_5_vl", grid, 2).count("<|video_pad|>") == 2
+
+
+@pytest.mark.parametrize("shape,size", [((5, 64, 64), (112, 112)), ((4, 48, 80), (56, 84)), ((3, 120, 90), (56, 42)),
+                                        ((2, 30, 40), (30, 84)), ((1, 64, 64), (28, 64)), ((3, 32, 32), (32, 32))])
+def test_resize_frames_equals_pillow_frame_by_frame(shape, size):
+    # upscaling, downscaling, one side only, none: each frame as Pillow resizes it on its own
+    from PIL import Image
+
+    from kosmos_env.judges.vlm_video import resize_frames
+
+    frames = np.random.default_rng(sum(shape)).integers(0, 256, shape + (3,), dtype=np.uint8)
+    h, w = size
+    reference = np.stack([np.asarray(Image.fromarray(f).resize((w, h), Image.BICUBIC)) for f in frames])
+    out = resize_frames(frames, h, w)
+    assert out.shape == reference.shape and out.dtype == np.uint8
+    assert np.array_equal(out, reference)
