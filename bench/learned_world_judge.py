@@ -185,6 +185,18 @@ def _rates(rows, policies, key, units=None):
     return np.array([np.mean([by[(p, t, s)] for t, s in units]) for p in policies], dtype=float)
 
 
+def _accuracy(rows, key, boots):
+    """Share of episodes judged as the truth, and its 95 % interval over resampled (task, seed) units
+    (a unit carries all its policies' episodes, so episodes of one layout are never split)."""
+    per_unit: dict = {}
+    for r in rows:
+        per_unit.setdefault((r["task"], r["seed"]), []).append(r[key] == r["truth"])
+    right = {u: (sum(v), len(v)) for u, v in per_unit.items()}
+    point = sum(a for a, _ in right.values()) / sum(n for _, n in right.values())
+    vals = [sum(right[u][0] for u in b) / sum(right[u][1] for u in b) for b in boots]
+    return point, tuple(np.quantile(vals, [0.025, 0.975]))
+
+
 def summarise(result: dict, n_boot: int = 2000) -> str:
     parts = []
     for n in result["settings"]:
@@ -219,12 +231,15 @@ def _summarise_setting(result: dict, n: int, n_boot: int) -> str:
     out = [f"== learned tabletop, actions per model call = {n}; {len(units)} (task, seed) units "
            f"per policy, seeds {result['seed_offset']}..{result['seed_offset'] + result['seeds'] - 1}; "
            f"wall {result['wall_seconds']:.0f} s", ""]
-    out.append("episode accuracy against simulator truth (all policies | study policies only):")
+    out.append("episode accuracy against simulator truth (all policies | study policies only), "
+               "95 % bootstrap interval over (task, seed) units:")
     study = [r for r in rows if r["policy"] != GRASP_MISS]
     for ev in EVALUATORS:
-        acc_all = np.mean([r[ev] == r["truth"] for r in rows])
-        acc_study = np.mean([r[ev] == r["truth"] for r in study])
-        out.append(f"  {ev:24s} {acc_all:.3f} | {acc_study:.3f}")
+        cells = []
+        for subset in (rows, study):
+            point, (lo, hi) = _accuracy(subset, ev, boots)
+            cells.append(f"{point:.3f} [{lo:.3f}, {hi:.3f}]")
+        out.append(f"  {ev:24s} {cells[0]} | {cells[1]}")
     out += ["", "per-policy success rates:",
             "  " + f"{'policy':22s} {'truth':>6s} " + " ".join(f"{ev:>20s}" for ev in EVALUATORS)]
     truth = _rates(rows, policies, "truth")
