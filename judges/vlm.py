@@ -527,54 +527,68 @@ def _preallocated_layer_class() -> type:
     class PreallocatedLayer(DynamicLayer):
         """A decode cache layer whose keys and values live in buffers allocated at their final width.
 
-        ``update`` writes the new positions in place and returns views of the filled part, so
-        attention sees the same keys and values (same shapes and values) as with transformers'
-        ``DynamicLayer``, which concatenates a new tensor at every step. ``keys`` / ``values``
-        are those views, as ``DynamicLayer`` users expect. Subclassing ``DynamicLayer`` relies
-        on transformers 5.x's cache-layer interface (``transformers.cache_utils``; the models
-        extra pins ``transformers>=5.24``).
+        ``update`` writes the new positions in place, so attention sees the same keys and values
+        (same shapes and values) as with transformers' ``DynamicLayer``, which concatenates a new
+        tensor at every step. ``keys`` / ``values`` are views of the filled part of the buffers (each
+        with its own length, as transformers assigns them one after the other), as ``DynamicLayer``
+        users expect; whatever tensor transformers assigns to them (crop, batch
+        selection, reordering, offloading, reset) becomes the buffer, full, so every inherited
+        method keeps working without an override. Subclassing ``DynamicLayer`` relies on
+        transformers 5.x's cache-layer interface (``transformers.cache_utils``; the models extra
+        pins ``transformers>=5.24``).
         """
 
         def __init__(self, keys: Any, values: Any, length: int):
             super().__init__()
             self.device = keys.device
             self.is_initialized = True
-            self._adopt(keys, values, length)
+            self._key_buffer, self._value_buffer = keys, values
+            self._key_length = self._value_length = int(length)
 
-        def _adopt(self, keys: Any, values: Any, length: int) -> None:
-            self._key_buffer, self._value_buffer, self._length = keys, values, int(length)
-            self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+        @property
+        def keys(self) -> Any:
+            return None if self._key_buffer is None else self._key_buffer[..., : self._key_length, :]
+
+        @keys.setter
+        def keys(self, tensor: Any) -> None:
+            self._key_buffer, self._key_length = tensor, _filled_length(tensor)
+
+        @property
+        def values(self) -> Any:
+            return None if self._value_buffer is None else self._value_buffer[..., : self._value_length, :]
+
+        @values.setter
+        def values(self, tensor: Any) -> None:
+            self._value_buffer, self._value_length = tensor, _filled_length(tensor)
 
         def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            end = self._length + key_states.shape[-2]
-            if end > self._key_buffer.shape[-2]:  # out of room: grow (generate never asks for more than allocated)
-                import torch
-
-                extra = max(end - self._length, self._key_buffer.shape[-2])
-                grow = lambda t: torch.cat([t[:, :, : self._length], t.new_zeros(t.shape[:2] + (extra, t.shape[3]))], dim=2)  # noqa: E731
-                self._adopt(grow(self._key_buffer), grow(self._value_buffer), self._length)
-            self._key_buffer[:, :, self._length : end] = key_states
-            self._value_buffer[:, :, self._length : end] = value_states
-            self._adopt(self._key_buffer, self._value_buffer, end)
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start, end = self._key_length, self._key_length + key_states.shape[-2]
+            if self._key_buffer.dim() != 4 or end > self._key_buffer.shape[-2]:
+                # out of room (generate never asks for more than was allocated): grow to twice the need
+                self._key_buffer = _grown(self._key_buffer, key_states, start, 2 * end)
+                self._value_buffer = _grown(self._value_buffer, value_states, start, 2 * end)
+            self._key_buffer[:, :, start:end] = key_states
+            self._value_buffer[:, :, start:end] = value_states
+            self._key_length = self._value_length = end
             return self.keys, self.values
 
-        def crop(self, tokens_to_remove: int) -> None:
-            super().crop(tokens_to_remove)
-            self._adopt(self.keys, self.values, self.keys.shape[-2])
-
-        def batch_repeat_interleave(self, repeats: int) -> None:
-            super().batch_repeat_interleave(repeats)
-            self._adopt(self.keys, self.values, self.keys.shape[-2])
-
-        def batch_select_indices(self, indices: Any) -> None:
-            super().batch_select_indices(indices)
-            self._adopt(self.keys, self.values, self.keys.shape[-2])
-
-        def reorder_cache(self, beam_idx: Any) -> None:
-            super().reorder_cache(beam_idx)
-            self._adopt(self.keys, self.values, self.keys.shape[-2])
-
     return PreallocatedLayer
+
+
+def _filled_length(tensor: Any) -> int:
+    """Positions held by a cache tensor ``(batch, heads, positions, dim)``; 0 for None or the empty
+    1-D tensor transformers starts a layer with."""
+    return 0 if tensor is None or tensor.dim() != 4 else int(tensor.shape[-2])
+
+
+def _grown(buffer: Any, new: Any, length: int, width: int) -> Any:
+    """A ``width``-position buffer shaped like ``new`` holding ``buffer``'s first ``length`` positions."""
+    out = new.new_empty(new.shape[:2] + (width, new.shape[3]))
+    if length:
+        out[:, :, :length] = buffer[:, :, :length]
+    return out
 
 
 def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:

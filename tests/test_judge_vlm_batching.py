@@ -133,3 +133,32 @@ def test_prefill_once_per_rollout_samples_what_generate_samples_over_the_whole_p
     reference = [t for it, s in zip(items, seeds) for t in generate_over_whole_prompt(judge, it, s)]
     assert texts == reference
     assert len(set(texts)) > judge.k  # the rows differ: nothing constant passes this
+
+
+def test_preallocated_cache_layer_keeps_dynamic_layer_semantics_under_inherited_methods():
+    """Decode writes into the preallocated buffers in place; transformers' own crop, batch
+    selection and reset (which assign ``keys`` then ``values``) leave a layer that reads and
+    grows like a ``DynamicLayer`` holding the same tensors."""
+    from kosmos_env.judges.vlm import _preallocated_layer_class
+
+    layer_class = _preallocated_layer_class()
+    g = torch.Generator().manual_seed(0)
+    keys, values = torch.randn(2, 2, 5, 4, generator=g), torch.randn(2, 2, 5, 4, generator=g)
+    key_buffer, value_buffer = torch.zeros(2, 2, 8, 4), torch.zeros(2, 2, 8, 4)
+    key_buffer[:, :, :3], value_buffer[:, :, :3] = keys[:, :, :3], values[:, :, :3]
+    layer = layer_class(key_buffer, value_buffer, 3)
+    assert layer.get_seq_length() == 3
+    for t in (3, 4):
+        got_k, got_v = layer.update(keys[:, :, t:t + 1], values[:, :, t:t + 1])
+    assert torch.equal(got_k, keys) and torch.equal(got_v, values)
+    assert got_k.data_ptr() == key_buffer.data_ptr()  # written in place, not concatenated
+    layer.crop(-1)
+    assert torch.equal(layer.keys, keys[:, :, :4]) and torch.equal(layer.values, values[:, :, :4])
+    got_k, got_v = layer.update(keys[:, :, 4:5], values[:, :, 4:5])  # no room left: grows
+    assert torch.equal(got_k, keys) and torch.equal(got_v, values)
+    layer.batch_select_indices(torch.tensor([1]))
+    assert torch.equal(layer.keys, keys[1:]) and torch.equal(layer.values, values[1:])
+    layer.reset()
+    assert layer.get_seq_length() == 0
+    got_k, got_v = layer.update(keys[:1, :, :2], values[:1, :, :2])
+    assert torch.equal(got_k, keys[:1, :, :2]) and torch.equal(got_v, values[:1, :, :2])
