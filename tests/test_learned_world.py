@@ -431,3 +431,18 @@ def test_a_released_object_drops_straight_down_and_stays_on_a_support_under_its_
         np.testing.assert_allclose(final[:2], held_xy, atol=1e-6)
         expect_z = yellow_top + green_half if on_top else green_half
         assert abs(final[2] - expect_z) < 1e-6
+
+
+def test_closed_fingers_sweeping_through_a_free_object_push_it_ahead_of_them():
+    """The learned dynamics do not push (here: they never move a free object). Closed fingers
+    swept through the carrot at its height leave it just ahead of them on their path, its
+    sideways offset kept; swept 5 cm above it, or with the fingers open, they leave it alone."""
+    still = _ScriptedDynamics([0.0, 0.0, 0.0])
+    start = np.array([0.30, 0.10, 0.012])
+    for height, gripper, pushed in ((0.012, 0.0, True), (0.062, 0.0, False), (0.012, 1.0, False)):
+        engine = _scripted_engine("carrot_on_plate", start, [0.22, 0.105, height], still)
+        final = _step(engine, 8, move=(0.02, 0.0, 0.0), gripper=gripper)  # the tool ends at x = 0.38
+        if pushed:
+            assert final[0] > 0.38 + 0.012 and abs(final[1] - start[1]) < 1e-6  # ahead of the fingers
+        else:
+            np.testing.assert_array_equal(final, start.astype(np.float32))
