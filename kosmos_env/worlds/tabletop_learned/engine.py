@@ -205,8 +205,8 @@ class Engine:
             return
         obj = obj_before.numpy()
         on_table = np.abs(obj[:, 2] - self.rest_z.numpy()) <= REST_HEIGHT_TOL
-        on_support = np.array([self._over_support(i, obj[i]) and abs(obj[i, 2] - self._supports[i][2]) <= REST_HEIGHT_TOL
-                               for i in range(len(obj))])
+        on_support = np.array([self._over_support(i, obj[i])
+                               and abs(obj[i, 2] - self._supports[i][2]) <= REST_HEIGHT_TOL for i in range(len(obj))])
         a, b = tcp.numpy().astype(np.float64), tcp_next.numpy().astype(np.float64)
         ab = b[:, :2] - a[:, :2]
         u = np.clip(((obj[:, :2] - a[:, :2]) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
