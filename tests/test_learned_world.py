@@ -342,3 +342,107 @@ def test_a_scripted_pick_and_place_keeps_the_object_and_leaves_it_where_the_simu
     assert (np.linalg.norm(last - rgba, axis=-1) < 60).sum() >= 5
     learned.close()
     sim.close()
+
+
+class _ScriptedDynamics:
+    """Stands in for the learned object dynamics: every action it moves a free object by ``free``
+    (the learned "moves" switch firing) and reports it held while ``held_for`` actions remain,
+    carrying it with the tool point. So a test sees only what the engine's fixed rules do."""
+
+    def __init__(self, free, held_for: int = 0):
+        import torch
+
+        self.free = torch.tensor(free, dtype=torch.float32)
+        self.held_for = held_for
+
+    def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard=False):
+        import torch
+
+        h = torch.full((len(obj),), float(self.held_for > 0))
+        self.held_for -= 1
+        nxt = obj + h[:, None] * (tcp_next - tcp) + (1 - h)[:, None] * self.free
+        nxt = torch.cat([nxt[:, :2], torch.maximum(nxt[:, 2:3], rest_z[:, None])], dim=1)
+        return nxt, h, None, None, cmd
+
+
+def _scripted_engine(task_name: str, obj, tool, dynamics):
+    """A one-episode engine on ``task_name`` with the object at ``obj``, the target's centre at
+    (0.35, 0) and the tool point at ``tool``; the segmenter and renderer are never used."""
+    import torch
+    from types import SimpleNamespace
+
+    from kosmos_env.tasks import load_suite
+    from kosmos_env.worlds.tabletop_learned.engine import Engine
+    from kosmos_env.worlds.tabletop_learned.objects import TASKS
+
+    segmenter = lambda images, task: torch.zeros(len(images), 2, 64, 64)  # noqa: E731
+    world = load_spec(ENV_ID).world
+    engine = Engine(SimpleNamespace(segmenter=segmenter, dynamics=dynamics), world)
+    engine.start(np.zeros((1, 64, 64, 3), np.uint8), [TASKS.index(task_name)],
+                 [load_suite("tabletop").tasks[task_name].params])
+    engine.obj = torch.tensor(np.asarray(obj, dtype=np.float32)[None])
+    engine.target_xy = torch.tensor([[0.35, 0.0]])
+    engine.integrators[0].pos = np.asarray(tool, dtype=np.float64)
+    return engine
+
+
+def _step(engine, n: int, move=(0.0, 0.0, 0.0), gripper: float = 1.0):
+    for _ in range(n):
+        engine.step(np.array([[*move, 0, 0, 0, gripper]]), render=False)
+    return engine.obj[0].numpy().astype(np.float64)
+
+
+def test_a_free_object_at_rest_stays_put_while_the_fingers_cannot_reach_it():
+    """The learned "moves" switch firing on a resting object (here every action, 1 cm) moves it
+    only where a finger could touch it: not with the tool above it or across the table; yes
+    with the tool sweeping through it at table height; and a falling object still falls."""
+    rest = 0.012  # the carrot (a capsule of radius 0.012) lying on the table
+    creep = _ScriptedDynamics([0.01, 0.0, 0.0])
+    start = np.array([0.30, 0.10, rest])
+    for tool in ([0.30, 0.10, 0.10], [0.30, -0.05, rest]):  # 8.8 cm above; 15 cm beside
+        engine = _scripted_engine("carrot_on_plate", start, tool, creep)
+        np.testing.assert_array_equal(_step(engine, 5), start.astype(np.float32))
+        # and on the target's top (a plate 8 mm thick): the object lies still there too
+        on_plate = np.array([0.38, 0.03, 0.008 + rest])
+        engine = _scripted_engine("carrot_on_plate", on_plate, tool, creep)
+        np.testing.assert_array_equal(_step(engine, 5), on_plate.astype(np.float32))
+    # pushed: the tool sweeps through the object at its height
+    engine = _scripted_engine("carrot_on_plate", start, [0.26, 0.10, rest], creep)
+    assert _step(engine, 3, move=(0.02, 0.0, 0.0))[0] > start[0] + 0.02
+    # falling: released above the table, far from the tool, it comes down and the learned
+    # displacement applies until it lies at rest
+    fall = _ScriptedDynamics([0.0, 0.0, -0.02])
+    engine = _scripted_engine("carrot_on_plate", [0.30, 0.10, 0.06], [0.30, -0.10, 0.15], fall)
+    assert abs(_step(engine, 4)[2] - rest) < 1e-6
+
+
+def test_a_released_object_drops_straight_down_and_stays_on_a_support_under_its_centre():
+    """On the action the grasp ends the learned displacement (here 3 cm sideways and down) moves
+    it only down: a green cube released 2 cm off the yellow cube's centre (inside its 2.4 cm half
+    width) lands on its top; released 3 cm off (its centre beyond the edge) it falls to the table."""
+    green_half, yellow_top = 0.017, 0.048
+    for off, on_top in ((0.02, True), (0.03, False)):
+        held_xy = np.array([0.35 + off, 0.0])
+        tool = [*held_xy, 0.09]
+        engine = _scripted_engine("stack_green_on_yellow", [*held_xy, 0.09], tool,
+                                  _ScriptedDynamics([0.03, 0.0, -0.08], held_for=1))
+        _step(engine, 1, gripper=0.0)  # still held
+        final = _step(engine, 1, move=(0.0, 0.0, 0.02))  # released while the hand rises
+        np.testing.assert_allclose(final[:2], held_xy, atol=1e-6)
+        expect_z = yellow_top + green_half if on_top else green_half
+        assert abs(final[2] - expect_z) < 1e-6
+
+
+def test_closed_fingers_sweeping_through_a_free_object_push_it_ahead_of_them():
+    """The learned dynamics do not push (here: they never move a free object). Closed fingers
+    swept through the carrot at its height leave it just ahead of them on their path, its
+    sideways offset kept; swept 5 cm above it, or with the fingers open, they leave it alone."""
+    still = _ScriptedDynamics([0.0, 0.0, 0.0])
+    start = np.array([0.30, 0.10, 0.012])
+    for height, gripper, pushed in ((0.012, 0.0, True), (0.062, 0.0, False), (0.012, 1.0, False)):
+        engine = _scripted_engine("carrot_on_plate", start, [0.22, 0.105, height], still)
+        final = _step(engine, 8, move=(0.02, 0.0, 0.0), gripper=gripper)  # the tool ends at x = 0.38
+        if pushed:
+            assert final[0] > 0.38 + 0.012 and abs(final[1] - start[1]) < 1e-6  # ahead of the fingers
+        else:
+            np.testing.assert_array_equal(final, start.astype(np.float32))

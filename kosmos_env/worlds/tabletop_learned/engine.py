@@ -4,9 +4,14 @@ One implementation serves the env (:mod:`.world`, a batch of one) and the held-o
 (:mod:`.train`, many episodes in lockstep), so what is measured is what the env runs.
 
 Per action: the commanded pose is integrated (:mod:`.kinematics`), the object dynamics step the
-object state and predict the measured gripper (:mod:`.objects`), and a free object over the
-target is kept on the target's top (the one piece of scene geometry imposed rather than
-learned; sizes from the public task suite). The renderer (:mod:`.model`) draws a frame from
+object state and predict the measured gripper (:mod:`.objects`), and four fixed rules of scene
+geometry, imposed rather than learned (sizes from the public task suite and the public scene's
+fingers), correct what the learned switches cannot guarantee: an object let go of drops straight
+down; a free object over the target is kept on the target's top; a free object lying at rest
+stays exactly where it is unless the fingers can reach it; closed fingers sweeping through a
+free object push it ahead of them. None of them changes the networks or their training (the
+dynamics are trained on their own, :mod:`.train`); each method's docstring gives the recorded
+evidence. The renderer (:mod:`.model`) draws a frame from
 the current state over the episode's first frame (never from its own previous output); it is
 called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
 the episode); actions in between repeat the last generated frame.
@@ -18,7 +23,9 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from kosmos_env.tasks.shapes import object_half_height
 from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
+from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
 from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
 from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers, sprite_alpha
@@ -31,6 +38,23 @@ def to_tensor(frames: np.ndarray) -> torch.Tensor:
 
 def to_uint8(frames: torch.Tensor) -> np.ndarray:
     return (frames.movedim(-3, -1).numpy() * 255.0).round().clip(0, 255).astype(np.uint8)
+
+
+#: the public scene's fingers (kosmos_env.worlds.tabletop.scene): boxes of half size
+#: 0.012 x 0.003 x 0.025 m centred 0.015 m above the tool point, inner faces up to FINGER_TRAVEL
+#: from the tool axis. Horizontal reach of a finger corner from the tool axis, and how far the
+#: fingers extend below and above the tool point (m)
+FINGER_REACH_XY = float(np.hypot(0.012, FINGER_TRAVEL + 0.006))
+FINGER_HALF_X = 0.012
+FINGER_BELOW_TCP = 0.010
+FINGER_ABOVE_TCP = 0.040
+#: an object lies at rest when its centre is this close to its resting height (on the table or on
+#: the target's support surface) (m)
+REST_HEIGHT_TOL = 0.003
+#: a predicted opening below this is closed fingers (gap under 1 cm either side: no object fits)
+PUSH_CLOSED_OPENING = 0.25
+#: slack on the fingers' reach for the arm lagging its command (recorded: under 0.01 m) (m)
+REST_REACH_MARGIN = 0.01
 
 
 class Engine:
@@ -56,8 +80,6 @@ class Engine:
         probs = torch.sigmoid(self.model.segmenter(self.first, self.task)).numpy()
         obj, target_xy, rest = [], [], []
         for i in range(b):
-            from kosmos_env.tasks.shapes import object_half_height
-
             obj_z, _ = rest_heights(task_params[i])
             target_plane = object_half_height(task_params[i]["target"])
             t, _ = locate(self.calibration, probs[i, 1], target_plane, self.home[:2])
@@ -67,6 +89,9 @@ class Engine:
             rest.append(obj_z)
         self.obj = torch.as_tensor(np.stack(obj), dtype=torch.float32)
         self._supports = [_support(p) for p in task_params]
+        self._object_radius = np.array([_horizontal_radius(p["object"]) for p in task_params])
+        self._object_min_half_width = np.array([_min_half_width(p["object"]) for p in task_params])
+        self._object_half_height = np.array([object_half_height(p["object"]) for p in task_params])
         self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
         self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
         alpha = torch.from_numpy(sprite_alpha(probs[:, 0])[:, None])
@@ -103,6 +128,7 @@ class Engine:
         whether the renderer ran). ``render`` forces (True) or skips (False) a model call; ``None``
         calls it once ``actions_per_call`` actions have accumulated."""
         actions = np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7)
+        obj_before, held_before = self.obj, self.held
         tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         for p, a in zip(self.integrators, actions):
             p.step(a)
@@ -111,7 +137,10 @@ class Engine:
         self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
             self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
         self.command = cmd
+        self._drop_released_objects(obj_before, held_before)
         self._rest_on_supports()
+        self._keep_resting_objects(obj_before, held_before, tcp, tcp_next)
+        self._push_with_closed_fingers(obj_before, tcp, tcp_next)
         self._history = self._history[1:] + [self._poses()]
         self._pending += 1
         due = self._pending >= self.actions_per_call if render is None else render
@@ -131,6 +160,118 @@ class Engine:
             if over and obj[i, 2] < rest_z:
                 obj[i, 2] = rest_z
         self.obj = torch.from_numpy(obj)
+
+    def _drop_released_objects(self, obj_before: torch.Tensor, held_before: torch.Tensor) -> None:
+        """An object let go of on this action drops straight down from where the fingers held it.
+
+        Learned: when a grasp ends, and how far the object falls. Imposed: on the action the grasp
+        ends, the object keeps its horizontal position (the fingers open around it; nothing pushes it
+        sideways). Recorded simulator data: the object's horizontal displacement on the release
+        step has a median of 0.05-0.11 cm per task, and 178 of 189 objects released with their
+        centre over the target's footprint end the episode on the target; the learned
+        displacement there had medians of 0.6-1.6 cm on the validation layouts, and in 7 of its 8
+        false failures after a release it carried an object released over the footprint off it.
+        Whether the object then rests on the target's top is decided by :meth:`_rest_on_supports`
+        (its centre over the footprint: a rigid body whose centre of mass is over its support
+        stays on it).
+        """
+        released = (held_before > 0.5) & (self.held <= 0.5)
+        if bool(released.any()):
+            xy = torch.where(released[:, None], obj_before[:, :2], self.obj[:, :2])
+            self.obj = torch.cat([xy, self.obj[:, 2:]], dim=1)
+
+    def _keep_resting_objects(self, obj_before: torch.Tensor, held_before: torch.Tensor, tcp: torch.Tensor,
+                              tcp_next: torch.Tensor) -> None:
+        """A free object lying at rest stays exactly where it is unless the fingers can touch it.
+
+        Learned: whether a free object moves (falling after a release, being pushed) and by how
+        much. Imposed: an object that was neither held before nor after this action, and lay at
+        rest on the table or on the target's support surface, is put back where it was when no
+        finger can reach it during the action. Only the fingers collide in the simulator, and an
+        object lying still with nothing touching it does not start moving (recorded simulator
+        data: 2 of 13034 such steps moved more than 5 mm; the rolling of a released capsule
+        continues a motion that started while it fell, and this rule leaves falls alone). The
+        learned "moves" switch has no such guarantee: it can fire on a released object at rest,
+        which then creeps or is knocked off the target by a tool passing above it.
+
+        Reach, from the public scene: each finger is a box 0.024 x 0.006 x 0.05 m whose outer face
+        is at most ``FINGER_TRAVEL + 0.006`` from the tool axis and whose bottom is 0.01 m below the
+        tool point; the object reaches its horizontal radius (from the task suite's sizes) around
+        its centre and half its height above it. ``REST_REACH_MARGIN`` covers the arm's lag behind
+        its command. The tool's path over the action is the segment between the two poses.
+        """
+        free = (held_before <= 0.5) & (self.held <= 0.5)
+        if not bool(free.any()):
+            return
+        obj = obj_before.numpy()
+        on_table = np.abs(obj[:, 2] - self.rest_z.numpy()) <= REST_HEIGHT_TOL
+        on_support = np.array([self._over_support(i, obj[i])
+                               and abs(obj[i, 2] - self._supports[i][2]) <= REST_HEIGHT_TOL for i in range(len(obj))])
+        a, b = tcp.numpy().astype(np.float64), tcp_next.numpy().astype(np.float64)
+        ab = b[:, :2] - a[:, :2]
+        u = np.clip(((obj[:, :2] - a[:, :2]) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
+        dist_xy = np.linalg.norm(a[:, :2] + u[:, None] * ab - obj[:, :2], axis=1)
+        reach_xy = FINGER_REACH_XY + self._object_radius + REST_REACH_MARGIN
+        low_z = np.minimum(a[:, 2], b[:, 2]) - FINGER_BELOW_TCP
+        high_z = np.maximum(a[:, 2], b[:, 2]) + FINGER_ABOVE_TCP
+        reach_z = (low_z <= obj[:, 2] + self._object_half_height + REST_REACH_MARGIN) & \
+                  (high_z >= obj[:, 2] - self._object_half_height - REST_REACH_MARGIN)
+        touchable = (dist_xy <= reach_xy) & reach_z
+        keep = free.numpy() & (on_table | on_support) & ~touchable
+        if keep.any():
+            self.obj = torch.where(torch.from_numpy(keep)[:, None], obj_before, self.obj)
+
+    def _push_with_closed_fingers(self, obj_before: torch.Tensor, tcp: torch.Tensor, tcp_next: torch.Tensor) -> None:
+        """Closed fingers sweeping through a free object at its height push it ahead of them.
+
+        Imposed, because the learned dynamics do not push: the recorded episodes hold few pushes,
+        and on the validation layouts the closed gripper of the knock-away policy swept through
+        objects that the simulator moved 5.6 cm (median, first 8 steps) while the learned object
+        stayed put. The closed fingers (predicted opening below ``PUSH_CLOSED_OPENING``: no object
+        fits between them) are a box around the tool axis (``FINGER_HALF_X`` along the gripper's
+        x, the fingers' outer faces along its y); the object is a disc of its smallest horizontal
+        half width (task-suite sizes: it is pushed only where the fingers certainly hit it). When
+        the tool's horizontal path over the action runs into the object with their heights
+        overlapping, the object ends just ahead of the fingers along the path, its sideways offset
+        kept (no spin or slide is modelled); its height is the learned one.
+        """
+        obj = self.obj.numpy().copy()
+        before = obj_before.numpy()
+        a, b = tcp.numpy().astype(np.float64), tcp_next.numpy().astype(np.float64)
+        grip = self.gripper.numpy()
+        pushed = False
+        for i in range(len(obj)):
+            if self.held[i] > 0.5 or grip[i] >= PUSH_CLOSED_OPENING:
+                continue
+            move = b[i, :2] - a[i, :2]
+            length = float(np.hypot(*move))
+            half_h = self._object_half_height[i]
+            low, high = min(a[i, 2], b[i, 2]) - FINGER_BELOW_TCP, max(a[i, 2], b[i, 2]) + FINGER_ABOVE_TCP
+            if length < 1e-4 or low > before[i, 2] + half_h or high < before[i, 2] - half_h:
+                continue
+            u = move / length
+            n = np.array([-u[1], u[0]])
+            rot = self.integrators[i].rot
+            ex, ey = rot[:2, 0], rot[:2, 1]
+            finger_y = grip[i] * FINGER_TRAVEL + 0.006
+
+            def finger_extent(v):
+                return abs(v @ ex) * FINGER_HALF_X + abs(v @ ey) * finger_y
+
+            rel = before[i, :2] - a[i, :2]
+            along, side = float(rel @ u), float(rel @ n)
+            width = self._object_min_half_width[i]
+            ahead = finger_extent(u) + width
+            if abs(side) < finger_extent(n) + width and -ahead < along < length + ahead:
+                obj[i, :2] = a[i, :2] + u * max(along, length + ahead) + n * side
+                pushed = True
+        if pushed:
+            self.obj = torch.from_numpy(obj)
+
+    def _over_support(self, i: int, xyz: np.ndarray) -> bool:
+        shape, half_xy, _ = self._supports[i]
+        d = xyz[:2] - self.target_xy[i].numpy()
+        return bool(np.hypot(*d) <= half_xy[0]) if shape == "cylinder" else bool((np.abs(d) <= half_xy).all())
 
     def _render(self) -> None:
         (pos2, rot2, _), (pos1, rot1, _), (pos, rot, euler) = self._history
@@ -158,3 +299,21 @@ def _support(task_params: Mapping[str, Any]) -> tuple[str, np.ndarray, float]:
     size = np.asarray(target["size"], dtype=np.float64)
     half_xy = np.array([size[0], size[0]]) if target["shape"] == "cylinder" else size[:2]
     return target["shape"], half_xy, float(target_top(target) + object_half_height(task_params["object"]))
+
+
+def _horizontal_radius(spec: Mapping[str, Any]) -> float:
+    """How far an object lying flat reaches horizontally from its centre (m), from its task-suite
+    size: a box its half diagonal, a capsule its half length plus radius, a cylinder its radius."""
+    size = np.asarray(spec["size"], dtype=np.float64)
+    if spec["shape"] == "box":
+        return float(np.hypot(size[0], size[1]))
+    if spec["shape"] == "capsule":
+        return float(size[0] + size[1])
+    return float(size[0])
+
+
+def _min_half_width(spec: Mapping[str, Any]) -> float:
+    """An object's smallest horizontal half width (m) from its task-suite size: a box its
+    smaller half side, a capsule or cylinder its radius."""
+    size = np.asarray(spec["size"], dtype=np.float64)
+    return float(min(size[0], size[1])) if spec["shape"] == "box" else float(size[0])
