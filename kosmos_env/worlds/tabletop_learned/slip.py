@@ -38,13 +38,15 @@ from torch.nn import functional as F
 
 from kosmos_env.worlds.tabletop_learned.objects import N_TASKS
 
-SLIP_FEATURES = 3 + N_TASKS + 3 + 1 + 3 + 1
+SLIP_FEATURES = 3 + N_TASKS + 4 + 1 + 3 + 1
 #: contact gaps of at most this many steps inside a hold (gripper commanded closed throughout,
 #: contact resumes) are flicker of the simulator's contact label, not the end of the hold: the
 #: training data hold 3 such gaps (lengths 1, 2, 2) and none of 3..5 steps
 MAX_FLICKER_GAP = 2
-#: the hazard threshold stored with new weights unless another is asked for
-DEFAULT_THRESHOLD = 0.5
+#: the hazard threshold stored with new weights unless another is asked for: chosen on the
+#: validation seeds 90000..90009 (state-success accuracy against the simulator, study policies:
+#: 0.912 at 0.3, 0.904 at 0.5, shipped world without slips 0.896)
+DEFAULT_THRESHOLD = 0.3
 #: steps since the grasp started saturate here (the data's squeezed-out grasps end within 3)
 SINCE_CAP = 10
 
@@ -64,11 +66,13 @@ def grasp_offset(obj: torch.Tensor, tcp: torch.Tensor, yaw: torch.Tensor) -> tor
 def slip_features(offset0: torch.Tensor, task: torch.Tensor, grip: torch.Tensor, cmd: torch.Tensor,
                   since: torch.Tensor, tcp_move: torch.Tensor, yaw: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
     """(B, SLIP_FEATURES): grasp-start offset (gripper frame), task one-hot, measured opening,
-    command, command minus opening, steps since the grasp started, the commanded tool-point move
-    (gripper frame), height above rest. Scaled to order 1."""
+    command, command minus opening and how far the command opens past the opening (the fingers
+    are position-controlled: commanded wider than where they stopped, they open off the object),
+    steps since the grasp started, the commanded tool-point move (gripper frame), height above
+    rest. Scaled to order 1."""
     return torch.cat([
         offset0 * 10.0, F.one_hot(task.long(), N_TASKS).float(), grip[:, None], cmd[:, None],
-        (cmd - grip)[:, None] * 10.0, torch.clamp(since, max=SINCE_CAP)[:, None] / SINCE_CAP,
+        (cmd - grip)[:, None] * 10.0, torch.relu(cmd - grip)[:, None] * 10.0, torch.clamp(since, max=SINCE_CAP)[:, None] / SINCE_CAP,
         _rotate_xy(tcp_move, yaw) * 20.0, height[:, None] * 10.0,
     ], dim=1).float()
 

@@ -106,7 +106,7 @@ class TrainConfig:
     #: hidden width, and the hazard threshold stored with it
     slip_steps: int = 500
     slip_hidden: int = 16
-    slip_threshold: float = 0.5
+    slip_threshold: float = 0.3
 
 
 def _images(a: np.ndarray):
