@@ -446,3 +446,174 @@ def test_closed_fingers_sweeping_through_a_free_object_push_it_ahead_of_them():
             assert final[0] > 0.38 + 0.012 and abs(final[1] - start[1]) < 1e-6  # ahead of the fingers
         else:
             np.testing.assert_array_equal(final, start.astype(np.float32))
+
+
+# -- the slip predictor (a held object leaving fingers still commanded closed) ---------------------------------
+
+def _slip_episodes(path):
+    """Tiny synthetic recording (noise frames, 4 tasks x 3 seeds, 12 steps): the gripper closes at
+    step 3 over the object and lifts it; on odd seeds the command goes partly open (0.4) at step
+    7 and the contact ends there (a slip); elsewhere the object is carried to the end."""
+    from kosmos_env.worlds.tabletop_learned.dataset import Episodes
+    from kosmos_env.worlds.tabletop_learned.objects import TASKS
+
+    T, rows = 12, []
+    for t in range(len(TASKS)):
+        for i in range(3):
+            rows.append((t, 1000 * t + i))
+    E = len(rows)
+    actions = np.zeros((E, T, 7), np.float32)
+    actions[:, :, 6] = 1.0
+    actions[:, 3:, 6] = 0.0
+    actions[:, 4:8, 2] = 0.02  # lift
+    contact = np.zeros((E, T + 1), bool)
+    obj = np.tile(np.array([0.45, 0.0, 0.02], np.float32), (E, T + 1, 1))
+    for e, (_, seed) in enumerate(rows):
+        contact[e, 4:] = True
+        if seed % 2:
+            actions[e, 7, 6] = 0.4
+            contact[e, 8:] = False
+        for s in range(5, T + 1):
+            obj[e, s, 2] = obj[e, s - 1, 2] + (actions[e, s - 1, 2] if contact[e, s] else 0.0)
+    gripper = np.where(contact, 0.3, np.r_[1.0, actions[0, :, 6]][None]).astype(np.float32)
+    frames = np.random.default_rng(0).integers(0, 256, (E, T + 1, 64, 64, 3), dtype=np.uint8)
+    eps = Episodes(frames, actions, gripper, np.zeros((E, T), bool),
+                   np.array([r[0] for r in rows]), np.zeros(E, np.int64), np.array([r[1] for r in rows]),
+                   list(TASKS), ["synthetic"], obj, np.tile(np.array([0.55, 0.1, 0.01], np.float32), (E, T + 1, 1)),
+                   contact, np.zeros((E, T + 1, 64, 64), np.uint8))
+    eps.save(path)
+    return eps
+
+
+def test_clean_holds_fills_only_short_contact_gaps_under_a_closed_gripper():
+    from kosmos_env.worlds.tabletop_learned.slip import clean_holds
+
+    held = np.array([[1, 0, 1, 0, 0, 1, 0, 0, 0, 1, 1, 0, 1]], bool)
+    closed = np.ones_like(held)
+    closed[0, 11] = False  # the last gap is an opening, not flicker
+    assert clean_holds(held, closed).astype(int).tolist() == [[1, 1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 0, 1]]
+
+
+def test_grasp_offset_is_in_the_grippers_frame():
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.slip import grasp_offset
+
+    obj, tcp = torch.tensor([[0.52, 0.03, 0.02]]), torch.tensor([[0.5, 0.0, 0.05]])
+    base = grasp_offset(obj, tcp, torch.tensor([0.0]))
+    turn = 0.7  # turn the scene and the wrist together about the tool point: the offset stays
+    c, s = np.cos(turn), np.sin(turn)
+    d = (obj - tcp)[0].numpy()
+    obj_turned = tcp + torch.tensor([[c * d[0] - s * d[1], s * d[0] + c * d[1], d[2]]], dtype=torch.float32)
+    assert torch.allclose(grasp_offset(obj_turned, tcp, torch.tensor([turn])), base, atol=1e-6)
+
+
+def test_a_predicted_slip_drops_the_object_to_rest_and_closes_the_fingers_on_nothing():
+    """The fixed rule after the hazard fires: not held, down to the resting height, measured
+    gripper = command; and closed fingers cannot grasp again until they are commanded open."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.slip import SlipPredictor, SlipTracker
+
+    never, always = SlipPredictor(4, threshold=0.5), SlipPredictor(4, threshold=0.5)
+    with torch.no_grad():
+        for p, bias in ((never, -50.0), (always, 50.0)):
+            p.net[2].weight.zero_()
+            p.net[2].bias.fill_(bias)
+    tcp, tcp_next = torch.tensor([[0.5, 0.0, 0.12]]), torch.tensor([[0.5, 0.02, 0.12]])
+    obj_before, obj = torch.tensor([[0.5, 0.0, 0.10]]), torch.tensor([[0.5, 0.02, 0.10]])
+    args = dict(tcp=tcp, tcp_next=tcp_next, yaw=torch.zeros(1), cmd=torch.tensor([0.3]), rest_z=torch.tensor([0.02]),
+                task=torch.tensor([1]))
+    one, grip = torch.ones(1), torch.tensor([0.27])
+    tracker = SlipTracker(1)
+    kept = tracker.step(never, obj_before, one, grip, obj, one, grip, **args)
+    assert kept[1].item() == 1.0 and torch.equal(kept[0], obj) and kept[2].item() == pytest.approx(0.27)
+    tracker = SlipTracker(1)
+    o, h, g = tracker.step(always, obj_before, one, grip, obj, one, grip, **args)
+    assert h.item() == 0.0 and g.item() == pytest.approx(0.3)
+    assert o[0, :2].tolist() == pytest.approx([0.5, 0.02]) and o[0, 2].item() == pytest.approx(0.02)
+    # next step the dynamics would grasp it again with the fingers still closed: refused
+    o2, h2, g2 = tracker.step(never, o, h, g, o + 0.01, one, grip, **dict(args, cmd=torch.tensor([0.0])))
+    assert h2.item() == 0.0 and torch.equal(o2, o) and g2.item() == 0.0
+    # once commanded open, the next grasp is the dynamics' call again
+    tracker.step(never, o, h, g, o, torch.zeros(1), torch.ones(1), **dict(args, cmd=torch.tensor([1.0])))
+    assert tracker.step(never, o, torch.zeros(1), g, o + 0.01, one, grip, **dict(args, cmd=torch.tensor([0.0])))[1].item() == 1.0
+
+
+def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes_nothing():
+    """The shipped file holds no slip tensors: it loads without one; a slip predictor that never
+    fires leaves every state and frame of a scripted episode unchanged."""
+    import torch
+
+    from kosmos_env.tasks import load_suite
+    from kosmos_env.worlds.tabletop_learned.engine import Engine
+    from kosmos_env.worlds.tabletop_learned.model import load_weights
+    from kosmos_env.worlds.tabletop_learned.objects import TASKS
+    from kosmos_env.worlds.tabletop_learned.world import weights_dir
+
+    spec = load_spec(ENV_ID)
+    model, _ = load_weights(weights_dir() / spec.world["weights"])
+    assert model.slip is None and not any(k.startswith("slip.") for k in model.state_dict())
+    sim = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), gate={"enabled": False})
+    obs, _ = sim.reset(seed=4242, options={"task": "carrot_on_plate"})
+    params = load_suite("tabletop").tasks["carrot_on_plate"].params
+    rng = np.random.default_rng(0)
+    actions = np.zeros((12, 7))
+    actions[:, :3] = rng.normal(0, 0.02, (12, 3))
+    actions[4:, 6] = rng.uniform(0, 0.45, 8)
+    actions[:4, 6] = 1.0
+    runs = []
+    for silent in (False, True):
+        if silent:
+            model.attach_slip(4, threshold=0.999999)
+            with torch.no_grad():
+                model.slip.net[2].bias.fill_(-50.0)
+        engine = Engine(model, spec.world)
+        engine.start(obs["image"][None], [TASKS.index("carrot_on_plate")], [params])
+        runs.append([engine.step(a[None], render=i + 1 == len(actions))[:2] + (engine.obj.numpy().copy(),)
+                     for i, a in enumerate(actions)])
+    sim.close()
+    for (f0, g0, o0), (f1, g1, o1) in zip(*runs):
+        assert np.array_equal(f0, f1) and np.array_equal(g0, g1) and np.array_equal(o0, o1)
+
+
+def test_slip_stage_alone_equals_the_stage_in_the_full_run_and_keeps_every_other_tensor(tmp_path):
+    """Tiny synthetic data: the full world run (with its slip stage last) and the same run without
+    it give identical other tensors; ``--parts slip --objects-from`` over the full run's file
+    reproduces its slip tensors exactly and keeps every other tensor bit for bit."""
+    from safetensors.torch import load_file
+
+    from kosmos_env.cli import main
+
+    data = tmp_path / "eps.npz"
+    _slip_episodes(data)
+    common = ["train-world", "--data", str(data), "--holdout", "0.34", "--steps", "2", "--batch", "2",
+              "--segmenter-steps", "2", "--dynamics-steps", "2", "--error-horizon", "2", "--channels", "4", "4", "4", "4",
+              "--quiet"]
+    assert main([*common, "--parts", "world", "--slip-steps", "40", "--out-dir", str(tmp_path / "full")]) == 0
+    assert main([*common, "--parts", "world", "--slip-steps", "0", "--out-dir", str(tmp_path / "noslip")]) == 0
+    assert main([*common, "--parts", "slip", "--slip-steps", "40", "--objects-from",
+                 str(tmp_path / "full" / "world.safetensors"), "--out-dir", str(tmp_path / "alone")]) == 0
+    full, noslip, alone = (load_file(str(tmp_path / d / "world.safetensors")) for d in ("full", "noslip", "alone"))
+    slip_keys = {k for k in full if k.startswith("slip.")}
+    assert slip_keys and not any(k.startswith("slip.") for k in noslip)
+    assert set(full) - slip_keys == set(noslip)
+    for k in noslip:
+        assert torch_equal(full[k], noslip[k]), k
+    assert set(alone) == set(full)
+    for k in full:
+        assert torch_equal(alone[k], full[k]), k
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+
+    return a.shape == b.shape and bool(torch.equal(a, b))
+
+
+def test_slip_stage_alone_needs_a_world_to_train_over(tmp_path, capsys):
+    from kosmos_env.cli import main
+
+    rc = main(["train-world", "--data", str(tmp_path / "none.npz"), "--parts", "slip", "--out-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--objects-from" in err[0]

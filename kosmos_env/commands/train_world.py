@@ -7,6 +7,13 @@ per stage on a shared 2-core machine: about 8, 4 and 12 minutes)::
     kosmos-env train-world --data /tmp/kosmos_tabletop_episodes.npz \\
         --out-dir kosmos_env/worlds/tabletop_learned/weights --error-report bench/results/learned_world_error.txt
 
+The world's last stage is a slip predictor (a small MLP: the per-step hazard that a held object
+leaves fingers still commanded closed; what then happens is a fixed rule; see
+``kosmos_env.worlds.tabletop_learned.slip``). It has its own seeded generator, so the other
+networks come out the same with or without it. ``--parts slip --objects-from FILE`` keeps every
+network of FILE bit for bit and trains only a new slip predictor (seconds; the data are read or
+recorded as usual); ``--slip-steps 0`` trains a world without one.
+
 ``--objects-from FILE`` keeps the segmenter and object dynamics of an existing weights file and
 trains only the renderer. The shipped weights were made that way, from the previous shipped
 file (its sha256 is in the weights' metadata, ``objects_from_sha256``).
@@ -35,10 +42,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--dynamics-steps", type=int, default=1500, help="object-dynamics training steps (default 1500)")
     p.add_argument("--batch", type=int, default=16, help="frames per renderer training step (default 16)")
     p.add_argument("--judge-steps", type=int, default=600, help="vision-judge training steps (default 600)")
-    p.add_argument("--parts", nargs="+", choices=["world", "judge"], default=["world", "judge"],
-                   help="what to train (default: both)")
+    p.add_argument("--parts", nargs="+", choices=["world", "judge", "slip"], default=["world", "judge"],
+                   help="what to train (default: world and judge; the world's last stage is its slip predictor). "
+                        "'slip' without 'world': only a new slip predictor over --objects-from's networks")
     p.add_argument("--objects-from", default=None, metavar="WEIGHTS",
-                   help="reuse this world.safetensors' segmenter and object dynamics; train only the renderer")
+                   help="reuse this world.safetensors' segmenter and object dynamics; train only the renderer "
+                        "(with --parts slip: keep all its networks; train only the slip predictor)")
+    p.add_argument("--slip-steps", type=int, default=500,
+                   help="slip-predictor full-batch steps, the world's last stage (default 500; 0: no slip predictor)")
+    p.add_argument("--slip-threshold", type=float, default=0.3,
+                   help="hazard threshold stored with the slip predictor (default 0.3, chosen on validation seeds)")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
     p.add_argument("--channels", type=int, nargs=4, default=[12, 24, 32, 48],
                    help="renderer U-Net widths (default 12 24 32 48)")
@@ -61,6 +74,15 @@ def run(args) -> int:
         if getattr(args, flag) < 1:
             print(f"error: --{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}", file=sys.stderr)
             return 2
+    if args.slip_steps < 0 or not 0.0 < args.slip_threshold < 1.0:
+        print(f"error: --slip-steps must be >= 0 and --slip-threshold in (0, 1), got {args.slip_steps} and "
+              f"{args.slip_threshold}", file=sys.stderr)
+        return 2
+    slip_only = "slip" in args.parts and "world" not in args.parts
+    if slip_only and (not args.objects_from or args.slip_steps < 1):
+        print("error: --parts slip trains a slip predictor over an existing world: it needs --objects-from WEIGHTS "
+              "and --slip-steps >= 1", file=sys.stderr)
+        return 2
     if args.objects_from:
         problem = tr.object_networks_problem(args.objects_from)
         if problem:
@@ -89,7 +111,8 @@ def run(args) -> int:
     if "world" in args.parts:
         cfg = tr.TrainConfig(steps=args.steps, batch=args.batch, seed=args.seed, segmenter_steps=args.segmenter_steps,
                              dynamics_steps=args.dynamics_steps, threads=args.threads,
-                             model={"channels": list(args.channels)}, objects_from=args.objects_from)
+                             model={"channels": list(args.channels)}, objects_from=args.objects_from,
+                             slip_steps=args.slip_steps, slip_threshold=args.slip_threshold)
         train_data, held_data = tr.prepare(train_eps, world), tr.prepare(held_eps, world)
         t0 = time.perf_counter()
         object_text = []
@@ -130,6 +153,18 @@ def run(args) -> int:
         if args.error_report:
             Path(args.error_report).parent.mkdir(parents=True, exist_ok=True)
             Path(args.error_report).write_text(text)
+    if slip_only:
+        cfg = tr.TrainConfig(seed=args.seed, threads=args.threads, slip_steps=args.slip_steps,
+                             slip_threshold=args.slip_threshold)
+        train_data, held_data = tr.prepare(train_eps, world), tr.prepare(held_eps, world)
+        model, history, base_sha, info = tr.train_slip_only(args.objects_from, train_data, cfg)
+        held = tr.slip_error(model, held_data)
+        info.pop("config", None)
+        info.update({"slip_command": command, "slip_from_sha256": base_sha, "slip_history": history,
+                     "slip_heldout": held})
+        save_weights(model, out / "world.safetensors", info)
+        print(f"slip predictor over {args.objects_from} (sha256 {base_sha[:12]}...): trained on "
+              f"{history[0][3]} held steps ({history[0][4]} slips); held out: {json.dumps(held)}")
     if "judge" in args.parts:
         from kosmos_env.judges import vision_frame as vj
 

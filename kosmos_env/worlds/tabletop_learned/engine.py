@@ -4,7 +4,8 @@ One implementation serves the env (:mod:`.world`, a batch of one) and the held-o
 (:mod:`.train`, many episodes in lockstep), so what is measured is what the env runs.
 
 Per action: the commanded pose is integrated (:mod:`.kinematics`), the object dynamics step the
-object state and predict the measured gripper (:mod:`.objects`), and four fixed rules of scene
+object state and predict the measured gripper (:mod:`.objects`), the slip predictor, where the
+weights hold one, may end a hold under closed fingers (:mod:`.slip`), and four fixed rules of scene
 geometry, imposed rather than learned (sizes from the public task suite and the public scene's
 fingers), correct what the learned switches cannot guarantee: an object let go of drops straight
 down; a free object over the target is kept on the target's top; a free object lying at rest
@@ -29,6 +30,7 @@ from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
 from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
 from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers, sprite_alpha
+from kosmos_env.worlds.tabletop_learned.slip import SlipTracker
 
 
 def to_tensor(frames: np.ndarray) -> torch.Tensor:
@@ -101,6 +103,7 @@ class Engine:
         self.gripper = torch.ones(b)
         self.command = torch.ones(b)  # the gripper starts commanded open
         self.integrators = [PoseIntegrator(self.world) for _ in range(b)]
+        self.slip = SlipTracker(b)
         # poses now, 1 and 2 steps ago (per action, whatever the actions per call): the renderer
         # learns the arm's lag behind its command from them
         self._history = [self._poses()] * 3
@@ -130,12 +133,17 @@ class Engine:
         actions = np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7)
         obj_before, held_before = self.obj, self.held
         tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
+        yaw = torch.as_tensor(np.array([p.euler[2] for p in self.integrators]), dtype=torch.float32)
         for p, a in zip(self.integrators, actions):
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
+        before = (self.obj, self.held, self.gripper)
         self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
             self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
+        if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
+            self.obj, self.held, self.gripper = self.slip.step(self.model.slip, *before, self.obj, self.held,
+                                                               self.gripper, tcp, tcp_next, yaw, cmd, self.rest_z, self.task)
         self.command = cmd
         self._drop_released_objects(obj_before, held_before)
         self._rest_on_supports()

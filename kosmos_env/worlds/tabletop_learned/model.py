@@ -35,7 +35,9 @@ Because nothing is fed back, a frame at step 40 is as sharp as one at step 1; a 
 (the dynamics' error) shows as a wrong picture, not a blurred one.
 
 The weights file holds three networks: ``renderer.*`` (this one), ``segmenter.*`` and
-``dynamics.*`` (:mod:`.objects`).
+``dynamics.*`` (:mod:`.objects`), and may hold a fourth, the slip predictor ``slip.*``
+(:mod:`.slip`: a learned per-step hazard that a held object leaves fingers still commanded
+closed, with a fixed rule for what then happens); a file without it runs without slips.
 """
 from __future__ import annotations
 
@@ -151,6 +153,15 @@ class LearnedTabletop(nn.Module):
         self.renderer = StateRenderer(self.config)
         self.segmenter = Segmenter(int(self.config["segmenter_width"]))
         self.dynamics = ObjectDynamics(int(self.config["dynamics_hidden"]))
+        #: optional slip predictor (:mod:`.slip`): attached by training or by a file holding ``slip.*``
+        #: tensors; it is built outside ``__init__`` so that its random initialisation never shifts
+        #: the other networks'
+        self.slip = None
+
+    def attach_slip(self, hidden: int, threshold: float | None = None) -> None:
+        from kosmos_env.worlds.tabletop_learned.slip import DEFAULT_THRESHOLD, SlipPredictor
+
+        self.slip = SlipPredictor(hidden, DEFAULT_THRESHOLD if threshold is None else threshold)
 
 
 def save_weights(model: LearnedTabletop, path, extra_meta: Mapping[str, Any] | None = None) -> None:
@@ -174,7 +185,10 @@ def load_weights(path) -> tuple[LearnedTabletop, dict[str, Any]]:
         raise ValueError(f"{path} is not a Kosmos learned-tabletop weights file of format {FORMAT} "
                          f"(metadata format {meta.get('format')!r}); retrain with `kosmos-env train-world`")
     model = LearnedTabletop(json.loads(meta["config"]))
-    model.load_state_dict(load_file(str(path)))
+    state = load_file(str(path))
+    if "slip.net.0.weight" in state:
+        model.attach_slip(int(state["slip.net.0.weight"].shape[0]))
+    model.load_state_dict(state)
     model.eval()
     info = {k: json.loads(v) for k, v in meta.items() if k not in ("format",)}
     return model, info

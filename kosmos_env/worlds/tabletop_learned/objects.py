@@ -13,6 +13,10 @@ says the object exists once its pixels have blurred. So the world keeps a small 
   release, being pushed), and the measured gripper opening (the fingers stop short of a
   held object). A held object moves rigidly with the commanded tool point; an object neither
   held nor moving stays exactly where it is.
+- :class:`~.slip.SlipPredictor` (optional, a small MLP in its own module): while the object is
+  held and the gripper stays commanded closed, the per-step hazard that it leaves the fingers
+  anyway (commanded partly open past the object; squeezed out of an off-centre grasp); the
+  drop that follows is a fixed rule (:mod:`.slip`).
 - :func:`shift_layers` moves the sprite in the image by the projected displacement of the
   object; the renderer (:mod:`.model`) composites it, so the object's appearance never drifts.
 
@@ -102,6 +106,7 @@ class ObjectDynamics(nn.Module):
             m = m + p_move - p_move.detach()
         # a held object stays held while the gripper stays commanded closed: the network decides
         # when a grasp starts and what an opening gripper lets go of, not a flicker mid-carry
+        # (a slip under closed fingers is the separate slip predictor's call, .slip, in the engine)
         keep = ((held > 0.5) & (cmd < 0.5)).float()
         # and a grasp can only start on an object between the fingers (within reach of the tool point)
         gap = tcp_next - obj

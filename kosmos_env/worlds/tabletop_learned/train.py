@@ -1,6 +1,6 @@
 """Train the learned tabletop on recorded episodes, and measure it against copy-last-frame.
 
-Three networks, trained in order (everything seeded; torch uses at most 2 threads):
+Four networks, trained in order (everything seeded; torch uses at most 2 threads):
 
 1. the segmenter (object and target masks) on random frames, supervised by the simulator's
    segmentation;
@@ -11,6 +11,10 @@ Three networks, trained in order (everything seeded; torch uses at most 2 thread
    frame, never from its own output), with the object's sprite placed at its true position (the
    dynamics are trained separately), and an L1 loss that up-weights the pixels that differ
    from the first frame.
+
+4. the slip predictor (:mod:`.slip`), last, on the simulator's held steps, with its own seeded
+   generator (it draws nothing from the earlier stages' random streams, so they are the same with
+   or without it); :func:`train_slip_only` fits it alone over an existing weights file.
 
 ``TrainConfig.objects_from`` reuses the segmenter and dynamics of an existing weights file and
 trains only the renderer (the renderer stage does not depend on how they were trained, except
@@ -98,6 +102,11 @@ class TrainConfig:
     model: dict = field(default_factory=dict)
     #: a weights file whose segmenter and dynamics are reused (only the renderer is trained)
     objects_from: str | None = None
+    #: the slip predictor (:mod:`.slip`), the last stage: full-batch steps (0: no slip predictor),
+    #: hidden width, and the hazard threshold stored with it
+    slip_steps: int = 500
+    slip_hidden: int = 16
+    slip_threshold: float = 0.3
 
 
 def _images(a: np.ndarray):
@@ -289,8 +298,79 @@ def train(train_data: Prepared, cfg: TrainConfig, progress: bool = True, after_s
         model.train()
     sprites = first_frame_sprites(model, train_data)
     history += train_renderer(model, train_data, sprites, cfg, rng, progress)
+    if cfg.slip_steps > 0:
+        history += train_slip(model, train_data, cfg)
     model.eval()
     return model, history
+
+
+#: the slip stage seeds its own generator from the training seed plus this, so it draws nothing
+#: from (and changes nothing in) the earlier stages' random streams
+SLIP_SEED_OFFSET = 7919
+
+
+def train_slip(model, data: Prepared, cfg: TrainConfig) -> list:
+    """Fit the slip predictor (:mod:`.slip`) and attach it to ``model``; the other networks are untouched.
+
+    The examples are every held step with the gripper commanded closed in the simulator's
+    episodes (:func:`~.slip.slip_examples`); the loss is plain binary cross-entropy over all of
+    them at once (full batch: no sampling, so the result depends only on the data and
+    ``cfg.seed``). Its initialisation runs inside a forked torch generator, so the global
+    random state the caller sees is unchanged."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.slip import slip_examples
+
+    x, y, _ = slip_examples(data)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed + SLIP_SEED_OFFSET)
+        model.attach_slip(cfg.slip_hidden, cfg.slip_threshold)
+    if len(y) == 0:
+        return [("slip", 0, float("nan"), 0, 0)]
+    slip = model.slip
+    slip.train()
+    opt = torch.optim.Adam(slip.parameters(), lr=1e-2, weight_decay=1e-4)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(cfg.slip_steps):
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(slip(xt), yt)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+    slip.eval()
+    return [("slip", cfg.slip_steps - 1, float(loss.detach()), int(len(y)), int(y.sum()))]
+
+
+def slip_error(model, data: Prepared) -> dict[str, Any]:
+    """The slip predictor on the simulator's held steps of ``data`` (e.g. the held-out split):
+    examples, true slips, and the predicted ones at the stored threshold (hits, false alarms)."""
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.slip import slip_examples
+
+    x, y, _ = slip_examples(data)
+    if model.slip is None or len(y) == 0:
+        return {"examples": int(len(y)), "slips": int(y.sum()), "hits": 0, "false_alarms": 0}
+    with torch.no_grad():
+        p = torch.sigmoid(model.slip(torch.from_numpy(x))).numpy()
+    pred = p > float(model.slip.threshold)
+    return {"examples": int(len(y)), "slips": int(y.sum()), "hits": int((pred & (y > 0.5)).sum()),
+            "false_alarms": int((pred & (y < 0.5)).sum()), "threshold": float(model.slip.threshold)}
+
+
+def train_slip_only(weights_path, train_data: Prepared, cfg: TrainConfig):
+    """Load every network of ``weights_path`` (kept bit for bit) and train a new slip predictor
+    on ``train_data``; returns (model, history, the file's sha256, its metadata)."""
+    import hashlib
+
+    import torch
+
+    from kosmos_env.worlds.tabletop_learned.model import load_weights
+
+    torch.set_num_threads(max(1, min(2, cfg.threads)))
+    model, info = load_weights(weights_path)
+    history = train_slip(model, train_data, cfg)
+    model.eval()
+    return model, history, hashlib.sha256(open(weights_path, "rb").read()).hexdigest(), info
 
 
 def load_object_networks(model, path) -> str:

@@ -4,7 +4,8 @@
 ``Kosmos-Tabletop-v1``) and keeps only its first frame, the way a video world model is given
 an initial photograph. From then on the simulator is not consulted: the learned segmenter finds
 the object and the target in that frame, the learned object dynamics step the object state and
-predict the measured gripper with every action, and the renderer draws every frame from that
+predict the measured gripper with every action (a learned slip predictor, where the weights hold
+one, may end a hold under closed fingers: :mod:`.slip`), and the renderer draws every frame from that
 state (integrated pose, predicted gripper, the object's sprite placed where the object now is)
 over the first frame, never from its own previous output, so frames do not blur as the
 episode goes on (:mod:`.engine`). The end-effector pose is integrated from the actions. The world has no state
