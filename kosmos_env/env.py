@@ -207,6 +207,13 @@ class KosmosEnv(gymnasium.Env):
       where the object started is always redrawn. Its weights and the frame judge's are the output
       of one full ``kosmos-env train-world`` run (segmenter, dynamics, renderer and judge trained
       together). New spec hash; earlier results are not comparable.
+    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, world code
+      version 2 in its hash): the weights add a slip predictor (a held object may leave fingers
+      still commanded closed, as off-centre grasps do in the simulator), and the world imposes
+      three more fixed rules of scene geometry: an object let go of drops straight down, a free
+      object lying at rest stays put unless the fingers can reach it, and closed fingers push a
+      free object ahead of them (the learned dynamics never pushed: knocked objects stayed put).
+      Every other tensor is unchanged. New spec hash; earlier results are not comparable.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}

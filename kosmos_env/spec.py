@@ -48,6 +48,7 @@ _NOT_HASHED = ("description", "deprecated")
 # kosmos_env.worlds; kept here because the spec layer sits below the worlds.)
 WORLD_VERSIONS = {
     "cosmos3": "2",  # real frames at 4:3, NVIDIA's statistics, "quantile" = all ten dims
+    "tabletop_learned": "2",  # fixed object rules in the engine (drop, rest, push) and the slip predictor
 }
 
 

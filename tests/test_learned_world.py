@@ -54,6 +54,25 @@ def test_wrong_resolution_is_refused_with_a_clear_error():
         gymnasium.make(ENV_ID, image_size=(128, 128))
 
 
+def test_world_code_version_is_in_the_spec_hash():
+    """The engine's rules are code, not weights: their version enters the spec hash, so results of
+    the same weights under different rules never share a hash."""
+    import kosmos_env.spec as spec_module
+    from kosmos_env.worlds.tabletop_learned import world as learned_world
+
+    assert spec_module.WORLD_VERSIONS["tabletop_learned"] == learned_world.WORLD_VERSION
+    spec = load_spec("Kosmos-TabletopLearned-v1")
+    versions = dict(spec_module.WORLD_VERSIONS)
+    before = spec.hash
+    try:
+        spec_module.WORLD_VERSIONS["tabletop_learned"] = "999"
+        assert spec.hash != before
+    finally:
+        spec_module.WORLD_VERSIONS.clear()
+        spec_module.WORLD_VERSIONS.update(versions)
+    assert spec.hash == before
+
+
 def test_shipped_weights_load_match_the_spec_and_are_small():
     from kosmos_env.worlds.tabletop_learned.model import LearnedTabletop, load_weights
     from kosmos_env.judges.vision_frame import load_classifier, shipped_classifier_path

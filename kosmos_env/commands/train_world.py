@@ -15,8 +15,10 @@ network of FILE bit for bit and trains only a new slip predictor (seconds; the d
 recorded as usual); ``--slip-steps 0`` trains a world without one.
 
 ``--objects-from FILE`` keeps the segmenter and object dynamics of an existing weights file and
-trains only the renderer. The shipped weights were made that way, from the previous shipped
-file (its sha256 is in the weights' metadata, ``objects_from_sha256``).
+trains only the renderer (the file's sha256 goes into the weights' metadata,
+``objects_from_sha256``). The shipped weights are the output of the full command above, with
+``--data`` pointing at its own recording; a second run reproduces every tensor bit for bit (only
+the metadata's command line and training time differ).
 
 It writes ``world.safetensors`` (segmenter, object dynamics and renderer in one file),
 ``vision_judge.safetensors`` (the frame classifier that judges generated rollouts) and a

@@ -34,6 +34,10 @@ from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
 _OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep")
 #: the world settings a study may sweep (cost against fidelity), and the values each may take
 SWEEPABLE = {"actions_per_call": (1, 2, 3, 4)}
+# Version of this world's run-time code (the engine's fixed rules, the slip rule); the spec hash
+# takes it from kosmos_env.spec.WORLD_VERSIONS (kept equal by a test). Bump both when a change
+# can alter a frame, a gripper reading or an object's path with the same weights.
+WORLD_VERSION = "2"
 
 
 def weights_dir() -> Path:
