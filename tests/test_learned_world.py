@@ -559,10 +559,13 @@ def test_a_predicted_slip_drops_the_object_to_rest_and_closes_the_fingers_on_not
     assert tracker.step(never, o, torch.zeros(1), g, o + 0.01, one, grip, **dict(args, cmd=torch.tensor([0.0])))[1].item() == 1.0
 
 
-def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes_nothing():
-    """The shipped file holds no slip tensors: it loads without one; a slip predictor that never
-    fires leaves every state and frame of a scripted episode unchanged."""
+def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes_nothing(tmp_path):
+    """The shipped file holds a slip predictor; the same file without its ``slip.*`` tensors loads
+    without one, and a slip predictor that never fires leaves every state and frame of a scripted
+    episode unchanged."""
     import torch
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
 
     from kosmos_env.tasks import load_suite
     from kosmos_env.worlds.tabletop_learned.engine import Engine
@@ -571,7 +574,13 @@ def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes
     from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
     spec = load_spec(ENV_ID)
-    model, _ = load_weights(weights_dir() / spec.world["weights"])
+    shipped = weights_dir() / spec.world["weights"]
+    assert load_weights(shipped)[0].slip is not None
+    with safe_open(str(shipped), "pt") as fh:
+        meta = fh.metadata()
+    without = tmp_path / "no_slip.safetensors"
+    save_file({k: v for k, v in load_file(str(shipped)).items() if not k.startswith("slip.")}, str(without), meta)
+    model, _ = load_weights(without)
     assert model.slip is None and not any(k.startswith("slip.") for k in model.state_dict())
     sim = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), gate={"enabled": False})
     obs, _ = sim.reset(seed=4242, options={"task": "carrot_on_plate"})
