@@ -131,19 +131,19 @@ class Engine:
         whether the renderer ran). ``render`` forces (True) or skips (False) a model call; ``None``
         calls it once ``actions_per_call`` actions have accumulated."""
         actions = np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7)
-        obj_before, held_before = self.obj, self.held
+        obj_before, held_before, grip_before = self.obj, self.held, self.gripper
         tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         yaw = torch.as_tensor(np.array([p.euler[2] for p in self.integrators]), dtype=torch.float32)
         for p, a in zip(self.integrators, actions):
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
-        before = (self.obj, self.held, self.gripper)
         self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
             self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
         if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
-            self.obj, self.held, self.gripper = self.slip.step(self.model.slip, *before, self.obj, self.held,
-                                                               self.gripper, tcp, tcp_next, yaw, cmd, self.rest_z, self.task)
+            self.obj, self.held, self.gripper = self.slip.step(
+                self.model.slip, obj_before, held_before, grip_before, self.obj, self.held, self.gripper,
+                tcp, tcp_next, yaw, cmd, self.rest_z, self.task)
         self.command = cmd
         self._drop_released_objects(obj_before, held_before)
         self._rest_on_supports()
@@ -160,12 +160,10 @@ class Engine:
         """A free object over the target cannot sink into it: its centre stays at or above the
         target's top plus its own half height (the learned dynamics keep it above the table)."""
         obj = self.obj.numpy().copy()
-        for i, (shape, half_xy, rest_z) in enumerate(self._supports):
+        for i, (_, _, rest_z) in enumerate(self._supports):
             if self.held[i] > 0.5:
                 continue
-            d = obj[i, :2] - self.target_xy[i].numpy()
-            over = np.hypot(*d) <= half_xy[0] if shape == "cylinder" else bool((np.abs(d) <= half_xy).all())
-            if over and obj[i, 2] < rest_z:
+            if obj[i, 2] < rest_z and self._over_support(i, obj[i]):
                 obj[i, 2] = rest_z
         self.obj = torch.from_numpy(obj)
 
