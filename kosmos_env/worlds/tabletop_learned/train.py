@@ -360,17 +360,16 @@ def slip_error(model, data: Prepared) -> dict[str, Any]:
 def train_slip_only(weights_path, train_data: Prepared, cfg: TrainConfig):
     """Load every network of ``weights_path`` (kept bit for bit) and train a new slip predictor
     on ``train_data``; returns (model, history, the file's sha256, its metadata)."""
-    import hashlib
-
     import torch
 
     from kosmos_env.worlds.tabletop_learned.model import load_weights
+    from kosmos_env.worlds.tabletop_learned.world import file_sha256
 
     torch.set_num_threads(max(1, min(2, cfg.threads)))
     model, info = load_weights(weights_path)
     history = train_slip(model, train_data, cfg)
     model.eval()
-    return model, history, hashlib.sha256(open(weights_path, "rb").read()).hexdigest(), info
+    return model, history, file_sha256(weights_path), info
 
 
 def load_object_networks(model, path) -> str:
