@@ -7,9 +7,12 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
     rollouts are then judged by the judge stage's own code (``JudgeRunner``: read from the
     store, ``judge_many``) in batches of 8 and one by one: first one untimed pass over all
     rollouts with each (one-time costs: allocator growth, first-call paths), then ``--rounds``
-    timed rounds of both (which runs first alternates), every round printed; throughput ratio = median round
-    time one by one / median round time batched, in wall seconds and in process CPU seconds;
-    plus whether verdicts and scores are identical (they must be: per-rollout seeding);
+    timed rounds; in each round both arms judge every batch of 8 stored rollouts back to back
+    (which arm goes first alternates), so that the machine's drifting speed hits both alike;
+    every round's totals printed; throughput ratio = median round time one by one / median
+    round time batched, in wall seconds and in process CPU seconds, and the same ratio pooled
+    over all (round, batch) pairs with a 95 % bootstrap interval over the pairs; plus whether
+    verdicts and scores are identical (they must be: per-rollout seeding);
 (b) the same campaign run four ways into fresh folders: in-line judging with 1 worker
     process (the baseline), two stages at once with 1 rollout process + 1 judge process (the
     judge's own batch of 8, then ``--judge-batch 1``), and in-line judging with 2 worker
@@ -72,20 +75,33 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
 
     for b, runner in runners.items():  # untimed warm-up pass: one-time costs are not judging
         judge_all(b, runner)
+    # Both arms judge the same 8 stored rollouts back to back, for every batch of 8 in turn (which
+    # arm goes first alternates): a shared machine's speed drifts over seconds (on the 2-core
+    # machine of bench/results, one batch of 8 took 0.71-1.01 s in 15 repeats at load < 1), so
+    # arms timed a whole pass apart would measure the drift as much as the batching.
+    chunks = [rows[i:i + 8] for i in range(0, len(rows), 8)]
+    units: list[tuple[float, float, float, float]] = []  # per (round, chunk): wall 1, wall 8, cpu 1, cpu 8
     wall: dict[int, list[float]] = {1: [], 8: []}
     cpu: dict[int, list[float]] = {1: [], 8: []}
     verdicts: dict[int, list] = {}
     for r in range(rounds):
-        for b in ((1, 8) if r % 2 == 0 else (8, 1)):  # alternate which arm runs first
-            runner = runners[b]
-            t0, c0 = time.perf_counter(), time.process_time()
-            out = judge_all(b, runner)
-            took, took_cpu = time.perf_counter() - t0, time.process_time() - c0
-            wall[b].append(took)
-            cpu[b].append(took_cpu)
-            verdicts[b] = [(rec["outcome"], rec["judgment"]["score"], rec["judgment"]["votes"]) for rec, _ in out]
-            lines.append(f"    round {r + 1}, batch {b}: {took:.2f} s = {len(rows) / took:.2f} rollouts/s "
-                         f"(process CPU {took_cpu:.2f} s)")
+        took = {1: [0.0, 0.0], 8: [0.0, 0.0]}  # this round's wall, CPU per arm
+        outs: dict[int, list] = {1: [], 8: []}
+        for i, chunk in enumerate(chunks):
+            unit = {}
+            for b in ((1, 8) if (r + i) % 2 == 0 else (8, 1)):
+                t0, c0 = time.perf_counter(), time.process_time()
+                outs[b] += [x for j in range(0, len(chunk), b) for x in runners[b].judge_rows(chunk[j:j + b])]
+                unit[b] = (time.perf_counter() - t0, time.process_time() - c0)
+                took[b][0] += unit[b][0]
+                took[b][1] += unit[b][1]
+            units.append((unit[1][0], unit[8][0], unit[1][1], unit[8][1]))
+        for b in (1, 8):
+            wall[b].append(took[b][0])
+            cpu[b].append(took[b][1])
+            verdicts[b] = [(rec["outcome"], rec["judgment"]["score"], rec["judgment"]["votes"]) for rec, _ in outs[b]]
+            lines.append(f"    round {r + 1}, batch {b}: {took[b][0]:.2f} s = {len(rows) / took[b][0]:.2f} rollouts/s "
+                         f"(process CPU {took[b][1]:.2f} s)")
     wall_1, wall_8 = statistics.median(wall[1]), statistics.median(wall[8])
     ratio = wall_1 / wall_8
     lines.append(f"(a) judge throughput, batches of 8 vs one by one (median of {rounds} rounds, wall): "
@@ -95,7 +111,24 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
     cpu_1, cpu_8 = statistics.median(cpu[1]), statistics.median(cpu[8])
     lines.append(f"(a) judge CPU seconds per rollout (median of rounds), one by one vs batches of 8: "
                  f"{cpu_1 / len(rows):.3f} / {cpu_8 / len(rows):.3f} s = {cpu_1 / cpu_8:.2f}x")
+    for name, one, eight in (("wall", 0, 1), ("process CPU", 2, 3)):
+        pooled, low, high = pooled_ratio(units, one, eight)
+        lines.append(f"(a) pooled over all {len(units)} (round, batch) pairs, {name}: total one by one / total batched = "
+                     f"{pooled:.2f}x [{low:.2f}, {high:.2f}] (95 % bootstrap interval over the pairs)")
     return ratio
+
+
+def pooled_ratio(units, one: int, eight: int, resamples: int = 2000) -> tuple[float, float, float]:
+    """sum of column ``one`` / sum of column ``eight`` over the paired units, with a 95 %
+    percentile bootstrap interval that resamples the units (fixed seed)."""
+    import numpy as np
+
+    a = np.array([u[one] for u in units])
+    b = np.array([u[eight] for u in units])
+    rng = np.random.default_rng(0)
+    picks = rng.integers(0, len(units), size=(resamples, len(units)))
+    boot = a[picks].sum(axis=1) / b[picks].sum(axis=1)
+    return float(a.sum() / b.sum()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
 def campaigns(config, base: str, lines: list[str]) -> float:
