@@ -67,14 +67,15 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
     spec = dict(config.judge)
     runners = {b: JudgeRunner(config, folder, make_judge({**spec, "batch_size": b}), b) for b in (1, 8)}
 
-    def judge_all(b: int, runner) -> list:
+    def judge(b: int, some_rows) -> list:
+        """``some_rows`` judged by the batch-``b`` runner, ``b`` at a time."""
         out = []
-        for i in range(0, len(rows), b):
-            out += runner.judge_rows(rows[i:i + b])
+        for i in range(0, len(some_rows), b):
+            out += runners[b].judge_rows(some_rows[i:i + b])
         return out
 
-    for b, runner in runners.items():  # untimed warm-up pass: one-time costs are not judging
-        judge_all(b, runner)
+    for b in runners:  # untimed warm-up pass: one-time costs are not judging
+        judge(b, rows)
     # Both arms judge the same 8 stored rollouts back to back, for every batch of 8 in turn (which
     # arm goes first alternates): a shared machine's speed drifts over seconds (on the 2-core
     # machine of bench/results, one batch of 8 took 0.71-1.01 s in 15 repeats at load < 1), so
@@ -91,7 +92,7 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
             unit = {}
             for b in ((1, 8) if (r + i) % 2 == 0 else (8, 1)):
                 t0, c0 = time.perf_counter(), time.process_time()
-                outs[b] += [x for j in range(0, len(chunk), b) for x in runners[b].judge_rows(chunk[j:j + b])]
+                outs[b] += judge(b, chunk)
                 unit[b] = (time.perf_counter() - t0, time.process_time() - c0)
                 took[b][0] += unit[b][0]
                 took[b][1] += unit[b][1]
