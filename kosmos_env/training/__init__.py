@@ -1,0 +1,1 @@
+"""Training policies inside Kosmos envs: demonstrations, behaviour cloning, PPO fine-tuning, checkpoints."""
