@@ -123,6 +123,23 @@ class Judge(Protocol):
         ...
 
 
+@runtime_checkable
+class StepJudge(Protocol):
+    """A judge that can also score single frames while an episode runs (the env's ``progress`` reward).
+
+    ``score_frames(frames, task)`` returns the probability that ``task`` is solved in each frame
+    (n, H, W, 3) uint8; it reads nothing but those pixels and the task name. ``frame_size`` is the
+    (height, width) it reads (``None``: any) and ``tasks`` the task names it knows (``None``: any).
+    """
+
+    name: str
+    frame_size: tuple[int, int] | None
+    tasks: tuple[str, ...] | None
+
+    def score_frames(self, frames: np.ndarray, task: str) -> np.ndarray:
+        ...
+
+
 def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a judge is, for provenance: its name and class, the settings it was built from (its own
     ``spec`` property when it has one, else the given spec mapping) and, for model judges, the model

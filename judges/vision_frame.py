@@ -157,6 +157,9 @@ class FrameVisionJudge:
     """Judge protocol over :func:`predict`: success probability of the rollout's last frame."""
 
     name = "vision_frame"
+    #: what :meth:`score_frames` reads (the :class:`~kosmos_env.judges.base.StepJudge` protocol)
+    frame_size = (64, 64)
+    tasks = TASKS
 
     def __init__(self, weights: str | None = None, threshold: float = 0.5):
         if not 0.0 < float(threshold) < 1.0:
@@ -172,6 +175,17 @@ class FrameVisionJudge:
 
     def judge(self, rollout: Rollout) -> Judgment:
         return self.judge_batch([rollout])[0]
+
+    def score_frames(self, frames: np.ndarray, task: str) -> np.ndarray:
+        """P(``task`` solved) for each frame (n, 64, 64, 3): the per-step signal of the progress reward."""
+        if task not in TASKS:
+            raise ValueError(f"the tabletop vision judge knows tasks {list(TASKS)}, not {task!r}")
+        frames = np.asarray(frames)
+        if frames.shape[1:] != (64, 64, 3):
+            raise ValueError(f"the tabletop vision judge reads 64x64 RGB frames, got {frames.shape[1:]}")
+        if self._model is None:
+            self._model = load_classifier(self.weights)
+        return predict(self._model, frames, [TASKS.index(task)] * len(frames))
 
     def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
         t0 = time.perf_counter()

@@ -61,12 +61,26 @@ class KosmosEnv(gymnasium.Env):
 
     ## Rewards
 
-    0 on every step but the last. On the last step, the judge's score in [0, 1], with the
-    full verdict in ``info["judgment"]`` (success True/False/None = abstained, score,
-    rationale, votes). Tabletop judges with the simulator state by default, the learned
-    tabletop with the robot-log judge, Bridge with the VLM judge. On simulator worlds
-    ``info["ground_truth"]`` holds the task's ``evaluate()`` at the last step. With ``defer_judging=True`` the last reward is 0.0 and ``info["judgment"]`` is
-    marked pending: a campaign judges rollouts in its own stage.
+    Set by the spec's ``reward`` section (each setting is part of the spec hash; the default keeps
+    every hash published before it existed).
+
+    - ``reward.mode = "terminal"`` (default, evaluation): 0 on every step but the last. On the last
+      step, the judge's score in [0, 1], with the full verdict in ``info["judgment"]`` (success
+      True/False/None = abstained, score, rationale, votes).
+    - ``"progress"`` (training): a step judge (``reward.step_judge``, e.g. ``{"type": "vision_frame"}``,
+      the frame classifier) reads only the frame the world produced and gives P(success) =
+      ``info["progress"]`` after every step (and in the reset's info). The reward is its change,
+      ``progress_t - progress_{t-1}`` (potential-based shaping with gamma 1: an episode's return is
+      its last progress minus its first). A gate discard takes back what the episode earned, so a
+      discarded episode returns exactly 0. The spec's judge still gives ``info["judgment"]`` at the
+      end; its score is not added to the reward.
+    - ``"oracle"``: the same shaping with the *simulator's* ground truth (``gt_success``, 0 or 1) as
+      the potential; only on simulator worlds, and labelled oracle wherever it is reported.
+
+    Judges: the tabletop's default is the simulator state, the learned tabletop's the robot-log
+    judge, Bridge's the VLM judge. On simulator worlds ``info["ground_truth"]`` holds the task's
+    ``evaluate()`` at the last step. With ``defer_judging=True`` the last reward is 0.0 and
+    ``info["judgment"]`` is marked pending: a campaign judges rollouts in its own stage.
 
     ## Starting State
 
@@ -79,8 +93,14 @@ class KosmosEnv(gymnasium.Env):
 
     - Truncation: after ``horizon`` steps (the env owns the horizon because it must judge the
       last step).
-    - Termination: the consistency gate rejected a generation; ``info["gate"]`` says why and
-      ``info["outcome"] == "discarded"``. A discarded episode is never a policy failure.
+    - Termination: the consistency gate rejected a generation; ``info["gate"]`` says why,
+      ``info["terminated_by"] == "gate"`` and ``info["outcome"] == "discarded"``. A discarded
+      episode is never a policy failure.
+    - Termination on success (``reward.terminate_on_success``, with ``progress`` or ``oracle``): the
+      step signal reached ``reward.success_threshold`` (default 0.5); ``info["terminated_by"] ==
+      "success"``, and the episode is judged as at the horizon.
+    - Vector envs (``gymnasium.make_vec``) reset an ended sub-env on the next step (Gymnasium's
+      next-step autoreset): that step returns the new episode's first observation, reward 0.
 
     ## Arguments
 
@@ -93,7 +113,11 @@ class KosmosEnv(gymnasium.Env):
     - ``world_model``: a ready WorldModel (tests, warm workers); ``world_kwargs``: backend
       options that do not change results (e.g. a local weights path, a loaded pipeline).
     - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
-      ``gate={"enabled": False}``); the overridden spec has its own hash.
+      ``gate={"enabled": False}``, ``reward={"mode": "progress", "step_judge": {"type":
+      "vision_frame"}, "terminate_on_success": True}``); the overridden spec has its own hash. A reward
+      setting the env cannot honour (an unknown mode, a threshold outside [0, 1], termination without
+      a step signal, a step judge that cannot read this world's frames or tasks, ``oracle`` on a world
+      without ground truth) raises ``SpecError`` naming it.
 
     ## Kosmos-TabletopLearned-v1 (learned tabletop world)
 
@@ -214,6 +238,9 @@ class KosmosEnv(gymnasium.Env):
       object lying at rest stays put unless the fingers can reach it, and closed fingers push a
       free object ahead of them (the learned dynamics never pushed: knocked objects stayed put).
       Every other tensor is unchanged. New spec hash; earlier results are not comparable.
+    - v1, new optional spec field ``reward`` (modes ``terminal``, ``progress``, ``oracle``;
+      ``terminate_on_success``; ``success_threshold``): left at its default it is not written into the
+      spec, so every registered hash is unchanged; any other setting is a new hash.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
@@ -260,6 +287,7 @@ class KosmosEnv(gymnasium.Env):
         self._judge = self._build_judge(judge)
         self.defer_judging = bool(defer_judging)
         self._gate = self._build_gate()
+        self._step_judge = self._build_step_judge()
 
         spec = self.kosmos_spec
         h, w = spec.image_size
@@ -283,6 +311,10 @@ class KosmosEnv(gymnasium.Env):
         self._ground_truth: Mapping[str, Any] | None = None
         self._judgment: Judgment | None = None
         self._outcome: str | None = None
+        # the per-step reward's potential (progress: the step judge's P(success) on the latest frame;
+        # oracle: the simulator's success, 0 or 1) now and at the episode's first frame
+        self._potential = 0.0
+        self._potential0 = 0.0
         self.last_step_timings: dict[str, float] = {}
 
     # -- public properties ----------------------------------------------------------------
@@ -360,6 +392,9 @@ class KosmosEnv(gymnasium.Env):
         # no "frames" here: info["frames"] holds what a step generated, and a vector env merges
         # reset and step infos in one batch, where a reset's single frame would not line up
         info = {"task": self._task.name, "spec_hash": self.spec_hash}
+        if self.kosmos_spec.reward["mode"] != "terminal":
+            self._potential = self._potential0 = self._reset_potential(frame)
+            info["progress"] = self._potential
         return obs, info
 
     def step(self, action):
@@ -377,14 +412,32 @@ class KosmosEnv(gymnasium.Env):
         frames = np.stack([self._check_frame(f) for f in result.frames])
 
         info: dict[str, Any] = {"task": self._task.name, "frames": frames}
-        terminated = False
+        discarded = False
         if self._gate is not None:
             t0 = time.perf_counter()
             verdict = self._gate.check(self._last_frame, frames, rows, self.world.calibration, result.log)
             timings["gate"] = time.perf_counter() - t0
             info["gate"] = verdict.to_dict()
-            if not verdict.passed:
-                terminated = True
+            discarded = not verdict.passed
+
+        reward, succeeded = 0.0, False
+        reward_spec = spec.reward
+        if reward_spec["mode"] != "terminal":
+            if discarded:
+                # a discarded generation earns nothing: this step takes back what the episode was
+                # paid so far, so a discarded episode's return is exactly 0
+                reward = self._potential0 - self._potential
+            else:
+                t0 = time.perf_counter()
+                potential = self._step_potential(frames, result.log)
+                timings["step_judge"] = time.perf_counter() - t0
+                # potential-based shaping (gamma = 1): the return telescopes to the last potential
+                # minus the first, so the policy is paid for reaching success, not for lingering
+                reward = potential - self._potential
+                self._potential = potential
+                info["progress"] = potential
+                succeeded = reward_spec["terminate_on_success"] and potential >= reward_spec["success_threshold"]
+        terminated = discarded or succeeded
 
         self._frames.extend(frames)
         self._actions.extend(rows)
@@ -394,13 +447,14 @@ class KosmosEnv(gymnasium.Env):
         self._t += 1
         truncated = not terminated and self._t >= spec.horizon
 
-        reward = 0.0
         if terminated or truncated:
             self._episode_over = True
             self._ground_truth = self.world.evaluate()
             if self._ground_truth is not None:
                 info["ground_truth"] = dict(self._ground_truth)
             if terminated:
+                info["terminated_by"] = "gate" if discarded else "success"
+            if discarded:
                 self._outcome = "discarded"
                 info["judgment"] = None
             elif self.defer_judging or self._judge is None:
@@ -410,7 +464,8 @@ class KosmosEnv(gymnasium.Env):
                 t0 = time.perf_counter()
                 self._judgment = self._judge.judge(self.rollout())
                 timings["judge"] = time.perf_counter() - t0
-                reward = float(self._judgment.score)
+                if reward_spec["mode"] == "terminal":
+                    reward = float(self._judgment.score)
                 self._outcome = self._judgment.outcome
                 info["judgment"] = self._judgment.to_dict()
             info["outcome"] = self._outcome
@@ -471,6 +526,56 @@ class KosmosEnv(gymnasium.Env):
         from kosmos_env.gate import ConsistencyGate
 
         return ConsistencyGate.from_spec(self.kosmos_spec.gate)
+
+    def _build_step_judge(self):
+        """The judge behind the ``progress`` reward, checked against this env (``None`` in other modes).
+
+        Every mismatch is a :class:`~kosmos_env.errors.SpecError` naming it: a judge that cannot score
+        single frames, frames of another size, tasks it does not know, or ``oracle`` on a world that
+        has no ground truth to read.
+        """
+        from kosmos_env.errors import SpecError
+
+        spec = self.kosmos_spec
+        mode = spec.reward["mode"]
+        if mode == "oracle":
+            if not getattr(self.world, "step_ground_truth", False):
+                raise SpecError(
+                    f"reward.mode 'oracle' reads a simulator's ground truth after every step, and the "
+                    f"{spec.world.get('type')!r} world of {spec.id} has none; use reward.mode 'progress' with a "
+                    f"step judge (e.g. {{'type': 'vision_frame'}})")
+            return None
+        if mode != "progress":
+            return None
+        from kosmos_env.judges import make_judge
+
+        judge = make_judge(spec.reward["step_judge"])
+        name = getattr(judge, "name", type(judge).__name__)
+        if not callable(getattr(judge, "score_frames", None)):
+            raise SpecError(f"reward.step_judge {name!r} cannot score single frames, so {spec.id} has no step "
+                            f"judge for reward.mode 'progress' (or terminate_on_success); a frame judge such as "
+                            f"'vision_frame' can")
+        size = getattr(judge, "frame_size", None)
+        if size is not None and tuple(size) != tuple(spec.image_size):
+            raise SpecError(f"reward.step_judge {name!r} reads {size[0]}x{size[1]} frames but {spec.id} renders "
+                            f"{spec.image_size[0]}x{spec.image_size[1]}: make the env with image_size=({size[0]}, {size[1]})")
+        known = getattr(judge, "tasks", None)
+        missing = [t for t in self.task_names if known is not None and t not in known]
+        if missing:
+            raise SpecError(f"reward.step_judge {name!r} knows tasks {list(known)}, not {missing} of {spec.id}: "
+                            f"there is no step judge for this world's tasks")
+        return judge
+
+    def _reset_potential(self, frame: np.ndarray) -> float:
+        if self._step_judge is not None:
+            return float(self._step_judge.score_frames(frame[None], self._task.name)[0])
+        truth = self.world.evaluate()  # oracle: the simulator's verdict on the laid-out scene
+        return float(bool(truth and truth.get("success")))
+
+    def _step_potential(self, frames: np.ndarray, log: Mapping[str, Any]) -> float:
+        if self._step_judge is not None:  # reads only the frame the world produced
+            return float(self._step_judge.score_frames(frames[-1:], self._task.name)[0])
+        return float(bool(np.asarray(log["gt_success"])[-1]))  # oracle: the simulator's own state
 
     def _observation(self, frame: np.ndarray, state: Mapping[str, np.ndarray]) -> dict[str, Any]:
         obs: dict[str, Any] = {"image": frame, "instruction": self._task.instruction}

@@ -37,6 +37,7 @@ _TOP_LEVEL = {
     "tasks": dict,
     "judge": dict,
     "gate": dict,
+    "reward": dict,
     "deprecated": str,
 }
 _REQUIRED = ("schema_version", "id", "world", "image_size", "action", "horizon", "render_fps", "tasks", "judge", "gate")
@@ -46,6 +47,11 @@ _NOT_HASHED = ("description", "deprecated")
 # after their first release. It enters the spec hash; a world not listed is at version 1 and adds
 # nothing, so hashes published before this table existed stay valid. (Re-exported by
 # kosmos_env.worlds; kept here because the spec layer sits below the worlds.)
+#: reward modes (``reward.mode``): the judge's score at the last step (evaluation, the default), a
+#: per-step potential-based reward from a step judge that reads only the world's frames, or the
+#: simulator's own ground truth per step (labelled "oracle": a learned or generated world has none)
+REWARD_MODES = ("terminal", "progress", "oracle")
+_REWARD_KEYS = ("mode", "step_judge", "terminate_on_success", "success_threshold")
 WORLD_VERSIONS = {
     "cosmos3": "2",  # real frames at 4:3, NVIDIA's statistics, "quantile" = all ten dims
     "tabletop_learned": "2",  # fixed object rules in the engine (drop, rest, push) and the slip predictor
@@ -68,6 +74,7 @@ class EnvSpec:
     tasks: Mapping[str, Any]
     judge: Mapping[str, Any]
     gate: Mapping[str, Any]
+    reward: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_REWARD))
     description: str = ""
     deprecated: str = ""
     task_suite_sha256: str = ""
@@ -118,6 +125,14 @@ class EnvSpec:
         if not isinstance(action.get("clip", False), bool):
             raise SpecError("spec field 'action.clip' must be true or false")
 
+        reward = _validated_reward(data.get("reward"))
+        if reward == DEFAULT_REWARD:
+            # today's evaluation reward: the field is left out so that every hash published before
+            # reward modes existed stays valid (``reward={"mode": "terminal"}`` is the same spec)
+            data.pop("reward", None)
+        else:
+            data["reward"] = reward  # every setting written out, so the hash covers the defaults too
+
         from kosmos_env.tasks import load_suite  # local: tasks imports nothing heavy either
 
         suite = load_suite(data["tasks"]["suite"])
@@ -137,6 +152,7 @@ class EnvSpec:
             tasks=data["tasks"],
             judge=data["judge"],
             gate=data["gate"],
+            reward=reward,
             description=data.get("description", ""),
             deprecated=data.get("deprecated", ""),
             task_suite_sha256=suite.sha256,
@@ -238,6 +254,51 @@ def load_spec_file(path: str) -> EnvSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{path} must hold a JSON object")
     return EnvSpec.from_dict(raw)
+
+
+DEFAULT_REWARD = {"mode": "terminal", "terminate_on_success": False}
+
+
+def _validated_reward(raw: Any) -> dict[str, Any]:
+    """The spec's ``reward`` section with every setting filled in; a bad one is a :class:`SpecError`.
+
+    ``mode``: one of :data:`REWARD_MODES` (default ``terminal``). ``step_judge``: the judge that scores
+    each step's frame (``progress`` only; required there, e.g. ``{"type": "vision_frame"}``).
+    ``terminate_on_success``: end the episode (``terminated=True``) once the step signal reaches
+    ``success_threshold`` (a probability in [0, 1], default 0.5); it needs a step signal, so not with
+    ``terminal``.
+    """
+    if raw is None:
+        return dict(DEFAULT_REWARD)
+    unknown = sorted(set(raw) - set(_REWARD_KEYS))
+    if unknown:
+        raise SpecError(f"unknown reward field(s) {unknown}; known: {list(_REWARD_KEYS)}")
+    mode = raw.get("mode", "terminal")
+    if mode not in REWARD_MODES:
+        raise SpecError(f"unknown reward.mode {mode!r}; known modes: {list(REWARD_MODES)}")
+    terminate = raw.get("terminate_on_success", False)
+    if not isinstance(terminate, bool):
+        raise SpecError(f"spec field 'reward.terminate_on_success' must be true or false, got {terminate!r}")
+    out: dict[str, Any] = {"mode": mode, "terminate_on_success": terminate}
+    if mode == "progress":
+        judge = raw.get("step_judge")
+        if not isinstance(judge, Mapping) or not isinstance(judge.get("type"), str):
+            raise SpecError("reward.mode 'progress' needs reward.step_judge naming a judge that scores single "
+                            "frames, e.g. {\"type\": \"vision_frame\"}")
+        out["step_judge"] = copy.deepcopy(dict(judge))
+    elif "step_judge" in raw:
+        raise SpecError(f"reward.step_judge is used by reward.mode 'progress' only, not {mode!r}")
+    if terminate and mode == "terminal":
+        raise SpecError("reward.terminate_on_success needs a per-step success signal: set reward.mode to "
+                        "'progress' (a step judge) or 'oracle' (the simulator's ground truth)")
+    if mode == "terminal" and "success_threshold" in raw:
+        raise SpecError("reward.success_threshold is used by reward.mode 'progress' or 'oracle' only")
+    if mode != "terminal":
+        threshold = raw.get("success_threshold", 0.5)
+        if not _is_number(threshold) or not 0.0 <= float(threshold) <= 1.0:
+            raise SpecError(f"spec field 'reward.success_threshold' must be a number in [0, 1], got {threshold!r}")
+        out["success_threshold"] = float(threshold)
+    return out
 
 
 def _is_number(v: Any) -> bool:

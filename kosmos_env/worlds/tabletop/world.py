@@ -42,6 +42,9 @@ class TabletopWorld:
     """MuJoCo tabletop implementing :class:`~kosmos_env.worlds.base.WorldModel`."""
 
     frames_per_action = 1
+    #: a simulator: ``step``'s log carries the ground truth after every action (``gt_success``), which
+    #: the env's "oracle" reward mode reads (a learned or generated world has no such field)
+    step_ground_truth = True
     # what `kosmos-env study --sweep` may vary (kosmos_env.study.sweep): cost against fidelity
     sweep_settings = {
         "image_size": {"spec": "image_size", "help": "square frame size in pixels (rendering cost)"},
