@@ -97,7 +97,8 @@ class KosmosEnv(gymnasium.Env):
       ``info["terminated_by"] == "gate"`` and ``info["outcome"] == "discarded"``. A discarded
       episode is never a policy failure.
     - Termination on success (``reward.terminate_on_success``, with ``progress`` or ``oracle``): the
-      step signal reached ``reward.success_threshold`` (default 0.5); ``info["terminated_by"] ==
+      step signal has been at or above ``reward.success_threshold`` (default 0.5) for
+      ``reward.success_patience`` consecutive steps (default 1); ``info["terminated_by"] ==
       "success"``, and the episode is judged as at the horizon.
     - Vector envs (``gymnasium.make_vec``) reset an ended sub-env on the next step (Gymnasium's
       next-step autoreset): that step returns the new episode's first observation, reward 0.
@@ -315,6 +316,7 @@ class KosmosEnv(gymnasium.Env):
         # oracle: the simulator's success, 0 or 1) now and at the episode's first frame
         self._potential = 0.0
         self._potential0 = 0.0
+        self._over_threshold = 0  # consecutive steps with the step signal at or above the threshold
         self.last_step_timings: dict[str, float] = {}
 
     # -- public properties ----------------------------------------------------------------
@@ -394,6 +396,7 @@ class KosmosEnv(gymnasium.Env):
         info = {"task": self._task.name, "spec_hash": self.spec_hash}
         if self.kosmos_spec.reward["mode"] != "terminal":
             self._potential = self._potential0 = self._reset_potential(frame)
+            self._over_threshold = 0
             info["progress"] = self._potential
         return obs, info
 
@@ -436,7 +439,9 @@ class KosmosEnv(gymnasium.Env):
                 reward = potential - self._potential
                 self._potential = potential
                 info["progress"] = potential
-                succeeded = reward_spec["terminate_on_success"] and potential >= reward_spec["success_threshold"]
+                self._over_threshold = self._over_threshold + 1 if potential >= reward_spec["success_threshold"] else 0
+                succeeded = (reward_spec["terminate_on_success"]
+                             and self._over_threshold >= reward_spec["success_patience"])
         terminated = discarded or succeeded
 
         self._frames.extend(frames)

@@ -51,7 +51,7 @@ _NOT_HASHED = ("description", "deprecated")
 #: per-step potential-based reward from a step judge that reads only the world's frames, or the
 #: simulator's own ground truth per step (labelled "oracle": a learned or generated world has none)
 REWARD_MODES = ("terminal", "progress", "oracle")
-_REWARD_KEYS = ("mode", "step_judge", "terminate_on_success", "success_threshold")
+_REWARD_KEYS = ("mode", "step_judge", "terminate_on_success", "success_threshold", "success_patience")
 WORLD_VERSIONS = {
     "cosmos3": "2",  # real frames at 4:3, NVIDIA's statistics, "quantile" = all ten dims
     "tabletop_learned": "2",  # fixed object rules in the engine (drop, rest, push) and the slip predictor
@@ -264,9 +264,10 @@ def _validated_reward(raw: Any) -> dict[str, Any]:
 
     ``mode``: one of :data:`REWARD_MODES` (default ``terminal``). ``step_judge``: the judge that scores
     each step's frame (``progress`` only; required there, e.g. ``{"type": "vision_frame"}``).
-    ``terminate_on_success``: end the episode (``terminated=True``) once the step signal reaches
-    ``success_threshold`` (a probability in [0, 1], default 0.5); it needs a step signal, so not with
-    ``terminal``.
+    ``terminate_on_success``: end the episode (``terminated=True``) once the step signal has been at
+    or above ``success_threshold`` (a probability in [0, 1], default 0.5) for ``success_patience``
+    consecutive steps (default 1; a frame judge can see "success" for a step or two while the object
+    is still held over its target); it needs a step signal, so not with ``terminal``.
     """
     if raw is None:
         return dict(DEFAULT_REWARD)
@@ -291,13 +292,18 @@ def _validated_reward(raw: Any) -> dict[str, Any]:
     if terminate and mode == "terminal":
         raise SpecError("reward.terminate_on_success needs a per-step success signal: set reward.mode to "
                         "'progress' (a step judge) or 'oracle' (the simulator's ground truth)")
-    if mode == "terminal" and "success_threshold" in raw:
-        raise SpecError("reward.success_threshold is used by reward.mode 'progress' or 'oracle' only")
+    for key in ("success_threshold", "success_patience"):
+        if mode == "terminal" and key in raw:
+            raise SpecError(f"reward.{key} is used by reward.mode 'progress' or 'oracle' only")
     if mode != "terminal":
         threshold = raw.get("success_threshold", 0.5)
         if not _is_number(threshold) or not 0.0 <= float(threshold) <= 1.0:
             raise SpecError(f"spec field 'reward.success_threshold' must be a number in [0, 1], got {threshold!r}")
         out["success_threshold"] = float(threshold)
+        patience = raw.get("success_patience", 1)
+        if not isinstance(patience, int) or isinstance(patience, bool) or not 1 <= patience <= 1000:
+            raise SpecError(f"spec field 'reward.success_patience' must be an integer in [1, 1000], got {patience!r}")
+        out["success_patience"] = patience
     return out
 
 

@@ -84,6 +84,34 @@ def test_terminate_on_success_ends_at_the_first_step_over_the_threshold():
     assert steps[-1][3] and not steps[-1][2] and len(steps) == 26
 
 
+def test_success_patience_waits_for_consecutive_steps_over_the_threshold():
+    reward = dict(PROGRESS, terminate_on_success=True, success_threshold=0.5, success_patience=3)
+    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), judge="vision_frame", reward=reward)
+    steps = _episode(env, seed=1)
+    over = [s[4]["progress"] >= 0.5 for s in steps[1:]]
+    assert steps[-1][2] and steps[-1][4]["terminated_by"] == "success"
+    assert over[-3:] == [True, True, True]
+    # no earlier run of three: the env stopped at the first one
+    assert not any(all(over[i:i + 3]) for i in range(len(over) - 3))
+
+
+def test_threshold_rule_scores_the_first_crossing():
+    from kosmos_env.training.threshold import TuningEpisode, choose_threshold, first_crossing, threshold_table
+
+    assert first_crossing(np.array([0.2, 0.9, 0.1, 0.8, 0.8]), 0.7, 1) == 1
+    assert first_crossing(np.array([0.2, 0.9, 0.1, 0.8, 0.8]), 0.7, 2) == 4
+    assert first_crossing(np.array([0.2, 0.9, 0.1]), 0.95, 1) is None
+    # a judge that flickers to "success" while the object is still held (step 1), then truly (3, 4)
+    held_flicker = TuningEpisode("carrot_on_plate", 0, "p", np.array([0.1, 0.9, 0.2, 0.9, 0.9]),
+                                 np.array([False, False, False, True, True]))
+    never = TuningEpisode("carrot_on_plate", 1, "p", np.array([0.1, 0.2, 0.1, 0.3, 0.2]), np.zeros(5, bool))
+    table = threshold_table([held_flicker, never], candidates=(0.5, 0.95), patiences=(1, 2))
+    row = {(r["threshold"], r["patience"]): r for r in table}
+    assert row[(0.5, 1)]["precision"] == 0.0 and row[(0.5, 2)]["precision"] == 1.0
+    assert row[(0.95, 1)]["crossed"] == 0 and row[(0.95, 1)]["f1"] == 0.0
+    assert choose_threshold(table) == (0.5, 2)
+
+
 def test_oracle_reward_reads_the_simulators_ground_truth():
     env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64),
                          reward={"mode": "oracle", "terminate_on_success": True})
@@ -153,6 +181,8 @@ def test_a_discarded_episode_returns_nothing():
      "cannot score single frames"),
     ("Kosmos-Tabletop-v1", {"reward": dict(PROGRESS, terminate_on_success=True)}, "image_size=(64, 64)"),
     ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, bogus=1)}, "unknown reward field(s) ['bogus']"),
+    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_patience=0)}, "integer in [1, 1000]"),
+    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "terminal", "success_patience": 2}}, "'progress' or 'oracle' only"),
 ])
 def test_settings_an_env_cannot_honour_are_one_clear_error(env_id, kwargs, message):
     with pytest.raises(SpecError) as err:
