@@ -22,6 +22,7 @@ POLICIES = {
     "openvla": "kosmos_env.policies.openvla:OpenVLAPolicy",
     "minivla": "kosmos_env.policies.minivla:MiniVLAPolicy",
     "lerobot": "kosmos_env.policies.lerobot_policy:LeRobotPolicy",
+    "ckpt": "kosmos_env.policies.checkpoint:CheckpointPolicy",  # kosmos-env train-policy checkpoints
 }
 
 
