@@ -401,10 +401,10 @@ def _package_version() -> str:
         from importlib.metadata import version
 
         return version("kosmos-env")
-    except Exception:  # an uninstalled source tree: the package's own string
-        from kosmos_env import __version__
+    except Exception:  # an uninstalled source tree: the loaded package's own string (no new import)
+        import sys
 
-        return __version__
+        return str(getattr(sys.modules.get("kosmos_env"), "__version__", "unknown"))
 
 
 def _jsonable(value: Any) -> Any:

@@ -8,7 +8,8 @@ checkpoints record it with the spec hash it produced.
 
 Outputs in ``out_dir``: ``ppo_update_NNNN.safetensors`` every ``checkpoint_every`` PPO updates
 and after the last one, ``curve.csv`` (one row per finished episode), ``curve.json`` (per update:
-env steps, mean episode reward, success rate; plus the run's settings) and ``curve.png``.
+env steps, mean episode reward, success rate; plus the run's settings), ``curve.png`` and
+``sb3_last.zip`` (SB3's archive of the last model, to resume training only).
 """
 from __future__ import annotations
 
@@ -206,6 +207,9 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
         vec.close()
     if not saved or tracker.updates_done != int(saved[-1].stem.rsplit("_", 1)[1]):
         save(tracker.updates_done)
+    # SB3's own archive (optimiser state included) to resume training with PPO.load; it is
+    # pickle-based, so policies are never loaded from it: the .safetensors checkpoints are the product
+    model.save(out / "sb3_last.zip")
     seconds = time.perf_counter() - t0
     write_curve(out, tracker.episodes, tracker.update_rows,
                 {**run_meta, "training": settings, "seconds": round(seconds, 1),
