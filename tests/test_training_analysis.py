@@ -1,0 +1,71 @@
+"""The train-in-world experiment's statistics on records whose answers are known."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kosmos_env.training.analysis import UnitBootstrap, analyse, unit_vector
+
+UNITS = [("carrot_on_plate", 330000 + i) for i in range(20)] + [("spoon_on_towel", 331000 + i) for i in range(20)]
+
+
+def _records(truth: np.ndarray, world: np.ndarray) -> tuple[list, list]:
+    t = [{"task": u[0], "seed": u[1], "true_success": bool(x)} for u, x in zip(UNITS, truth)]
+    w = [{"task": u[0], "seed": u[1], "world_success": bool(x)} for u, x in zip(UNITS, world)]
+    return t, w
+
+
+def _eval(step, truth, world):
+    t, w = _records(np.asarray(truth), np.asarray(world))
+    return {"step": step, "truth": t, "world": w}
+
+
+def test_lift_exploitability_and_transfer_on_known_records():
+    n = len(UNITS)
+    start = np.zeros(n)
+    start[:8] = 1  # 0.2 true success at the start, judged the same by every world
+    a_last = start.copy()
+    a_last[:24] = 1  # A: +0.4 true lift, honestly judged
+    b_last = start.copy()
+    b_last[:16] = 1  # B: +0.2 true lift ...
+    b_world = b_last.copy()
+    b_world[:36] = 1  # ... but its world calls 0.9 a success: exploitability +0.5
+    arms = {"A": [_eval(0, start, start), _eval(1000, a_last, a_last)],
+            "B": [_eval(0, start, start), _eval(1000, b_last, b_world)],
+            "C": [_eval(0, start, start), _eval(1000, b_last, b_last)]}
+    r = analyse(arms, UNITS, n_boot=2000)
+    assert r["arms"]["A"]["lift"]["estimate"] == pytest.approx(0.4)
+    assert r["arms"]["A"]["lift"]["lower"] > 0
+    assert r["arms"]["B"]["lift"]["estimate"] == pytest.approx(0.2)
+    assert r["arms"]["B"]["checkpoints"][-1]["exploitability"]["estimate"] == pytest.approx(0.5)
+    assert r["arms"]["B"]["exploitability_growth"]["lower"] > 0
+    assert r["arms"]["A"]["exploitability_growth"]["estimate"] == 0
+    ratio = r["arms"]["B"]["transfer_ratio"]
+    assert ratio["defined"] and ratio["estimate"] == pytest.approx(0.5)
+    assert ratio["lower"] <= 0.5 <= ratio["upper"]
+    assert r["gate_effect"]["B-C"]["estimate"] == pytest.approx(0.5)
+
+
+def test_transfer_ratio_is_undefined_when_the_simulator_arm_did_not_improve():
+    n = len(UNITS)
+    start = np.zeros(n)
+    start[:10] = 1
+    flat = start.copy()
+    up = start.copy()
+    up[:20] = 1
+    arms = {"A": [_eval(0, start, start), _eval(500, flat, flat)], "B": [_eval(0, start, start), _eval(500, up, up)]}
+    r = analyse(arms, UNITS, n_boot=500)
+    ratio = r["arms"]["B"]["transfer_ratio"]
+    assert ratio["defined"] is False and "contains 0" in ratio["note"]
+
+
+def test_unit_vectors_need_every_unit_and_bootstrap_needs_two():
+    t, _ = _records(np.ones(len(UNITS)), np.ones(len(UNITS)))
+    with pytest.raises(ValueError, match="no record for unit"):
+        unit_vector(t[1:], "true_success", UNITS)
+    with pytest.raises(ValueError, match="at least 2 units"):
+        UnitBootstrap(1)
+    boot = UnitBootstrap(len(UNITS), n_boot=300, seed=1)
+    x = np.r_[np.ones(10), np.zeros(30)]
+    m = boot.mean(x)
+    assert m["estimate"] == 0.25 and m["lower"] < 0.25 < m["upper"]
