@@ -17,10 +17,12 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 __version__ = "0.1.0"
 
-register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"})
+register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"},
+         vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # MuJoCo: sub-envs step in turn (EGL)
 register(id="Kosmos-Bridge-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Bridge-v1"},
          vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # N episodes, one model call
-register(id="Kosmos-TabletopLearned-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-TabletopLearned-v1"})
+register(id="Kosmos-TabletopLearned-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-TabletopLearned-v1"},
+         vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # N episodes, one engine pass
 
 
 def _register_plugin_envs() -> None:

@@ -11,11 +11,20 @@ denoising loop for the whole batch). Everything else in a step (action checks, t
 judge) runs per sub-env exactly as in a single env, so a vector rollout equals N single
 rollouts with the same seeds (within the float tolerance of batched arithmetic).
 
-Worlds that can take part expose a ``batcher`` attribute (the Cosmos 3 world); for any other
-world this class behaves as a plain ``SyncVectorEnv`` with threaded steps.
+Worlds that can take part expose a ``batcher`` attribute: the Cosmos 3 world (its requests are
+diffusers calls, run through one denoising loop) and the learned tabletop (its request is one
+action on its own one-episode engine; the world hands the batcher an object with
+``kosmos_run_batch``, which steps all lanes' engines as one batch:
+:meth:`kosmos_env.worlds.tabletop_learned.engine.Engine.step_lanes`). Only those sub-envs step in
+threads. Any other sub-env steps in the calling thread, one after another, exactly as in a
+``SyncVectorEnv``: the MuJoCo tabletop renders through an EGL context, which is current in the
+thread that last rendered with it, and making it current in another thread fails
+(``EGL_BAD_ACCESS``, measured with MuJoCo 4.0 and Mesa EGL: reset in the main thread, step in a
+worker thread), and resets (also autoresets) always run in the calling thread.
 
     envs = gymnasium.make_vec("Kosmos-Bridge-v1", num_envs=4, vectorization_mode="vector_entry_point",
                               world_kwargs={...})
+    envs = gymnasium.make_vec("Kosmos-TabletopLearned-v1", num_envs=8, vectorization_mode="vector_entry_point")
 """
 from __future__ import annotations
 
@@ -45,8 +54,18 @@ class WorldCallBatcher:
         self._results: dict[int, Any] = {}
         self._next_ticket = 0
         self._run_batch = run_batch
+        self._shared: dict[Any, Any] = {}
         #: sizes of the batches run so far, and whether each was a true batched call
         self.batches: list[tuple[int, bool]] = []
+
+    def shared(self, key: Any, make: Callable[[], Any]) -> Any:
+        """One object per ``key`` for every participant of this batcher (made on first request):
+        e.g. the learned tabletop's lane stepper, which keeps the batch's stacked tensors between
+        rounds."""
+        with self._cond:
+            if key not in self._shared:
+                self._shared[key] = make()
+            return self._shared[key]
 
     def open_round(self, participants: int) -> None:
         with self._cond:
@@ -58,8 +77,9 @@ class WorldCallBatcher:
             self._active -= 1
             self._flush_if_ready()
 
-    def generate(self, pipe: Any, kwargs: dict) -> np.ndarray:
-        """The request's video (as ``np.asarray(pipe(**kwargs).video)``), run inside a batch."""
+    def generate(self, pipe: Any, kwargs: dict) -> Any:
+        """The request's result, run inside a batch: a diffusers pipeline's video (as
+        ``np.asarray(pipe(**kwargs).video)``), or what ``pipe.kosmos_run_batch`` returns for it."""
         with self._cond:
             ticket = self._next_ticket
             self._next_ticket += 1
@@ -76,14 +96,18 @@ class WorldCallBatcher:
         if not self._pending or len(self._pending) < self._active:
             return
         pending, self._pending = self._pending, []
-        run = self._run_batch or _generate_batch
         # requests on different pipelines cannot share a loop: one batch per pipeline object
         groups: dict[int, list[tuple[int, Any, dict]]] = {}
         for item in pending:
             groups.setdefault(id(item[1]), []).append(item)
         for items in groups.values():
+            pipe = items[0][1]
+            # a request target that batches itself (the learned tabletop's lane stepper) runs its own
+            # batch; anything else is a diffusers pipeline
+            own = getattr(pipe, "kosmos_run_batch", None)
+            run = (lambda _pipe, requests: own(requests)) if own is not None else (self._run_batch or _generate_batch)
             try:
-                videos, report = run(items[0][1], [kw for _, _, kw in items])
+                videos, report = run(pipe, [kw for _, _, kw in items])
                 self.batches.append((len(items), bool(getattr(report, "batched", True))))
                 for (ticket, _, _), video in zip(items, videos):
                     self._results[ticket] = video
@@ -121,10 +145,14 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]], **kwargs: Any):
         super().__init__([lambda fn=fn: _PreStepped(fn()) for fn in env_fns], **kwargs)
         self.batcher = WorldCallBatcher()
+        #: which sub-envs' worlds take part in the batched calls (and so step in threads)
+        self.batched = []
         for env in self.envs:
             world = getattr(env.unwrapped, "world", None)
-            if world is not None and hasattr(world, "batcher"):
+            takes_part = world is not None and hasattr(world, "batcher")
+            if takes_part:
                 world.batcher = self.batcher
+            self.batched.append(takes_part)
         self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="kosmos-vec")
 
     def step(self, actions):
@@ -135,7 +163,11 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
         per_env = list(iterate(self.action_space, actions))
         for i, result in self.step_some({i: per_env[i] for i in stepping}).items():
             self.envs[i].ready = result  # an exception is re-raised by the wrapper in the main thread
-        return super().step(actions)
+        try:
+            return super().step(actions)
+        finally:
+            for env in self.envs:  # a sub-env that raised leaves the others' results unread: drop them
+                env.ready = None
 
     def step_some(self, actions: Mapping[int, Any]) -> dict[int, Any]:
         """Step only the sub-envs ``actions`` names (index -> its action), side by side, their world
@@ -145,7 +177,8 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
         lane): each world request carries its own frame, actions and seed. Returns index -> that env's
         ``(obs, reward, terminated, truncated, info)``, or the exception its step raised."""
         results: dict[int, Any] = {}
-        self.batcher.open_round(len(actions))
+        threaded = {i: a for i, a in actions.items() if self.batched[i]}
+        self.batcher.open_round(len(threaded))
 
         def run(i: int, action: Any) -> None:
             try:
@@ -155,9 +188,16 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
             finally:
                 self.batcher.leave()
 
-        for future in [self._pool.submit(run, i, a) for i, a in actions.items()]:
+        futures = [self._pool.submit(run, i, a) for i, a in threaded.items()]
+        for i, action in actions.items():  # the rest here, in this thread (module docstring: EGL)
+            if i not in threaded:
+                try:
+                    results[i] = self.envs[i].env.step(action)
+                except Exception as exc:
+                    results[i] = exc
+        for future in futures:
             future.result()
-        return results
+        return {i: results[i] for i in actions}
 
     def close_extras(self, **kwargs: Any) -> None:
         self._pool.shutdown(wait=True)

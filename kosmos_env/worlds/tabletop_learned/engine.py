@@ -108,7 +108,11 @@ class Engine:
         # learns the arm's lag behind its command from them
         self._history = [self._poses()] * 3
         self._heat_first = self._heat(self._history[-1])
+        # each lane's heatmap of each pose in _history, drawn once and kept while the pose is in the
+        # history (a pose is drawn as "now", then again as 1 and 2 steps ago): None until drawn
+        self._heat_hist = [list(self._heat_first.unbind(0)) for _ in range(3)]
         self._pending = 0
+        self.rowwise = False
 
     def _poses(self):
         return (np.stack([p.pos for p in self.integrators]), np.stack([p.rot for p in self.integrators]),
@@ -130,7 +134,15 @@ class Engine:
         """Apply one action per episode (B, 7). Returns (frames (B, H, W, 3) uint8, measured gripper (B,),
         whether the renderer ran). ``render`` forces (True) or skips (False) a model call; ``None``
         calls it once ``actions_per_call`` actions have accumulated."""
-        actions = np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7)
+        self._advance(np.asarray(actions, dtype=np.float64).reshape(len(self.integrators), 7))
+        self._pending += 1
+        due = self._pending >= self.actions_per_call if render is None else render
+        if due:
+            self._render()
+        return to_uint8(self.cur), self.gripper.numpy().copy(), bool(due)
+
+    def _advance(self, actions: np.ndarray) -> None:
+        """Everything of one action but the frame: pose, object state, gripper, fixed rules, history."""
         obj_before, held_before, grip_before = self.obj, self.held, self.gripper
         tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         yaw = torch.as_tensor(np.array([p.euler[2] for p in self.integrators]), dtype=torch.float32)
@@ -138,23 +150,21 @@ class Engine:
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
+        rows = {"rowwise": True} if self.rowwise else {}  # (a batch of lanes: see step_lanes)
         self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
-            self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True)
+            self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True,
+            **rows)
         if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
             self.obj, self.held, self.gripper = self.slip.step(
                 self.model.slip, obj_before, held_before, grip_before, self.obj, self.held, self.gripper,
-                tcp, tcp_next, yaw, cmd, self.rest_z, self.task)
+                tcp, tcp_next, yaw, cmd, self.rest_z, self.task, **rows)
         self.command = cmd
         self._drop_released_objects(obj_before, held_before)
         self._rest_on_supports()
         self._keep_resting_objects(obj_before, held_before, tcp, tcp_next)
         self._push_with_closed_fingers(obj_before, tcp, tcp_next)
         self._history = self._history[1:] + [self._poses()]
-        self._pending += 1
-        due = self._pending >= self.actions_per_call if render is None else render
-        if due:
-            self._render()
-        return to_uint8(self.cur), self.gripper.numpy().copy(), bool(due)
+        self._heat_hist = self._heat_hist[1:] + [[None] * len(self.integrators)]
 
     def _rest_on_supports(self) -> None:
         """A free object over the target cannot sink into it: its centre stays at or above the
@@ -279,15 +289,120 @@ class Engine:
         d = xyz[:2] - self.target_xy[i].numpy()
         return bool(np.hypot(*d) <= half_xy[0]) if shape == "cylinder" else bool((np.abs(d) <= half_xy).all())
 
-    def _render(self) -> None:
-        (pos2, rot2, _), (pos1, rot1, _), (pos, rot, euler) = self._history
-        cond = condition_vector(pos, euler, pos1, pos2, self.gripper.numpy(), self.command.numpy(), self.home)
-        heat = torch.stack([self._heat_first, self._heat((pos, rot, euler)), self._heat((pos1, rot1, None)),
-                            self._heat((pos2, rot2, None))], dim=1)
-        frame, _, _ = self.model.renderer(self.first, self.sprite0[:, 3], heat, self.sprite_at(self.obj),
-                                       torch.from_numpy(cond))
-        self.cur = frame
+    def _render(self, rows: np.ndarray | None = None, renderer: Any = None) -> None:
+        """Draw the frame of every lane (``rows`` None) or of the lanes ``rows`` only (a batch of
+        episodes where only some are due), with ``renderer`` in place of the model's when given."""
+        all_rows = rows is None or len(rows) == len(self.integrators)
+        rows = np.arange(len(self.integrators)) if rows is None else np.asarray(rows)
+        sel = (lambda t: t) if all_rows else (lambda t: t[torch.from_numpy(rows)])
+        (pos2, _, _), (pos1, _, _), (pos, _, euler) = self._history
+        cond = condition_vector(pos[rows], euler[rows], pos1[rows], pos2[rows], self.gripper.numpy()[rows],
+                                self.command.numpy()[rows], self.home)
+        heat = torch.stack([sel(self._heat_first), self._heat_rows(2, rows), self._heat_rows(1, rows),
+                            self._heat_rows(0, rows)], dim=1)
+        sprite = shift_layers(sel(self.sprite0), self._project(sel(self.obj)) - sel(self.uv0))
+        frame, _, _ = (renderer or self.model.renderer)(sel(self.first), sel(self.sprite0)[:, 3], heat, sprite,
+                                                        torch.from_numpy(cond))
+        if all_rows:
+            self.cur = frame
+        else:
+            cur = self.cur.clone()
+            cur[torch.from_numpy(rows)] = frame
+            self.cur = cur
         self._pending = 0
+
+    def _heat_rows(self, slot: int, rows: np.ndarray) -> torch.Tensor:
+        """Heatmaps (len(rows), H, W) of the pose ``slot`` of ``_history`` (0 = 2 steps ago), each drawn once."""
+        pos, rot, _ = self._history[slot]
+        cache = self._heat_hist[slot]
+        for i in rows:
+            if cache[i] is None:
+                cache[i] = torch.from_numpy(self.heatmap(pos[i], rot[i]))
+        return torch.stack([cache[i] for i in rows])
+
+    # -- many one-episode engines stepped as one batch (the batched vector env) ----------------
+    #: per-lane state fixed by ``start`` (the same objects until the lane starts again), and the
+    #: per-lane state every action changes
+    _EPISODE_TENSORS = ("task", "first", "target_xy", "rest_z", "sprite0", "uv0", "_heat_first")
+    _EPISODE_ARRAYS = ("_object_radius", "_object_min_half_width", "_object_half_height")
+    _STEP_TENSORS = ("cur", "obj", "held", "gripper", "command")
+    _SLIP_TENSORS = ("offset0", "since", "empty")
+
+    @classmethod
+    @torch.no_grad()
+    def step_lanes(cls, engines: Sequence["Engine"], actions: np.ndarray, render: Sequence[bool | None],
+                   renderer: Any = None, cache: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Apply one action to each of ``engines`` (each holding one episode, as the env's world keeps
+        it) in one batched pass, as if each had been stepped alone: ``actions`` (N, 7), ``render``
+        each engine's own ``render`` argument. Returns (frames (N, H, W, 3) uint8, measured gripper
+        (N,), whether each lane's renderer ran), and leaves each engine's state as its own ``step``
+        would have.
+
+        The networks of the object state (dynamics, slip) run one row at a time, so every lane's
+        state is bit-identical to a batch of one (BLAS picks other kernels for one row than for
+        many, which changes the last bits, and a hard switch could then flip). The renderer runs
+        the due lanes as one batch (``renderer``: the batched copy to use, e.g. channels-last):
+        its convolutions sum in another order than at batch one (oneDNN at every layer instead of
+        the reference path's im2col on the small layers), so a frame may differ from the lone
+        engine's by about 1e-6 before rounding, i.e. by one grey level on a few pixels. Nothing
+        reads a frame back (the renderer draws from the state, never from its last frame), so the
+        difference never grows and never reaches the state. ``cache`` (a dict the caller keeps)
+        holds the stacked per-episode tensors between calls while no lane has restarted.
+        """
+        batch = cls._stack(engines, cache)
+        batch._advance(np.asarray(actions, dtype=np.float64).reshape(len(engines), 7))
+        due = np.array([e._pending + 1 >= batch.actions_per_call if r is None else bool(r)
+                        for e, r in zip(engines, render)], dtype=bool)
+        if due.any():
+            batch._render(np.flatnonzero(due), renderer)
+        frames = to_uint8(batch.cur)
+        gripper = batch.gripper.numpy().copy()
+        batch._unstack(engines, due)
+        return frames, gripper, due
+
+    @classmethod
+    def _stack(cls, engines: Sequence["Engine"], cache: dict | None) -> "Engine":
+        first = engines[0]
+        batch = cls.__new__(cls)
+        for name in ("model", "world", "actions_per_call", "calibration", "heatmap", "home"):
+            setattr(batch, name, getattr(first, name))
+        key = tuple(e.first for e in engines)
+        hit = cache is not None and len(cache.get("key", ())) == len(key) and all(
+            a is b for a, b in zip(cache["key"], key))
+        if not hit:
+            episode = {name: torch.cat([getattr(e, name) for e in engines]) for name in cls._EPISODE_TENSORS}
+            episode.update({name: np.concatenate([getattr(e, name) for e in engines]) for name in cls._EPISODE_ARRAYS})
+            episode["_supports"] = [s for e in engines for s in e._supports]
+            episode["integrators"] = [p for e in engines for p in e.integrators]  # stepped in place: shared
+            if cache is not None:
+                cache.clear()
+                cache.update(episode, key=key)  # holds the lanes' tensors, so no id is reused meanwhile
+        else:
+            episode = cache
+        for name in (*cls._EPISODE_TENSORS, *cls._EPISODE_ARRAYS, "_supports", "integrators"):
+            setattr(batch, name, episode[name])
+        for name in cls._STEP_TENSORS:
+            setattr(batch, name, torch.cat([getattr(e, name) for e in engines]))
+        batch.slip = SlipTracker(0)
+        for name in cls._SLIP_TENSORS:
+            setattr(batch.slip, name, torch.cat([getattr(e.slip, name) for e in engines]))
+        batch._history = [tuple(np.concatenate([e._history[k][j] for e in engines]) for j in range(3))
+                          for k in range(3)]
+        batch._heat_hist = [[h for e in engines for h in e._heat_hist[k]] for k in range(3)]
+        batch._pending = 0
+        batch.rowwise = True
+        return batch
+
+    def _unstack(self, engines: Sequence["Engine"], rendered: np.ndarray) -> None:
+        for i, e in enumerate(engines):
+            row = slice(i, i + 1)
+            for name in self._STEP_TENSORS:
+                setattr(e, name, getattr(self, name)[row].clone())
+            for name in self._SLIP_TENSORS:
+                setattr(e.slip, name, getattr(self.slip, name)[row].clone())
+            e._history = [tuple(a[row].copy() for a in entry) for entry in self._history]
+            e._heat_hist = [[slot[i]] for slot in self._heat_hist]
+            e._pending = 0 if rendered[i] else e._pending + 1
 
     def ee_pos(self) -> np.ndarray:
         return np.stack([p.pos for p in self.integrators]).astype(np.float32)

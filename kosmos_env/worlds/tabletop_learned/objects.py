@@ -75,6 +75,16 @@ def dynamics_features(obj: torch.Tensor, tcp: torch.Tensor, tcp_next: torch.Tens
     ], dim=1)
 
 
+def run_rows(net: nn.Module, x: torch.Tensor, rowwise: bool) -> torch.Tensor:
+    """``net(x)``, or with ``rowwise`` ``net`` on one row of ``x`` at a time: BLAS picks other kernels
+    for one row than for many, so a row of a batch differs from the same row alone in the last bits;
+    row by row, each lane of a batched world equals a world of one bit for bit (a hard switch at
+    0.5 downstream could otherwise flip)."""
+    if not rowwise or len(x) <= 1:
+        return net(x)
+    return torch.cat([net(x[i:i + 1]) for i in range(len(x))])
+
+
 class ObjectDynamics(nn.Module):
     """One action's effect on the object state; see :meth:`step`."""
 
@@ -83,7 +93,8 @@ class ObjectDynamics(nn.Module):
         self.net = nn.Sequential(nn.Linear(DYN_FEATURES, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
                                  nn.Linear(hidden, 6))
 
-    def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False):
+    def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False,
+             rowwise: bool = False):
         """(next object centre, held, held logit, moves logit, next measured opening).
 
         Two learned switches decide how the object moves: *held* (it follows the tool point
@@ -95,8 +106,9 @@ class ObjectDynamics(nn.Module):
         starts, and the opening stays there while the grasp lasts. The switches are thresholded at 0.5 in the forward pass;
         ``hard=False`` (training) passes gradients through their probabilities
         (straight-through), so training sees the same discrete state the world runs with.
+        ``rowwise`` runs the network one row at a time (:func:`run_rows`).
         """
-        out = self.net(dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task))
+        out = run_rows(self.net, dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task), rowwise)
         held_logit, move_logit = out[:, 0], out[:, 1]
         p_held, p_move = torch.sigmoid(held_logit), torch.sigmoid(move_logit)
         h = (p_held > 0.5).float()

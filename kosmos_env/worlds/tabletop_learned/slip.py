@@ -36,7 +36,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from kosmos_env.worlds.tabletop_learned.objects import N_TASKS
+from kosmos_env.worlds.tabletop_learned.objects import N_TASKS, run_rows
 
 SLIP_FEATURES = 3 + N_TASKS + 4 + 1 + 3 + 1
 #: contact gaps of at most this many steps inside a hold (gripper commanded closed throughout,
@@ -150,9 +150,10 @@ class SlipTracker:
         self.empty = torch.zeros(batch, dtype=torch.bool)  # closed on nothing after a slip
 
     def step(self, predictor: SlipPredictor, obj_before, held_before, grip_before, obj, held, grip, tcp, tcp_next,
-             yaw, cmd, rest_z, task):
+             yaw, cmd, rest_z, task, rowwise: bool = False):
         """Apply the rule after the object dynamics' step; returns (object, held, measured gripper).
-        ``*_before``, ``tcp`` and ``yaw`` are the state before the action, the rest after it."""
+        ``*_before``, ``tcp`` and ``yaw`` are the state before the action, the rest after it;
+        ``rowwise`` runs the predictor one row at a time (:func:`.objects.run_rows`)."""
         was = held_before > 0.5
         now = held > 0.5
         closed = cmd < 0.5
@@ -172,7 +173,7 @@ class SlipTracker:
         if carried.any():
             feats = slip_features(self.offset0, task, grip_before, cmd, self.since, tcp_next - tcp, yaw,
                                   obj_before[:, 2] - rest_z)
-            slips = carried & (torch.sigmoid(predictor(feats)) > predictor.threshold)
+            slips = carried & (torch.sigmoid(run_rows(predictor, feats, rowwise)) > predictor.threshold)
             if slips.any():
                 dropped = torch.cat([obj[:, :2], rest_z[:, None]], dim=1)
                 obj = torch.where(slips[:, None], dropped, obj)
