@@ -131,7 +131,8 @@ def _compare(vec: list[tuple], ref: list[tuple], frame_tol: int = 0, reward_tol:
 
 def _check(env_id: str, mode: str, settings: list[dict], n_calls: int, frame_tol: int = 0,
            reward_tol: float = 0.0, min_ends: tuple[int, ...] = ()):
-    fns = [functools.partial(gymnasium.make, env_id, **kw) for kw in settings]
+    # "kosmos_env:<id>": a spawned async worker imports kosmos_env (registering the ids) before making it
+    fns = [functools.partial(gymnasium.make, f"kosmos_env:{env_id}", **kw) for kw in settings]
     seeds = [5 + 7 * i for i in range(len(fns))]
     probe = fns[0]()
     actions = [_actions(probe.action_space, n_calls, seed) for seed in seeds]
