@@ -203,6 +203,13 @@ class RobotLogJudge:
 
     def judge(self, rollout: Rollout) -> Judgment:
         start = time.perf_counter()
+        steps = len(np.asarray(rollout.log.get("ee_pos", ())))
+        if 0 < steps < 2:
+            # an episode can end after one step (terminate_on_success): one pose shows no event,
+            # so the judge abstains rather than call it a failure (a malformed log still raises)
+            return Judgment(success=None, score=0.0, judge=self.name, model_id=self.model_id,
+                            rationale=f"abstained: the log has {steps} step; the robot-log judge needs at least 2",
+                            seconds=time.perf_counter() - start)
         ev = analyse_log(rollout.log, self.thresholds)
         parts = [k for k in ("held", "lifted", "carried", "released") if getattr(ev, k)]
         rationale = (

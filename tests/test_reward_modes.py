@@ -207,3 +207,14 @@ def test_a_world_without_a_step_judge_for_its_tasks_is_refused():
     with pytest.raises(SpecError, match="no step judge for this world's tasks"):
         KosmosEnv(env_spec=spec, world_model=_Dummy(), image_size=[64, 64],
                   reward=dict(PROGRESS, terminate_on_success=True), judge="state")
+
+
+def test_an_episode_ended_after_one_step_is_abstained_on_by_the_robot_log_judge():
+    # threshold 0 ends the episode on its first step; one pose carries no event to judge
+    env = gymnasium.make("Kosmos-TabletopLearned-v1", reward=dict(PROGRESS, terminate_on_success=True,
+                                                                success_threshold=0.0))
+    env.reset(seed=0)
+    _, _, terminated, _, info = env.step(np.array([0, 0, 0, 0, 0, 0, 1], np.float32))
+    assert terminated and info["terminated_by"] == "success"
+    assert info["judgment"]["success"] is None and "needs at least 2" in info["judgment"]["rationale"]
+    assert info["outcome"] == "abstained"
