@@ -47,8 +47,13 @@ class NetConfig:
     frame_stack: int = 1
     n_tasks: int = 4
     state_dim: int = STATE_DIM
-    channels: tuple[int, ...] = (16, 32, 32, 32)
-    image_features: int = 128
+    #: ``"keypoints"``: a spatial softmax turns each of ``keypoints`` feature maps into the expected
+    #: (x, y) where it fires, so the features are image positions (of the object, the target, the
+    #: gripper) that the actor can subtract; ``"flatten"``: strided convs, flattened, one dense layer
+    encoder: str = "keypoints"
+    channels: tuple[int, ...] = (32, 32, 32)
+    keypoints: int = 16
+    image_features: int = 128  # "flatten" only
     hidden: tuple[int, ...] = (128, 128)
     init_log_std: float = -1.0
 
@@ -63,6 +68,8 @@ class NetConfig:
         if unknown:
             raise ValueError(f"unknown network setting(s) {sorted(unknown)}; known: {sorted(known)}")
         d = dict(data)
+        if d.get("encoder", "keypoints") not in ("keypoints", "flatten"):
+            raise ValueError(f"unknown network encoder {d['encoder']!r}; known: keypoints, flatten")
         for key in ("image_size", "channels", "hidden"):
             if key in d:
                 d[key] = tuple(int(v) for v in d[key])
@@ -106,19 +113,31 @@ def _net_class():
             h, w = cfg.image_size
             layers: list[nn.Module] = []
             c_in = 3 * cfg.frame_stack
+            keypoints = cfg.encoder == "keypoints"
             for i, c_out in enumerate(cfg.channels):
-                # a 5x5 first layer sees a whole small object at 64 px; every layer halves the size
+                # a 5x5 first layer sees a whole small object at 64 px; every layer halves the size,
+                # except that the keypoint encoder's last layers stay at a quarter of the frame
+                # (16x16 at 64 px: the spatial softmax interpolates positions between cells, and
+                # finer maps cost 4x the compute on a CPU)
                 k = 5 if i == 0 else 3
-                layers += [nn.Conv2d(c_in, c_out, k, stride=2, padding=k // 2), nn.ReLU()]
+                stride = 2 if (i < 2 or not keypoints) else 1
+                layers += [nn.Conv2d(c_in, c_out, k, stride=stride, padding=k // 2), nn.ReLU()]
                 c_in = c_out
-                h, w = (h + 1) // 2, (w + 1) // 2
-            self.conv = nn.Sequential(*layers, nn.Flatten())
-            self.image_fc = nn.Sequential(nn.Linear(c_in * h * w, cfg.image_features), nn.ReLU())
+                h, w = (h + stride - 1) // stride, (w + stride - 1) // stride
+            if keypoints:
+                layers.append(nn.Conv2d(c_in, cfg.keypoints, 1))
+                self.conv = nn.Sequential(*layers)
+                self.image_fc = _SpatialSoftmax(h, w)
+                image_features = 2 * cfg.keypoints
+            else:
+                self.conv = nn.Sequential(*layers, nn.Flatten())
+                self.image_fc = nn.Sequential(nn.Linear(c_in * h * w, cfg.image_features), nn.ReLU())
+                image_features = cfg.image_features
             # fixed per-dimension state normalisation, set from demonstrations (not trained):
             # positions are centimetres-scale numbers in metres and would barely move a layer
             self.register_buffer("state_mean", torch.zeros(cfg.state_dim * cfg.frame_stack))
             self.register_buffer("state_std", torch.ones(cfg.state_dim * cfg.frame_stack))
-            self.features_dim = cfg.image_features + cfg.state_dim * cfg.frame_stack + cfg.n_tasks
+            self.features_dim = image_features + cfg.state_dim * cfg.frame_stack + cfg.n_tasks
             self.pi_trunk = self._mlp(self.features_dim, cfg.hidden)
             self.vf_trunk = self._mlp(self.features_dim, cfg.hidden)
             last = cfg.hidden[-1] if cfg.hidden else self.features_dim
@@ -147,6 +166,19 @@ def _net_class():
             """(action mean in [-1, 1] space, value) for a batch."""
             feats = self.encode(image, state, task)
             return self.mean_head(self.pi_trunk(feats)), self.value_head(self.vf_trunk(feats)).squeeze(-1)
+
+    class _SpatialSoftmax(nn.Module):
+        """(B, K, H, W) maps -> (B, 2K): each map's softmax-weighted mean (x, y) in [-1, 1]."""
+
+        def __init__(self, h: int, w: int):
+            super().__init__()
+            ys, xs = torch.meshgrid(torch.linspace(-1, 1, h), torch.linspace(-1, 1, w), indexing="ij")
+            self.register_buffer("grid", torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1), persistent=False)
+
+        def forward(self, maps):
+            b, k = maps.shape[:2]
+            weights = torch.softmax(maps.reshape(b, k, -1), dim=-1)
+            return (weights @ self.grid).reshape(b, 2 * k)
 
     _NET_CLASS = PolicyNet
     return PolicyNet

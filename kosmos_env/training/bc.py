@@ -29,7 +29,9 @@ class BCConfig:
     log_std: float = -1.0  # PPO's initial std exp(-1) = 0.37 of the [-1, 1] action range
     shift_px: int = 2  # random-shift augmentation; 0 turns it off
     successful_only: bool = False  # keep only the episodes the judge called a success
-    channels: tuple[int, ...] = (16, 32, 32, 32)
+    encoder: str = "keypoints"
+    channels: tuple[int, ...] = (32, 32, 32)
+    keypoints: int = 16
     image_features: int = 128
     hidden: tuple[int, ...] = (128, 128)
     extra: dict[str, Any] = field(default_factory=dict)  # recorded in the checkpoint as given
@@ -96,7 +98,7 @@ def behaviour_clone(demos: Demos | str | Path, out_path: str | Path, config: BCC
     torch.manual_seed(cfg.seed)
     meta = demos.meta
     net_cfg = NetConfig(image_size=tuple(meta["image_size"]), frame_stack=cfg.frame_stack,
-                        n_tasks=len(meta["instructions"]), channels=tuple(cfg.channels),
+                        n_tasks=len(meta["instructions"]), encoder=cfg.encoder, channels=tuple(cfg.channels), keypoints=cfg.keypoints,
                         image_features=cfg.image_features, hidden=tuple(cfg.hidden), init_log_std=cfg.log_std)
     net = build_net(net_cfg)
     images, states = stacked_inputs(demos, cfg.frame_stack)
