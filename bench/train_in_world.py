@@ -118,7 +118,7 @@ def stage_start(out: Path, args) -> Path:
     else:
         demos = record_demos(SIM, policy=args.demo_policy, seeds_per_task=args.demos, seed_start=DEMO_SEED,
                              out=demo_path, progress=not args.quiet)
-    behaviour_clone(demos, bc_path, BCConfig(steps=args.bc_steps, seed=args.seed), progress=not args.quiet)
+    behaviour_clone(demos, bc_path, BCConfig(steps=args.bc_steps, seed=args.seed, threads=2), progress=not args.quiet)
     return bc_path
 
 
@@ -171,20 +171,23 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=12_000, help="PPO env steps per arm (default run: about 30 min)")
     p.add_argument("--n-envs", type=int, default=4)
     p.add_argument("--checkpoint-every", type=int, default=15, help="PPO updates between checkpoints")
-    p.add_argument("--demos", type=int, default=25, help="demonstrations per task")
-    p.add_argument("--demo-policy", default="scripted:skill=0.5")
-    p.add_argument("--bc-steps", type=int, default=1500)
+    p.add_argument("--demos", type=int, default=100, help="demonstrations per task")
+    p.add_argument("--demo-policy", default="scripted:skill=0.8")
+    p.add_argument("--bc-steps", type=int, default=6000)
     p.add_argument("--tune-seeds", type=int, default=5, help="tuning seeds per task")
     p.add_argument("--eval-seeds", type=int, default=10, help="evaluation seeds per task")
     p.add_argument("--arms", default="ABCD")
     p.add_argument("--seed", type=int, default=0, help="training seed (BC and PPO)")
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--no-report", action="store_true",
+                   help="train and evaluate the named arms only (run arms in parallel processes on one --out, "
+                        "then once more with all arms to report)")
     args = p.parse_args(argv)
     for name in ("steps", "n_envs", "checkpoint_every", "demos", "bc_steps", "tune_seeds", "eval_seeds"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if not set(args.arms) <= set("ABCD") or "A" not in args.arms:
-        p.error("--arms takes letters of ABCD and needs A (the transfer ratio's denominator)")
+    if not set(args.arms) <= set("ABCD") or not args.arms or ("A" not in args.arms and not args.no_report):
+        p.error("--arms takes letters of ABCD and needs A (the transfer ratio's denominator) unless --no-report")
 
     import torch
 
@@ -210,6 +213,8 @@ def main(argv=None) -> int:
         arms[name] = stage_evaluate(out, name, cfg, [start, *checkpoints], units, args)
         stamps[f"eval_{name}"] = time.perf_counter() - t_start
 
+    if args.no_report:
+        return 0
     from kosmos_env.training.analysis import analyse
     from train_in_world_report import write_report
 
@@ -221,7 +226,7 @@ def main(argv=None) -> int:
                   "tuning": f"{TUNE_SEED}+1000*task+[0, {args.tune_seeds})",
                   "evaluation": f"{EVAL_SEED}+1000*task+[0, {args.eval_seeds})",
                   "training": f"SB3 seeds env i with {args.seed}+i; tasks drawn per reset from seed {args.seed}*1000+i"},
-        "settings": {k: v for k, v in vars(args).items() if k != "quiet"},
+        "settings": {k: v for k, v in vars(args).items() if k not in ("quiet", "no_report")},
         "success_threshold": threshold, "success_patience": patience,
         "wall_seconds_cumulative": {k: round(v, 1) for k, v in stamps.items()},
         "machine": f"{os.cpu_count()} cores, load average at start {load_at_start}",
