@@ -9,7 +9,7 @@ import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env.wrappers import wrap_rl_env
 
 reward = {"mode": "progress", "step_judge": {"type": "vision_frame"},       # P(success) of each new frame
-          "terminate_on_success": True, "success_threshold": 0.5, "success_patience": 2}
+          "terminate_on_success": True, "success_threshold": 0.5, "success_patience": 3}
 env = gymnasium.make("Kosmos-TabletopLearned-v1", reward=reward, task="carrot_on_plate")
 env = wrap_rl_env(env)            # Dict of Boxes: image (64, 64, 3) uint8, state (7,), task one-hot; actions in [-1, 1]
 print("spec hash:", env.unwrapped.spec_hash)  # the reward settings are part of it

@@ -44,6 +44,10 @@ class PPOConfig:
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
     target_kl: float | None = 0.05  # stop an update's epochs early rather than undo the cloned actor
+    #: the Gaussian's log-std at the start of fine-tuning (None: the checkpoint's own). A cloned
+    #: actor's precision is what makes its episodes succeed: exploration noise much wider than its
+    #: error turns every rollout into a failure, and PPO then has no success to learn from
+    init_log_std: float | None = None
     threads: int = 1
 
 
@@ -183,6 +187,9 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
                 policy_kwargs={"net_config": net_cfg.to_dict()}, seed=int(seed), device="cpu", verbose=0)
     if init_net is not None:
         model.policy.net.load_state_dict(init_net.state_dict())
+    if cfg.init_log_std is not None:
+        with torch.no_grad():
+            model.policy.net.log_std.fill_(float(cfg.init_log_std))
     settings = {"ppo": asdict(cfg), "n_envs": int(n_envs), "total_steps": int(total_steps),
                 "checkpoint_every": int(checkpoint_every), "env_kwargs": _plain(kwargs), "horizon": horizon,
                 "tasks": list(tasks) if tasks else None,
