@@ -123,7 +123,7 @@ def stage_start(out: Path, args) -> Path:
 
 
 def stage_arm(out: Path, name: str, cfg: dict, start: Path, args) -> list[Path]:
-    from kosmos_env.training.ppo import finetune_ppo
+    from kosmos_env.training.ppo import PPOConfig, finetune_ppo
 
     arm_dir = out / f"arm_{name}"
     done = arm_dir / "done.json"
@@ -134,7 +134,7 @@ def stage_arm(out: Path, name: str, cfg: dict, start: Path, args) -> list[Path]:
     t0 = time.perf_counter()
     paths = finetune_ppo(cfg["env_id"], start, reward=reward, total_steps=args.steps, n_envs=args.n_envs,
                          seed=args.seed, out_dir=arm_dir, checkpoint_every=args.checkpoint_every, env_kwargs=kwargs,
-                         progress=not args.quiet)
+                         config=PPOConfig(init_log_std=args.init_log_std), progress=not args.quiet)
     _json(done, {"checkpoints": [p.name for p in paths], "seconds": round(time.perf_counter() - t0, 1)})
     return paths
 
@@ -168,9 +168,12 @@ def stage_evaluate(out: Path, name: str, cfg: dict, checkpoints: list[Path], uni
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", default="bench/results/train_in_world")
-    p.add_argument("--steps", type=int, default=12_000, help="PPO env steps per arm (default run: about 30 min)")
+    p.add_argument("--steps", type=int, default=12_288, help="PPO env steps per arm (default run: about 30 min)")
     p.add_argument("--n-envs", type=int, default=4)
-    p.add_argument("--checkpoint-every", type=int, default=15, help="PPO updates between checkpoints")
+    p.add_argument("--checkpoint-every", type=int, default=12, help="PPO updates between checkpoints")
+    p.add_argument("--init-log-std", type=float, default=-2.3,
+                   help="PPO's exploration log-std at the start (default -2.3, std 0.1 of the [-1, 1] range: with "
+                        "the cloned -1.0 the first tuning-seed pilot collapsed the start to 0 successes)")
     p.add_argument("--demos", type=int, default=100, help="demonstrations per task")
     p.add_argument("--demo-policy", default="scripted:skill=0.8")
     p.add_argument("--bc-steps", type=int, default=6000)
@@ -229,6 +232,7 @@ def main(argv=None) -> int:
         "settings": {k: v for k, v in vars(args).items() if k not in ("quiet", "no_report")},
         "success_threshold": threshold, "success_patience": patience,
         "wall_seconds_cumulative": {k: round(v, 1) for k, v in stamps.items()},
+        "train_seconds": {k: json.loads((out / f"arm_{k}" / "done.json").read_text())["seconds"] for k in configs},
         "machine": f"{os.cpu_count()} cores, load average at start {load_at_start}",
     })
     write_report(out, results, arms)

@@ -29,8 +29,10 @@ def write_report(out: Path, results: Mapping[str, Any], arms: Mapping[str, list]
 
 def _markdown(r: Mapping[str, Any]) -> str:
     L = ["# Training inside the world: lift, exploitability, transfer", "",
-         f"Command: `{r['command']}`  ", f"Machine: {r['machine']}; wall time "
-         f"{max(r['wall_seconds_cumulative'].values()) / 60:.1f} min; {r['settings']['steps']} PPO env steps per arm, "
+         f"Command: `{r['command']}`  ", f"Machine: {r['machine']}; this invocation's wall time "
+         f"{max(r['wall_seconds_cumulative'].values()) / 60:.1f} min (stages found on disk are not rerun); PPO seconds "
+         f"per arm: " + ", ".join(f"{k} {v:.0f}" for k, v in r["train_seconds"].items()) + "; "
+         f"{r['settings']['steps']} PPO env steps per arm, "
          f"{r['units']} held-out evaluation units (tasks x seeds); 95 % bootstrap intervals over units "
          f"({r['n_boot']} draws, shared by every number).  ",
          f"Terminate on success: threshold {r['success_threshold']}, patience {r['success_patience']} "

@@ -39,6 +39,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--success-patience", type=int, default=3,
                    help="consecutive steps at or above the threshold before the episode ends (default 3, chosen on "
                         "tuning seeds: the frame judge sees success while the object is still held over its target)")
+    p.add_argument("--init-log-std", type=float, default=-2.3,
+                   help="PPO's exploration log-std at the start (default -2.3: wider noise than the cloned actor's "
+                        "error turns every rollout into a failure; bench/results/train_in_world/pilot.txt)")
     p.add_argument("--steps", type=int, default=20000, help="PPO env steps in total (default 20000)")
     p.add_argument("--n-envs", type=int, default=2, help="envs stepped side by side (default 2)")
     p.add_argument("--n-steps", type=int, default=64, help="steps per env per PPO update (default 64)")
@@ -85,7 +88,7 @@ def run(args) -> int:
                                  seed=args.seed, out_dir=out, checkpoint_every=args.checkpoint_every,
                                  env_kwargs=horizon,
                                  config=ppo.PPOConfig(n_steps=args.n_steps, batch_size=args.batch_size,
-                                                      threads=args.threads),
+                                                      threads=args.threads, init_log_std=args.init_log_std),
                                  progress=not args.quiet)
         print(f"PPO in {args.env}: {len(paths)} checkpoints in {out}/ (last {paths[-1].name}); "
               f"learning curve {out / 'curve.png'}")
