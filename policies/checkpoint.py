@@ -248,7 +248,7 @@ def save_checkpoint(net, path: str | Path, meta: Mapping[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     save_file(tensors, str(tmp), metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION),
-                                           "kosmos_policy": json.dumps(_jsonable(meta), sort_keys=True)})
+                                           "kosmos_policy": json.dumps(jsonable(meta), sort_keys=True)})
     tmp.replace(path)  # a reader never sees a half-written checkpoint
     return path
 
@@ -439,11 +439,12 @@ def _package_version() -> str:
         return str(getattr(sys.modules.get("kosmos_env"), "__version__", "unknown"))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: mappings, lists and tuples walked, numpy arrays and scalars to Python."""
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if isinstance(value, np.ndarray):
         return value.tolist()
     if isinstance(value, np.generic):

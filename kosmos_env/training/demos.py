@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.policies.checkpoint import FrameStacker, encode_observation, rescale_action
+from kosmos_env.policies.checkpoint import FrameStacker, encode_observation, jsonable, rescale_action
 
 DEMO_FORMAT = "kosmos-policy-demos"
 #: the simulator at the network's frame size (rendered at 64 px, not resized from 128)
@@ -138,7 +138,7 @@ def record_demos(env_id: str = DEFAULT_DEMO_ENV, *, policy: str = "scripted:skil
                 bar.update(1)
                 bar.set_postfix(success=f"{np.mean([s == 1 for s in success]):.2f}")
         bar.close()
-        meta = {"env_id": env_id, "spec_hash": base.spec_hash, "env_kwargs": _plain(kwargs), "policy": policy,
+        meta = {"env_id": env_id, "spec_hash": base.spec_hash, "env_kwargs": jsonable(kwargs), "policy": policy,
                 "instructions": instructions, "image_size": list(size), "action_low": low.tolist(),
                 "action_high": high.tolist(), "seed_start": seed_start, "seeds_per_task": seeds_per_task,
                 "episodes": episodes}
@@ -177,11 +177,3 @@ def stacked_inputs(demos: Demos, frame_stack: int) -> tuple[np.ndarray, np.ndarr
             stacker.clear()
         images[i], states[i] = stacker.push(demos.image[i], demos.state[i])
     return images, states
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value

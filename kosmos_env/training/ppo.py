@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.policies.checkpoint import (NetConfig, checkpoint_fit_problem, file_sha256, load_checkpoint,
+from kosmos_env.policies.checkpoint import (NetConfig, checkpoint_fit_problem, file_sha256, jsonable, load_checkpoint,
                                             save_checkpoint)
 from kosmos_env.training.demos import episode_success
 
@@ -191,7 +191,7 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
         with torch.no_grad():
             model.policy.net.log_std.fill_(float(cfg.init_log_std))
     settings = {"ppo": asdict(cfg), "n_envs": int(n_envs), "total_steps": int(total_steps),
-                "checkpoint_every": int(checkpoint_every), "env_kwargs": _plain(kwargs), "horizon": horizon,
+                "checkpoint_every": int(checkpoint_every), "env_kwargs": jsonable(kwargs), "horizon": horizon,
                 "tasks": list(tasks) if tasks else None,
                 "init_checkpoint": None if init_checkpoint is None else {"path": str(init_checkpoint),
                                                                          "sha256": init_sha,
@@ -310,7 +310,7 @@ def write_curve(out_dir: Path, episodes: list[dict[str, Any]], updates: list[dic
         writer = csv.DictWriter(fh, fieldnames=fields)
         writer.writeheader()
         writer.writerows(episodes)
-    (out_dir / "curve.json").write_text(json.dumps({"meta": _plain(meta), "updates": updates}, indent=1))
+    (out_dir / "curve.json").write_text(json.dumps({"meta": jsonable(meta), "updates": updates}, indent=1))
     fig, ax = plt.subplots(figsize=(7, 4))
     rows = [u for u in updates if u["mean_reward"] is not None]
     ax.plot([u["env_steps"] for u in rows], [u["mean_reward"] for u in rows], "o-", color="tab:blue",
@@ -330,13 +330,3 @@ def write_curve(out_dir: Path, episodes: list[dict[str, Any]], updates: list[dic
     fig.savefig(out_dir / "curve.png", dpi=100)
     plt.close(fig)
     return out_dir / "curve.png"
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, np.generic):
-        return value.item()
-    return value
