@@ -364,8 +364,31 @@ class FrameStacker:
         return np.concatenate(list(self.images), axis=-1), np.concatenate(list(self.states), axis=-1)
 
 
+#: checkpoints shipped with the package (``ckpt:shipped=NAME``): the closed-loop, image-conditioned
+#: members of the validity study's population; ``checkpoints/manifest.json`` says where each was
+#: trained, with which reward, and its true success on evaluation units
+SHIPPED_DIR = Path(__file__).with_name("checkpoints")
+
+
+def shipped_checkpoints() -> dict[str, dict[str, Any]]:
+    """Name -> manifest entry (``file``, ``trained_in``, ``reward``, ``env_steps``, ...) of the shipped checkpoints."""
+    manifest = SHIPPED_DIR / "manifest.json"
+    if not manifest.is_file():
+        return {}
+    return {e["name"]: e for e in json.loads(manifest.read_text())["checkpoints"]}
+
+
+def shipped_checkpoint_path(name: str) -> Path:
+    """The file of shipped checkpoint ``name`` (only names the manifest lists: never a path)."""
+    known = shipped_checkpoints()
+    if name not in known:
+        raise ValueError(f"unknown shipped checkpoint {name!r}; shipped: {sorted(known) or 'none'}")
+    return SHIPPED_DIR / known[name]["file"]
+
+
 class CheckpointPolicy(Policy):
-    """A trained checkpoint (``kosmos-env train-policy``) as a policy: ``ckpt:path=FILE``.
+    """A trained checkpoint (``kosmos-env train-policy``) as a policy: ``ckpt:path=FILE``, or
+    ``ckpt:shipped=NAME`` for a checkpoint shipped with the package (:func:`shipped_checkpoints`).
 
     Deterministic by default (the Gaussian mean); ``sample=True`` draws from the Gaussian with a
     generator seeded by ``seed`` (and re-seeded by ``reset(..., seed=)``).
@@ -373,10 +396,11 @@ class CheckpointPolicy(Policy):
 
     name = "ckpt"
 
-    def __init__(self, path: str, sample: bool = False, seed: int | None = None):
-        if not path:
-            raise ValueError("the ckpt policy needs path=FILE (a checkpoint written by kosmos-env train-policy)")
-        self.path = Path(path)
+    def __init__(self, path: str = "", sample: bool = False, seed: int | None = None, shipped: str = ""):
+        if bool(path) == bool(shipped):
+            raise ValueError("the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
+                             "train-policy) or shipped=NAME (a checkpoint shipped with the package)")
+        self.path = shipped_checkpoint_path(shipped) if shipped else Path(path)
         self.net, self.meta = load_checkpoint(self.path)
         self.sha256 = file_sha256(self.path)
         self.sample = bool(sample)
