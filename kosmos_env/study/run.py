@@ -30,6 +30,11 @@ DEFAULT_POLICIES = (
     "scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.7", "scripted:skill=0.6", "scripted:skill=0.45",
     "scripted:skill=0.3", "random",
     "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=wrong_target,rate=0.5", "deceptive:mode=knock_away,rate=0.7",
+    # closed loop: image-conditioned checkpoints shipped with the package (policies/checkpoints/manifest.json),
+    # trained by behaviour cloning, then PPO in the simulator and in the learned world
+    "ckpt:shipped=bc_clone_2000", "ckpt:shipped=bc_clone_6000", "ckpt:shipped=sim_judge_ppo_3072",
+    "ckpt:shipped=sim_judge_ppo_9216", "ckpt:shipped=world_judge_ppo_3072", "ckpt:shipped=world_judge_ppo_12288",
+    "ckpt:shipped=sim_oracle_ppo_9216",
 )
 DEFAULT_HORIZONS = (5, 10, 20, 30, 40)
 FRAME_ERROR_SEEDS = 1  # seed indices per (policy, task) replayed open loop for the frame-error table
