@@ -14,6 +14,8 @@ JUDGES = {
     "vlm": "kosmos_env.judges.vlm:VLMJudge",
     "robot_log": "kosmos_env.judges.robot_log:RobotLogJudge",
     "action_only": "kosmos_env.judges.action_only:ActionOnlyJudge",
+    # logistic regression on command-stream features, fitted on simulator episodes (training seeds)
+    "action_learned": "kosmos_env.judges.action_learned:LearnedActionJudge",
     "veto": "kosmos_env.judges.combine:VetoJudge",
     "fusion": "kosmos_env.judges.combine:FusionJudge",
     "optimistic": "kosmos_env.judges.combine:OptimisticJudge",

@@ -235,3 +235,65 @@ def format_difference(entry: Mapping, digits: int = 2) -> str:
 
 __all__ = ["ALPHA", "alpha_convention", "agreement_uncertainty", "permutation_test", "aligned_matrix",
            "format_metric", "format_difference"]
+
+
+def _accuracy(E: np.ndarray, T: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Episode accuracy (verdict == truth, over episodes both decided) per resample: (B,)."""
+    e, t = E[:, idx], T[:, idx]  # (P, B, U)
+    ok = ~np.isnan(e) & ~np.isnan(t)
+    hits = np.where(ok, e == t, False).sum(axis=(0, 2))
+    n = ok.sum(axis=(0, 2))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, hits / np.maximum(n, 1), np.nan)
+
+
+def difference_to_best(evaluator: np.ndarray, baselines: Mapping[str, np.ndarray], truth: np.ndarray, *,
+                       metric: str = "kendall", rows: Sequence[int] | None = None, alpha: float = ALPHA,
+                       n_boot: int = 1000, seed: int = 0) -> dict:
+    """The evaluator's agreement minus the *best* baseline's, the best chosen inside every resample.
+
+    ``metric`` is one of the correlation metrics or ``"accuracy"`` (share of episodes whose verdict
+    equals the truth's). ``rows`` restricts to a subgroup of policies (rows of the matrices). The
+    (task, seed) units are resampled jointly for all (paired). Choosing the best baseline inside
+    each resample, not once on the observed data, keeps the selection's luck inside the interval.
+    Returns {"estimate", "interval", "excludes_zero", "best_baseline" (observed), "evaluator",
+    "baselines": {name: value}, "n_policies", "defined_share", "reason"}.
+    """
+    if metric not in METRICS and metric != "accuracy":
+        raise ValueError(f"unknown metric {metric!r}; choose from {METRICS + ('accuracy',)}")
+    if not baselines:
+        raise ValueError("difference_to_best needs at least one baseline")
+    T = np.asarray(truth, dtype=float)
+    sel = np.arange(T.shape[0]) if rows is None else np.asarray(list(rows), dtype=np.intp)
+    T = T[sel]
+    E = np.asarray(evaluator, dtype=float)[sel]
+    B = {k: np.asarray(v, dtype=float)[sel] for k, v in baselines.items()}
+    U = T.shape[1]
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([np.arange(U)[None], rng.integers(0, U, size=(n_boot, U))])  # row 0: observed
+    sign = 1.0 if metric == "accuracy" or HIGHER_IS_BETTER[metric] else -1.0
+
+    def values(M: np.ndarray) -> np.ndarray:
+        if metric == "accuracy":
+            return _accuracy(M, T, idx)
+        if len(sel) < 2:
+            return np.full(len(idx), np.nan)
+        return sign * _paired_metric(metric, _rates(M, idx), _rates(T, idx))
+
+    ev = values(E)
+    bv = np.stack([values(M) for M in B.values()])  # (K, 1 + n_boot)
+    with np.errstate(invalid="ignore"):
+        best = np.where(np.isnan(bv).all(axis=0), np.nan, np.nanmax(np.where(np.isnan(bv), -np.inf, bv), axis=0))
+    diffs = ev - best
+    names = list(B)
+    obs_best = None if np.isnan(bv[:, 0]).all() else names[int(np.nanargmax(np.where(np.isnan(bv[:, 0]), -np.inf, bv[:, 0])))]
+    base = {"evaluator": None if np.isnan(ev[0]) else float(sign * ev[0]),
+            "baselines": {n: (None if np.isnan(v) else float(sign * v)) for n, v in zip(names, bv[:, 0])},
+            "best_baseline": obs_best, "n_policies": int(len(sel)), "metric": metric}
+    if np.isnan(diffs[0]):
+        return {**base, "estimate": None, "interval": None, "excludes_zero": False, "defined_share": 0.0,
+                "reason": "undefined for the evaluator or every baseline"}
+    iv, share, why = _interval(diffs[1:], alpha)
+    iv = None if iv is None else [x + 0.0 for x in iv]
+    return {**base, "estimate": float(diffs[0]) + 0.0, "interval": iv, "defined_share": share,
+            "excludes_zero": bool(iv is not None and iv[0] > 0), "reason": why}

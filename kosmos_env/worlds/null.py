@@ -9,7 +9,10 @@ command with nothing ever between the fingers. In closed loop the last frame a w
 predictor, copy-last-frame is the baseline of the frame-error table instead.
 
 It runs through the same env, policies and judges as the world under test, so its agreement
-with the truth is what an evaluator gets from the commands and the opening frame alone.
+with the truth is what an evaluator gets from the commands and the opening frame alone
+(``mode="first"``, the copy-first-frame world). ``mode="blank"`` is the null world proper: every
+frame, the first included, is uniform grey, so a policy and a frame judge see no scene at all and
+an evaluator gets the commands alone.
 """
 from __future__ import annotations
 
@@ -20,7 +23,8 @@ import numpy as np
 from kosmos_env.rotations import euler_to_matrix, matrix_to_euler
 from kosmos_env.worlds.base import WorldReset, WorldStep
 
-NULL_MODES = ("first",)
+NULL_MODES = ("first", "blank")
+BLANK_LEVEL = 128  # mode "blank": every frame, the first included, is this uniform grey
 
 
 class NullWorld:
@@ -50,6 +54,8 @@ class NullWorld:
     def reset(self, task: Any, rng: np.random.Generator) -> WorldReset:
         start = self.inner.reset(task, rng)
         self._first = np.asarray(start.frame).copy()
+        if self.mode == "blank":  # not even the opening scene: the world shows nothing at all
+            self._first = np.full_like(self._first, BLANK_LEVEL)
         self._pos = np.asarray(start.state.get("ee_pos", self.home), dtype=np.float64).copy()
         self._rot = euler_to_matrix(np.asarray(start.state.get("ee_euler", np.zeros(3)), dtype=np.float64))
         self._gripper = float(np.asarray(start.state.get("gripper", [1.0])).reshape(-1)[0])
