@@ -135,6 +135,24 @@ class KosmosEnv(gymnasium.Env):
       ``gripper`` is predicted.
     - Cost against fidelity: ``world.actions_per_call`` (1–4; frames between renderer calls
       repeat the last generated one); ``world.sweep`` lists the values a study may sweep.
+    - What is learned and what is fixed: *learned* are the segmenter (object and target in the
+      first frame), the object dynamics (when a grasp starts and ends, how a free object moves,
+      where the fingers stop), the slip predictor (a hold ending under closed fingers; its
+      threshold 0.3) and the renderer. *Fixed rules* of scene geometry, imposed after the
+      learned step: ``drop_released`` (a let-go object drops straight down), ``rest_on_supports``
+      (a free object over the target rests on its top), ``keep_resting`` (a resting object no
+      finger can reach stays put), ``push_closed_fingers`` (closed fingers push a free object
+      ahead of them). *Integrated*: the pose. Each is a spec field: ``world.rules`` (a subset of
+      the four, default all) and ``world.learned_dynamics``: ``"learned"`` (default),
+      ``"rules"`` (dynamics and slip replaced by the hand-written rules-only kinematics: closed
+      fingers near the object grasp it, it follows the tool point, opening drops it) or
+      ``"none"`` (the object never moves: renderer only), e.g.
+      ``gymnasium.make(id, world={"rules": []})``. Defaults are not written into the spec (the
+      registered hash is unchanged); any other setting is a new hash; an unknown rule or value
+      raises ``SpecError`` naming the field and the choices. What each part is worth (frame
+      error, judge accuracy, Kendall vs the simulator, with intervals):
+      ``bench/results/learned_world_ablation/README.md``; the runs that chose the slip threshold
+      and the push rule: ``bench/results/learned_world_rules/README.md``.
     - No simulator state (``evaluate()`` is None): judged by the robot-log judge on the
       predicted gripper log (default) or ``judge="vision_frame"``, a frame classifier trained
       on simulator frames. The gate is off by default; ``kosmos-env study`` measures its effect.

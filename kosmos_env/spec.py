@@ -52,6 +52,14 @@ _NOT_HASHED = ("description", "deprecated")
 #: simulator's own ground truth per step (labelled "oracle": a learned or generated world has none)
 REWARD_MODES = ("terminal", "progress", "oracle")
 _REWARD_KEYS = ("mode", "step_judge", "terminate_on_success", "success_threshold", "success_patience")
+#: the learned tabletop's (``world.type == "tabletop_learned"``) switchable stages. ``world.rules``: the
+#: engine's fixed rules that run (a subset of these; default all four), ``world.learned_dynamics``:
+#: what moves the object (the learned dynamics and slip predictor, the hand-written "rules-only
+#: kinematics" baseline, or nothing: renderer only). Defaults are left out of the spec, so the
+#: registered hash is unchanged; any other setting is written out and changes it. (Here, not in the
+#: world, because the spec layer validates without importing the worlds.)
+LEARNED_TABLETOP_RULES = ("drop_released", "rest_on_supports", "keep_resting", "push_closed_fingers")
+LEARNED_TABLETOP_DYNAMICS = ("learned", "rules", "none")
 WORLD_VERSIONS = {
     "cosmos3": "2",  # real frames at 4:3, NVIDIA's statistics, "quantile" = all ten dims
     "tabletop_learned": "2",  # fixed object rules in the engine (drop, rest, push) and the slip predictor
@@ -105,6 +113,8 @@ class EnvSpec:
             raise SpecError(f"spec field 'render_fps' must be > 0, got {data['render_fps']}")
         if "type" not in data["world"] or not isinstance(data["world"]["type"], str):
             raise SpecError("spec field 'world' must name its backend in world.type")
+        if data["world"]["type"] == "tabletop_learned":
+            _normalise_learned_tabletop(data["world"])
         if "type" not in data["judge"] or not isinstance(data["judge"]["type"], str):
             raise SpecError("spec field 'judge' must name its judge in judge.type")
         if "suite" not in data["tasks"] or not isinstance(data["tasks"]["suite"], str):
@@ -254,6 +264,42 @@ def load_spec_file(path: str) -> EnvSpec:
     if not isinstance(raw, dict):
         raise SpecError(f"{path} must hold a JSON object")
     return EnvSpec.from_dict(raw)
+
+
+def _normalise_learned_tabletop(world: dict) -> None:
+    """Validate the learned tabletop's ``world.rules`` and ``world.learned_dynamics`` in place.
+
+    A default (all four rules, in any order; ``"learned"``) is removed, so the registered spec and
+    one that spells out its defaults have one hash; ``rules`` is kept in the canonical order, so
+    two orders of the same subset are one world. ``"none"`` turns the whole object stage off
+    (nothing moves the object), so a ``rules`` subset with it would name a second hash for the same
+    world and is refused.
+    """
+    dynamics = world.get("learned_dynamics", "learned")
+    if not isinstance(dynamics, str) or dynamics not in LEARNED_TABLETOP_DYNAMICS:
+        raise SpecError(f"spec field 'world.learned_dynamics' must be one of {list(LEARNED_TABLETOP_DYNAMICS)}, "
+                        f"got {dynamics!r}")
+    if dynamics == "learned":
+        world.pop("learned_dynamics", None)
+    if "rules" not in world:
+        return
+    rules = world["rules"]
+    if isinstance(rules, tuple):
+        rules = list(rules)
+    if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
+        raise SpecError(f"spec field 'world.rules' must be a list of rule names from {list(LEARNED_TABLETOP_RULES)}, "
+                        f"got {rules!r}")
+    unknown = [r for r in rules if r not in LEARNED_TABLETOP_RULES]
+    if unknown or len(set(rules)) != len(rules):
+        what = f"unknown rule(s) {unknown}" if unknown else f"a rule listed twice in {rules}"
+        raise SpecError(f"spec field 'world.rules' has {what}; choices: {list(LEARNED_TABLETOP_RULES)}")
+    if set(rules) == set(LEARNED_TABLETOP_RULES):
+        world.pop("rules")
+        return
+    if dynamics == "none":
+        raise SpecError("spec field 'world.rules' has no effect with world.learned_dynamics 'none' (nothing moves "
+                        "the object); leave world.rules out")
+    world["rules"] = [r for r in LEARNED_TABLETOP_RULES if r in rules]
 
 
 DEFAULT_REWARD = {"mode": "terminal", "terminate_on_success": False}

@@ -12,7 +12,12 @@ down; a free object over the target is kept on the target's top; a free object l
 stays exactly where it is unless the fingers can reach it; closed fingers sweeping through a
 free object push it ahead of them. None of them changes the networks or their training (the
 dynamics are trained on their own, :mod:`.train`); each method's docstring gives the recorded
-evidence. The renderer (:mod:`.model`) draws a frame from
+evidence. Each stage is a spec field (``world.rules``: which of the four rules run, default all;
+``world.learned_dynamics``: ``"learned"`` (default), ``"rules"`` (the object dynamics and the slip
+predictor replaced by the hand-written 'rules-only kinematics' baseline,
+:meth:`Engine._kinematic_rules`) or ``"none"`` (nothing moves the object: renderer only)), so
+what each part contributes can be measured (``bench/learned_world_ablation.py``). The renderer
+(:mod:`.model`) draws a frame from
 the current state over the episode's first frame (never from its own previous output); it is
 called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
 the episode); actions in between repeat the last generated frame.
@@ -24,12 +29,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from kosmos_env.spec import LEARNED_TABLETOP_DYNAMICS, LEARNED_TABLETOP_RULES
 from kosmos_env.tasks.shapes import object_half_height
 from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
 from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
 from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
-from kosmos_env.worlds.tabletop_learned.objects import locate, rest_heights, shift_layers, sprite_alpha
+from kosmos_env.worlds.tabletop_learned.objects import (REACH_XY, REACH_Z, locate, rest_heights, shift_layers,
+                                                        sprite_alpha)
 from kosmos_env.worlds.tabletop_learned.slip import SlipTracker
 
 
@@ -71,6 +78,13 @@ class Engine:
         self.calibration = tabletop_calibration(world["camera"], size)
         self.heatmap = HeatmapRenderer(world["camera"], size)
         self.home = np.asarray(world["home_tcp"], dtype=np.float32)
+        # which stages run (spec fields, validated there; checked again here for direct use)
+        self.rules = frozenset(world.get("rules", LEARNED_TABLETOP_RULES))
+        self.learned_dynamics = world.get("learned_dynamics", "learned")
+        if not self.rules <= set(LEARNED_TABLETOP_RULES) or self.learned_dynamics not in LEARNED_TABLETOP_DYNAMICS:
+            raise ValueError(f"world.rules must be a subset of {list(LEARNED_TABLETOP_RULES)} and "
+                             f"world.learned_dynamics one of {list(LEARNED_TABLETOP_DYNAMICS)}; got "
+                             f"{sorted(self.rules)!r}, {self.learned_dynamics!r}")
 
     @torch.no_grad()
     def start(self, frames0: np.ndarray, task_index: Sequence[int], task_params: Sequence[Mapping[str, Any]]) -> None:
@@ -94,6 +108,9 @@ class Engine:
         self._object_radius = np.array([_horizontal_radius(p["object"]) for p in task_params])
         self._object_min_half_width = np.array([_min_half_width(p["object"]) for p in task_params])
         self._object_half_height = np.array([object_half_height(p["object"]) for p in task_params])
+        # the rules-only baseline's measured opening on a held object: the inner finger faces
+        # (at opening * FINGER_TRAVEL from the tool axis) stop on its smallest half width
+        self._held_opening = np.clip(self._object_min_half_width / FINGER_TRAVEL, 0.0, 1.0)
         self.target_xy = torch.as_tensor(np.stack(target_xy), dtype=torch.float32)
         self.rest_z = torch.as_tensor(rest, dtype=torch.float32)
         alpha = torch.from_numpy(sprite_alpha(probs[:, 0])[:, None])
@@ -150,21 +167,63 @@ class Engine:
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
-        rows = {"rowwise": True} if self.rowwise else {}  # (a batch of lanes: see step_lanes)
-        self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
-            self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task, hard=True,
-            **rows)
-        if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
-            self.obj, self.held, self.gripper = self.slip.step(
-                self.model.slip, obj_before, held_before, grip_before, self.obj, self.held, self.gripper,
-                tcp, tcp_next, yaw, cmd, self.rest_z, self.task, **rows)
+        if self.learned_dynamics == "learned":
+            rows = {"rowwise": True} if self.rowwise else {}  # (a batch of lanes: see step_lanes)
+            self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
+                self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task,
+                hard=True, **rows)
+            if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
+                self.obj, self.held, self.gripper = self.slip.step(
+                    self.model.slip, obj_before, held_before, grip_before, self.obj, self.held, self.gripper,
+                    tcp, tcp_next, yaw, cmd, self.rest_z, self.task, **rows)
+        elif self.learned_dynamics == "rules":
+            self._kinematic_rules(tcp, tcp_next, cmd)
+        else:  # "none": renderer only. Nothing is ever grasped, the fingers reach every command
+            self.held = torch.zeros_like(self.held)
+            self.gripper = cmd.clone()
         self.command = cmd
-        self._drop_released_objects(obj_before, held_before)
-        self._rest_on_supports()
-        self._keep_resting_objects(obj_before, held_before, tcp, tcp_next)
-        self._push_with_closed_fingers(obj_before, tcp, tcp_next)
+        if self.learned_dynamics != "none":  # with "none" the object never moves, whatever the rules
+            if "drop_released" in self.rules:
+                self._drop_released_objects(obj_before, held_before)
+            if "rest_on_supports" in self.rules:
+                self._rest_on_supports()
+            if "keep_resting" in self.rules:
+                self._keep_resting_objects(obj_before, held_before, tcp, tcp_next)
+            if "push_closed_fingers" in self.rules:
+                self._push_with_closed_fingers(obj_before, tcp, tcp_next)
         self._history = self._history[1:] + [self._poses()]
         self._heat_hist = self._heat_hist[1:] + [[None] * len(self.integrators)]
+
+    def _kinematic_rules(self, tcp: torch.Tensor, tcp_next: torch.Tensor, cmd: torch.Tensor) -> None:
+        """The 'rules-only kinematics' baseline (``world.learned_dynamics = "rules"``): in place of
+        the learned object dynamics and the slip predictor, four hand-written rules, no network.
+
+        1. Grasp: fingers that were open (measured opening >= 0.5) and are now commanded closed
+           (< 0.5) grasp the object when its centre is within reach of the tool point after the
+           action (the learned dynamics' own reach gate, ``REACH_XY``/``REACH_Z``).
+        2. Hold: a held object stays held while the command stays closed and moves rigidly with the
+           tool point (by the tool point's commanded displacement); no slip.
+        3. Release: commanding the gripper open (>= 0.5) lets go; the object falls straight down to
+           its resting height on the table at once (the ``rest_on_supports`` rule, when on, then
+           puts it on the target's top where it is over the target).
+        4. Gripper: the measured opening is the command, except on a held object, where the fingers
+           stop on the object's smallest half width (``_held_opening``).
+
+        Nothing else moves the object (pushes are the ``push_closed_fingers`` rule's).
+        """
+        closed = cmd < 0.5
+        was_held = self.held > 0.5
+        gap = tcp_next - self.obj
+        within_reach = (gap[:, :2].norm(dim=1) < REACH_XY) & (gap[:, 2].abs() < REACH_Z)
+        closing = self.gripper >= 0.5
+        held = closed & (was_held | (closing & within_reach))
+        obj = torch.where(held[:, None], self.obj + (tcp_next - tcp), self.obj)
+        released = was_held & ~held
+        obj = torch.where(released[:, None], torch.cat([obj[:, :2], self.rest_z[:, None]], dim=1), obj)
+        opening = torch.as_tensor(self._held_opening, dtype=torch.float32)
+        self.obj = obj
+        self.held = held.float()
+        self.gripper = torch.where(held, opening, cmd)
 
     def _rest_on_supports(self) -> None:
         """A free object over the target cannot sink into it: its centre stays at or above the
@@ -324,7 +383,7 @@ class Engine:
     #: per-lane state fixed by ``start`` (the same objects until the lane starts again), and the
     #: per-lane state every action changes
     _EPISODE_TENSORS = ("task", "first", "target_xy", "rest_z", "sprite0", "uv0", "_heat_first")
-    _EPISODE_ARRAYS = ("_object_radius", "_object_min_half_width", "_object_half_height")
+    _EPISODE_ARRAYS = ("_object_radius", "_object_min_half_width", "_object_half_height", "_held_opening")
     _STEP_TENSORS = ("cur", "obj", "held", "gripper", "command")
     _SLIP_TENSORS = ("offset0", "since", "empty")
 
@@ -364,7 +423,8 @@ class Engine:
     def _stack(cls, engines: Sequence["Engine"], cache: dict | None) -> "Engine":
         first = engines[0]
         batch = cls.__new__(cls)
-        for name in ("model", "world", "actions_per_call", "calibration", "heatmap", "home"):
+        for name in ("model", "world", "actions_per_call", "calibration", "heatmap", "home", "rules",
+                     "learned_dynamics"):
             setattr(batch, name, getattr(first, name))
         key = tuple(e.first for e in engines)
         hit = cache is not None and len(cache.get("key", ())) == len(key) and all(

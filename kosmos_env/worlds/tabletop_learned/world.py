@@ -14,7 +14,10 @@ predicted gripper log) or the vision judge on generated frames.
 
 Cost against fidelity: ``world.actions_per_call`` (1–4) sets how many actions one renderer
 call covers (frames between calls repeat the last generated one); the spec's ``world.sweep``
-lists the values a study may sweep. The network runs at 64×64 only; the spec fixes
+lists the values a study may sweep. Which stages run is set by ``world.rules`` (the engine's
+four fixed rules) and ``world.learned_dynamics`` (``learned`` | ``rules`` | ``none``), validated by the
+spec (:func:`kosmos_env.spec._normalise_learned_tabletop`) and honoured by the engine (:mod:`.engine`),
+lone or batched. The network runs at 64×64 only; the spec fixes
 ``image_size`` to it and any other size is refused with a clear error.
 """
 from __future__ import annotations
@@ -34,7 +37,8 @@ from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
 
-_OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep")
+_OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep", "rules",
+             "learned_dynamics")
 #: the world settings a study may sweep (cost against fidelity), and the values each may take
 SWEEPABLE = {"actions_per_call": (1, 2, 3, 4)}
 # Version of this world's run-time code (the engine's fixed rules, the slip rule); the spec hash
