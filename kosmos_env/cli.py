@@ -14,7 +14,7 @@ COMMANDS = [
     # studies, publishing, leaderboard
     "register", "publish", "leaderboard",
     # the evaluator itself: gate, learned world, judges
-    "doctor", "judge_check", "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit",
+    "doctor", "judge_check", "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit", "trust",
     # policies trained inside the envs (behaviour cloning, PPO)
     "train_policy",
     # policies served out of process

@@ -14,7 +14,11 @@ CSV's policy and task names onto the campaign's (every name must map, else one e
 
 Every analysis names the judge of its success numbers (label and identity hash) and states the
 time and money per stage (warm per-rollout seconds; model loads apart) with the judge's share
-of the bill. ``--judge ID_OR_NAME`` reads the numbers of another judge stored with the campaign
+of the bill. Last, "how far to trust this world": the truth-free diagnostics the run has (the
+gate's discard rate when it ran with the gate) read against the fidelity ladder
+(``kosmos_env.study.trust``; ``kosmos-env trust --env ID`` measures all three).
+
+``--judge ID_OR_NAME`` reads the numbers of another judge stored with the campaign
 (``kosmos-env judge DIR --judge SPEC``): its identity, a unique prefix of it, or its label;
 ``campaign`` (the default) is the campaign's own judge. An unknown judge is an error that lists
 the stored ones.
@@ -108,6 +112,11 @@ def run(args: argparse.Namespace) -> int:
     result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
                             n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
                             horizon_step=args.horizon_step, name_map=name_map, judge=args.judge)
+    # how far to trust the world: what this run has of the truth-free diagnostics, read against the ladder
+    from kosmos_env.study.trust import diagnostics_from_campaign, trust_lines
+
+    trust = diagnostics_from_campaign(bundle, n_boot=args.n_boot, seed=args.seed)
+    result = {**result, "trust": trust}
     if registered is not None:
         from kosmos_env.registration.report import EXPLORATORY_NOTE
 
@@ -126,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
         print(registered_text(registered) + "\n\n" + exploratory_header() + "\n\n" + analysis_text(result))
     else:
         print(analysis_text(result))
+    if not args.json:
+        print("\n" + "\n".join(trust_lines(trust)))
     if not args.no_write and not args.json:
         print(f"\nwrote {written}")
     return 0
