@@ -45,7 +45,9 @@ for name, result in (("simulator", a), ("learned", b)):
 
 # %% 3. The study: policies of known order (and deceptive ones), paired seeds, every judge, the
 # world, the simulator and the null world (a world that copies the first frame).
-from kosmos_env.study import StudyConfig, analyze, run_study, write_report  # noqa: E402
+from kosmos_env.study.analyze import analyze  # noqa: E402
+from kosmos_env.study.report import write_report  # noqa: E402
+from kosmos_env.study.run import StudyConfig, run_study  # noqa: E402
 
 cfg = StudyConfig(policies=("scripted:skill=1.0", "scripted:skill=0.6", "scripted:skill=0.3", "random",
                             "deceptive:mode=grasp_miss,rate=1.0"),

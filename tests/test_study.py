@@ -64,8 +64,8 @@ def test_world_vs_baselines_with_intervals_and_p_values(tracked):
     d = agr["differences"]["learned/robot_log"]["baseline/action_only"]["kendall"]
     assert d["estimate"] == pytest.approx(w["value"] - ao["value"])
     assert d["interval"][0] <= d["estimate"] <= d["interval"][1]
-    # the null world never says success: its correlations are undefined, and stay so
-    nw = agr["evaluators"]["baseline/null_world/robot_log"]["kendall"]
+    # the copy-first-frame world never says success: its correlations are undefined, and stay so
+    nw = agr["evaluators"]["baseline/copy_first_frame/robot_log"]["kendall"]
     assert nw["value"] is None and nw["interval"] is None and nw["reason"]
 
 
@@ -87,21 +87,64 @@ def test_split_half_range_and_mdd_never_zero(tracked):
     e = tracked["evaluators"]["learned/robot_log"]
     s = e["split_half"]
     assert s["q05"] <= s["median"] <= s["q95"] and s["corrected_q05"] is not None
-    d = tracked["evaluators"]["baseline/null_world/robot_log"]["detectable"]
+    d = tracked["evaluators"]["baseline/copy_first_frame/robot_log"]["detectable"]
     # all-failure: no variance anywhere; never an MDD of 0
     assert d["paired_mdd_median"] is None and d["unpaired_mdd"] is None and d["resolution"] == pytest.approx(1 / 20)
 
 
-def test_bars_are_registered_then_judged(tmp_path, tracked):
-    from kosmos_env.study.bars import default_bars, judge_bars, register
+def test_bars_are_judged_from_the_best_baseline(tracked):
+    from kosmos_env.study.bars import default_bars, judge_bars
 
-    reg = register(tmp_path, {"x": 1}, default_bars("learned/robot_log"))
-    on_disk = json.loads((tmp_path / "registration.json").read_text())
-    assert on_disk["sha256"] == reg["sha256"] and len(reg["sha256"]) == 64
-    verdicts = {b["id"]: b["verdict"] for b in judge_bars(reg, tracked)}
-    assert verdicts["world_agreement"] == "PASS"
+    bars = judge_bars({"bars": default_bars()}, tracked)
+    verdicts = {b["id"]: b["verdict"] for b in bars}
+    assert verdicts["world_agreement:learned/robot_log"] == "PASS"
     assert verdicts["drift"] == "NOT RUN" and verdicts["cheapest_setting"] == "NOT RUN"
-    assert verdicts["world_adds_information"] in ("PASS", "FAIL")
+    adds = next(b for b in bars if b["id"] == "world_adds_information:learned/robot_log:all")
+    best = tracked["agreement"]["vs_best_baseline"]["learned/robot_log"]["all"]["kendall"]
+    assert adds["verdict"] == ("PASS" if best["excludes_zero"] else "FAIL")
+    assert adds["value"]["difference"] == best["estimate"]
+
+
+def test_world_is_compared_with_the_best_baseline_by_subgroup(tracked):
+    best = tracked["agreement"]["vs_best_baseline"]["learned/robot_log"]
+    assert set(best) == {"all", "honest", "scripted"}  # no deceptive or checkpoint policy here
+    k = best["all"]["kendall"]
+    top = max(v for v in k["baselines"].values() if v is not None)
+    assert k["estimate"] == pytest.approx(k["evaluator"] - top)
+    assert k["best_baseline"] in ("baseline/action_only", "baseline/same_rollout/action_only")
+    assert k["interval"][0] <= k["estimate"] <= k["interval"][1]
+    acc = best["all"]["accuracy"]
+    assert acc["evaluator"] == pytest.approx(1.0) and acc["estimate"] > 0
+    inverted = analyze(_study("invert"), n_boot=200)["agreement"]["vs_best_baseline"]["learned/robot_log"]["all"]
+    assert inverted["kendall"]["estimate"] < 0 and not inverted["kendall"]["excludes_zero"]
+
+
+def test_subgroups_split_deceptive_closed_loop_and_scripted():
+    from kosmos_env.study.analyze import subgroup_rows
+
+    pols = ["scripted:skill=1.0", "random", "deceptive:mode=grasp_miss", "ckpt:shipped=x", "ckpt:path=y"]
+    assert subgroup_rows(pols, "honest") == [0, 1, 3, 4]
+    assert subgroup_rows(pols, "deceptive") == [2]
+    assert subgroup_rows(pols, "closed_loop") == [3, 4]
+    assert subgroup_rows(pols, "scripted") == [0, 1]
+    with pytest.raises(ValueError, match="unknown subgroup"):
+        subgroup_rows(pols, "nice")
+
+
+def test_best_baseline_is_chosen_inside_each_resample():
+    from kosmos_env.stats.uncertainty import difference_to_best
+
+    rng = np.random.default_rng(3)
+    rates = np.linspace(0.9, 0.1, 6)
+    truth = (rng.random((6, 30)) < rates[:, None]).astype(float)
+    noisy = {f"b{i}": np.where(rng.random(truth.shape) < 0.3, 1 - truth, truth) for i in range(3)}
+    d = difference_to_best(truth, noisy, truth, metric="accuracy", n_boot=300)
+    # against the best of three the margin is smaller than against any one of them
+    singles = [difference_to_best(truth, {k: v}, truth, metric="accuracy", n_boot=300)["estimate"] for k, v in noisy.items()]
+    assert d["estimate"] == pytest.approx(min(singles))
+    assert d["interval"][0] <= d["estimate"] <= d["interval"][1]
+    with pytest.raises(ValueError, match="at least one baseline"):
+        difference_to_best(truth, {}, truth)
 
 
 def _error(argv, capsys):
@@ -135,18 +178,25 @@ def test_sweep_settings_map_onto_spec_and_kwargs():
 
 
 @pytest.mark.slow
-def test_tiny_study_end_to_end_writes_report_plots_and_json(tmp_path):
+def test_tiny_registered_study_end_to_end_writes_report_plots_and_json(tmp_path, capsys):
     from kosmos_env.cli import main
 
     out = tmp_path / "study"
-    rc = main(["study", "--policies", "scripted:skill=1.0", "deceptive:mode=grasp_miss,rate=1.0", "random",
-               "--tasks", "carrot_on_plate", "--seeds", "2", "--horizons", "10", "40", "--frame-error-seeds", "1",
-               "--control", "shuffled", "--n-boot", "100", "--out", str(out), "--quiet"])
+    design = ["--policies", "scripted:skill=1.0", "deceptive:mode=grasp_miss,rate=1.0", "random",
+              "--tasks", "carrot_on_plate", "--seeds", "2", "--horizons", "10", "40", "--frame-error-seeds", "1",
+              "--control", "shuffled", "--n-boot", "100"]
+    reg = tmp_path / "reg.json"
+    assert main(["register", "--study", *design, "--out", str(reg)]) == 0
+    rc = main(["study", *design, "--registration", str(reg), "--out", str(out), "--quiet"])
     assert rc == 0
+    printed = capsys.readouterr().out
+    assert "[PASS]" in printed or "[FAIL]" in printed
     report = (out / "report.md").read_text()
+    assert "EXPLORATORY" not in report
     assert report.index("Registered bars") < report.index("Agreement with the simulator")
-    for section in ("baseline/action_only", "baseline/null_world/vision", "Horizon as drift", "copy-last-frame",
-                    "Cost per rollout", "not estimable"):
+    for section in ("baseline/action_only", "baseline/action_learned", "baseline/copy_first_frame/vision",
+                    "baseline/null_world/vision", "World vs the best baseline, by subgroup", "Horizon as drift",
+                    "copy-last-frame", "Cost per rollout", "not estimable"):
         assert section in report, section
     data = json.loads((out / "study.json").read_text())
     res = data["results"]
@@ -154,8 +204,9 @@ def test_tiny_study_end_to_end_writes_report_plots_and_json(tmp_path):
     assert truth[0] > truth[1] == truth[2] == 0.0  # the grasp-miss policy never succeeds in the simulator
     ao = res["evaluators"]["baseline/action_only"]["rates"]
     assert ao[1] == 1.0  # ...but its commands look like success
-    assert {r["world"] for r in data["episodes"]} == {"reference", "learned", "null", "control:shuffled"}
+    assert {r["world"] for r in data["episodes"]} == {"reference", "learned", "null", "blank", "control:shuffled"}
     assert "control:shuffled/robot_log" in res["agreement"]["evaluators"]
-    assert (out / "registration.json").exists() and (out / "episodes.json").exists()
+    assert data["status"] == "registered" and data["registration_sha256"] == json.loads(reg.read_text())["sha256"]
+    assert (out / "registration.json").read_text() == reg.read_text() and (out / "episodes.json").exists()
     for png in ("agreement_intervals.png", "horizon_drift.png", "success_rates.png"):
         assert (out / png).stat().st_size > 1000

@@ -14,11 +14,37 @@ from typing import Any, Sequence
 import numpy as np
 
 from kosmos_env.stats import detectable_summary, split_half, wilson
-from kosmos_env.stats.uncertainty import ALPHA, agreement_uncertainty, aligned_matrix
+from kosmos_env.stats.uncertainty import ALPHA, agreement_uncertainty, aligned_matrix, difference_to_best
 
 REFERENCE_KEY = "reference/state"
 ACTION_ONLY = "baseline/action_only"
-BASELINES = (ACTION_ONLY, "baseline/null_world/robot_log", "baseline/null_world/vision")
+ACTION_LEARNED = "baseline/action_learned"
+COPY_FRAME = "baseline/copy_first_frame"
+NULL_WORLD = "baseline/null_world"
+SAME_ROLLOUT = "baseline/same_rollout"
+# every cheap baseline a world must beat: the two action-only judges with no world at all, the
+# copy-first-frame and blank (null) worlds under the world's own judges, and the action-only
+# judges reading the commands of the world's own rollouts (what the frames add beyond them)
+BASELINES = (ACTION_ONLY, ACTION_LEARNED, f"{COPY_FRAME}/robot_log", f"{COPY_FRAME}/vision",
+             f"{NULL_WORLD}/robot_log", f"{NULL_WORLD}/vision", f"{SAME_ROLLOUT}/action_only",
+             f"{SAME_ROLLOUT}/action_learned")
+# the evaluators whose "adds information" is tested against the best baseline, by subgroup
+WORLD_EVALUATORS = ("learned/vision", "learned/robot_log", "learned+gate/vision", "learned+gate/robot_log")
+SUBGROUPS = ("all", "honest", "deceptive", "closed_loop", "scripted")
+
+
+def subgroup_rows(policies: Sequence[str], group: str) -> list[int]:
+    """Row indices of a policy subgroup: deceptive (``deceptive:*``), honest (the rest), closed_loop
+    (image-conditioned checkpoints, ``ckpt:*``), scripted (the open-loop scripted family and random)."""
+    kind = ["deceptive" if p.startswith("deceptive") else "closed_loop" if p.startswith("ckpt") else "scripted"
+            for p in policies]
+    if group == "all":
+        return list(range(len(policies)))
+    if group == "honest":
+        return [i for i, k in enumerate(kind) if k != "deceptive"]
+    if group in ("deceptive", "closed_loop", "scripted"):
+        return [i for i, k in enumerate(kind) if k == group]
+    raise ValueError(f"unknown subgroup {group!r}; choose from {SUBGROUPS}")
 
 
 def _rows_for(rows, world: str, judge: str, horizon: int | None = None) -> list[dict]:
@@ -39,7 +65,8 @@ def _rows_for(rows, world: str, judge: str, horizon: int | None = None) -> list[
 
 
 def evaluator_table(rows, has: set) -> dict[str, tuple[str, str]]:
-    """Evaluator name -> (world label, judge) for the worlds present in ``rows``."""
+    """Evaluator name -> (world label, judge) for the worlds and judges present in ``rows``."""
+    judged = {(r["world"], j) for r in rows for j in r["judges"]}
     ev = {REFERENCE_KEY: ("reference", "state")}
     for judge in ("robot_log", "vision"):
         ev[f"learned/{judge}"] = ("learned", judge)
@@ -50,12 +77,19 @@ def evaluator_table(rows, has: set) -> dict[str, tuple[str, str]]:
         ev[f"reference/{judge}"] = ("reference", judge)
     if "null" in has:
         ev[ACTION_ONLY] = ("null", "action_only")
-        ev["baseline/null_world/robot_log"] = ("null", "robot_log")
-        ev["baseline/null_world/vision"] = ("null", "vision")
+        ev[ACTION_LEARNED] = ("null", "action_learned")
+        ev[f"{COPY_FRAME}/robot_log"] = ("null", "robot_log")
+        ev[f"{COPY_FRAME}/vision"] = ("null", "vision")
+    if "blank" in has:
+        ev[f"{NULL_WORLD}/robot_log"] = ("blank", "robot_log")
+        ev[f"{NULL_WORLD}/vision"] = ("blank", "vision")
+    ev[f"{SAME_ROLLOUT}/action_only"] = ("learned", "action_only")
+    ev[f"{SAME_ROLLOUT}/action_learned"] = ("learned", "action_learned")
     if "control:shuffled" in has:
         for judge in ("robot_log", "vision"):
             ev[f"control:shuffled/{judge}"] = ("control:shuffled", judge)
-    return ev
+    # an evaluator exists only where its world ran and its judge was recorded (older studies lack some)
+    return {k: v for k, v in ev.items() if v in judged}
 
 
 def _rates(m: np.ndarray) -> list:
@@ -91,6 +125,8 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
     out: dict[str, Any] = {"policies": policies, "tasks": tasks, "alpha": alpha, "n_units": len(units),
                            "evaluators": {}}
     out["agreement"] = agreement_uncertainty(mats, truth, baselines=baselines, alpha=alpha, n_boot=n_boot, seed=seed)
+    out["agreement"]["vs_best_baseline"] = _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed)
+    out["subgroups"] = {g: [policies[i] for i in subgroup_rows(policies, g)] for g in SUBGROUPS}
     n_truth = (~np.isnan(truth)).sum(axis=1)
     k_truth = np.nansum(truth, axis=1)
     out["truth"] = {"rates": _rates(truth),
@@ -118,7 +154,7 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
 
     # horizon as drift: the world's verdict on the episode cut at H vs the simulator's state at H
     out["horizon"] = {"horizons": horizons, "truth_rates": {}, "agreement": {}}
-    drift_evs = [n for n in ("learned/robot_log", "learned/vision", ACTION_ONLY, "baseline/null_world/robot_log",
+    drift_evs = [n for n in ("learned/robot_log", "learned/vision", ACTION_ONLY, ACTION_LEARNED, f"{COPY_FRAME}/robot_log",
                              "reference/robot_log", "reference/vision") if n in evaluators]
     for h in horizons:
         t_h = aligned_matrix(_rows_for(rows, "reference", "state", h), policies, units)
@@ -142,6 +178,27 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
         out["gate"] = dict(study["gate_status"], available=False)
     out["cost_seconds_per_rollout"] = _cost(rows, sorted(has))
     out["wall_seconds"] = study.get("wall_seconds")
+    return out
+
+
+def _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed) -> dict[str, Any]:
+    """World evaluator minus the best baseline (chosen inside each resample), Kendall and episode
+    accuracy, on every policy subgroup that has policies (Kendall needs two)."""
+    base = {b: mats[b] for b in baselines}
+    out: dict[str, Any] = {}
+    if not base:
+        return out
+    for name in WORLD_EVALUATORS:
+        if name not in mats:
+            continue
+        out[name] = {}
+        for group in SUBGROUPS:
+            rows = subgroup_rows(policies, group)
+            if not rows:
+                continue
+            out[name][group] = {m: difference_to_best(mats[name], base, truth, metric=m, rows=rows, alpha=alpha,
+                                                      n_boot=n_boot, seed=seed)
+                                for m in ("kendall", "accuracy")}
     return out
 
 

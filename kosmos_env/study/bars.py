@@ -1,5 +1,7 @@
-"""The study's pre-registered bars: written (with their SHA-256 and a UTC time) before any episode
-runs, judged PASS or FAIL after, and shown first in the report.
+"""The study's bars: registered (inside a registration made by ``kosmos-env register --study``,
+:mod:`kosmos_env.study.registration`) before any episode runs, judged PASS or FAIL after, and
+shown first in the report. A study run without a registration is exploratory: its bars are not
+judged.
 
 Each bar is fixed data (an id, the evaluator it is about, a threshold and the sentence that
 says it); :func:`judge_bars` reads the analysis and never changes a bar. One alpha for all:
@@ -8,12 +10,8 @@ permutation p-values compared with alpha).
 """
 from __future__ import annotations
 
-import datetime as _dt
-import json
-from pathlib import Path
 from typing import Any, Mapping
 
-from kosmos_env.hashing import canonical_json, sha256_hex
 from kosmos_env.stats.uncertainty import ALPHA
 
 WORLD_KENDALL_BAR = 0.8
@@ -22,35 +20,38 @@ DRIFT_HORIZON = 20
 SWEEP_KENDALL_LOWER_BAR = 0.6
 
 
-def default_bars(world_evaluator: str) -> list[dict[str, Any]]:
-    return [
-        {"id": "world_adds_information", "evaluator": world_evaluator, "baseline": "baseline/action_only",
-         "metric": "kendall",
-         "text": f"{world_evaluator} ranks better than the action-only baseline: the {100 * (1 - ALPHA):g} % "
-                 f"interval of the Kendall difference lies above 0"},
-        {"id": "world_agreement", "evaluator": world_evaluator, "metric": "kendall", "threshold": WORLD_KENDALL_BAR,
-         "text": f"{world_evaluator} Kendall vs the simulator >= {WORLD_KENDALL_BAR} with permutation p <= {ALPHA}"},
-        {"id": "repeatable", "evaluator": world_evaluator, "threshold": REPEAT_BAR,
-         "text": f"{world_evaluator} split-half Spearman (Spearman-Brown corrected) 5 % quantile >= {REPEAT_BAR}"},
-        {"id": "drift", "horizon": DRIFT_HORIZON,
-         "text": f"open-loop frame error of the world at H = {DRIFT_HORIZON} below copy-last-frame's "
-                 f"(upper end of the {100 * (1 - ALPHA):g} % interval of the ratio < 1)"},
-        {"id": "cheapest_setting", "metric": "kendall", "threshold": SWEEP_KENDALL_LOWER_BAR,
-         "text": f"a swept setting keeps the lower end of its Kendall interval >= {SWEEP_KENDALL_LOWER_BAR}; the "
-                 f"answer is the cheapest such setting"},
-    ]
+WORLD_EVALUATORS = ("learned/vision", "learned/robot_log")
 
 
-def register(out_dir, config: Mapping[str, Any], bars: list[dict]) -> dict[str, Any]:
-    """Write ``registration.json`` (config, bars, alpha, sha256, UTC time) before the study runs."""
-    body = {"kind": "kosmos-env validity study", "alpha": ALPHA, "config": dict(config), "bars": bars}
-    canonical = json.loads(canonical_json(body))
-    record = {**canonical, "sha256": _hash(canonical),
-              "registered_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "registration.json").write_text(json.dumps(record, indent=1) + "\n")
-    return record
+def default_bars(world_evaluators=WORLD_EVALUATORS) -> list[dict[str, Any]]:
+    """The bars a study registers: for each world evaluator, that it beats the best cheap baseline
+    on all policies and on the honest ones alone, agrees with the simulator and repeats; then drift
+    and the cost sweep."""
+    if isinstance(world_evaluators, str):
+        world_evaluators = (world_evaluators,)
+    pct = f"{100 * (1 - ALPHA):g} %"
+    bars = []
+    for ev in world_evaluators:
+        for group, who in (("all", "all policies"), ("honest", "the honest (non-deceptive) policies")):
+            bars.append({"id": f"world_adds_information:{ev}:{group}", "kind": "world_adds_information",
+                         "evaluator": ev, "subgroup": group, "baseline": "best", "metric": "kendall",
+                         "text": f"{ev} ranks {who} better than the best cheap baseline (action-only rule, learned "
+                                 f"action-only judge, copy-first-frame and null worlds, action judges on its own "
+                                 f"rollouts; best chosen inside each resample): the {pct} interval of the Kendall "
+                                 f"difference lies above 0"})
+        bars.append({"id": f"world_agreement:{ev}", "kind": "world_agreement", "evaluator": ev, "metric": "kendall",
+                     "threshold": WORLD_KENDALL_BAR,
+                     "text": f"{ev} Kendall vs the simulator >= {WORLD_KENDALL_BAR} with permutation p <= {ALPHA}"})
+        bars.append({"id": f"repeatable:{ev}", "kind": "repeatable", "evaluator": ev, "threshold": REPEAT_BAR,
+                     "text": f"{ev} split-half Spearman (Spearman-Brown corrected) 5 % quantile >= {REPEAT_BAR}"})
+    bars.append({"id": "drift", "kind": "drift", "horizon": DRIFT_HORIZON,
+                 "text": f"open-loop frame error of the world at H = {DRIFT_HORIZON} below copy-last-frame's "
+                         f"(upper end of the {pct} interval of the ratio < 1)"})
+    bars.append({"id": "cheapest_setting", "kind": "cheapest_setting", "metric": "kendall",
+                 "threshold": SWEEP_KENDALL_LOWER_BAR,
+                 "text": f"a swept setting keeps the lower end of its Kendall interval >= {SWEEP_KENDALL_LOWER_BAR}; "
+                         f"the answer is the cheapest such setting"})
+    return bars
 
 
 def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -59,12 +60,14 @@ def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> l
     agr = results["agreement"]
     for bar in registration["bars"]:
         verdict, value = "NOT RUN", None
-        bid = bar["id"]
+        bid = bar.get("kind", bar["id"])
         if bid == "world_adds_information":
-            d = agr["differences"].get(bar["evaluator"], {}).get(bar["baseline"], {}).get(bar["metric"])
+            best = agr.get("vs_best_baseline", {}).get(bar["evaluator"], {}).get(bar.get("subgroup", "all"), {})
+            d = best.get(bar["metric"])
             if d is not None:
                 verdict = "PASS" if d.get("excludes_zero") else "FAIL"
-                value = {"difference": d.get("estimate"), "interval": d.get("interval")}
+                value = {"difference": d.get("estimate"), "interval": d.get("interval"),
+                         "best_baseline": d.get("best_baseline")}
         elif bid == "world_agreement":
             e = agr["evaluators"].get(bar["evaluator"], {}).get(bar["metric"])
             if e is not None:
@@ -88,10 +91,5 @@ def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> l
             if sw and sw.get("settings"):
                 verdict = "PASS" if sw.get("answer") else "FAIL"
                 value = {"answer": sw.get("answer")}
-        out.append({"id": bid, "text": bar["text"], "verdict": verdict, "value": value})
+        out.append({"id": bar["id"], "text": bar["text"], "verdict": verdict, "value": value})
     return out
-
-
-def _hash(record: Mapping[str, Any]) -> str:
-    """SHA-256 of the record's canonical JSON (the same rule a registered protocol's hash uses)."""
-    return sha256_hex(canonical_json(record))

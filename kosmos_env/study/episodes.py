@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-_KEYS = ("config", "tasks", "rows", "sweep_rows", "gate_status", "frame_error", "wall_seconds")
+_KEYS = ("config", "tasks", "rows", "sweep_rows", "gate_status", "frame_error", "wall_seconds", "started_utc")
 
 
 def _plain(x):
@@ -57,8 +57,19 @@ def load_episodes(dir_) -> dict[str, Any]:
     return study
 
 
-def load_registration(dir_) -> dict[str, Any]:
+def load_registration(dir_, study: dict[str, Any]) -> dict[str, Any] | None:
+    """The registration a saved study ran under, or None (exploratory). A registration there must be
+    sealed, made before the saved run started and bound to the saved config (one line otherwise)."""
+    from kosmos_env.study.registration import RegistrationError, UNBOUND_CONFIG, load_registration_file
+
     path = Path(dir_) / "registration.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} does not exist: the study's bars were never registered there")
-    return json.loads(path.read_text())
+        return None
+    record = load_registration_file(path)
+    saved = {k: v for k, v in (study.get("config") or {}).items() if k not in UNBOUND_CONFIG}
+    if json.dumps(record["config"], sort_keys=True) != json.dumps(saved, sort_keys=True):
+        raise RegistrationError(f"{path} registers another design than the episodes saved in {dir_}")
+    started = study.get("started_utc")
+    if not started or record["registered_utc"] >= started:
+        raise RegistrationError(f"{path} was not made before the saved run started ({started or 'start unknown'})")
+    return record

@@ -1,5 +1,9 @@
 """Write the study's Markdown report (registered bars first), PNG plots (matplotlib, Agg) and a
-JSON of every number."""
+JSON of every number.
+
+A study run without a registration (``status="exploratory"``) says so on every page it writes:
+the report's title and first lines, every plot's title, and ``study.json``'s ``status``; its bars
+are listed but not judged."""
 from __future__ import annotations
 
 import json
@@ -21,7 +25,10 @@ def _iv(iv, d: int = 2) -> str:
     return "—" if not iv else f"[{iv[0]:.{d}f}, {iv[1]:.{d}f}]"
 
 
-def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[str]:
+EXPLORATORY = "EXPLORATORY (no registration)"
+
+
+def _plots(results: dict[str, Any], study: dict[str, Any], out: Path, status: str) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -30,6 +37,8 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     files = []
 
     def save(fig, name: str) -> None:
+        if status == "exploratory":  # the label travels with the picture, wherever it is pasted
+            fig.suptitle(f"{EXPLORATORY} {fig.get_suptitle()}".strip(), fontsize=8, color="firebrick")
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)
@@ -60,7 +69,7 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
     # 2. per-policy success: truth vs the main evaluators
     fig, ax = plt.subplots(figsize=(9, 4))
     shown = [n for n in ("reference/state", "learned/robot_log", "learned/vision", "baseline/action_only",
-                         "baseline/null_world/robot_log") if n in evs]
+                         "baseline/action_learned", "baseline/copy_first_frame/vision") if n in evs]
     width = 0.8 / len(shown)
     for i, n in enumerate(shown):
         ax.bar(np.arange(len(pols)) + i * width, [np.nan if v is None else v for v in evs[n]["rates"]], width, label=n)
@@ -134,17 +143,25 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path) -> list[st
 
 
 def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], bars: list[dict] | None,
-              registration: dict | None) -> str:
+              registration: dict | None, status: str, trust: list[str] | None = None) -> str:
     cfg = study["config"]
     evs = results["evaluators"]
     agr = results["agreement"]
     pols = results["policies"]
     L = [f"# Evaluator-validity study: {cfg['world']} vs {cfg['reference']}", ""]
-    if bars is not None:
+    if status == "exploratory":
+        L = [f"# {EXPLORATORY} evaluator-validity study: {cfg['world']} vs {cfg['reference']}", "",
+             "**Exploratory.** This study ran without a registration made before it, so nothing on this page "
+             "is a registered result and no bar is judged. To test the bars: `kosmos-env register --study <the same "
+             "arguments> --out REG.json`, then `kosmos-env study <the same arguments> --registration REG.json`.", ""]
+        if bars:
+            L += ["## Bars (not judged: exploratory)", ""] + [f"- {b['text']}" for b in bars] + [""]
+    elif bars is not None:
         L += ["## Registered bars (fixed before any episode ran)", ""]
         if registration:
             L.append(f"Registration `registration.json`, sha256 `{registration['sha256'][:16]}…`, registered "
-                     f"{registration['registered_utc']}.")
+                     f"{registration['registered_utc']}, before this run started; it binds the world's weights "
+                     f"and code, the judges, the policies' content hashes, the evaluation seeds and these bars.")
             L.append("")
         L += ["| verdict | bar | measured |", "|---|---|---|"]
         for b in bars:
@@ -158,10 +175,15 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     L += ["Truth = the simulator's state judge. Evaluators: `learned/*` = the world under test judged by the "
           "robot-log judge (on its predicted gripper log) or the vision judge (frame classifier on its frames); "
           "`reference/*` = the same judges on the simulator's own rollouts (judge error alone); "
-          "`baseline/action_only` = the action-only judge (pose integrated from the commands with workspace "
-          "clipping, holding whenever the gripper is commanded closed; no world at all); "
-          "`baseline/null_world/*` = the null world (copies the first frame; in closed loop the last frame a "
-          "world was given is the first, so copy-last-frame coincides with it) through the same judges.", ""]
+          "`baseline/action_only` = the action-only rule (pose integrated from the commands with workspace "
+          "clipping, holding whenever the gripper is commanded closed; no world at all, the policy run in the "
+          "copy-first-frame world); `baseline/action_learned` = the learned action-only judge (logistic regression on "
+          "command features, fitted on simulator episodes from training seeds) on the same commands; "
+          "`baseline/copy_first_frame/*` = the copy-first-frame world (every frame a copy of the first; in closed "
+          "loop the last frame a world was given is the first, so copy-last-frame coincides with it) through the "
+          "same judges; `baseline/null_world/*` = the null world (uniform grey frames: no scene at all); "
+          "`baseline/same_rollout/*` = the two action-only judges reading the commands of the world's own rollouts "
+          "(what the world's frames add beyond the commands of the same episodes).", ""]
 
     L += ["## Agreement with the simulator: world vs baselines", "",
           "Each cell: value [95 % bootstrap interval over (task, seed) units] and the one-sided permutation p-value "
@@ -180,18 +202,15 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     L += ["### Difference to the baselines (positive = better than the baseline; ✓ = interval excludes 0)", "",
           "| evaluator | vs baseline | " + " | ".join(m if m != "mmrv" else "MMRV" for m in METRIC_ORDER) + " |",
           "|---|---|" + "---|" * len(METRIC_ORDER)]
-    adds = []
     for n, by_b in agr["differences"].items():
         if n.startswith("baseline/"):
             continue
         for b, d in by_b.items():
             L.append(f"| {n} | {b} | " + " | ".join(format_difference(d[m]) for m in METRIC_ORDER) + " |")
-            if b == "baseline/action_only" and d["kendall"].get("excludes_zero"):
-                adds.append(n)
     L += [""]
-    L.append("**The world adds information** over the action-only baseline (Kendall difference interval above 0) for: "
-             + (", ".join(adds) if adds else "no evaluator") + ".")
-    L += [""]
+    L += _best_baseline_section(agr.get("vs_best_baseline") or {}, results.get("subgroups") or {})
+    if trust:
+        L += ["## How far to trust this world (truth-free diagnostics)", ""] + [f"- {t}" for t in trust] + [""]
 
     L += ["## Per-policy success rates", "",
           "Ground truth (simulator) with its 95 % Wilson interval, then each evaluator's rate.", "",
@@ -296,6 +315,30 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     return "\n".join(L)
 
 
+def _best_baseline_section(best: dict, subgroups: dict) -> list[str]:
+    """World minus the best baseline (chosen inside each resample), by policy subgroup."""
+    L = ["## World vs the best baseline, by subgroup", "",
+         "For each world evaluator and policy subgroup: Kendall (ranking) and episode accuracy minus the best of "
+         "every baseline above, the best chosen inside each bootstrap resample (so the choice's luck is inside the "
+         "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. Subgroups: "
+         + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items()) + ".", ""]
+    if not best:
+        return L + ["Not computed (no baseline world ran).", ""]
+    L += ["| evaluator | subgroup | Kendall − best [95 %] | best baseline (observed) | accuracy − best [95 %] | "
+          "best baseline (observed) |", "|---|---|---|---|---|---|"]
+    adds = []
+    for ev, groups in best.items():
+        for g, m in groups.items():
+            k, a = m["kendall"], m["accuracy"]
+            L.append(f"| {ev} | {g} | {format_difference(k)} | {k.get('best_baseline') or '—'} | "
+                     f"{format_difference(a)} | {a.get('best_baseline') or '—'} |")
+            if k.get("excludes_zero"):
+                adds.append(f"{ev} on {g}")
+    L += ["", "**The world adds information over the best baseline** (Kendall interval above 0) for: "
+          + (", ".join(adds) if adds else "no evaluator on any subgroup") + ".", ""]
+    return L
+
+
 def _bar_value(v) -> str:
     if not v:
         return "—"
@@ -325,13 +368,20 @@ def _jsonable(x):
 
 
 def write_report(results: dict[str, Any], study: dict[str, Any], out_dir, *, bars: list[dict] | None = None,
-                 registration: dict | None = None) -> dict[str, Path]:
-    """Write report.md, study.json (numbers, config, episode rows) and the PNG plots into ``out_dir``."""
+                 registration: dict | None = None, status: str = "exploratory",
+                 trust: list[str] | None = None) -> dict[str, Path]:
+    """Write report.md, study.json (numbers, config, episode rows) and the PNG plots into ``out_dir``.
+
+    ``status``: "registered" (a registration made before the run, matching it) or "exploratory";
+    ``trust``: plain-word lines from the truth-free diagnostics, shown after the agreement."""
+    if status not in ("registered", "exploratory"):
+        raise ValueError(f"status must be 'registered' or 'exploratory', got {status!r}")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plots = _plots(results, study, out)
-    (out / "report.md").write_text(_markdown(results, study, plots, bars, registration))
-    payload = {"config": study["config"], "bars": bars, "results": results, "gate_status": study["gate_status"],
+    plots = _plots(results, study, out, status)
+    (out / "report.md").write_text(_markdown(results, study, plots, bars, registration, status, trust))
+    payload = {"status": status, "registration_sha256": (registration or {}).get("sha256"),
+               "config": study["config"], "bars": bars, "results": results, "gate_status": study["gate_status"],
                "episodes": study["rows"], "sweep_episodes": study.get("sweep_rows", [])}
     (out / "study.json").write_text(json.dumps(_jsonable(payload), indent=1))
     return {"report": out / "report.md", "json": out / "study.json", **{p: out / p for p in plots}}

@@ -8,9 +8,12 @@ truth at H, and the seconds it cost. Worlds (the row's ``world`` label):
 - ``reference``: the simulator; judges ``state`` (ground truth, the reference), ``robot_log``,
   ``vision`` and ``action_only``, so judge error and world error can be told apart;
 - ``learned`` (and ``learned+gate``): the world under test (``--world``);
-- ``null``: the null world (:mod:`kosmos_env.worlds.null`: copy the first frame, pose from the
-  commands, nothing ever grasped) through the same policies and judges; its ``action_only``
-  verdicts are the action-only baseline (no world at all);
+- ``null``: the copy-first-frame world (:mod:`kosmos_env.worlds.null`, mode ``first``: copy the
+  first frame, pose from the commands, nothing ever grasped) through the same policies and
+  judges; its ``action_only`` and ``action_learned`` verdicts are the action-only baselines (no
+  world at all);
+- ``blank``: the null world proper (mode ``blank``: uniform grey frames from the start, so neither
+  a closed-loop policy nor a frame judge sees a scene);
 - ``control:shuffled`` (with ``control="shuffled"``): the world under test executing another
   episode's commands permuted in time (:class:`kosmos_env.controls.ShuffledCommandWorld`);
 - ``sweep:NAME=VALUE``: the sweep world at one setting (:mod:`kosmos_env.study.sweep`).
@@ -50,7 +53,7 @@ class StudyConfig:
     seed_offset: int = 100000
     horizons: tuple = DEFAULT_HORIZONS
     gate: bool = False  # also run the world under test with the consistency gate
-    null_world: bool = True
+    null_world: bool = True  # the copy-first-frame and blank (null) baseline worlds
     control: str | None = None  # "shuffled": the shuffled-command control of the world under test
     sweep: dict = field(default_factory=dict)  # setting name -> list of values
     sweep_world: str | None = None  # default: the world under test
@@ -96,11 +99,13 @@ def validate(cfg: StudyConfig) -> None:
 
 def _judges(vision_weights, reference_world: dict) -> dict:
     from kosmos_env.judges import make_judge
+    from kosmos_env.judges.action_learned import LearnedActionJudge
     from kosmos_env.judges.action_only import ActionOnlyJudge
     from kosmos_env.judges.vision_frame import FrameVisionJudge
 
     return {"robot_log": make_judge("robot_log"), "vision": FrameVisionJudge(vision_weights),
-            "action_only": ActionOnlyJudge.from_world(reference_world)}
+            "action_only": ActionOnlyJudge.from_world(reference_world),
+            "action_learned": LearnedActionJudge.from_world(reference_world)}
 
 
 def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
@@ -258,6 +263,25 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
     return out
 
 
+def study_tasks(cfg: StudyConfig) -> list[str]:
+    """The tasks the study runs: ``cfg.tasks`` (checked against the reference's suite) or all of them."""
+    probe = _make_env(cfg.reference)
+    all_tasks = list(probe.unwrapped.task_names)
+    probe.close()
+    tasks = list(cfg.tasks) if cfg.tasks else all_tasks
+    unknown = [t for t in tasks if t not in all_tasks]
+    if unknown:
+        raise ValueError(f"unknown task(s) {unknown}; tasks: {all_tasks}")
+    return tasks
+
+
+def planned_baselines(cfg: StudyConfig) -> list[str]:
+    """The baseline evaluators this config will produce (what a registration binds)."""
+    from kosmos_env.study.analyze import BASELINES, SAME_ROLLOUT
+
+    return [b for b in BASELINES if cfg.null_world or b.startswith(SAME_ROLLOUT)]
+
+
 def gate_available() -> tuple[bool, str]:
     """Whether the consistency gate module exists and builds from a minimal spec."""
     try:
@@ -282,13 +306,7 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
     t0 = time.perf_counter()
     ref_spec = load_spec(cfg.reference)
     judges = _judges(cfg.vision_weights, ref_spec.world)
-    probe = _make_env(cfg.reference)
-    all_tasks = probe.unwrapped.task_names
-    probe.close()
-    tasks = list(cfg.tasks) if cfg.tasks else list(all_tasks)
-    unknown = [t for t in tasks if t not in all_tasks]
-    if unknown:
-        raise ValueError(f"unknown task(s) {unknown}; tasks: {all_tasks}")
+    tasks = study_tasks(cfg)
     jobs = [(p, t, i) for p in cfg.policies for t in tasks for i in range(cfg.seeds)]
     examples: dict[str, Any] = {"keys": {(cfg.policies[0], tasks[0], 0)}}
     ref_actions: dict = {}
@@ -301,9 +319,10 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
         from kosmos_env.worlds.null import NullWorld
 
         spec = load_spec(cfg.reference).with_overrides(image_size=[64, 64])
-        null = NullWorld(make_world(spec), spec.world)
-        rows += _run("null", _make_env(cfg.reference, world_model=null), cfg, judges, jobs, tasks,
-                     is_reference=False, progress=progress, examples=examples)
+        for label, mode in (("null", "first"), ("blank", "blank")):
+            null = NullWorld(make_world(spec), spec.world, mode=mode)
+            rows += _run(label, _make_env(cfg.reference, world_model=null), cfg, judges, jobs, tasks,
+                         is_reference=False, progress=progress, examples=examples)
     if cfg.control == "shuffled":
         rows += _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples)
     ok, why = gate_available() if cfg.gate else (False, "not run (the study runs it with --gate)")
