@@ -90,7 +90,7 @@ def run(args) -> int:
     status = "registered" if registration else "exploratory"
     results = analyze(study, n_boot=n_boot)
     bars = judge_bars(registration, results) if registration else None
-    trust = _trust_lines(study, results)
+    trust = _trust_lines(study, n_boot)
     from kosmos_env.study.bars import default_bars
 
     files = write_report(results, study, args.out, bars=bars if registration else default_bars(),
@@ -105,16 +105,15 @@ def run(args) -> int:
         if name in agr:
             k = agr[name]["kendall"]
             print(f"{name}: Kendall {k['value']} interval {k['interval']} p {k['p_value']}")
-    for line in trust or []:
-        print(f"trust: {line}")
+    for line in trust:
+        print(line)
     print(f"wrote {files['report']} and {len(files) - 2} plots in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     return 0
 
 
-def _trust_lines(study, results) -> list[str] | None:
-    """The truth-free diagnostics of the world, read against the fidelity ladder, where available."""
-    try:
-        from kosmos_env.study.trust import study_trust_lines
-    except ImportError:  # the diagnostics module is optional for re-analysing old studies
-        return None
-    return study_trust_lines(study, results)
+def _trust_lines(study, n_boot: int) -> list[str]:
+    """The world's truth-free diagnostics (gate discards, shuffled-command gap, drift), read against
+    the fidelity ladder: what a Bridge user could compute, beside the agreement it should predict."""
+    from kosmos_env.study.trust import diagnostics_from_study, trust_lines
+
+    return trust_lines(diagnostics_from_study(study, n_boot=n_boot))

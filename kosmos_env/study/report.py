@@ -210,7 +210,7 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     L += [""]
     L += _best_baseline_section(agr.get("vs_best_baseline") or {}, results.get("subgroups") or {})
     if trust:
-        L += ["## How far to trust this world (truth-free diagnostics)", ""] + [f"- {t}" for t in trust] + [""]
+        L += ["## How far to trust this world (truth-free diagnostics)", ""] + list(trust) + [""]
 
     L += ["## Per-policy success rates", "",
           "Ground truth (simulator) with its 95 % Wilson interval, then each evaluator's rate.", "",
