@@ -44,7 +44,9 @@ for name, result in (("simulator", a), ("learned", b)):
           "| vision:", vision.judge(result.rollout).outcome)
 
 # %% 3. The study: policies of known order (and deceptive ones), paired seeds, every judge, the
-# world, the simulator and the null world (a world that copies the first frame).
+# world, the simulator and the baselines that model nothing: the copy-first-frame world, the null
+# world (grey frames) and two judges that read only the commands (a rule, and a logistic
+# regression fitted on simulator episodes from training seeds).
 from kosmos_env.study.analyze import analyze  # noqa: E402
 from kosmos_env.study.report import write_report  # noqa: E402
 from kosmos_env.study.run import StudyConfig, run_study  # noqa: E402
@@ -64,18 +66,21 @@ print("truth (simulator success rates):", dict(zip(results["policies"], results[
 agr = results["agreement"]
 for name, ev in agr["evaluators"].items():
     print(f"{name:32s} Kendall {format_metric(ev['kendall'])}")
-for name, by_baseline in agr["differences"].items():
-    d = by_baseline.get("baseline/action_only")
-    if d and not name.startswith("baseline/"):
-        print(f"{name:32s} minus action-only: {format_difference(d['kendall'])}")
+# against the *best* baseline, chosen inside each bootstrap resample, for honest and deceptive
+# policies apart: the deceptive ones are built to fool any judge that reads only the commands
+for name, groups in agr["vs_best_baseline"].items():
+    for group, d in groups.items():
+        print(f"{name:20s} {group:10s} Kendall minus best baseline: {format_difference(d['kendall'])} "
+              f"(best: {d['kendall']['best_baseline']})")
 
 # %% 5. Where does it drift? Each episode cut at H, judged at H, against the simulator's state at H.
 for h, a in results["horizon"]["agreement"].items():
     print(h, {n: format_metric(e) for n, e in a["evaluators"].items()})
 print("open-loop frame error vs copy-last-frame:", results["frame_error"].get("ratio"))
 
-# %% 6. The full report: Markdown, PNG plots and every number as JSON.
-files = write_report(results, study, OUT)
+# %% 6. The full report: Markdown, PNG plots and every number as JSON. Without a registration made
+# before the run (``kosmos-env register --study ...``) it is labelled exploratory on every page.
+files = write_report(results, study, OUT, status="exploratory")
 print("open", files["report"], "— plots:", sorted(str(p) for k, p in files.items() if k.endswith(".png")))
 sim.close()
 learned.close()
