@@ -320,7 +320,9 @@ def _best_baseline_section(best: dict, subgroups: dict) -> list[str]:
     L = ["## World vs the best baseline, by subgroup", "",
          "For each world evaluator and policy subgroup: Kendall (ranking) and episode accuracy minus the best of "
          "every baseline above, the best chosen inside each bootstrap resample (so the choice's luck is inside the "
-         "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. Subgroups: "
+         "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. A subgroup of three "
+         "policies has only three pairs to rank, so its Kendall can take few values and its interval can collapse "
+         "to a point: read the episode accuracy there. Subgroups: "
          + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items()) + ".", ""]
     if not best:
         return L + ["Not computed (no baseline world ran).", ""]
