@@ -3,13 +3,14 @@ the truth-free diagnostics that should predict it (issue 30, item 5).
 
 Rungs, from no information to the simulator:
 
-- ``grey``: every frame a uniform grey, pose integrated from the commands, nothing ever grasped
-  (the null world with the first frame replaced by grey: its judges see nothing);
+- ``grey``: :class:`~kosmos_env.worlds.null.NullWorld` ``mode="blank"``: every frame a uniform
+  grey, pose integrated from the commands, nothing ever grasped (its judges see nothing);
 - ``copy_first_frame``: :class:`kosmos_env.worlds.null.NullWorld` (the first frame, forever);
 - ``rules_only``: the learned tabletop with ``world.learned_dynamics = "rules"`` (object dynamics
   and slip replaced by fixed rules; the renderer still learned);
-- ``learned_05`` / ``learned_15`` / ``learned_40``: the learned tabletop retrained by
-  ``kosmos-env train-world`` at 5 / 15 / 40 % of the full step counts (weights in --weights-dir);
+- ``learned_05`` / ``learned_15`` / ``learned_40`` / ``learned_70``: the learned tabletop retrained
+  by ``kosmos-env train-world`` at 5 / 15 / 40 / 70 % of the full step counts (weights in
+  --weights-dir; 70 % added after the first three never produced a success);
 - ``learned_full``: the shipped learned tabletop;
 - ``simulator``: Kosmos-Tabletop-v1 itself as the world under test (its own rollouts are the
   truth's; its judges are the same robot-log and vision judges as every rung's).
@@ -46,30 +47,12 @@ POLICIES = (
     "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=knock_away,rate=0.7",
     "ckpt:shipped=bc_clone_2000", "ckpt:shipped=sim_judge_ppo_9216", "ckpt:shipped=world_judge_ppo_12288",
 )
-RUNGS = ("grey", "copy_first_frame", "rules_only", "learned_05", "learned_15", "learned_40", "learned_full", "simulator")
-BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40"}
+RUNGS = ("grey", "copy_first_frame", "rules_only", "learned_05", "learned_15", "learned_40", "learned_70", "learned_full",
+         "simulator")
+BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40", "learned_70": "w70"}
 JUDGES = ("vision", "robot_log")
 REFERENCE = "Kosmos-Tabletop-v1"
 LEARNED = "Kosmos-TabletopLearned-v1"
-GREY = 128
-
-
-def grey_world(inner, world):
-    """The null world whose frames are all one grey: nothing for a vision judge to see."""
-    from kosmos_env.worlds.base import WorldReset, WorldStep
-    from kosmos_env.worlds.null import NullWorld
-
-    class GreyWorld(NullWorld):
-        def reset(self, task, rng):
-            start = super().reset(task, rng)
-            self._first = np.full_like(self._first, GREY)
-            return WorldReset(frame=self._first.copy(), state=start.state)
-
-        def step(self, actions):
-            s = super().step(actions)
-            return WorldStep(frames=np.full_like(s.frames, GREY), state=s.state, log=s.log)
-
-    return GreyWorld(inner, world)
 
 
 def make_rung_world(name: str, weights_dir: str):
@@ -80,8 +63,8 @@ def make_rung_world(name: str, weights_dir: str):
     from kosmos_env.worlds.null import NullWorld
 
     sim = load_spec(REFERENCE).with_overrides(image_size=[64, 64])
-    if name == "grey":
-        return REFERENCE, grey_world(make_world(sim), sim.world)
+    if name == "grey":  # the null world proper: every frame uniform grey, the commands alone
+        return REFERENCE, NullWorld(make_world(sim), sim.world, mode="blank")
     if name == "copy_first_frame":
         return REFERENCE, NullWorld(make_world(sim), sim.world)
     if name == "simulator":

@@ -100,7 +100,7 @@ def test_trust_lines_read_against_the_ladder():
     lines = tr.trust_lines(d, LADDER)
     gate = next(line for line in lines if "gate discards" in line)
     assert "12 % [8, 17]" in gate and "(good)" in gate and "Kendall 0.80" in gate and "predicts agreement" in gate
-    gap = next(line for line in lines if "shuffled commands" in line)
+    gap = next(line for line in lines if "shuffled ones" in line)
     assert "good, sim" in gap and "0.80-1.00" in gap and "does NOT reliably predict" in gap
     assert any("combined standing" in line and "predicts agreement" in line for line in lines)
     # no overlap with any rung: the nearest one is named

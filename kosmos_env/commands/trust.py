@@ -10,6 +10,7 @@ with such numbers ranked policies against simulator truth.
 
     kosmos-env trust --env Kosmos-TabletopLearned-v1 --seeds 3
     kosmos-env trust --env Kosmos-Bridge-v1 --seeds 2 --policies scripted:skill=1.0 random   # needs its GPU model
+    kosmos-env trust --env Kosmos-Bridge-v1 --tiny --seeds 2 --tasks move_can_to_left        # plumbing only, CPU
 """
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seeds", type=int, default=3, help="seeds per (policy, task), at least 2 (default 3)")
     p.add_argument("--seed-offset", type=int, default=100000,
                    help="seed of (task 0, index 0); seeds are offset + 1000 * task index + i (default 100000)")
-    p.add_argument("--judge", default=None, help="judge type (default: the env spec's judge)")
+    p.add_argument("--judge", default=None, help="judge type or judge spec as JSON (default: the env spec's judge)")
+    p.add_argument("--tiny", action="store_true",
+                   help="tiny random models in place of a Cosmos 3 world and a VLM judge (as `kosmos-env eval --tiny`): "
+                        "checks that the diagnostics run end to end; its numbers mean nothing")
     p.add_argument("--drift-seeds", type=int, default=1,
                    help="seed indices per (policy, task) replayed open loop for the drift (default 1)")
     p.add_argument("--world-kwargs", default=None, metavar="JSON", help="world keyword arguments as a JSON object")
@@ -58,10 +62,21 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--world-kwargs is not valid JSON: {exc.msg}") from None
         if not isinstance(world_kwargs, dict):
             raise ValueError("--world-kwargs must be a JSON object")
+    judge = args.judge
+    if judge and judge.lstrip().startswith("{"):
+        try:
+            judge = json.loads(judge)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--judge is not valid JSON: {exc.msg}") from None
+    if args.tiny:
+        from kosmos_env.testing.tiny_run import apply_tiny
+
+        tiny_judge = apply_tiny(args.env)  # points the world at the tiny weights (os.environ)
+        judge = judge or tiny_judge
     ladder = load_ladder(str(args.ladder)) if args.ladder else load_ladder()
     if args.ladder and ladder is None:
         raise ValueError(f"--ladder {args.ladder}: file not found")
-    cfg = TrustConfig(env_id=args.env, seeds=args.seeds, seed_offset=args.seed_offset, judge=args.judge,
+    cfg = TrustConfig(env_id=args.env, seeds=args.seeds, seed_offset=args.seed_offset, judge=judge,
                       drift_seeds=args.drift_seeds, threads=args.threads, world_kwargs=world_kwargs,
                       tasks=tuple(args.tasks) if args.tasks else None,
                       **({"policies": tuple(args.policies)} if args.policies else {}))

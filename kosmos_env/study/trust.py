@@ -357,8 +357,9 @@ def trust_lines(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None
             lines.append(f"- {LABELS[name]}: unavailable ({e.get('reason', 'not measured')})")
             continue
         what = {"gate_discard": f"the gate discards {_fmt(name, e)} of episodes",
-                "shuffled_gap": (f"success falls by {_fmt(name, e)} when the world executes shuffled commands"
-                                 + (f" ({_pct(e['world_rate'])} -> {_pct(e['shuffled_rate'])})"
+                "shuffled_gap": (f"success is {_fmt(name, e)} higher with the true commands than when the world "
+                                 f"executes shuffled ones"
+                                 + (f" ({_pct(e['world_rate'])} vs {_pct(e['shuffled_rate'])})"
                                     if e.get("world_rate") is not None else "")),
                 "drift_ratio": f"frames drift {_fmt(name, e)} x copy-first-frame's error at H={DRIFT_HORIZON}"}[name]
         if ladder is None:
@@ -387,7 +388,7 @@ class TrustConfig:
     tasks: tuple | None = None
     seeds: int = 3
     seed_offset: int = 100000
-    judge: str | None = None  # None: the spec's judge
+    judge: str | dict | None = None  # a judge type or a judge spec; None: the spec's judge
     drift_seeds: int = 1  # seed indices per (policy, task) replayed open loop against the real frames
     threads: int = 1
     world_kwargs: dict = field(default_factory=dict)
@@ -549,7 +550,7 @@ def measure(cfg: TrustConfig, *, progress: bool = False, n_boot: int = 1000) -> 
     validate_trust(cfg)
     torch.set_num_threads(max(1, cfg.threads))
     spec = load_spec(cfg.env_id)
-    judge_spec = {"type": cfg.judge} if cfg.judge else dict(spec.judge)
+    judge_spec = dict(cfg.judge) if isinstance(cfg.judge, Mapping) else {"type": cfg.judge} if cfg.judge else dict(spec.judge)
     judge_name = judge_spec.get("type", "judge")
     judges = {judge_name: make_judge(judge_spec)}
     kwargs = {"defer_judging": True, "gate": {"enabled": False}}
