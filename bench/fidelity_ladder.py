@@ -249,34 +249,48 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
                 d_boot[d][j].append(boots[d])
         table.append(entry)
     # prediction over rungs: Spearman(diagnostic, Kendall) per resample, the same resample for all rungs
-    prediction = {}
+    prediction, upper = {}, {}
     for j in JUDGES:
-        K = np.stack(k_boot[j], axis=1)  # (B, R)
-        Ko = np.asarray(k_obs[j])[None]
-        prediction[j] = {}
-        comb_obs, comb_boot = [], []
-        for d in DIAGNOSTICS:
-            D = np.stack(d_boot[d][j], axis=1)
-            Do = np.asarray(d_obs[d][j], dtype=float)[None]
-            ok = np.isfinite(Do[0])
-            rho_o = rowwise("spearman", Do[:, ok], Ko[:, ok])[0]
-            Db = np.where(np.isfinite(D[:, ok]), D[:, ok], np.nanmedian(D[:, ok], axis=0))
-            rho_b = rowwise("spearman", Db, K[:, ok])
-            prediction[j][d] = {"value": None if not np.isfinite(rho_o) else float(rho_o), "interval": _interval(rho_b),
-                                "rungs": int(ok.sum()), "expected_sign": "+" if d == "shuffled_gap" else "-"}
-            sign = 1 if d == "shuffled_gap" else -1
-            comb_obs.append(_standing(sign * Do))
-            comb_boot.append(_standing(sign * np.where(np.isfinite(D), D, np.nanmedian(D, axis=0))))
-        co = np.nanmean(np.stack(comb_obs), axis=0)
-        cb = np.nanmean(np.stack(comb_boot), axis=0)
-        prediction[j]["combined"] = {"value": float(rowwise("spearman", co, Ko)[0]),
-                                     "interval": _interval(rowwise("spearman", cb, K)), "rungs": len(rungs),
-                                     "expected_sign": "+"}
-        for e, c in zip(table, co[0]):
+        prediction[j], combined = _predict(list(range(len(rungs))), k_obs[j], k_boot[j], d_obs, d_boot, j)
+        for e, c in zip(table, combined):
             e.setdefault("combined", {})[j] = float(c)
-    return {"rungs": table, "prediction": prediction, "judges": list(JUDGES), "policies": list(policies),
+        # the upper ladder: rungs whose judge ranks at all (a constant ranking is visible without truth)
+        live = [i for i, e in enumerate(table) if not e["kendall"][j]["constant"]]
+        upper[j] = _predict(live, k_obs[j], k_boot[j], d_obs, d_boot, j)[0] if len(live) >= 3 else None
+        if upper[j] is not None:
+            upper[j]["rungs_named"] = [table[i]["name"] for i in live]
+    return {"rungs": table, "prediction": prediction, "prediction_upper": upper, "judges": list(JUDGES), "policies": list(policies),
             "units": [list(u) for u in units], "n_boot": n_boot, "alpha": 0.05, "drift_horizon": DRIFT_HORIZON,
             "truth_rates": [float(x) for x in t_obs[0]]}
+
+
+def _predict(sel, k_obs, k_boot, d_obs, d_boot, j):
+    """Spearman over the rungs ``sel`` between each diagnostic (and the combined standing) and
+    Kendall, on every shared unit resample; returns (prediction, combined standing per selected rung)."""
+    from kosmos_env.stats.agreement import rowwise
+    from kosmos_env.study.trust import DIAGNOSTICS, _interval
+
+    K = np.stack([k_boot[i] for i in sel], axis=1)  # (B, R)
+    Ko = np.asarray([k_obs[i] for i in sel])[None]
+    out, comb_obs, comb_boot = {}, [], []
+    for d in DIAGNOSTICS:
+        D = np.stack([d_boot[d][j][i] for i in sel], axis=1)
+        Do = np.asarray([d_obs[d][j][i] for i in sel], dtype=float)[None]
+        ok = np.isfinite(Do[0])
+        rho_o = rowwise("spearman", Do[:, ok], Ko[:, ok])[0]
+        Db = np.where(np.isfinite(D[:, ok]), D[:, ok], np.nanmedian(D[:, ok], axis=0))
+        out[d] = {"value": None if not np.isfinite(rho_o) else float(rho_o),
+                  "interval": _interval(rowwise("spearman", Db, K[:, ok])), "rungs": int(ok.sum()),
+                  "expected_sign": "+" if d == "shuffled_gap" else "-"}
+        sign = 1 if d == "shuffled_gap" else -1
+        comb_obs.append(_standing(sign * Do))
+        comb_boot.append(_standing(sign * np.where(np.isfinite(D), D, np.nanmedian(D, axis=0))))
+    co = np.nanmean(np.stack(comb_obs), axis=0)
+    cb = np.nanmean(np.stack(comb_boot), axis=0)
+    rho = rowwise("spearman", co, Ko)[0]
+    out["combined"] = {"value": None if not np.isfinite(rho) else float(rho),
+                       "interval": _interval(rowwise("spearman", cb, K)), "rungs": len(sel), "expected_sign": "+"}
+    return out, co[0]
 
 
 def _standing(X):
@@ -332,6 +346,14 @@ def format_table(res: dict) -> str:
         pv, pr = res["prediction"]["vision"][d], res["prediction"]["robot_log"][d]
         lines.append(f"| {d} | {pv['expected_sign']} | {_iv(pv, signed=True)} over {pv['rungs']} rungs | "
                      f"{_iv(pr, signed=True)} over {pr['rungs']} rungs |")
+    for j in JUDGES:
+        up = res.get("prediction_upper", {}).get(j)
+        if up is None:
+            continue
+        lines += ["", f"upper ladder ({j} judge: rungs whose judge ranks at all: {', '.join(up['rungs_named'])})", "",
+                  "| diagnostic | expected sign | Spearman vs Kendall |", "|---|---|---|"]
+        for d in ("gate_discard", "shuffled_gap", "drift_ratio", "combined"):
+            lines.append(f"| {d} | {up[d]['expected_sign']} | {_iv(up[d], signed=True)} over {up[d]['rungs']} rungs |")
     return "\n".join(lines)
 
 

@@ -99,10 +99,16 @@ def test_trust_lines_read_against_the_ladder():
          "drift_ratio": {"value": 0.42, "interval": [0.38, 0.46], "n": 10}}
     lines = tr.trust_lines(d, LADDER)
     gate = next(line for line in lines if "gate discards" in line)
-    assert "12 % [8, 17]" in gate and "(good)" in gate and "Kendall 0.80" in gate and "predicts agreement" in gate
+    assert "12 % [8, 17]" in gate and "(good)" in gate and "Kendall 0.80" in gate and "goes with agreement" in gate
     gap = next(line for line in lines if "shuffled ones" in line)
     assert "good, sim" in gap and "0.80-1.00" in gap and "does NOT reliably predict" in gap
-    assert any("combined standing" in line and "predicts agreement" in line for line in lines)
+    assert any("combined standing" in line and "goes with agreement" in line for line in lines)
+    # the upper ladder (worlds whose judge ranks at all) is read too
+    upper = dict(LADDER, prediction_upper={"vision": {"shuffled_gap": {"value": -0.2, "interval": [-0.9, 0.9]},
+                                                      "gate_discard": {"value": None, "interval": None}}})
+    lines = tr.trust_lines(d, upper)
+    assert "does not order agreement (Spearman -0.20 [-0.90, +0.90])" in next(x for x in lines if "shuffled ones" in x)
+    assert "constant and says nothing" in next(x for x in lines if "gate discards" in x)
     # no overlap with any rung: the nearest one is named
     far = dict(d, gate_discard={"value": 0.7, "interval": [0.65, 0.75], "n": 50})
     assert "(half)" in next(line for line in tr.trust_lines(far, LADDER) if "gate discards" in line)

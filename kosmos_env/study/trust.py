@@ -327,8 +327,21 @@ def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
     rho = f"Spearman {c['value']:+.2f}" + (f" [{iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else "")
     expected = BETTER.get(name, 1)
     if iv and (iv[0] > 0 if expected > 0 else iv[1] < 0):
-        return f"over the ladder it predicts agreement ({rho} with Kendall)"
-    return f"over the ladder it does NOT reliably predict agreement ({rho} with Kendall; the interval allows none)"
+        text = f"over the whole ladder it goes with agreement ({rho} with Kendall)"
+    else:
+        text = f"over the ladder it does NOT reliably predict agreement ({rho} with Kendall; the interval allows none)"
+    up = ((ladder.get("prediction_upper") or {}).get(judge) or {}).get(name)
+    if up is not None:
+        uiv = up.get("interval")
+        if up.get("value") is None:
+            text += "; among worlds whose judge ranks at all it is constant and says nothing"
+        elif not (uiv and (uiv[0] > 0 if expected > 0 else uiv[1] < 0)):
+            text += (f"; but among worlds whose judge ranks at all it does not order agreement (Spearman "
+                     f"{up['value']:+.2f}" + (f" [{uiv[0]:+.2f}, {uiv[1]:+.2f}]" if uiv else "") + ")")
+        else:
+            text += (f"; among worlds whose judge ranks at all too (Spearman {up['value']:+.2f} "
+                     f"[{uiv[0]:+.2f}, {uiv[1]:+.2f}])")
+    return text
 
 
 def trust_lines(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None = None, *,
@@ -553,7 +566,8 @@ def measure(cfg: TrustConfig, *, progress: bool = False, n_boot: int = 1000) -> 
     judge_spec = dict(cfg.judge) if isinstance(cfg.judge, Mapping) else {"type": cfg.judge} if cfg.judge else dict(spec.judge)
     judge_name = judge_spec.get("type", "judge")
     judges = {judge_name: make_judge(judge_spec)}
-    kwargs = {"defer_judging": True, "gate": {"enabled": False}}
+    # the env is handed the judge already built (it would otherwise build the spec's own, e.g. load a VLM)
+    kwargs = {"defer_judging": True, "gate": {"enabled": False}, "judge": judges[judge_name]}
     probe = gymnasium.make(cfg.env_id, **kwargs, **({"world_kwargs": dict(cfg.world_kwargs)} if cfg.world_kwargs else {}))
     all_tasks = list(probe.unwrapped.task_names)
     probe.close()
