@@ -35,7 +35,26 @@ def make_judge(spec: "str | Mapping[str, Any] | Judge", **overrides: Any) -> Jud
     params = dict(spec)
     params.update(overrides)
     kind = params.pop("type", None)
-    return resolve_judge(kind)(**params)
+    cls = resolve_judge(kind)
+    _check_settings(cls, kind, params)
+    return cls(**params)
+
+
+def _check_settings(cls: type, kind: str, params: Mapping[str, Any]) -> None:
+    """Name unknown judge settings in one line (a bare TypeError from the constructor would not)."""
+    import inspect
+
+    try:
+        sig = inspect.signature(cls)
+    except (TypeError, ValueError):  # a builtin or C-level signature: let the constructor decide
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return  # the judge validates its own extra settings
+    known = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise ValueError(f"unknown setting(s) {unknown} for judge type {kind!r}; it takes "
+                         f"{', '.join(known) if known else 'no settings'}")
 
 
 def resolve_judge(kind: str) -> type:

@@ -26,6 +26,7 @@ The judge's share is reported on its own because a VLM judge can cost more than 
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -56,8 +57,8 @@ class PriceTable:
         if not isinstance(prices, Mapping) or not prices:
             raise ValueError('a price table needs "accelerator_per_hour": {"device": price per hour, ...}')
         for name, price in prices.items():
-            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
-                raise ValueError(f"accelerator_per_hour[{name!r}] must be a number >= 0, got {price!r}")
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or not math.isfinite(price) or price < 0:
+                raise ValueError(f"accelerator_per_hour[{name!r}] must be a finite number >= 0, got {price!r}")
         stages = {}
         for stage in STAGES:
             if stage in data:

@@ -35,6 +35,9 @@ def add_parser(subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in 0..65535, got {args.port}")
+    missing = [str(d) for d in (args.dirs or []) if not Path(d).is_dir()]
+    if missing:  # a typo would otherwise serve an empty console that never shows a run
+        raise FileNotFoundError(f"run folder(s) not found: {', '.join(missing)}")
     if args.reference is not None and not args.reference.is_file():
         raise FileNotFoundError(f"--reference {args.reference} not found")
     try:

@@ -31,6 +31,7 @@ from kosmos_env.console import episode_view as ev
 
 HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 100
+SQLITE_INT_MAX = 2**63 - 1  # integers from URLs go to SQLite, whose integers are signed 64-bit
 OUTCOME_CHOICES = ("success", "failure", "discarded", "abstained", "error", "pending", "leased")
 LIVE_QUEUE = ("pending", "leased", "rolled_out", "judging", "done", "success", "failure", "discarded", "abstained",
               "error")
@@ -331,9 +332,13 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                 seed_val = int(seed)
             except ValueError:
                 return con.error("Bad filter", f"seed must be an integer, got {seed!r}", 400)
+            if not 0 <= seed_val <= SQLITE_INT_MAX:  # SQLite integers are 64-bit: larger ones overflow (HTTP 500)
+                return con.error("Bad filter", f"seed must be between 0 and {SQLITE_INT_MAX}", 400)
         if outcome and outcome not in OUTCOME_CHOICES:
             return con.error("Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}", 400)
-        page = max(1, int(page))
+        page = max(1, page)
+        if page > SQLITE_INT_MAX // PAGE_SIZE:
+            return con.error("Bad page", f"page must be between 1 and {SQLITE_INT_MAX // PAGE_SIZE}", 400)
         offset = (page - 1) * PAGE_SIZE
         rows, total = cz.list_episodes(ref, policy=policy or None, task=task or None, seed=seed_val,
                                        outcome=outcome or None, offset=offset, limit=PAGE_SIZE)
@@ -352,6 +357,8 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         ref, s, err = campaign_or_error(key)
         if err:
             return err
+        if not 0 <= ord_ <= SQLITE_INT_MAX:
+            return con.error("Unknown episode", f"campaign {ref.name} has no episode #{ord_}", 404)
         e = cz.read_episode(ref, ord_)
         if e is None:
             return con.error("Unknown episode", f"campaign {ref.name} has no episode #{ord_}", 404)

@@ -8,6 +8,7 @@ commanded opening, and renders one frame from the Bridge-like camera. Rendering 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from typing import Any, Mapping
 
@@ -38,6 +39,27 @@ from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
 _SETTLED_SPEED = 0.05
 
 
+def _check_params(world: Mapping[str, Any], spec_id: str) -> None:
+    """One clear line for a physically meaningless setting, before MuJoCo compiles it (a zero step
+    would loop forever, a negative field of view renders nothing)."""
+    from kosmos_env.errors import SpecError
+
+    def number(path: str, value: Any, low: float, high: float = math.inf, low_open: bool = True) -> None:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = ok and (value > low if low_open else value >= low) and value <= high
+        if not ok:
+            bound = f"{'>' if low_open else '>='} {low:g}" + (f" and <= {high:g}" if math.isfinite(high) else "")
+            raise SpecError(f"spec {spec_id}: world.{path} must be a finite number {bound}, got {value!r}")
+
+    number("physics_dt", world.get("physics_dt"), 0.0, 1.0)
+    number("control_dt", world.get("control_dt"), 0.0, 10.0)
+    if world["physics_dt"] > world["control_dt"]:
+        raise SpecError(f"spec {spec_id}: world.physics_dt ({world['physics_dt']}) must not exceed world.control_dt "
+                        f"({world['control_dt']})")
+    number("camera.fovy", (world.get("camera") or {}).get("fovy"), 0.0, 179.0)
+    number("max_tilt", world.get("max_tilt"), 0.0, math.pi, low_open=False)
+
+
 class TabletopWorld:
     """MuJoCo tabletop implementing :class:`~kosmos_env.worlds.base.WorldModel`."""
 
@@ -55,6 +77,7 @@ class TabletopWorld:
         self.spec = spec
         self.params: Mapping[str, Any] = spec.world
         self.image_size: tuple[int, int] = tuple(spec.image_size)
+        _check_params(self.params, getattr(spec, "id", "?"))
         self.calibration = tabletop_calibration(self.params["camera"], self.image_size)
         self._substeps = max(1, int(round(self.params["control_dt"] / self.params["physics_dt"])))
         self._workspace = np.asarray(self.params["workspace"], dtype=np.float64)

@@ -1,0 +1,68 @@
+"""Bad numbers and settings get one clear line (or a 4xx page), never a traceback or an HTTP 500:
+unknown judge settings, a NaN price, a run folder that does not exist, a zero physics step, a
+negative field of view, URL integers beyond SQLite's 64 bits."""
+from __future__ import annotations
+
+import shutil
+
+import gymnasium
+import pytest
+
+import kosmos_env  # noqa: F401
+from kosmos_env.errors import SpecError
+from kosmos_env.judges import make_judge
+
+
+def test_unknown_judge_settings_are_named():
+    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['bogus'\] for judge type 'state'; it takes no settings"):
+        make_judge({"type": "state", "bogus": 1})
+    with pytest.raises(ValueError, match="'colour'"):
+        make_judge({"type": "vision_frame", "colour": "red"})
+    make_judge({"type": "vision_frame", "threshold": 0.4})  # a real setting still goes through
+
+
+def test_a_nan_price_is_refused():
+    from kosmos_env.campaign.cost import PriceTable
+
+    with pytest.raises(ValueError, match="finite number"):
+        PriceTable.parse('{"accelerator_per_hour": {"cpu": NaN}}')
+    with pytest.raises(ValueError, match="finite number"):
+        PriceTable.parse('{"accelerator_per_hour": {"cpu": Infinity}}')
+
+
+def test_serve_on_a_missing_folder_is_one_line(tmp_path, capsys):
+    from kosmos_env.cli import main
+
+    assert main(["serve", str(tmp_path / "nope")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "run folder(s) not found" in err[0]
+
+
+@pytest.mark.parametrize("world, field", [({"physics_dt": 0}, "physics_dt"), ({"physics_dt": -0.01}, "physics_dt"),
+                                          ({"physics_dt": float("nan")}, "physics_dt"),
+                                          ({"physics_dt": 0.5}, "must not exceed"),
+                                          ({"camera": {"fovy": -5}}, "camera.fovy")])
+def test_meaningless_tabletop_physics_and_camera_are_refused(world, field):
+    with pytest.raises(SpecError, match=field):
+        gymnasium.make("Kosmos-Tabletop-v1", world=world).reset(seed=0)
+
+
+def test_console_url_integers_beyond_64_bits_are_4xx(tmp_path):
+    pytest.importorskip("fastapi", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
+    pytest.importorskip("httpx", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
+    from fastapi.testclient import TestClient
+
+    from kosmos_env.console.app import create_app
+    from kosmos_env.console.campaigns import folder_key
+    from tests.test_console import _planned_ledger
+
+    root = tmp_path / "runs"
+    _planned_ledger(root / "a")
+    key = folder_key(root / "a")
+    c = TestClient(create_app([str(root)], "t" * 24), base_url="http://127.0.0.1")
+    huge = str(10**30)
+    assert c.get(f"/c/{key}/episodes", params={"seed": huge}).status_code == 400
+    assert c.get(f"/c/{key}/episodes", params={"page": huge}).status_code == 400
+    assert c.get(f"/c/{key}/episodes/{huge}").status_code == 404
+    assert c.get(f"/c/{key}/episodes", params={"seed": "3"}).status_code == 200
+    shutil.rmtree(root)
