@@ -66,3 +66,29 @@ def test_console_url_integers_beyond_64_bits_are_4xx(tmp_path):
     assert c.get(f"/c/{key}/episodes/{huge}").status_code == 404
     assert c.get(f"/c/{key}/episodes", params={"seed": "3"}).status_code == 200
     shutil.rmtree(root)
+
+
+def test_nan_lease_is_refused_and_a_stored_null_lease_is_repaired(tmp_path, capsys):
+    import sqlite3
+
+    from kosmos_env.campaign.design import make_config
+    from kosmos_env.campaign.ledger import Ledger
+    from kosmos_env.cli import main
+
+    assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--tasks", "carrot_on_plate",
+                 "--seeds", "1", "--lease-seconds", "nan", "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--lease-seconds must be a finite positive number" in err[0]
+    # a ledger an older version wrote with a NULL expiry: the lease is taken over, not a TypeError forever
+    config = make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=2)
+    path = tmp_path / "ledger.sqlite"
+    with Ledger(path) as ledger:
+        ledger.initialise(config)
+        first = ledger.claim("otherhost:1:w", 60.0, 3)
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE episodes SET lease_expires = NULL WHERE status = 'leased'")
+    with Ledger(path) as ledger:
+        taken = ledger.claim("otherhost:2:w", 60.0, 3)
+        assert taken is not None and taken.order == first.order  # the broken lease first, repaired
+        with pytest.raises(ValueError, match="finite positive"):
+            ledger.claim("otherhost:3:w", float("nan"), 3)

@@ -27,6 +27,7 @@ ledger through one host's disk or a coordinator process.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sqlite3
@@ -128,6 +129,22 @@ def owner_alive(owner: str | None) -> bool:
         return state not in ("Z", "X")
     except (OSError, IndexError):
         return True
+
+
+def _expiry(value) -> float:
+    """A stored lease expiry; a missing or non-finite one (written by an older version that let
+    ``--lease-seconds nan`` through) counts as expired, so the lease is taken over and repaired
+    instead of breaking every later claim."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        return float("-inf")
+    return v if math.isfinite(v) else float("-inf")
+
+
+def _check_ttl(ttl: float) -> None:
+    if isinstance(ttl, bool) or not isinstance(ttl, (int, float)) or not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"a lease must last a finite positive number of seconds, got {ttl!r}")
 
 
 class Ledger:
@@ -238,9 +255,10 @@ class Ledger:
             now = time.time()
             for row in conn.execute("SELECT * FROM episodes WHERE status = 'leased' AND owner IS NOT ? ORDER BY ord",
                                     (JUDGE_STAGE,)).fetchall():
-                if row["lease_expires"] >= now and owner_alive(row["owner"]):
+                expires = _expiry(row["lease_expires"])
+                if expires >= now and owner_alive(row["owner"]):
                     continue
-                why = "lease expired" if row["lease_expires"] < now else "owner process died"
+                why = "lease expired" if expires < now else "owner process died"
                 conn.execute(
                     "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                     "VALUES (?, ?, ?, ?, ?, 'abandoned', ?)",
@@ -254,6 +272,7 @@ class Ledger:
 
     @staticmethod
     def _lease(conn, row, owner: str, ttl: float, now: float) -> EpisodeKey:
+        _check_ttl(ttl)
         conn.execute(
             "UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ?, attempts = attempts + 1, started = ? "
             "WHERE episode_id = ?", (owner, now + ttl, now, row["episode_id"]))
@@ -403,9 +422,10 @@ class Ledger:
                                     "WHERE q.status = 'judging' ORDER BY e.ord").fetchall():
                 if len(picked) >= limit:
                     break
-                if row["lease_expires"] >= now and owner_alive(row["owner"]):
+                expires = _expiry(row["lease_expires"])
+                if expires >= now and owner_alive(row["owner"]):
                     continue
-                why = "judge lease expired" if row["lease_expires"] < now else "judge process died"
+                why = "judge lease expired" if expires < now else "judge process died"
                 conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                              "VALUES (?, ?, ?, NULL, ?, 'judge-abandoned', ?)",
                              (row["episode_id"], row["attempts"], row["owner"], now,

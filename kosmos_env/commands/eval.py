@@ -113,8 +113,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--max-attempts must be at least 1")
     if args.lockstep < 1:
         raise ValueError(f"--lockstep must be at least 1, got {args.lockstep}")
-    if args.lease_seconds <= 0:
-        raise ValueError("--lease-seconds must be positive")
+    if not args.lease_seconds > 0 or args.lease_seconds == float("inf"):  # "not >": NaN fails too
+        raise ValueError(f"--lease-seconds must be a finite positive number, got {args.lease_seconds}")
     if args.registration and args.control:
         raise ValueError("--control runs a different world than the registered one; run it without --registration")
     check_writable_path(args.out)  # a file or read-only folder fails here, in one line (nothing is created)
