@@ -8,9 +8,9 @@ Rungs, from no information to the simulator:
 - ``copy_first_frame``: :class:`kosmos_env.worlds.null.NullWorld` (the first frame, forever);
 - ``rules_only``: the learned tabletop with ``world.learned_dynamics = "rules"`` (object dynamics
   and slip replaced by fixed rules; the renderer still learned);
-- ``learned_05`` / ``learned_15`` / ``learned_40`` / ``learned_70``: the learned tabletop retrained
-  by ``kosmos-env train-world`` at 5 / 15 / 40 / 70 % of the full step counts (weights in
-  --weights-dir; 70 % added after the first three never produced a success);
+- ``learned_05`` / ``15`` / ``40`` / ``55`` / ``70``: the learned tabletop retrained by
+  ``kosmos-env train-world`` at 5 / 15 / 40 / 55 / 70 % of the full step counts (weights in
+  --weights-dir; 70 % and then 55 % added after the first three never produced a success);
 - ``learned_full``: the shipped learned tabletop;
 - ``simulator``: Kosmos-Tabletop-v1 itself as the world under test (its own rollouts are the
   truth's; its judges are the same robot-log and vision judges as every rung's).
@@ -47,9 +47,9 @@ POLICIES = (
     "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=knock_away,rate=0.7",
     "ckpt:shipped=bc_clone_2000", "ckpt:shipped=sim_judge_ppo_9216", "ckpt:shipped=world_judge_ppo_12288",
 )
-RUNGS = ("grey", "copy_first_frame", "rules_only", "learned_05", "learned_15", "learned_40", "learned_70", "learned_full",
-         "simulator")
-BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40", "learned_70": "w70"}
+RUNGS = ("grey", "copy_first_frame", "rules_only", "learned_05", "learned_15", "learned_40", "learned_55", "learned_70",
+         "learned_full", "simulator")
+BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40", "learned_55": "w55", "learned_70": "w70"}
 JUDGES = ("vision", "robot_log")
 REFERENCE = "Kosmos-Tabletop-v1"
 LEARNED = "Kosmos-TabletopLearned-v1"
