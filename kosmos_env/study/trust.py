@@ -192,7 +192,7 @@ def diagnostics_from_study(study: Mapping[str, Any], *, judge: str = "vision", w
     cfg = study.get("config") or {}
     out = diagnostics_from_rows(world_rows, judge=judge, shuffled_rows=shuffled, units=units, n_boot=n_boot,
                                 seed=seed, world=cfg.get("world", world), notes=notes)
-    fe = study.get("frame_error") or {}
+    fe = study.get("frame_error") or (study.get("results") or {}).get("frame_error") or {}  # run_study's or study.json's
     ratio = (fe.get("ratio") or {})
     r20 = ratio.get(DRIFT_HORIZON, ratio.get(str(DRIFT_HORIZON)))
     if r20 is not None:
