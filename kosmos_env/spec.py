@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
@@ -40,6 +41,8 @@ _TOP_LEVEL = {
     "reward": dict,
     "deprecated": str,
 }
+MAX_HORIZON = 100_000  # steps per episode: far above any task, far below what would exhaust memory
+_ENV_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(?<![.])")
 _REQUIRED = ("schema_version", "id", "world", "image_size", "action", "horizon", "render_fps", "tasks", "judge", "gate")
 # fields that describe, not configure: they never enter the hash
 _NOT_HASHED = ("description", "deprecated")
@@ -107,8 +110,8 @@ class EnvSpec:
         size = data["image_size"]
         if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 4096 for v in size):
             raise SpecError(f"spec field 'image_size' must be [height, width] integers in [8, 4096], got {size}")
-        if data["horizon"] < 1:
-            raise SpecError(f"spec field 'horizon' must be >= 1, got {data['horizon']}")
+        if not 1 <= data["horizon"] <= MAX_HORIZON:  # an episode is held in memory whole
+            raise SpecError(f"spec field 'horizon' must be in [1, {MAX_HORIZON}], got {data['horizon']}")
         if not data["render_fps"] > 0:
             raise SpecError(f"spec field 'render_fps' must be > 0, got {data['render_fps']}")
         if "type" not in data["world"] or not isinstance(data["world"]["type"], str):
@@ -235,6 +238,10 @@ def registered_spec_ids() -> list[str]:
 
 def load_spec(env_id: str) -> EnvSpec:
     """Load the frozen spec of a registered env id (built-in, else a ``kosmos_env.envs`` plug-in)."""
+    if not isinstance(env_id, str) or not _ENV_ID.fullmatch(env_id):
+        # an id names a registered spec, never a path: "../x" would read a file outside the registry
+        raise SpecError(f"{env_id!r} is not an env id (letters, digits, '.', '_', '-'; no path); registered: "
+                        f"{registered_spec_ids()}")
     root = resources.files("kosmos_env.envs_registry")
     path = root / f"{env_id}.json"
     if path.is_file():

@@ -92,3 +92,22 @@ def test_nan_lease_is_refused_and_a_stored_null_lease_is_repaired(tmp_path, caps
         assert taken is not None and taken.order == first.order  # the broken lease first, repaired
         with pytest.raises(ValueError, match="finite positive"):
             ledger.claim("otherhost:3:w", float("nan"), 3)
+
+
+def test_env_ids_are_names_not_paths_and_sizes_are_bounded(tmp_path, capsys):
+    from kosmos_env.campaign.design import MAX_EPISODES, make_config
+    from kosmos_env.cli import main
+    from kosmos_env.spec import load_spec
+
+    with pytest.raises(SpecError, match="is not an env id"):
+        load_spec("../envs_registry/Kosmos-Tabletop-v1")
+    with pytest.raises(SpecError, match=r"horizon' must be in \[1, 100000\]"):
+        gymnasium.make("Kosmos-Tabletop-v1", horizon=10**12)
+    with pytest.raises(ValueError, match="more than a campaign can plan"):
+        make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=10**9)
+    with pytest.raises(ValueError, match=f"at most {MAX_EPISODES}"):
+        make_config("Kosmos-Tabletop-v1", ["random", "scripted"], tasks=["all"], seeds=200_000)
+    out = tmp_path / "r"
+    assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--seeds", "1000000000",
+                 "--out", str(out)]) == 2
+    assert len(capsys.readouterr().err.strip().splitlines()) == 1 and not out.exists()

@@ -195,6 +195,10 @@ def parse_judge(arg: str | Mapping[str, Any] | None, default: Mapping[str, Any])
     return spec
 
 
+#: the most episodes one campaign plans (its ledger holds a row per episode)
+MAX_EPISODES = 1_000_000
+
+
 def make_config(
     env_id: str,
     policies: Sequence[str | PolicyRef],
@@ -242,6 +246,8 @@ def make_config(
     if isinstance(seeds, int):
         if seeds < 1:
             raise ValueError(f"--seeds must be at least 1, got {seeds}")
+        if seeds > MAX_EPISODES:  # checked before the list is built: a billion seeds would hang here
+            raise ValueError(f"--seeds {seeds} is more than a campaign can plan ({MAX_EPISODES} episodes at most)")
         seed_list = list(range(seeds))
     else:
         seed_list = [int(s) for s in seeds]
@@ -249,6 +255,10 @@ def make_config(
             raise ValueError(f"seeds must be distinct non-negative integers, got {seed_list}")
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
+    n = len(refs) * len(task_list) * len(seed_list) * int(repeats)
+    if n > MAX_EPISODES:
+        raise ValueError(f"the campaign plans {n} episodes ({len(refs)} policies x {len(task_list)} tasks x "
+                         f"{len(seed_list)} seeds x {repeats} repeats); at most {MAX_EPISODES} fit one ledger")
     return CampaignConfig(
         env_id=env_id,
         spec_overrides=overrides,
