@@ -111,3 +111,13 @@ def test_env_ids_are_names_not_paths_and_sizes_are_bounded(tmp_path, capsys):
     assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--seeds", "1000000000",
                  "--out", str(out)]) == 2
     assert len(capsys.readouterr().err.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_a_task_suite_is_a_name_not_a_path():
+    from kosmos_env.tasks import load_suite
+
+    with pytest.raises(SpecError, match="is not a suite name"):
+        load_suite("../envs_registry/Kosmos-Tabletop-v1")
+    with pytest.raises(SpecError, match="is not a suite name"):
+        gymnasium.make("Kosmos-Tabletop-v1", tasks={"suite": "../../etc/x"})
+    assert load_suite("tabletop").names

@@ -7,6 +7,7 @@ interpret a task's ``params``; the env only needs its name and instruction. A su
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Mapping
@@ -42,6 +43,9 @@ def available_suites() -> list[str]:
 
 def load_suite(name: str) -> TaskSuite:
     """Load and validate the task suite ``name`` shipped with the package."""
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_-]*", name):
+        # a suite is named, never a path: "../x" would read a file outside the package
+        raise SpecError(f"task suite {name!r} is not a suite name (no paths); available: {available_suites()}")
     path = resources.files("kosmos_env.tasks") / f"{name}.json"
     if not path.is_file():
         raise SpecError(f"unknown task suite {name!r}; available: {available_suites()}")
