@@ -105,17 +105,26 @@ def _override(sub_root: Path) -> str:
     return edit_results(sub_root, change)["campaign"]["spec_hash"]
 
 
-def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub_a, camp_b, tmp_path):
+def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub_a, camp_b, tmp_path,
+                                                                           tmp_path_factory):
     new_hash = _override(sub_a)
     err = rejected(sub_a)
     assert err.check == "spec" and "--allow-overrides" in err.reason and "overrode" in err.reason
     sub = verify_submission(sub_a, allow_overrides=True)
     assert not sub.official and sub.spec_hash == new_hash
-    data = build_leaderboard([sub_a, camp_b], allow_overrides=True)
+    # issue 31: the relabelled spec is consistent with every hash, but its episodes were rendered at the
+    # registered size: replaying them at the claimed 64x64 does not give the stored videos. A campaign
+    # really run with the override (64x64) is ranked, on its own board.
+    from tests.faults_support import tiny_campaign
+
+    real = tiny_campaign(tmp_path_factory)
+    data = build_leaderboard([sub_a, camp_b, real], allow_overrides=True, replay_sample="all")
+    assert [(r["submission"], r["check"]) for r in data["rejected"]] == [(str(sub_a), "replay")]
     assert [b["official"] for b in data["boards"]] == [True, False]  # official board first, never mixed
-    assert data["boards"][1]["spec_hash"] == new_hash
+    assert data["boards"][1]["spec_hash"] == verify_submission(real, allow_overrides=True).spec_hash
     assert {e["campaign_id"] for e in data["boards"][0]["entries"]} == {verify_submission(camp_b).campaign_id}
-    assert {e["campaign_id"] for e in data["boards"][1]["entries"]} == {sub.campaign_id}
+    assert {e["campaign_id"] for e in data["boards"][1]["entries"]} == \
+        {verify_submission(real, allow_overrides=True).campaign_id}
 
 
 def test_dotdot_path_in_manifest_is_rejected(sub_a, tmp_path):

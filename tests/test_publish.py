@@ -74,6 +74,8 @@ def expected_paths(root: Path) -> tuple[str, set[str]]:
             videos[r["policy"]].append(r["artifacts"]["video"])
     paths = {"README.md"} | {prefix + f for f in ("results.json", "episodes.parquet", "manifest.json", "README.md")}
     paths |= {prefix + v for vs in videos.values() for v in vs}
+    # issue 31: every episode's actions and robot log go up too (the leaderboard re-derives outcomes from them)
+    paths |= {prefix + r["artifacts"][k] for r in sub.rows for k in ("actions", "log") if r["artifacts"][k]}
     return prefix, paths
 
 
@@ -85,7 +87,7 @@ def test_publish_makes_one_atomic_dataset_commit_with_exact_paths(bundle):
     assert api.calls[0][1] == {"repo_id": REPO, "repo_type": "dataset", "exist_ok": True, "private": None}
     ds = api.calls[1][1]
     assert ds["repo_id"] == REPO and ds["repo_type"] == "dataset" and ds["create_pr"] is False
-    assert set(ds["files"]) == paths and len(paths) == 9
+    assert set(ds["files"]) == paths and len(paths) == 9 + 2 * 6  # + actions and log of each of 6 episodes
     # bundle files go up unchanged; the new manifest binds every published file
     assert ds["files"][prefix + "results.json"] == (bundle / "results.json").read_bytes()
     assert ds["files"][prefix + "episodes.parquet"] == (bundle / "episodes.parquet").read_bytes()
@@ -145,7 +147,7 @@ def test_dry_run_tree_is_exactly_what_is_committed_and_verifies(bundle, tmp_path
     # the published campaign folder is itself a submission the leaderboard accepts
     prefix = listing["prefix"]
     sub = verify_submission(out / "dataset" / prefix)
-    assert sub.omitted_artifacts == 14  # 6 episodes x (video, actions, log) - 4 published videos
+    assert sub.omitted_artifacts == 2  # 6 episodes x (video, actions, log) - 4 published videos - 12 actions/logs
     board = build_leaderboard([out / "dataset" / prefix])
     assert board["rejected"] == [] and board["boards"][0]["entries"][0]["policy"] == "scripted:skill=1.0"
 
@@ -210,6 +212,6 @@ def test_cli_publish_pr_uses_the_default_client_with_its_own_token(bundle, monke
     api, = made
     (call, kw), = api.calls
     assert call == "create_commit" and kw["create_pr"] is True
-    assert not any(p.endswith(".mp4") for p in kw["files"]) and len(kw["files"]) == 5
+    assert not any(p.endswith(".mp4") for p in kw["files"]) and len(kw["files"]) == 5 + 2 * 6  # + actions and log of 6 episodes
     out = capsys.readouterr().out
     assert f"https://huggingface.co/datasets/{REPO}/discussions/1" in out

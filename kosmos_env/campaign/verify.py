@@ -60,11 +60,18 @@ class VerifyReport:
         return {"ok": self.ok, "problems": self.problems, "warnings": self.warnings, "checked": self.checked}
 
 
-def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only: bool = False) -> VerifyReport:
+def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only: bool = True,
+                    replay: int | str = 0, replay_seed: int = 0, rederive: bool = True,
+                    rerun_policies: bool = True) -> VerifyReport:
     """Verify ``out_dir``; never raises for a broken folder, it reports.
 
-    ``read_only`` reads the ledger through a read-only connection (the console verifies
-    folders that campaigns may still write to).
+    The ledger is always read through a read-only connection (``read_only`` is kept for callers
+    that pass it): verifying never writes, so a folder campaigns still write to, or a read-only
+    copy, is verified as it is. ``rederive`` re-runs the campaign's deterministic judge on every
+    episode's stored artifacts; ``replay`` (a number or ``"all"``) replays a sample of that many
+    episodes drawn with ``replay_seed`` from their stored actions on a simulator world and, with
+    ``rerun_policies``, re-runs each sampled episode's policy (where it can be built here) to check
+    that the stored actions are the ones it takes.
     """
     out = Path(out_dir)
     report = VerifyReport()
@@ -90,13 +97,13 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                                    f"its name says {name[:16]}...)")
 
     try:
-        if read_only:
-            from kosmos_env.campaign.readonly import ReadOnlyLedger
-
-            opened = ReadOnlyLedger(path)
-        else:
-            opened = Ledger(path, create=False)
-        with opened as ledger:
+        # never written to: verify opens the ledger read-only (a read-only copy is verified as it is)
+        with _open_readonly(path, report) as ledger:
+            integrity = [tuple(r)[0] for r in ledger.conn.execute("PRAGMA integrity_check").fetchall()]
+            if integrity != ["ok"]:
+                report.problems.append(f"the ledger {path} fails SQLite's integrity check: "
+                                       f"{_listing(integrity, 5)}")
+                return report
             meta = ledger.meta()
             try:
                 config = ledger.config()
@@ -123,6 +130,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                                "or not a campaign ledger")
         return report
 
+    report.problems.extend(spec_problems(config))
     try:
         from kosmos_env.spec import EnvSpec
 
@@ -201,6 +209,13 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                 report.problems.append(f"{eid}: {row['steps']} steps recorded, but its actions artifact holds "
                                        f"{n_rows} actions ({chunk} per step)")
     report.checked["episodes"] = len(episodes)
+    done_rows = [dict(episode_entry(r), episode_id=r["episode_id"]) for r in episodes if r["status"] == "done"]
+    frames_of = {q["episode_id"]: q.get("frames") for q in judge_queue} if judge_queue else {}
+    report.problems.extend(provenance_problems(config, done_rows))
+    if rederive:
+        _rederive(out, config, done_rows, frames_of, report)
+    if replay:
+        _replay(out, config, done_rows, frames_of, replay, replay_seed, report, policy_rows, rerun_policies)
     if judge_queue:
         from kosmos_env.campaign.stage_check import check_stage
 
@@ -299,6 +314,18 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
         report.problems.append(f"results.json spec hash {str(camp.get('spec_hash'))[:12]} != ledger {config.spec_hash[:12]}")
     if camp.get("id") != meta.get("campaign_id"):
         report.problems.append(f"results.json campaign {camp.get('id')} != ledger {meta.get('campaign_id')}")
+    # what the campaign was (env, spec, world, judge, gate, design) must be the ledger's config, field by field
+    mine = config.to_dict()
+    for key in ("env_id", "spec", "spec_overrides", "judge", "gate", "tasks", "seeds", "repeats", "video"):
+        if not _same(mine.get(key), camp.get(key)):
+            what = {"spec": "spec (world, tasks, judge, ...)"}.get(key, key)
+            report.problems.append(f"results.json campaign {what} differs from the ledger's config")
+    if camp.get("config_hash") != meta.get("config_hash"):
+        report.problems.append("results.json config hash differs from the ledger's")
+    theirs_p = [{k: p.get(k) for k in ("label", "name", "kwargs")} for p in camp.get("policies", [])
+                if isinstance(p, dict)]
+    if not _same(theirs_p, [{k: p.get(k) for k in ("label", "name", "kwargs")} for p in mine["policies"]]):
+        report.problems.append("results.json campaign policies differ from the ledger's config")
     stated = {p.get("label"): p.get("content_hash") for p in camp.get("policies", []) if isinstance(p, dict)}
     for label, row in (policy_rows or {}).items():
         if stated.get(label) != row["content_hash"]:
@@ -435,3 +462,160 @@ def _listing(items, limit: int) -> str:
     items = list(items)
     shown = ", ".join(str(i) for i in items[:limit])
     return shown + (f", ... ({len(items) - limit} more)" if len(items) > limit else "")
+
+
+class _open_readonly:
+    """The ledger through a read-only connection that writes nothing, not even SQLite's reader files.
+
+    Without a ``-wal`` file no connection has the ledger open in WAL mode (a writer keeps one while
+    it runs), so the file is read as ``immutable``: no lock, no ``-shm``/``-wal`` created, and a
+    read-only folder or mount reads as well as a writable one. With a ``-wal`` file (a campaign may
+    be writing) it is read with ``mode=ro``, which sees the log's changes; where that cannot open
+    it (a read-only folder that has no ``-shm``), ``immutable`` again, with a warning."""
+
+    def __init__(self, path: Path, report: VerifyReport):
+        self.path, self.report, self.ledger = path, report, None
+
+    def __enter__(self):
+        from kosmos_env.campaign.readonly import ReadOnlyLedger
+
+        wal = Path(f"{self.path}-wal")
+        if not wal.exists():
+            self.ledger = ReadOnlyLedger(self.path, immutable=True)
+            return self.ledger
+        try:
+            self.ledger = ReadOnlyLedger(self.path)
+            self.ledger.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+        except sqlite3.OperationalError:
+            if self.ledger is not None:
+                self.ledger.close()
+            self.ledger = ReadOnlyLedger(self.path, immutable=True)
+            if wal.is_file() and wal.stat().st_size > 0:
+                self.report.warnings.append(f"{wal.name} is not empty and the folder cannot be written: the ledger "
+                                            "was read without the changes still in its write-ahead log")
+        return self.ledger
+
+    def __exit__(self, *exc) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+
+
+def spec_problems(config) -> list[str]:
+    """The spec the campaign recorded must be what its ``env_id`` and recorded overrides give, and
+    hash to the recorded spec hash (a world or judge edited into the stored spec does not)."""
+    from kosmos_env.spec import EnvSpec, load_spec
+
+    problems = []
+    try:
+        stored = EnvSpec.from_dict(dict(config.spec))
+    except Exception as exc:  # noqa: BLE001 - a stored spec that does not load is a finding
+        return [f"the ledger's stored spec is not a valid spec ({exc})"]
+    if stored.hash != config.spec_hash:
+        problems.append(f"the ledger's stored spec hashes to {stored.hash[:12]}, but the campaign records spec hash "
+                        f"{config.spec_hash[:12]} (the stored spec was edited)")
+    if stored.id != config.env_id:
+        problems.append(f"the ledger's stored spec is for {stored.id!r}, the campaign's env_id is {config.env_id!r}")
+    try:
+        expected = load_spec(config.env_id).with_overrides(**dict(config.spec_overrides))
+    except Exception as exc:  # noqa: BLE001
+        problems.append(f"the spec of {config.env_id!r} with the recorded overrides cannot be rebuilt here ({exc})")
+        return problems
+    if expected.hash != config.spec_hash:
+        problems.append(f"{config.env_id} with the recorded overrides {dict(config.spec_overrides)} hashes to "
+                        f"{expected.hash[:12]}, but the campaign records spec hash {config.spec_hash[:12]}")
+    return problems
+
+
+def _rederive(out: Path, config, rows, frames_of, report: VerifyReport) -> None:
+    from kosmos_env.campaign.rederive import rederive_rows
+
+    try:
+        problems, warnings, n = rederive_rows(out, rows, config.judge, config.spec, frames_of.get)
+    except Exception as exc:  # noqa: BLE001 - e.g. the judge's weights are unreadable here: a finding
+        report.problems.append(f"outcomes could not be re-derived: judge {config.judge.get('type')!r} failed to "
+                               f"build ({type(exc).__name__}: {exc})")
+        return
+    report.problems.extend(problems)
+    report.warnings.extend(warnings)
+    report.checked["rederived"] = n
+
+
+def _replay(out: Path, config, rows, frames_of, replay, seed: int, report: VerifyReport, policy_rows=None,
+            rerun_policies: bool = True) -> None:
+    from kosmos_env.campaign.rederive import Replayer, sample_rows, world_is_simulator
+
+    if not world_is_simulator(config.spec):
+        report.warnings.append(f"--replay: {config.env_id}'s world ({(config.spec.get('world') or {}).get('type')}) "
+                               "is not a simulator; its generation cannot be replayed and is taken on trust")
+        return
+    candidates = [r for r in rows if r.get("outcome") != "error"]
+    picked = sample_rows(candidates, replay, seed)
+    try:
+        replayer = Replayer(config.env_id, config.spec_overrides, config.judge, config.spec_hash)
+    except Exception as exc:  # noqa: BLE001
+        report.problems.append(f"--replay: the campaign's world cannot be rebuilt ({type(exc).__name__}: {exc})")
+        return
+    policies: dict[str, Any] = {}
+    refs = {p.label: p for p in config.policies}
+
+    def policy_of(label: str):
+        """The campaign's policy, built once, or None (with a warning) where it cannot be built here or
+        is not the policy the campaign ran (its content hash differs)."""
+        if not rerun_policies or label not in refs:
+            return None
+        if label not in policies:
+            ref = refs[label]
+            try:
+                from kosmos_env.policies import make_policy
+
+                pol = make_policy(ref.name, **dict(ref.kwargs))
+                recorded = (policy_rows or {}).get(label, {}).get("content_hash")
+                if recorded and pol.content_hash() != recorded:
+                    report.warnings.append(f"--replay: policy {label!r} here has content hash "
+                                           f"{pol.content_hash()[:12]}, the campaign ran {recorded[:12]}: not re-run")
+                    pol = None
+            except Exception as exc:  # noqa: BLE001 - a policy that cannot be built here is not re-run
+                report.warnings.append(f"--replay: policy {label!r} cannot be built here ({type(exc).__name__}: "
+                                       f"{exc}); its actions were replayed in the world but the policy not re-run")
+                pol = None
+            policies[label] = pol
+        return policies[label]
+
+    try:
+        for row in picked:
+            for p in replayer.replay(out, row, frames_of.get(row["episode_id"]), policy_of(row["policy"])):
+                report.problems.append(f"{row['episode_id']}: replay: {p}")
+    finally:
+        replayer.close()
+        for pol in policies.values():
+            if pol is not None:
+                try:
+                    pol.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the report
+                    pass
+    report.checked["replayed"] = len(picked)
+    report.checked["policies_rerun"] = sum(1 for r in picked if policies.get(r["policy"]) is not None)
+
+
+def provenance_problems(config, rows) -> list[str]:
+    """Each episode's provenance must name the campaign's spec hash, world type and judge."""
+    problems = []
+    world_type = (config.spec.get("world") or {}).get("type")
+    for row in rows:
+        prov = row.get("provenance")
+        if not isinstance(prov, dict) or row.get("outcome") == "error":
+            continue
+        eid = row["episode_id"]
+        if prov.get("spec_hash") != config.spec_hash:
+            problems.append(f"{eid}: its provenance names spec hash {str(prov.get('spec_hash'))[:12]}, the campaign's "
+                            f"is {config.spec_hash[:12]}")
+        world = prov.get("world")
+        if isinstance(world, dict) and world.get("type") is not None and world.get("type") != world_type:
+            problems.append(f"{eid}: its provenance names world {world.get('type')!r}, the campaign's spec "
+                            f"{world_type!r}")
+        judge = prov.get("judge")
+        if isinstance(judge, dict) and isinstance(judge.get("spec"), dict) \
+                and judge["spec"].get("type") != config.judge.get("type"):
+            problems.append(f"{eid}: its provenance names judge {judge['spec'].get('type')!r}, the campaign's is "
+                            f"{config.judge.get('type')!r}")
+    return problems

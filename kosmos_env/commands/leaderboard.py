@@ -2,7 +2,10 @@
 
 Each submission folder is checked (allow-listed data files only, no links or escaping paths,
 every sha256 against its manifest, the env spec hash, the episode design) and every number is
-recomputed from its per-episode rows. Accepted results are grouped by env id and spec hash and
+recomputed from its per-episode rows. Outcomes must re-derive from the submission's artifacts:
+every episode's actions and robot log (and frames where the judge reads them) are required, the
+deterministic judge is re-run on them, and --replay N simulator episodes per submission (a sample
+drawn with --replay-seed) are replayed from their stored actions bit for bit. Accepted results are grouped by env id and spec hash and
 ranked with Wilson 95% intervals; DIR gets leaderboard.json and a self-contained index.html.
 Rejected submissions are listed with the reason. Exit code 0 when every submission was accepted,
 1 when any was rejected (the leaderboard is still written).
@@ -24,6 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     b.add_argument("--allow-overrides", action="store_true",
                    help="accept campaigns with spec overrides or a non-default judge; they get their own boards")
     b.add_argument("--json", action="store_true", help="print leaderboard.json to stdout as well")
+    b.add_argument("--replay", default=None, metavar="N|all",
+                   help="simulator episodes replayed per submission (default "
+                        "kosmos_env.publish.validate.DEFAULT_REPLAY_SAMPLE)")
+    b.add_argument("--replay-seed", type=int, default=0, help="seed of the replay sample (default 0)")
     b.set_defaults(func=run_build)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
 
@@ -34,8 +41,13 @@ def run_build(args: argparse.Namespace) -> int:
     from kosmos_env.fileio import check_writable_path
     from kosmos_env.publish.leaderboard import build_leaderboard, write_leaderboard
 
+    from kosmos_env.campaign.rederive import replay_count
+    from kosmos_env.publish.validate import DEFAULT_REPLAY_SAMPLE
+
+    replay = DEFAULT_REPLAY_SAMPLE if args.replay is None else replay_count(args.replay)
     check_writable_path(args.out)  # a file or read-only folder fails before any submission is checked
-    data = build_leaderboard(args.submissions, allow_overrides=args.allow_overrides, progress=len(args.submissions) > 5)
+    data = build_leaderboard(args.submissions, allow_overrides=args.allow_overrides, progress=len(args.submissions) > 5,
+                             replay_sample=replay, replay_seed=args.replay_seed)
     js, page = write_leaderboard(data, args.out)
     for r in data["rejected"]:
         print(f"REJECTED {r['submission']} ({r['check']}): {r['reason']}", file=sys.stderr)

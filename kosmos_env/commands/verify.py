@@ -1,6 +1,11 @@
-"""`kosmos-env verify DIR`: recheck a campaign folder's artifact hashes, ledger and bundle.
+"""`kosmos-env verify DIR`: recheck a campaign folder's artifact hashes, ledger and bundle, and
+re-derive its outcomes from the stored artifacts.
 
-Exit code 0 when everything checks out, 1 when anything is wrong (each problem is printed).
+The campaign's deterministic judge is re-run on every episode's stored actions, log and frames;
+``--replay N|all`` also replays N episodes (a sample drawn with ``--replay-seed``) from their
+stored actions on a simulator world and compares frames and logs bit for bit. The folder is
+only read (the ledger through a read-only SQLite connection). Exit code 0 when everything checks
+out, 1 when anything is wrong (each problem is printed, naming the episode and the judge).
 """
 from __future__ import annotations
 
@@ -12,15 +17,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("verify", help="recheck a campaign folder (artifact hashes, ledger consistency, manifest)")
     p.add_argument("dir", help="campaign folder written by kosmos-env eval")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--replay", default="0", metavar="N|all",
+                   help="replay N episodes (or all) from their stored actions and seed on a simulator world and "
+                        "check frames and logs bit for bit (default 0)")
+    p.add_argument("--replay-seed", type=int, default=0, help="seed of the --replay sample (default 0)")
+    p.add_argument("--no-rerun-policies", action="store_true",
+                   help="with --replay: do not re-run the campaign's policies (by default each replayed episode's "
+                        "policy is rebuilt and must take the stored actions)")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     import json
 
+    from kosmos_env.campaign.rederive import replay_count
     from kosmos_env.campaign.verify import verify_campaign
 
-    report = verify_campaign(args.dir)
+    replay = replay_count(args.replay)  # one line for a bad value (ValueError -> the CLI's error line)
+    report = verify_campaign(args.dir, replay=replay, replay_seed=args.replay_seed,
+                             rerun_policies=not args.no_rerun_policies)
     if args.json:
         print(json.dumps(report.to_dict(), indent=1))
     else:

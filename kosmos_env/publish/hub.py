@@ -5,7 +5,9 @@ together or not at all) under ``results/<env id>/<spec hash[:12]>/<campaign id>/
 
 - ``results.json`` and ``episodes.parquet`` exactly as the campaign wrote them,
 - selected rollout videos at their original ``artifacts/sha256/..`` paths (so the paths in
-  ``results.json`` stay valid); actions and robot logs stay local,
+  ``results.json`` stay valid), and every artifact re-deriving the outcomes reads (each episode's
+  actions and robot log, and its video where the judge reads frames): a leaderboard ranks only
+  outcomes that re-derive from their artifacts (:func:`~kosmos_env.publish.validate.rederive_submission`),
 - ``README.md``: the campaign card (ranking with intervals, rerun and verify commands),
 - ``manifest.json``: sha256 of every published file (``source_manifest_sha256`` binds it to the
   campaign's full manifest), so the folder is a submission ``kosmos-env leaderboard build`` accepts,
@@ -163,6 +165,12 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
     videos = select_videos(sub, videos_per_policy)
     for rel in videos:
         published[rel] = root / rel
+    from kosmos_env.publish.validate import needed_artifacts
+
+    evidence = sorted({rel for rels in needed_artifacts(sub).values() for rel in rels
+                       if rel in sub.manifest["files"]} - set(videos))
+    for rel in evidence:  # what the leaderboard re-derives outcomes from (small arrays; frames where judged)
+        published[rel] = root / rel
     published["README.md"] = campaign_card(sub, repo_id, prefix, choice).encode()
     hashes = {rel: (_sha_bytes(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_path(data))
               for rel, data in published.items()}
@@ -186,6 +194,7 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
                      f"{prefix}{choice.verdicts_file[0]}; results.json keeps the campaign's own judge "
                      f"{choice.own['label']} [{choice.own['id']}]")
     notes.append(f"{len(videos)} video(s) selected ({videos_per_policy if videos_per_policy >= 0 else 'all'} per policy)")
+    notes.append(f"{len(evidence)} artifact(s) the outcomes re-derive from (actions, robot logs, judged frames)")
     return PublishPlan(sub=sub, repo_id=repo_id, prefix=prefix, dataset=commit, model_results=model_results,
                        notes=notes)
 

@@ -19,13 +19,22 @@ reverse.
 :func:`write_leaderboard` writes ``leaderboard.json`` and a self-contained ``index.html``
 (:mod:`kosmos_env.publish.page`).
 
-Duplicates are found by content, never by the campaign id a submission states (an id is just
-a string in results.json): a submission whose *design hash* (env, spec hash, judge, each policy's
-content hash or name and arguments, tasks, seeds, repeats) was already accepted is a duplicate,
-and so is one whose every judged episode was already accepted (its *episode hashes*: policy
-content, task, environment seed, the sha256 of the actions it took, outcome) — the same
-evidence relabelled. A submission that shares only some episodes with another is accepted with
-a note naming the overlap.
+A submission is listed only when its outcomes **re-derive** from its artifacts
+(:func:`~kosmos_env.publish.validate.rederive_submission`): every episode must carry the artifacts
+its outcome is drawn from (actions, robot log, frames where the judge reads them; a submission
+without them is refused, saying so), the campaign's deterministic judge is re-run on them, and a
+seeded sample of ``replay_sample`` simulator episodes per submission is replayed from its stored
+actions and seed, bit for bit. Hashes alone prove nothing: a forger recomputes them. For generated
+worlds the page says what was re-derived (the judge on the stored frames and log) and what is
+taken on trust (the generation itself).
+
+Duplicates are found by content, never by what a submission says about itself (a campaign id or
+a policy content hash is just a string in results.json): a submission whose *design hash* (env,
+spec hash, judge, policies, tasks, seeds, repeats) was already accepted is a duplicate, and so is
+one whose every episode's evidence was already accepted (its *episode content hashes*: the env,
+the spec hash and the sha256 of the bytes of its actions and robot log) — the same evidence
+relabelled. A submission that shares only some episodes with another is accepted with a note
+naming the overlap.
 """
 from __future__ import annotations
 
@@ -36,7 +45,8 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from kosmos_env.publish.validate import SubmissionRejected, VerifiedSubmission, verify_submission
+from kosmos_env.publish.validate import (DEFAULT_REPLAY_SAMPLE, SubmissionRejected, VerifiedSubmission,
+                                         episode_content_hashes, rederive_submission, verify_submission)
 
 LEADERBOARD_SCHEMA = "kosmos-env/leaderboard"
 LEADERBOARD_SCHEMA_VERSION = 1
@@ -136,24 +146,17 @@ def design_hash(sub: VerifiedSubmission) -> str:
 
 
 def episode_hashes(sub: VerifiedSubmission) -> set[str]:
-    """One sha256 per judged episode: policy content, task, seeds, the actions' sha256, outcome."""
-    identity = {p["label"]: _policy_identity(p) for p in sub.campaign["policies"]}
-    out = set()
-    for row in sub.rows:
-        actions = (row.get("artifacts") or {}).get("actions")
-        if row.get("outcome") == "error" or not isinstance(actions, str):
-            continue
-        out.add(_canonical_hash({
-            "env_id": sub.env_id, "spec_hash": sub.spec_hash, "policy": identity.get(row["policy"]),
-            "task": row["task"], "seed": row["seed"], "repeat": row["repeat"], "env_seed": row.get("env_seed"),
-            "actions": actions.rsplit("/", 1)[-1].split(".")[0], "outcome": row["outcome"],
-        }))
-    return out
+    """One sha256 per episode with an outcome, from its evidence's content (see
+    :func:`~kosmos_env.publish.validate.episode_content_hashes`)."""
+    return episode_content_hashes(sub)
 
 
 def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrides: bool = False,
-                      progress: bool = False) -> dict[str, Any]:
-    """Verify every submission and build the leaderboard data (what leaderboard.json holds)."""
+                      progress: bool = False, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
+                      replay_seed: int = 0) -> dict[str, Any]:
+    """Verify every submission, re-derive its outcomes, and build the leaderboard data (what
+    leaderboard.json holds). ``replay_sample`` simulator episodes per submission (a number or
+    ``"all"``) are replayed, drawn with ``replay_seed`` and the submission's own content hash."""
     from kosmos_env import __version__
 
     accepted: list[VerifiedSubmission] = []
@@ -168,6 +171,7 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
     for path in items:
         try:
             sub = verify_submission(path, strict=True, allow_overrides=allow_overrides)
+            sub.rederivation = rederive_submission(sub, replay_sample=replay_sample, replay_seed=replay_seed)
         except SubmissionRejected as exc:
             rejected.append({"submission": str(path), "check": exc.check, "reason": exc.reason})
             continue
@@ -182,9 +186,9 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
         shared = sorted({seen_episodes[h] for h in episodes if h in seen_episodes})
         if episodes and all(h in seen_episodes for h in episodes):
             rejected.append({"submission": str(path), "check": "duplicate",
-                             "reason": f"every judged episode of campaign {sub.campaign_id} ({len(episodes)}) was "
-                                       f"already submitted in {', '.join(shared)} (same policy, task, seed and "
-                                       "actions): the same evidence counts once"})
+                             "reason": f"every episode of campaign {sub.campaign_id} ({len(episodes)}) was already "
+                                       f"submitted in {', '.join(shared)} (the same actions and robot logs, byte for "
+                                       "byte): the same evidence counts once"})
             continue
         if shared:
             n = sum(1 for h in episodes if h in seen_episodes)
@@ -206,6 +210,9 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
         if len(task_sets) > 1:
             notes.append("submissions on this board cover different task sets; compare per-task rates too")
         first = subs[0]
+        rederivation = {"rederived": sorted({x for sub in subs for x in (sub.rederivation or {}).get("rederived", [])}),
+                        "on_trust": sorted({x for sub in subs for x in (sub.rederivation or {}).get("on_trust", [])}),
+                        "replayed": sum((sub.rederivation or {}).get("replayed", 0) for sub in subs)}
         boards.append({
             "env_id": env_id,
             "spec_hash": spec_hash,
@@ -216,6 +223,7 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
             "spec_overrides": first.campaign.get("spec_overrides") or {},
             "campaigns": [s.campaign_id for s in subs],
             "notes": notes,
+            "rederivation": rederivation,
             "entries": rank_entries(entries),
         })
     boards.sort(key=lambda b: (not b["official"], b["env_id"], b["spec_hash"], b["judge_hash"]))
@@ -231,11 +239,17 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
             "separable": "95% Newcombe hybrid score interval of the difference to the next entry excludes 0 "
                          "(independent samples; conservative for paired campaigns)",
             "grouping": "one board per (env id, spec hash, judge); official = registered spec and judge",
+            "rederivation": "listed only when outcomes re-derive from the submission's artifacts: the campaign's "
+                            "deterministic judge re-run on every episode, and a seeded sample of simulator episodes "
+                            "replayed from their stored actions bit for bit",
+            "replay_sample": replay_sample,
+            "replay_seed": replay_seed,
+            "duplicates": "by the sha256 of each episode's actions and robot log, never by stated ids or hashes",
         },
         "boards": boards,
         "accepted": [{"submission": str(s.root), "campaign_id": s.campaign_id, "env_id": s.env_id,
                       "spec_hash": s.spec_hash, "official": s.official, "results_sha256": s.results_sha256,
-                      "notes": s.notes} for s in accepted],
+                      "rederivation": s.rederivation, "notes": s.notes} for s in accepted],
         "rejected": rejected,
     }
 

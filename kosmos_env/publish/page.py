@@ -176,6 +176,11 @@ def _board(board: dict[str, Any], idx: int) -> str:
         + f'; campaigns: {escape(", ".join(board["campaigns"]))}</p>',
     ]
     lines += [f'<p class="muted">{escape(n)}</p>' for n in board["notes"]]
+    red = board.get("rederivation") or {}
+    if red.get("rederived") or red.get("on_trust"):  # what the ranking rests on: recomputed, or believed
+        lines.append('<p class="muted rederivation">Re-derived here: '
+                     + escape("; ".join(red.get("rederived") or ["nothing"])) + ". Taken on trust: "
+                     + escape("; ".join(red.get("on_trust") or ["nothing"])) + ".</p>")
     lines += [f'<table class="leaderboard" id="lb-{idx}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>',
               _plot(board["entries"], idx), "</section>"]
     return "\n".join(lines)

@@ -102,6 +102,8 @@ class VerifiedSubmission:
     results_sha256: str
     omitted_artifacts: int = 0
     notes: list[str] = field(default_factory=list)
+    #: what :func:`rederive_submission` re-derived and what it took on trust (None: not run)
+    rederivation: dict | None = None
 
     @property
     def campaign(self) -> dict:
@@ -559,3 +561,125 @@ def verify_submission(path: str | os.PathLike, *, strict: bool = True,
     return VerifiedSubmission(root=root, results=results, manifest=manifest, rows=rows, aggregated=mine,
                               official=official, registered_spec_hash=registered_hash, judge_hash=judge_hash,
                               results_sha256=manifest["files"]["results.json"], omitted_artifacts=omitted, notes=notes)
+
+
+# ----------------------------------------------------------------------------- 6. re-derivation
+
+#: what a leaderboard re-derives by default: judges on every episode, and a replay of this many
+#: simulator episodes per submission (a seeded sample; ``kosmos-env leaderboard build --replay``)
+DEFAULT_REPLAY_SAMPLE = 2
+
+
+def needed_artifacts(sub: VerifiedSubmission) -> dict[str, list[str]]:
+    """Episode id -> the artifact paths re-deriving its outcome reads: its actions always; its robot
+    log where it has one (and always on a simulator, whose log carries the ground truth); its video
+    where the judge reads frames. Error episodes need nothing (they have no outcome to re-derive)."""
+    from kosmos_env.campaign.rederive import judge_reads_frames
+
+    frames = judge_reads_frames(sub.campaign.get("judge"))
+    out: dict[str, list[str]] = {}
+    for row in sub.rows:
+        if row.get("outcome") == "error":
+            continue
+        arts = row.get("artifacts") or {}
+        need = [arts.get("actions"), arts.get("log")] + ([arts.get("video")] if frames else [])
+        out[str(row.get("episode_id"))] = [rel for rel in need if rel]
+    return out
+
+
+def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
+                        replay_seed: int = 0) -> dict[str, Any]:
+    """Re-derive a verified submission's outcomes from its artifacts, or raise :class:`SubmissionRejected`.
+
+    1. **Artifacts required.** Every episode with an outcome must carry the artifacts its
+       re-derivation reads (:func:`needed_artifacts`), listed in the manifest, each named by the
+       sha256 of its bytes; a simulator episode must carry its robot log.
+    2. **Judges re-run.** The campaign's judge, when deterministic, is re-run on every episode's
+       stored actions, log and frames (the state judge on the ground truth the stored log records);
+       an outcome it does not give rejects the submission.
+    3. **Replay.** On a simulator world a seeded sample of ``replay_sample`` episodes (drawn with
+       ``replay_seed`` and the submission's results.json hash) is replayed from the stored actions:
+       log, actions and frames must come out bit for bit, the ground truth and verdict equal.
+
+    Returns what was re-derived and what is taken on trust (shown on the leaderboard page).
+    """
+    from kosmos_env.campaign.rederive import (ON_TRUST_GENERATED, Replayer, judge_is_deterministic, rederive_rows,
+                                              sample_rows, world_is_simulator)
+
+    root = sub.root
+    listed = sub.manifest["files"]
+    simulator = world_is_simulator(sub.campaign.get("spec") or {})
+    judge = dict(sub.campaign["judge"])
+    for eid, rels in needed_artifacts(sub).items():
+        row = next(r for r in sub.rows if str(r.get("episode_id")) == eid)
+        arts = row.get("artifacts") or {}
+        if not arts.get("actions"):
+            raise SubmissionRejected(root, "artifacts", f"episode {eid} names no actions artifact; a leaderboard "
+                                                        "submission must carry every episode's actions (and robot log "
+                                                        "and frames where its judge reads them) so its outcome can "
+                                                        "be re-derived")
+        if simulator and row.get("outcome") != "discarded" and not arts.get("log"):
+            raise SubmissionRejected(root, "artifacts", f"episode {eid} names no robot log, but {sub.env_id} is a "
+                                                        "simulator whose log records the ground truth: the outcome "
+                                                        "cannot be re-derived without it")
+        for rel in rels:
+            if rel not in listed:
+                raise SubmissionRejected(root, "artifacts", f"episode {eid}'s artifact {rel} is not in the "
+                                                            "submission: outcomes are ranked only when they re-derive "
+                                                            "from their artifacts; include every episode's actions, "
+                                                            "robot log (and video where the judge reads frames)")
+            if PurePosixPath(rel).name.split(".")[0] != listed[rel]:
+                raise SubmissionRejected(root, "artifacts", f"{rel} is named for a sha256 its bytes do not have "
+                                                            f"({listed[rel][:16]}…): artifacts are content-addressed")
+    problems, warnings, n = rederive_rows(root, sub.rows, judge, sub.campaign.get("spec") or {})
+    if problems:
+        raise SubmissionRejected(root, "rederive", f"{problems[0]}"
+                                                   f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}"
+                                                   "; outcomes must be what their own artifacts give")
+    replayed = 0
+    if simulator and replay_sample:
+        rows = [r for r in sub.rows if r.get("outcome") != "error"]
+        picked = sample_rows(rows, replay_sample, replay_seed, salt=sub.results_sha256)
+        try:
+            replayer = Replayer(sub.env_id, sub.campaign.get("spec_overrides") or {}, judge, sub.spec_hash)
+        except Exception as exc:  # noqa: BLE001 - a world that cannot be rebuilt cannot vouch for it
+            raise SubmissionRejected(root, "replay", f"its world cannot be rebuilt to replay episodes "
+                                                     f"({type(exc).__name__}: {exc})") from None
+        try:
+            for row in picked:
+                found = replayer.replay(root, row)
+                if found:
+                    raise SubmissionRejected(root, "replay", f"episode {row.get('episode_id')} does not replay from "
+                                                             f"its stored actions and seed: {found[0]}")
+                replayed += 1
+        finally:
+            replayer.close()
+    deterministic = judge_is_deterministic(judge)
+    rederived = [f"judge {judge.get('type')} re-run on every episode's stored actions, log and frames"
+                 if deterministic else f"judge {judge.get('type')} is not deterministic: not re-run"]
+    if simulator:
+        rederived.append(f"{replayed} episode(s) replayed bit for bit from their stored actions and seeds")
+    on_trust = [] if simulator else [ON_TRUST_GENERATED, "the consistency gate's verdicts (recorded; not re-run "
+                                                          "on the stored frames)"]
+    if not deterministic:
+        on_trust.append(f"the verdicts of judge {judge.get('type')} (not deterministic)")
+    on_trust += warnings
+    info = {"rederived_episodes": n, "replayed": replayed, "rederived": rederived, "on_trust": on_trust,
+            "simulator": simulator}
+    return info
+
+
+def episode_content_hashes(sub: VerifiedSubmission) -> set[str]:
+    """One sha256 per episode with an outcome from what it *is*, never from what the submission says
+    about it: the env and spec hash (checked) and the sha256 of its actions and log as the manifest,
+    checked against the bytes, has them. The same evidence relabelled (a new campaign id, another
+    policy content hash) has the same hashes."""
+    listed = sub.manifest["files"]
+    out = set()
+    for row in sub.rows:
+        arts = row.get("artifacts") or {}
+        if row.get("outcome") == "error" or arts.get("actions") not in listed:
+            continue
+        out.add(canonical_hash({"env_id": sub.env_id, "spec_hash": sub.spec_hash,
+                                "actions": listed[arts["actions"]], "log": listed.get(arts.get("log"))}))
+    return out

@@ -1,0 +1,443 @@
+"""Re-derive recorded outcomes from an episode's stored artifacts, trusting no recorded verdict.
+
+A consistent forgery edits an outcome together with everything stored beside it (score,
+judgment, ground truth) and rebuilds the bundle; hashes then agree, and only recomputing the
+verdict from the evidence the verdict was drawn from exposes it. Two levels:
+
+- :func:`rederive_episode` re-runs the campaign's judge, when it is deterministic, on what the
+  episode stored: the actions array, the robot log and (for frame judges) the frames. The state
+  judge is re-run on the ground truth *as the stored log records it*: a simulator's log carries
+  ``gt_success`` after every action, so its last row is the verdict the state judge gave, and a
+  ground truth edited in the ledger disagrees with it. Every mismatch names the episode and the
+  judge.
+- :class:`Replayer` replays the stored actions from the episode's recorded environment seed on a
+  simulator world (Kosmos-Tabletop-v1 is bit-deterministic) and compares the replayed actions,
+  log and frames with the stored ones byte for byte, the ground truth and gate verdict by value,
+  and the campaign judge's verdict on the replayed rollout with the recorded outcome. A forged
+  log, or artifacts moved from one episode to another, do not replay.
+
+What cannot be re-derived is said, never passed silently: a judge that samples (a VLM) or that
+needs frames the episode did not keep, and on generated worlds the generation itself (only its
+stored frames and log are re-judged; :data:`ON_TRUST_GENERATED`).
+
+Layering: campaign code, it reads judges and the env (as the campaign worker does).
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+#: judge types whose verdict is a pure function of the rollout (and of files bound by hash)
+DETERMINISTIC_JUDGES = ("state", "robot_log", "action_only", "action_learned", "vision_frame", "optimistic")
+#: judges made of judges: deterministic when every inner judge is
+COMPOSITE_JUDGES = ("veto", "fusion")
+#: world types that are simulators: their episodes replay bit for bit from the seed and actions
+SIMULATOR_WORLDS = ("tabletop",)
+#: frame judges on lossy (MP4) frames: a verdict is called wrong only when the re-derived
+#: probability is clearly on the other side of the threshold (compression moves it a little)
+LOSSY_MARGIN = 0.15
+_OUTCOME_OF_VERDICT = {True: "success", False: "failure", None: "abstained"}
+ON_TRUST_GENERATED = "the generation (frames and log a learned or generative world produced are not re-generated)"
+
+
+def judge_is_deterministic(spec: Any) -> bool:
+    """True when the judge ``spec`` gives the same verdict on the same stored rollout every time."""
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    if not isinstance(spec, Mapping):
+        return False
+    kind = spec.get("type")
+    if kind in DETERMINISTIC_JUDGES:
+        return True
+    if kind == "veto":
+        return judge_is_deterministic(spec.get("judge"))
+    if kind == "fusion":
+        inner = spec.get("judges")
+        return isinstance(inner, (list, tuple)) and bool(inner) and all(judge_is_deterministic(j) for j in inner)
+    return False
+
+
+def judge_reads_frames(spec: Any) -> bool:
+    if isinstance(spec, str):
+        spec = {"type": spec}
+    if not isinstance(spec, Mapping):
+        return False
+    kind = spec.get("type")
+    if kind == "veto":
+        return judge_reads_frames(spec.get("judge"))
+    if kind == "fusion":
+        return any(judge_reads_frames(j) for j in spec.get("judges") or ())
+    return kind in ("vision_frame", "vlm", "vlm_video")
+
+
+def world_is_simulator(spec: Mapping[str, Any]) -> bool:
+    return str((spec.get("world") or {}).get("type")) in SIMULATOR_WORLDS
+
+
+# ----------------------------------------------------------------------------- loading artifacts
+
+
+def load_array(path: Path) -> np.ndarray:
+    """A numeric ``.npy`` (never unpickled); ValueError when it is anything else."""
+    arr = np.load(path, allow_pickle=False)
+    if not isinstance(arr, np.ndarray) or arr.dtype.kind not in "biuf":
+        raise ValueError(f"{path.name} is not a numeric array")
+    return arr
+
+
+def load_npz(path: Path) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (never unpickled)."""
+    with np.load(path, allow_pickle=False) as z:
+        out = {k: z[k] for k in z.files}
+    for k, v in out.items():
+        if v.dtype.kind not in "biuf":
+            raise ValueError(f"{path.name}: array {k!r} is not numeric")
+    return out
+
+
+def sha256_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class EpisodeEvidence:
+    """What one episode stored, loaded (``frames_lossless``: False when the frames came from an MP4)."""
+
+    actions: np.ndarray | None = None
+    log: dict[str, np.ndarray] = field(default_factory=dict)
+    frames: np.ndarray | None = None
+    frames_lossless: bool = True
+    problems: list[str] = field(default_factory=list)
+
+
+def load_evidence(root: Path, row: Mapping[str, Any], frames_rel: str | None = None,
+                  want_frames: bool = False) -> EpisodeEvidence:
+    """Load an episode's stored actions, log and (``want_frames``) frames: from the lossless frames
+    artifact ``frames_rel`` when there is one, else decoded from its MP4."""
+    ev = EpisodeEvidence()
+    arts = row.get("artifacts") if isinstance(row.get("artifacts"), Mapping) else row
+    for kind in ("actions", "log"):
+        rel = arts.get(kind)
+        if not rel:
+            continue
+        path = root / rel
+        if not path.is_file():
+            ev.problems.append(f"its {kind} artifact {rel} is missing")
+            continue
+        try:
+            if kind == "actions":
+                ev.actions = load_array(path)
+            else:
+                ev.log = load_npz(path)
+        except Exception as exc:  # noqa: BLE001 - an unreadable artifact is a finding
+            ev.problems.append(f"its {kind} artifact {rel} cannot be read ({type(exc).__name__}: {exc})")
+    if want_frames:
+        if frames_rel and (root / frames_rel).is_file():
+            try:
+                ev.frames = load_npz(root / frames_rel)["frames"]
+            except Exception as exc:  # noqa: BLE001
+                ev.problems.append(f"its frames artifact {frames_rel} cannot be read ({exc})")
+        elif arts.get("video") and (root / arts["video"]).is_file():
+            from kosmos_env.video import read_video
+
+            try:
+                ev.frames = read_video(root / arts["video"])
+                ev.frames_lossless = False
+            except Exception as exc:  # noqa: BLE001
+                ev.problems.append(f"its video {arts['video']} cannot be decoded ({exc})")
+    return ev
+
+
+# ----------------------------------------------------------------------------- re-judging
+
+
+def _truth_from_log(log: Mapping[str, np.ndarray]) -> bool | None:
+    gt = log.get("gt_success")
+    if gt is None or np.asarray(gt).size == 0:
+        return None
+    return bool(np.asarray(gt).reshape(len(gt), -1)[-1].all())
+
+
+class Rejudger:
+    """Re-runs one campaign judge (built once) on stored episodes."""
+
+    def __init__(self, judge_spec: Mapping[str, Any], spec: Mapping[str, Any]):
+        self.judge_spec = dict(judge_spec)
+        self.spec = dict(spec)
+        self.deterministic = judge_is_deterministic(self.judge_spec)
+        self.reads_frames = judge_reads_frames(self.judge_spec)
+        self.simulator = world_is_simulator(self.spec)
+        self.name = str(self.judge_spec.get("type"))
+        self._judge = None
+
+    @property
+    def judge(self):
+        if self._judge is None:
+            from kosmos_env.judges import make_judge
+
+            self._judge = make_judge(dict(self.judge_spec))
+        return self._judge
+
+    def check(self, row: Mapping[str, Any], ev: EpisodeEvidence) -> tuple[list[str], bool]:
+        """(problems, re-derived) for one stored episode; problems name the judge."""
+        problems = list(ev.problems)
+        outcome = row.get("outcome")
+        if outcome in ("error", None):
+            return problems, False
+        if ev.actions is None and not problems:
+            problems.append("no actions artifact: its outcome cannot be re-derived")
+        truth_log = _truth_from_log(ev.log)
+        stored_truth = row.get("ground_truth")
+        if self.simulator and outcome != "discarded":
+            if not ev.log and not ev.problems:
+                problems.append("no robot log although the world is a simulator (its log is the evidence)")
+            elif ev.log and truth_log is None:
+                problems.append("its stored robot log has no gt_success although the world is a simulator")
+        if truth_log is not None and isinstance(stored_truth, Mapping) and "success" in stored_truth \
+                and bool(stored_truth["success"]) != truth_log:
+            problems.append(f"ground truth success = {stored_truth['success']!r}, but its own stored robot log "
+                            f"ends with gt_success = {truth_log} (judge state)")
+        if outcome == "discarded" or not self.deterministic or problems:
+            return problems, False
+        if self.reads_frames and (ev.frames is None or not len(ev.frames)):
+            return problems, False  # the caller says what could not be re-derived
+        from kosmos_env.judges.base import Rollout
+
+        truth = dict(stored_truth) if isinstance(stored_truth, Mapping) else None
+        if truth_log is not None:
+            truth = {**(truth or {}), "success": truth_log}
+        frames = ev.frames if ev.frames is not None else np.zeros((0, 1, 1, 3), np.uint8)
+        rollout = Rollout(frames=frames, instruction="", actions=np.asarray(ev.actions), fps=1.0,
+                          task=str(row.get("task")), log=ev.log, ground_truth=truth)
+        try:
+            verdict = self.judge.judge(rollout)
+        except Exception as exc:  # noqa: BLE001 - evidence the judge cannot read is a finding
+            return problems + [f"judge {self.name} cannot re-judge its stored artifacts ({type(exc).__name__}: "
+                               f"{exc})"], False
+        want = _OUTCOME_OF_VERDICT[verdict.success]
+        if want != outcome:
+            lossy = not ev.frames_lossless and self.reads_frames
+            threshold = float(getattr(self.judge, "threshold", 0.5))
+            if lossy and abs(float(verdict.score) - threshold) <= LOSSY_MARGIN:
+                return problems, True  # too close to call on compressed frames
+            where = "on its stored " + ("decoded video frames" if lossy else
+                                        "frames" if self.reads_frames else "log and actions")
+            problems.append(f"recorded {outcome}, but judge {self.name} re-run {where} says {want} "
+                            f"(score {float(verdict.score):.3f})")
+        elif not self.reads_frames or ev.frames_lossless:
+            score = row.get("score")
+            if verdict.success is not None and isinstance(score, (int, float)) \
+                    and not math.isclose(float(score), float(verdict.score), rel_tol=1e-6, abs_tol=1e-6):
+                problems.append(f"recorded score {score}, but judge {self.name} re-run on its stored artifacts "
+                                f"gives {float(verdict.score):.6f}")
+        return problems, True
+
+
+# ----------------------------------------------------------------------------- replay
+
+
+class Replayer:
+    """Replays stored actions on the campaign's simulator world (one env, built once)."""
+
+    def __init__(self, env_id: str, spec_overrides: Mapping[str, Any], judge_spec: Mapping[str, Any],
+                 spec_hash: str | None = None):
+        import gymnasium
+
+        import kosmos_env  # noqa: F401  (registers the env ids)
+        from kosmos_env.campaign.worker import StagedJudge
+
+        # judging is deferred (the rollout comes back unjudged); the campaign judge re-judges below
+        self.env = gymnasium.make(env_id, defer_judging=True, judge=StagedJudge(judge_spec),
+                                  **dict(spec_overrides))
+        base = self.env.unwrapped
+        if spec_hash is not None and base.spec_hash != spec_hash:
+            self.close()
+            raise ValueError(f"{env_id} with the recorded overrides has spec hash {base.spec_hash[:12]}, the campaign "
+                             f"recorded {spec_hash[:12]}: it cannot be replayed with this kosmos-env")
+        self.chunk = base.kosmos_spec.action_chunk
+        self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
+        self.rejudger = Rejudger(judge_spec, base.kosmos_spec.to_dict())
+
+    def close(self) -> None:
+        self.env.close()
+
+    def rerun_policy(self, policy: Any, row: Mapping[str, Any], actions_rel: str) -> list[str]:
+        """Run ``policy`` on the episode's seed and task: its actions must be the stored ones, bit for
+        bit (a (policy, task, seed) triple gives one episode). Evidence moved from another episode, or
+        from another policy on the same seed, replays in the world but was not this policy's."""
+        from kosmos_env.campaign.artifacts import npy_bytes
+        from kosmos_env.rollouts import run_episode
+
+        try:
+            result = run_episode(self.env, policy, int(row["env_seed"]), row["task"])
+        except Exception as exc:  # noqa: BLE001 - a policy that fails here is reported, not raised
+            return [f"its policy failed when re-run ({type(exc).__name__}: {exc})"]
+        if sha256_bytes(npy_bytes(result.rollout.actions)) != Path(actions_rel).name.split(".")[0]:
+            return [f"its stored actions are not what policy {row.get('policy')!r} takes on seed {row['env_seed']} "
+                    "(the evidence is another episode's)"]
+        return []
+
+    def replay(self, root: Path, row: Mapping[str, Any], frames_rel: str | None = None,
+               policy: Any = None) -> list[str]:
+        """Problems found replaying one episode (empty: it replays bit for bit); with ``policy``, the
+        policy is re-run too and must take the stored actions."""
+        from kosmos_env.campaign.artifacts import npy_bytes, npz_bytes
+
+        arts = row.get("artifacts") if isinstance(row.get("artifacts"), Mapping) else row
+        rel = arts.get("actions")
+        if not rel or not (root / rel).is_file():
+            return ["cannot be replayed: its actions artifact is missing"]
+        try:
+            actions = load_array(root / rel)
+        except Exception as exc:  # noqa: BLE001
+            return [f"cannot be replayed: {exc}"]
+        if actions.ndim != 2 or actions.shape[1] != 7 or len(actions) % self.chunk:
+            return [f"cannot be replayed: its actions have shape {actions.shape}"]
+        env = self.env
+        try:
+            env.reset(seed=int(row["env_seed"]), options={"task": row["task"]})
+            done = False
+            n = 0
+            steps = len(actions) // self.chunk
+            info: dict[str, Any] = {}
+            while not done and n < steps:
+                a = actions[n * self.chunk:(n + 1) * self.chunk]
+                _, _, terminated, truncated, info = env.step(a[0] if self.chunk == 1 else a)
+                done = bool(terminated or truncated)
+                n += 1
+        except Exception as exc:  # noqa: BLE001 - a replay that fails is a finding
+            return [f"replay failed ({type(exc).__name__}: {exc})"]
+        problems = []
+        if not done or n != steps:
+            problems.append(f"replay of its {steps} stored steps ended {'after ' + str(n) if done else 'not at all'} "
+                            "(the episode did not end where the stored actions end)")
+        rollout = env.unwrapped.rollout()
+        if sha256_bytes(npy_bytes(rollout.actions)) != Path(rel).name.split(".")[0]:
+            problems.append("replayed actions differ from its stored actions artifact")
+        log_rel = arts.get("log")
+        if rollout.log:
+            got = sha256_bytes(npz_bytes(rollout.log))
+            if not log_rel:
+                problems.append("the replay writes a robot log, but the episode stored none")
+            elif got != Path(log_rel).name.split(".")[0]:
+                problems.append("its stored robot log is not what replaying its actions from seed "
+                                f"{row['env_seed']} gives (log sha256 {got[:12]}, stored {Path(log_rel).name[:12]})")
+        if frames_rel:
+            if sha256_bytes(npz_bytes({"frames": rollout.frames})) != Path(frames_rel).name.split(".")[0]:
+                problems.append("its stored frames are not what the replay renders")
+        video = arts.get("video")
+        if video and len(rollout.frames):
+            problems.extend(self._video_problems(root, video, rollout.frames))
+        truth = rollout.ground_truth
+        stored = row.get("ground_truth")
+        from kosmos_env.campaign.worker import _plain
+
+        if not _same_json(_plain(truth), stored):
+            problems.append("its stored ground truth is not the replay's")
+        gate = info.get("gate")
+        stored_gate = row.get("gate")
+        if isinstance(gate, Mapping) and isinstance(stored_gate, Mapping) \
+                and bool(gate.get("passed")) != bool(stored_gate.get("passed")):
+            problems.append(f"gate verdict passed = {stored_gate.get('passed')!r} stored, the replay's is "
+                            f"{gate.get('passed')!r}")
+        want = row.get("outcome")
+        replayed = info.get("outcome")
+        if (replayed == "discarded" or want == "discarded") and replayed != want:
+            problems.append(f"recorded {want}, the replay is {replayed}")
+        if want != "discarded" or replayed != "discarded":
+            ev = EpisodeEvidence(actions=rollout.actions, log=dict(rollout.log), frames=rollout.frames)
+            judged, _ = self.rejudger.check({**row, "ground_truth": _plain(truth)}, ev)
+            problems += [f"on replay: {p}" for p in judged]
+        if policy is not None:
+            problems += self.rerun_policy(policy, row, rel)
+        return problems
+
+    def _video_problems(self, root: Path, video: str, frames: np.ndarray) -> list[str]:
+        """Re-encode the replayed frames as the worker did and compare the bytes with the stored MP4."""
+        import tempfile
+
+        from kosmos_env.campaign.artifacts import sha256_file
+        from kosmos_env.video import write_mp4
+
+        with tempfile.TemporaryDirectory(prefix="kosmos-replay-") as tmp:
+            path = os.path.join(tmp, "replay.mp4")
+            try:
+                write_mp4(path, frames, self.fps)
+            except Exception as exc:  # noqa: BLE001 - no encoder here: say so, do not guess
+                return [f"its video could not be re-encoded to compare ({exc})"]
+            if sha256_file(path) != Path(video).name.split(".")[0]:
+                return ["its stored video is not the replay's frames encoded as the campaign encodes them"]
+        return []
+
+
+def sample_rows(rows: Sequence[Mapping[str, Any]], n: int | str, seed: int, salt: str = "") -> list[Mapping[str, Any]]:
+    """A seeded sample of ``n`` rows (``"all"`` or n >= len: every row), in their order. ``salt`` (a
+    content hash) mixes the submission into the seed, so the sample is not known before it exists."""
+    rows = list(rows)
+    if n == "all" or (isinstance(n, int) and n >= len(rows)):
+        return rows
+    n = int(n)
+    if n <= 0:
+        return []
+    digest = hashlib.sha256(f"{seed}:{salt}".encode()).digest()
+    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    pick = sorted(rng.choice(len(rows), size=n, replace=False).tolist())
+    return [rows[i] for i in pick]
+
+
+def replay_count(value: str) -> int | str:
+    """Parse ``--replay N|all`` (one clear error for anything else)."""
+    if value == "all":
+        return "all"
+    try:
+        n = int(value)
+    except ValueError:
+        raise ValueError(f"--replay takes a number of episodes or 'all', got {value!r}") from None
+    if n < 0 or n > 10_000_000:
+        raise ValueError(f"--replay takes a number of episodes >= 0 or 'all', got {value!r}")
+    return n
+
+
+def rederive_rows(root: Path, rows: Sequence[Mapping[str, Any]], judge_spec: Mapping[str, Any],
+                  spec: Mapping[str, Any], frames_of: Callable[[str], str | None] = lambda eid: None,
+                  ) -> tuple[list[str], list[str], int]:
+    """(problems, warnings, episodes re-derived) for every finished episode of ``rows``."""
+    rejudger = Rejudger(judge_spec, spec)
+    problems: list[str] = []
+    skipped: list[str] = []
+    n = 0
+    for row in rows:
+        if row.get("outcome") in ("error", None):
+            continue
+        eid = row.get("episode_id")
+        ev = load_evidence(root, row, frames_of(eid), want_frames=rejudger.reads_frames and rejudger.deterministic)
+        found, done = rejudger.check(row, ev)
+        problems += [f"{eid}: {p}" for p in found]
+        n += int(done)
+        if not done and not found and row.get("outcome") != "discarded":
+            skipped.append(str(eid))
+    warnings = []
+    if skipped:
+        why = (f"judge {rejudger.name} is not deterministic (its verdicts are taken as recorded)"
+               if not rejudger.deterministic else f"judge {rejudger.name} reads frames the episodes did not keep")
+        warnings.append(f"{len(skipped)} episodes' outcomes not re-derived: {why}")
+    return problems, warnings, n
+
+
+def _same_json(a: Any, b: Any, tol: float = 1e-9) -> bool:
+    """Equal as JSON values, floats within ``tol`` (a JSON round trip may change the last bits)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= tol * max(1.0, abs(a))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_same_json(a[k], b[k], tol) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_json(x, y, tol) for x, y in zip(a, b))
+    return a == b
