@@ -141,8 +141,11 @@ def load_classifier(path=None):
     path = Path(path) if path else shipped_classifier_path()
     if not path.is_file():
         raise FileNotFoundError(f"no vision-judge weights at {path}; train them with `kosmos-env train-world`")
-    with safe_open(str(path), framework="pt") as fh:
-        meta = fh.metadata() or {}
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            meta = fh.metadata() or {}
+    except Exception as exc:  # noqa: BLE001 - a truncated or corrupt file: name it, whatever safetensors raised
+        raise ValueError(f"vision-judge weights {path} cannot be read ({type(exc).__name__}: {exc})") from None
     if meta.get("format") != "kosmos-tabletop-vision-judge-v1":
         raise ValueError(f"{path} is not a Kosmos tabletop vision-judge weights file")
     if json.loads(meta["tasks"]) != list(TASKS):
@@ -161,12 +164,26 @@ class FrameVisionJudge:
     frame_size = (64, 64)
     tasks = TASKS
 
-    def __init__(self, weights: str | None = None, threshold: float = 0.5):
+    def __init__(self, weights: str | None = None, threshold: float = 0.5, weights_sha256: str | None = None):
         if not 0.0 < float(threshold) < 1.0:
             raise ValueError(f"threshold must be in (0, 1), got {threshold}")
         self.threshold = float(threshold)
         self.weights = weights
+        self.weights_sha256 = weights_sha256
         self._model = None
+
+    def preflight(self) -> None:
+        """Read the weights now (a few ms): a missing, corrupt or mismatched file fails before any episode."""
+        if self._model is None:
+            path = Path(self.weights) if self.weights else shipped_classifier_path()
+            if self.weights_sha256 is not None and path.is_file():
+                from kosmos_env.weights import sha256_file
+
+                actual = sha256_file(path)
+                if actual != self.weights_sha256:
+                    raise ValueError(f"vision-judge weights {path} have sha256 {actual[:16]}..., the judge is bound "
+                                     f"to {str(self.weights_sha256)[:16]}...")
+            self._model = load_classifier(path)
 
     def _task_index(self, rollout: Rollout) -> int:
         if rollout.task not in TASKS:
@@ -184,13 +201,13 @@ class FrameVisionJudge:
         if frames.shape[1:] != (64, 64, 3):
             raise ValueError(f"the tabletop vision judge reads 64x64 RGB frames, got {frames.shape[1:]}")
         if self._model is None:
-            self._model = load_classifier(self.weights)
+            self.preflight()
         return predict(self._model, frames, [TASKS.index(task)] * len(frames))
 
     def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
         t0 = time.perf_counter()
         if self._model is None:
-            self._model = load_classifier(self.weights)
+            self.preflight()
         frames = np.stack([np.asarray(r.frames[-1]) for r in rollouts])
         if frames.shape[1:] != (64, 64, 3):
             raise ValueError(f"the tabletop vision judge reads 64x64 RGB frames, got {frames.shape[1:]}")

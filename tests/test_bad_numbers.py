@@ -121,3 +121,22 @@ def test_a_task_suite_is_a_name_not_a_path():
     with pytest.raises(SpecError, match="is not a suite name"):
         gymnasium.make("Kosmos-Tabletop-v1", tasks={"suite": "../../etc/x"})
     assert load_suite("tabletop").names
+
+
+def test_corrupt_judge_weights_stop_the_campaign_before_any_episode_naming_the_judge(tmp_path, capsys):
+    import json
+
+    from kosmos_env.cli import main
+    from kosmos_env.judges.vision_frame import FrameVisionJudge, shipped_classifier_path
+
+    bad = tmp_path / "judge.safetensors"
+    bad.write_bytes(b"\x00garbage" * 10)
+    out = tmp_path / "r"
+    rc = main(["eval", "--env", "Kosmos-TabletopLearned-v1", "--policy", "random", "--tasks", "carrot_on_plate",
+               "--seeds", "1", "--judge", json.dumps({"type": "vision_frame", "weights": str(bad)}), "--out", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "judge 'vision_frame' is not usable" in err[0] and "cannot be read" in err[0]
+    assert not (out / "ledger.sqlite").exists()  # nothing ran, nothing to blame on the policy
+    judge = FrameVisionJudge(str(shipped_classifier_path()), weights_sha256="0" * 64)
+    with pytest.raises(ValueError, match="bound to"):
+        judge.preflight()

@@ -16,6 +16,27 @@ class PolicyCheckError(ValueError):
     """A ``--policy`` that cannot be built; the message is one line naming it and the cause."""
 
 
+class JudgeCheckError(ValueError):
+    """The campaign's judge cannot be built or its artifacts cannot be read; one line naming it."""
+
+
+def check_judge(config: CampaignConfig) -> None:
+    """Build the campaign's judge once and let it check its artifacts (``preflight()``, where a
+    judge has one: cheap checks only, e.g. the frame classifier's weights file and its sha256), so
+    a corrupt weights file stops the campaign here, named as the judge's fault, instead of failing
+    every episode's judging and being retried as if the policy had failed."""
+    from kosmos_env.judges import make_judge
+
+    kind = dict(config.judge).get("type", "?")
+    try:
+        judge = make_judge(dict(config.judge))
+        if hasattr(judge, "preflight"):
+            judge.preflight()
+    except Exception as exc:  # noqa: BLE001 - the user gets one line naming the judge
+        lines = str(exc).strip().splitlines()
+        raise JudgeCheckError(f"judge {kind!r} is not usable: {lines[0] if lines else type(exc).__name__}") from None
+
+
 def check_policies(config: CampaignConfig | Iterable) -> None:
     """Build every policy of ``config`` once; raise :class:`PolicyCheckError` for the first that fails."""
     from kosmos_env.policies import make_policy

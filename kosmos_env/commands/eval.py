@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.bundle import error_summary
     from kosmos_env.campaign.executors import make_executor
     from kosmos_env.campaign.lockstep import check_lockstep
-    from kosmos_env.campaign.preflight import check_policies
+    from kosmos_env.campaign.preflight import check_judge, check_policies
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
     from kosmos_env.fileio import check_writable_path
@@ -137,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
                              spec_overrides=control_overrides(args.control))
     check_lockstep(config, args.lockstep)  # before building policies: a served one is refused unconnected
     check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
+    check_judge(config)  # so do unreadable or mismatched judge weights, named as the judge's
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
     if args.judge_batch is not None and args.judge_batch < 1:
         raise ValueError(f"--judge-batch must be at least 1, got {args.judge_batch}")
