@@ -178,3 +178,16 @@ def test_a_generated_world_page_says_what_is_taken_on_trust(tmp_path, learned):
     _rewrite(out, forge)
     rej, = build_leaderboard([out], allow_overrides=True)["rejected"]
     assert rej["check"] == "rederive" and "judge robot_log re-run" in rej["reason"]
+
+
+def test_leaderboard_cli_replays_a_sample_and_refuses_a_bad_value_in_one_line(tmp_path, campaign, capsys):
+    from kosmos_env import cli
+
+    assert cli.main(["leaderboard", "build", str(campaign), "--out", str(tmp_path / "lb"), "--allow-overrides",
+                     "--replay", "3", "--replay-seed", "5"]) == 0
+    data = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())
+    assert data["method"]["replay_sample"] == 3 and data["accepted"][0]["rederivation"]["replayed"] == 3
+    capsys.readouterr()
+    assert cli.main(["leaderboard", "build", str(campaign), "--out", str(tmp_path / "lb2"), "--replay", "many"]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "--replay" in err[0]

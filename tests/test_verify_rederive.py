@@ -234,3 +234,16 @@ def test_a_bad_replay_value_is_one_line(tmp_path, campaign, capsys):
     assert cli.main(["verify", str(campaign), "--replay", "some"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "--replay" in err[0]
+
+
+def test_another_judges_forged_verdict_is_re_derived_too(tmp_path, campaign):
+    from kosmos_env.campaign.rejudge import rejudge
+
+    out = _copy(campaign, tmp_path)
+    rejudge(out, {"type": "robot_log"})  # kosmos-env judge: the robot-log judge's verdicts filed beside the campaign's
+    assert verify_campaign(out).ok
+    eid = _random_rows(out)[0][0]
+    _sql(out, "UPDATE judgments SET outcome = 'success', success = 1, score = 1.0 WHERE episode_id = ?", eid)
+    problems = verify_campaign(out).problems
+    assert any(p.startswith(eid) and "judge robot_log re-run" in p and "kosmos-env judge" in p for p in problems), \
+        problems

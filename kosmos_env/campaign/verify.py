@@ -124,6 +124,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             from kosmos_env.campaign.judgments import check as check_judgments
 
             report.problems.extend(check_judgments(ledger))
+            from kosmos_env.campaign import judgments as judgment_table
+
+            # other judges' verdicts (kosmos-env judge), re-derived below where the judge is deterministic
+            other_verdicts = [(j, judgment_table.verdicts(ledger, j["judge_id"])) for j in judgment_table.judges(ledger)]
             judge_queue = ledger.judge_queue()  # two-stage campaigns: the judge stage's own record
     except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
         report.problems.append(f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
@@ -214,6 +218,7 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
     report.problems.extend(provenance_problems(config, done_rows))
     if rederive:
         _rederive(out, config, done_rows, frames_of, report)
+        _rederive_other_judges(out, config, done_rows, frames_of, other_verdicts, report)
     if replay:
         _replay(out, config, done_rows, frames_of, replay, replay_seed, report, policy_rows, rerun_policies)
     if judge_queue:
@@ -619,3 +624,37 @@ def provenance_problems(config, rows) -> list[str]:
             problems.append(f"{eid}: its provenance names judge {judge['spec'].get('type')!r}, the campaign's is "
                             f"{config.judge.get('type')!r}")
     return problems
+
+
+def _rederive_other_judges(out: Path, config, rows, frames_of, other_verdicts, report: VerifyReport) -> None:
+    """Re-run every other deterministic judge whose verdicts the ledger holds (``kosmos-env judge``) on
+    the episodes it judged, and compare with its recorded verdicts."""
+    from kosmos_env.campaign.rederive import judge_is_deterministic, rederive_rows
+
+    by_id = {r["episode_id"]: r for r in rows}
+    n = 0
+    for judge, verdicts in other_verdicts:
+        if not judge_is_deterministic(judge["spec"]):
+            continue
+        try:  # a spec this kosmos-env cannot build (a judge object injected by code) cannot be re-run: said, not failed
+            from kosmos_env.judges import make_judge
+
+            make_judge(dict(judge["spec"]))
+        except Exception as exc:  # noqa: BLE001
+            report.warnings.append(f"verdicts of judge {judge['label']} not re-derived: its spec cannot be built here "
+                                   f"({type(exc).__name__}: {exc})")
+            continue
+        mine = [dict(by_id[eid], outcome=v["outcome"], success=v["success"], score=v["score"],
+                     judge=judge["label"]) for eid, v in verdicts.items()
+                if eid in by_id and by_id[eid].get("outcome") not in ("error", "discarded")]
+        try:
+            problems, warnings, k = rederive_rows(out, mine, judge["spec"], config.spec, frames_of.get)
+        except Exception as exc:  # noqa: BLE001 - a judge that cannot be built here is a finding
+            report.problems.append(f"verdicts of judge {judge['label']} could not be re-derived ({exc})")
+            continue
+        report.problems.extend(f"{p} (verdict recorded by kosmos-env judge {judge['label']})"
+                               if "judge state" not in p else p for p in problems)
+        report.warnings.extend(warnings)
+        n += k
+    if n:
+        report.checked["rederived_other_judges"] = n
