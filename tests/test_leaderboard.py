@@ -112,14 +112,14 @@ def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub
     assert err.check == "spec" and "--allow-overrides" in err.reason and "overrode" in err.reason
     sub = verify_submission(sub_a, allow_overrides=True)
     assert not sub.official and sub.spec_hash == new_hash
-    # issue 31: the relabelled spec is consistent with every hash, but its episodes were rendered at the
-    # registered size: replaying them at the claimed 64x64 does not give the stored videos. A campaign
+    # issue 31: the relabelled spec is consistent with every hash, but its episodes' provenance names the
+    # spec they ran (and replaying them at the claimed 64x64 would not give the stored videos). A campaign
     # really run with the override (64x64) is ranked, on its own board.
     from tests.faults_support import tiny_campaign
 
     real = tiny_campaign(tmp_path_factory)
     data = build_leaderboard([sub_a, camp_b, real], allow_overrides=True, replay_sample="all")
-    assert [(r["submission"], r["check"]) for r in data["rejected"]] == [(str(sub_a), "replay")]
+    assert [(r["submission"], r["check"]) for r in data["rejected"]] == [(str(sub_a), "provenance")]
     assert [b["official"] for b in data["boards"]] == [True, False]  # official board first, never mixed
     assert data["boards"][1]["spec_hash"] == verify_submission(real, allow_overrides=True).spec_hash
     assert {e["campaign_id"] for e in data["boards"][0]["entries"]} == {verify_submission(camp_b).campaign_id}

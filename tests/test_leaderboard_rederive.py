@@ -191,3 +191,41 @@ def test_leaderboard_cli_replays_a_sample_and_refuses_a_bad_value_in_one_line(tm
     assert cli.main(["leaderboard", "build", str(campaign), "--out", str(tmp_path / "lb2"), "--replay", "many"]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and "--replay" in err[0]
+
+
+def test_a_judge_edited_into_results_json_is_refused(tmp_path, campaign):
+    out = _copy(campaign, tmp_path)
+    edit_results(out, lambda r: r["campaign"].update(judge={"type": "optimistic"}))  # manifest recomputed
+    rej, = build_leaderboard([out], allow_overrides=True)["rejected"]
+    assert rej["check"] == "provenance" and "judge" in rej["reason"] and "optimistic" in rej["reason"]
+    # with the provenance edited too, re-running the stated judge still does not give the recorded failures
+    out2 = _copy(campaign, tmp_path, "sub2")
+
+    def forge(r):
+        r["campaign"]["judge"] = {"type": "optimistic"}
+        for e in r["per_episode"]:
+            e["provenance"]["judge"]["spec"] = {"type": "optimistic"}
+
+    edit_results(out2, forge)
+    rej, = build_leaderboard([out2], allow_overrides=True)["rejected"]
+    assert rej["check"] == "rederive" and "judge optimistic re-run" in rej["reason"] and "recorded failure" in rej["reason"]
+
+
+def test_a_relabelled_spec_with_the_provenance_forged_too_does_not_replay(tmp_path, tmp_path_factory):
+    """A 256-px campaign relabelled as a 64-px one, every hash and provenance made consistent: its
+    stored videos are not what its actions render at the stated size."""
+    from kosmos_env.spec import EnvSpec
+    from tests.publish_bundles import campaign as bundle
+
+    out = _copy(bundle(tmp_path_factory, "a"), tmp_path)
+
+    def relabel(r):
+        spec = dict(r["campaign"]["spec"], image_size=[64, 64])
+        c = r["campaign"]
+        c.update(spec=spec, spec_overrides={"image_size": [64, 64]}, spec_hash=EnvSpec.from_dict(spec).hash)
+        for e in r["per_episode"]:
+            e["spec_hash"] = e["provenance"]["spec_hash"] = c["spec_hash"]
+
+    edit_results(out, relabel)
+    rej, = build_leaderboard([out], allow_overrides=True, replay_sample=1)["rejected"]
+    assert rej["check"] == "replay" and "video" in rej["reason"]

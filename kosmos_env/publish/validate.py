@@ -631,6 +631,19 @@ def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = D
             if PurePosixPath(rel).name.split(".")[0] != listed[rel]:
                 raise SubmissionRejected(root, "artifacts", f"{rel} is named for a sha256 its bytes do not have "
                                                             f"({listed[rel][:16]}…): artifacts are content-addressed")
+    world_type = ((sub.campaign.get("spec") or {}).get("world") or {}).get("type")
+    for row in sub.rows:  # each episode's provenance must name the campaign's spec, world and judge
+        prov = row.get("provenance")
+        if not isinstance(prov, dict) or row.get("outcome") == "error":
+            continue
+        named = {"spec hash": (prov.get("spec_hash"), sub.spec_hash),
+                 "world": ((prov.get("world") or {}).get("type"), world_type),
+                 "judge": (((prov.get("judge") or {}).get("spec") or {}).get("type"), judge.get("type"))}
+        for what, (theirs, mine) in named.items():
+            if theirs is not None and theirs != mine:
+                raise SubmissionRejected(root, "provenance", f"episode {row.get('episode_id')} was run with {what} "
+                                                             f"{str(theirs)[:24]!r}, but the campaign states "
+                                                             f"{str(mine)[:24]!r}")
     problems, warnings, n = rederive_rows(root, sub.rows, judge, sub.campaign.get("spec") or {})
     if problems:
         raise SubmissionRejected(root, "rederive", f"{problems[0]}"
