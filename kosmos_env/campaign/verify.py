@@ -19,8 +19,22 @@ What is checked (each failure is named in :attr:`VerifyReport.problems`):
 - every aggregate of ``results.json`` (counts, rates, intervals per policy and per policy ×
   task, the ranking) equals what the episodes give when recounted.
 
+- SQLite's ``PRAGMA integrity_check`` passes (the ledger is opened read-only and never written:
+  ``immutable`` when no write-ahead log exists, so a read-only copy is verified as it is);
+- the spec rebuilt from ``env_id`` and the recorded overrides hashes to the recorded spec hash,
+  as does the stored spec; ``results.json``'s campaign block (env id, spec with its world, judge,
+  gate, design, policies) equals the ledger's config; each episode's provenance names the
+  campaign's spec hash, world type and judge;
+- **re-derivation** (:mod:`kosmos_env.campaign.rederive`): the campaign's judge, when
+  deterministic, is re-run on every episode's stored actions, robot log and frames (the state
+  judge on the ground truth the stored log records), as is every other deterministic judge whose
+  verdicts ``kosmos-env judge`` filed; ``replay`` replays a seeded sample of episodes from their
+  stored actions and seed on a simulator world (actions, log, frames and video bit for bit) and
+  re-runs their policies.
+
 So a ledger edited by hand is caught even after ``kosmos-env eval`` rebuilt the bundle from
-it: the edited outcome or score contradicts the judgment, gate or ground truth stored with it.
+it, even when the outcome, score, judgment and ground truth were all edited to agree: the
+episode's own stored log says otherwise, and a forged log does not replay.
 
 Orphan artifacts (written by a worker that was killed before it could record its episode)
 are reported as warnings: they are harmless and never referenced.

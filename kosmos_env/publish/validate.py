@@ -31,6 +31,11 @@ message says what is wrong and what to do about it:
    bounds, per policy and per policy × task, and the ranking) is recomputed from the rows; a
    submitted number that differs is a forged (or stale) aggregate and rejects the submission.
    The leaderboard only ever shows the recomputed numbers.
+6. **Re-derivation** (:func:`rederive_submission`, run by the leaderboard): every episode carries
+   the artifacts its outcome is drawn from, each episode's provenance names the campaign's spec,
+   world and judge, the deterministic judge re-run on the artifacts gives the recorded outcomes,
+   and a seeded sample of simulator episodes replays bit for bit. Arrays are loaded with
+   ``allow_pickle=False`` only; nothing in the submission is executed.
 """
 from __future__ import annotations
 
