@@ -140,3 +140,16 @@ def test_corrupt_judge_weights_stop_the_campaign_before_any_episode_naming_the_j
     judge = FrameVisionJudge(str(shipped_classifier_path()), weights_sha256="0" * 64)
     with pytest.raises(ValueError, match="bound to"):
         judge.preflight()
+
+
+def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
+    from kosmos_env.cli import main
+
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for prev, name in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    assert main(["register", str(bomb), "--out", str(tmp_path / "r.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "anchors or aliases" in err[0]

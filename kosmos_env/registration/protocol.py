@@ -71,6 +71,16 @@ def protocol_hash(canonical: Mapping[str, Any]) -> str:
     return hashlib.sha256(canonical_json(canonical).encode("utf-8")).hexdigest()
 
 
+def _refuse_aliases(yaml: Any, text: str, path: Path) -> None:
+    """Refuse YAML anchors and aliases before building anything: a protocol never needs them, and
+    nested aliases (a "billion laughs" of 9 x 9 references) expand exponentially inside safe_load.
+    The event stream is scanned lazily, so the refusal comes at the first alias, at no cost."""
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            raise ProtocolError(f"{path} uses YAML anchors or aliases (line {event.start_mark.line + 1}); a protocol "
+                                f"must spell out every value")
+
+
 def load_protocol_file(path: str | Path) -> dict:
     """Read a protocol YAML (or JSON) file with ``yaml.safe_load``; it must hold a mapping."""
     import yaml
@@ -78,8 +88,10 @@ def load_protocol_file(path: str | Path) -> dict:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"protocol file not found: {p}")
+    text = p.read_text(encoding="utf-8")
     try:
-        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+        _refuse_aliases(yaml, text, p)
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ProtocolError(f"{p} is not valid YAML: {exc}") from None
     if not isinstance(data, dict):
