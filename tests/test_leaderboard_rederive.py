@@ -78,6 +78,10 @@ def test_a_genuine_submission_is_ranked_with_its_rederivation_on_the_page(tmp_pa
     assert any("judge state re-run" in x for x in board["rederivation"]["rederived"])
     _, page = write_leaderboard(data, tmp_path / "lb")
     assert "Re-derived here: " in page.read_text() and "replayed bit for bit" in page.read_text()
+    # a sample: the page says how many stored logs were not re-simulated
+    sampled, = build_leaderboard([campaign], allow_overrides=True, replay_sample=1)["boards"]
+    assert sampled["rederivation"]["replayed"] == 1
+    assert sampled["rederivation"]["on_trust"] == ["the stored logs of 3 of 4 episodes (re-judged, not replayed)"]
 
 
 def test_random_forged_to_100_percent_with_every_hash_recomputed_is_refused(tmp_path, campaign):

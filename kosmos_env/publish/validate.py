@@ -679,6 +679,11 @@ def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = D
         rederived.append(f"{replayed} episode(s) replayed bit for bit from their stored actions and seeds")
     on_trust = [] if simulator else [ON_TRUST_GENERATED, "the consistency gate's verdicts (recorded; not re-run "
                                                           "on the stored frames)"]
+    if simulator:
+        n_decided = sum(1 for r in sub.rows if r.get("outcome") != "error")
+        if replayed < n_decided:  # a sample: the others' logs are re-judged but not re-simulated
+            on_trust.append(f"the stored logs of {n_decided - replayed} of {n_decided} episodes (re-judged, not "
+                            "replayed)")
     if not deterministic:
         on_trust.append(f"the verdicts of judge {judge.get('type')} (not deterministic)")
     on_trust += warnings
