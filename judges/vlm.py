@@ -122,7 +122,10 @@ class VLMJudge:
         if memory_budget_mb is not None and memory_budget_mb <= 0:
             raise ValueError(f"memory_budget_mb must be > 0, got {memory_budget_mb}")
         self.memory_budget_mb = None if memory_budget_mb is None else float(memory_budget_mb)
-        self.trust_remote_code = bool(trust_remote_code)
+        from kosmos_env.plugins import check_remote_code
+
+        # a spec, registration or bundle may ask; only the person running the command can allow it
+        self.trust_remote_code = check_remote_code(bool(trust_remote_code), "judge vlm")
         if isinstance(model, (str, os.PathLike)):
             if os.path.isdir(model):
                 local_path = os.fspath(model)

@@ -33,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--allow-import", action="store_true",
                         help="let a policy be named as 'module:Class' (imports that module; only for code you trust). "
                              "Without it only registered policies (built-in or installed plug-ins) are accepted")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="let checkpoints that ask for trust_remote_code run their own Python code (only for code "
+                             "you trust); without it a policy, judge, protocol or registration asking for it is refused")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"kosmos_env.commands.{name}").add_parser(sub)
@@ -51,6 +54,12 @@ def main(argv: list[str] | None = None) -> int:
         from kosmos_env.plugins import ALLOW_IMPORT_ENV
 
         os.environ[ALLOW_IMPORT_ENV] = "1"
+    if args.trust_remote_code:  # an environment variable too, so worker processes inherit the permission
+        import os
+
+        from kosmos_env.plugins import TRUST_REMOTE_CODE_ENV
+
+        os.environ[TRUST_REMOTE_CODE_ENV] = "1"
     try:
         return int(args.func(args) or 0)
     except (ValueError, RuntimeError, OSError) as exc:

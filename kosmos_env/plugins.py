@@ -47,6 +47,27 @@ LABELS = {"world": "world type", "policy": "policy", "judge": "judge type", "env
 ALLOW_IMPORT_ENV = "KOSMOS_ENV_ALLOW_IMPORT"
 
 
+#: set to 1 to let a checkpoint's own code run (``trust_remote_code``): what ``kosmos-env --trust-remote-code`` does
+TRUST_REMOTE_CODE_ENV = "KOSMOS_ENV_TRUST_REMOTE_CODE"
+
+
+def remote_code_allowed() -> bool:
+    """Whether the person running the command allowed checkpoint code (the CLI flag or its variable)."""
+    return os.environ.get(TRUST_REMOTE_CODE_ENV, "").strip().lower() in ("1", "true", "yes")
+
+
+def check_remote_code(requested: bool, who: str) -> bool:
+    """``trust_remote_code`` may be *requested* by any setting (a policy string, a judge spec, a
+    protocol, a registration), but it runs only where the person running the command allowed it:
+    a data file must never make this process execute code it names. Returns ``requested`` or
+    raises one ValueError line saying how to allow it."""
+    if requested and not remote_code_allowed():
+        raise ValueError(f"{who} asks for trust_remote_code=true (running the checkpoint's own code); settings and "
+                         f"files cannot turn that on: rerun with `kosmos-env --trust-remote-code ...` (or "
+                         f"{TRUST_REMOTE_CODE_ENV}=1) if you trust that code")
+    return bool(requested)
+
+
 def import_allowed(allow_import: bool | None = None) -> bool:
     """The explicit opt-in for ``"module:attr"`` names: the argument, else the environment variable."""
     if allow_import is not None:

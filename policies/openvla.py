@@ -111,8 +111,12 @@ class OpenVLAPolicy(Policy):
                  vocab_size: int | None = None, empty_token_id: int | None = LLAMA2_EMPTY_TOKEN_ID,
                  gripper_threshold: float | None = None, norm_stats: str | Mapping[str, Any] | None = None,
                  model: Any = None, processor: Any = None):
+        from kosmos_env.plugins import check_remote_code
+
         self.model_path = str(model_path)
-        self.unnorm_key, self.trust_remote_code = unnorm_key, bool(trust_remote_code)
+        # before anything is read from model_path: a protocol naming this policy cannot run its code
+        self.unnorm_key = unnorm_key
+        self.trust_remote_code = check_remote_code(bool(trust_remote_code), f"policy {self.name}")
         self.device, self.dtype, self.prompt, self.image_size = device, dtype, prompt, int(image_size)
         self.empty_token_id = empty_token_id
         self.gripper_threshold = gripper_threshold
