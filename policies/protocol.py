@@ -52,8 +52,20 @@ did not arrive within the server's request timeout, 60 s by default; the connect
 The client raises :class:`RemotePolicyError` (a ``RuntimeError``) naming the URL and the cause when
 the server is down, times out, answers an error, or answers something that is not this protocol.
 
-Sessions: one server serves one episode at a time (requests are serialised under a lock); run one
-server per parallel worker.
+Sessions
+--------
+Every episode is a session: the client makes a fresh id (``session``, 1..128 printable ASCII
+characters) at reset and sends it with ``/v1/reset`` (JSON ``"session"``, and ``"previous"``: the
+id of the episode it ends, if any), with every ``/v1/act`` (the observation field ``session``,
+removed before the policy sees the observation) and with ``POST /v1/end`` (JSON ``{"version": 1,
+"session": id}``) when it is done. The server keeps one policy instance per live session (built by
+its factory, or reused from an ended session after ``reset``), so episodes of several workers or
+lockstep lanes never share state. ``GET /v1/info`` says ``"sessions": {"max": n, "idle_seconds":
+s}``; a session idle longer than ``s`` is ended. A reset that would open more than ``n`` sessions
+is answered 503 ``too_many_sessions``; an act for a session the server does not hold (expired,
+ended, never reset) is answered 409 ``unknown_session``: never another episode's state. A server
+built without a factory holds one instance, so ``n`` is 1 and a second concurrent episode is
+refused. Requests without a session id (older clients) share the session ``""``.
 """
 from __future__ import annotations
 
@@ -85,10 +97,14 @@ MAX_CHUNK = 1024
 #: not arrive) before answering 408 and closing it; also how long an idle keep-alive lasts
 REQUEST_TIMEOUT = 60.0
 #: the Content-Type each POST endpoint accepts (anything else is answered 415)
-REQUEST_TYPES = {"/v1/reset": "application/json", "/v1/act": CONTENT_TYPE}
+REQUEST_TYPES = {"/v1/reset": "application/json", "/v1/act": CONTENT_TYPE, "/v1/end": "application/json"}
 ACTION_DIM = 7
 DTYPES = {"<u1": np.uint8, "<f4": np.float32, "<f8": np.float64, "<i4": np.int32, "<i8": np.int64}
 _PREFIX = struct.Struct("<4sI")
+#: default bound on live sessions and their idle expiry (seconds) of a :class:`PolicyServer`
+MAX_SESSIONS = 8
+SESSION_IDLE = 300.0
+MAX_SESSION_ID = 128
 
 
 class ProtocolError(ValueError):
@@ -175,7 +191,7 @@ def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -
         _check_name(name)
         if name in arrays:
             raise ProtocolError(f"array {name!r} appears twice")
-        if code not in DTYPES:
+        if not isinstance(code, str) or code not in DTYPES:  # a list is unhashable: check the type first
             raise ProtocolError(f"array {name!r} has dtype {code!r}; the protocol carries {sorted(DTYPES)}")
         if (not isinstance(shape, list) or len(shape) > MAX_NDIM
                 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)):
@@ -258,19 +274,33 @@ class PolicyServer:
 
     ``info`` is a JSON-able dict describing the policy (name, action_convention, content_hash,
     config); it is what ``GET /v1/info`` answers. ``port=0`` picks a free port (see ``url``).
+    ``factory`` builds another instance of the same policy for a concurrent session (up to
+    ``max_sessions``); without one the server holds only ``policy`` and refuses a second
+    concurrent session. ``session_idle`` seconds without a request end a session.
     """
 
     def __init__(self, policy: Any, info: Mapping[str, Any] | None = None, host: str = "127.0.0.1",
                  port: int = 0, max_bytes: int = MAX_MESSAGE_BYTES, log: Callable[[str], None] | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT):
+                 request_timeout: float = REQUEST_TIMEOUT, factory: Callable[[], Any] | None = None,
+                 max_sessions: int = MAX_SESSIONS, session_idle: float = SESSION_IDLE):
         if not request_timeout > 0:
             raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout}")
+        if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+            raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
+        if not (isinstance(session_idle, (int, float)) and math.isfinite(session_idle) and session_idle > 0):
+            raise ValueError(f"session_idle must be a finite number of seconds > 0, got {session_idle!r}")
         self.policy = policy
+        self.factory = factory
+        self.max_sessions = int(max_sessions) if factory is not None else 1
+        self.session_idle = float(session_idle)
+        self._sessions: dict[str, _Session] = {}
+        self._free: list[Any] = [policy]  # built instances not held by a session (reset before reuse)
+        self._built: list[Any] = [policy]  # every instance, closed by close_policies()
+        self._sessions_lock = threading.Lock()
         self.info = dict(info or {"name": getattr(policy, "name", type(policy).__name__)})
         self.max_bytes = int(max_bytes)
         self.request_timeout = float(request_timeout)
         self.log = log
-        self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._connections: set = set()  # open client sockets, dropped by close()
         self._connections_lock = threading.Lock()
@@ -313,32 +343,102 @@ class PolicyServer:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
+    def close_policies(self) -> None:
+        """Close every policy instance the factory built (the first one is the caller's)."""
+        for policy in self._built[1:]:
+            close = getattr(policy, "close", None)
+            if callable(close):
+                close()
+        self._built = self._built[:1]
+
+    @property
+    def sessions(self) -> int:
+        """How many sessions are live now."""
+        with self._sessions_lock:
+            return len(self._sessions)
+
+    # sessions: every caller holds self._sessions_lock
+    def _expire(self, now: float) -> None:
+        for sid, sess in list(self._sessions.items()):
+            # a session answering a request right now is not idle, however long that request takes
+            if now - sess.last_used > self.session_idle and not sess.lock.locked():
+                self._end(sid)
+
+    def _end(self, sid: str) -> None:
+        sess = self._sessions.pop(sid, None)
+        if sess is not None:
+            self._free.append(sess.policy)  # the next session's reset clears its episode state
+
+    def _open(self, sid: str) -> "_Session | tuple[int, str, bytes]":
+        now = time.monotonic()
+        self._expire(now)
+        sess = self._sessions.get(sid)
+        if sess is None:
+            if len(self._sessions) >= self.max_sessions:
+                why = ("this server holds one policy instance (no factory)" if self.factory is None
+                       else f"start it with a larger --max-sessions, or run fewer workers/lanes")
+                return _error(503, "too_many_sessions",
+                              f"the server already holds {len(self._sessions)} live session(s), its maximum "
+                              f"({self.max_sessions}): {why}; sessions idle for {self.session_idle:g} s are ended")
+            if self._free:
+                policy = self._free.pop()
+            else:
+                try:
+                    policy = self.factory()
+                except Exception as exc:
+                    return _error(500, "policy_error", f"building a policy for a new session raised "
+                                  f"{type(exc).__name__}: {exc}")
+                self._built.append(policy)
+            sess = self._sessions[sid] = _Session(policy)
+        sess.last_used = now
+        return sess
+
     # request handlers: each returns (status, content_type, body)
     def handle_info(self) -> tuple[int, str, bytes]:
-        return _json(200, {"protocol": PROTOCOL, "version": VERSION, "policy": self.info})
+        return _json(200, {"protocol": PROTOCOL, "version": VERSION, "policy": self.info,
+                           "sessions": {"max": self.max_sessions, "idle_seconds": self.session_idle}})
+
+    def handle_end(self, body: bytes) -> tuple[int, str, bytes]:
+        request = _json_request(body, "end")
+        if not isinstance(request, dict):
+            return request
+        sid = request.get("session")
+        bad = _check_session(sid)
+        if bad:
+            return _error(400, "bad_request", bad)
+        with self._sessions_lock:
+            known = sid in self._sessions
+            self._end(sid)
+        return _json(200, {"version": VERSION, "ok": True, "ended": known})
 
     def handle_reset(self, body: bytes) -> tuple[int, str, bytes]:
-        try:
-            request = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            return _error(400, "bad_request", f"reset body is not UTF-8 JSON: {exc}")
-        except RecursionError:
-            return _error(400, "bad_request", "reset body JSON is nested too deeply")
+        request = _json_request(body, "reset")
         if not isinstance(request, dict):
-            return _error(400, "bad_request", "reset body must be a JSON object")
-        if request.get("version") != VERSION:
-            return _error(400, "version_mismatch", f"request has version {request.get('version')!r}; server speaks {VERSION}")
+            return request
         instruction, seed = request.get("instruction"), request.get("seed")
         if not isinstance(instruction, str):
             return _error(400, "bad_request", "reset needs an 'instruction' string")
         if seed is not None and (not isinstance(seed, int) or isinstance(seed, bool)):
             return _error(400, "bad_request", f"reset 'seed' must be an int or null, got {seed!r}")
-        with self._lock:
-            try:
-                self.policy.reset(instruction, seed=seed)
-            except Exception as exc:  # the policy's failure goes back to the client, named
-                return _error(500, "policy_error", f"policy.reset raised {type(exc).__name__}: {exc}")
-        return _json(200, {"version": VERSION, "ok": True})
+        sid, previous = request.get("session", ""), request.get("previous")
+        bad = _check_session(sid, allow_empty=True) or (previous is not None and _check_session(previous))
+        if bad:
+            return _error(400, "bad_request", bad)
+        with self._sessions_lock:
+            if previous is not None and previous != sid:
+                self._end(previous)  # the client's last episode is over: its instance is free again
+            sess = self._open(sid)
+            if not isinstance(sess, _Session):
+                return sess
+            sess.lock.acquire()  # taken before the table is released: expiry never ends a session mid-reset
+        try:
+            sess.policy.reset(instruction, seed=seed)
+        except Exception as exc:  # the policy's failure goes back to the client, named
+            return _error(500, "policy_error", f"policy.reset raised {type(exc).__name__}: {exc}")
+        finally:
+            sess.last_used = time.monotonic()
+            sess.lock.release()
+        return _json(200, {"version": VERSION, "ok": True, "session": sid})
 
     def handle_act(self, body: bytes) -> tuple[int, str, bytes]:
         try:
@@ -346,15 +446,64 @@ class PolicyServer:
         except ProtocolError as exc:
             code = "version_mismatch" if "protocol version" in str(exc) else "bad_request"
             return _error(400, code, str(exc))
-        with self._lock:
-            try:
-                action = np.asarray(self.policy.act(obs))
-            except Exception as exc:
-                return _error(500, "policy_error", f"policy.act raised {type(exc).__name__}: {exc}")
+        sid = obs.pop("session", "")  # the protocol's, not the policy's
+        bad = _check_session(sid, allow_empty=True)
+        if bad:
+            return _error(400, "bad_request", bad)
+        with self._sessions_lock:
+            self._expire(time.monotonic())
+            sess = self._sessions.get(sid)
+            if sess is None and sid == "":
+                sess = self._open(sid)  # an older client acting without a reset: one shared session
+                if not isinstance(sess, _Session):
+                    return sess
+            if sess is None:
+                return _error(409, "unknown_session", f"no live session {sid!r} on this server (ended, idle for "
+                              f"more than {self.session_idle:g} s, or never reset): reset starts one")
+            sess.lock.acquire()
+        try:
+            action = np.asarray(sess.policy.act(obs))
+        except Exception as exc:
+            return _error(500, "policy_error", f"policy.act raised {type(exc).__name__}: {exc}")
+        finally:
+            sess.last_used = time.monotonic()
+            sess.lock.release()
         try:
             return 200, CONTENT_TYPE, encode_action(action)
         except ProtocolError as exc:
             return _error(500, "policy_error", f"policy returned an invalid action: {exc}")
+
+
+class _Session:
+    """One episode's policy instance; ``lock`` serialises its requests."""
+
+    def __init__(self, policy: Any):
+        self.policy = policy
+        self.lock = threading.Lock()
+        self.last_used = time.monotonic()
+
+
+def _check_session(sid: Any, allow_empty: bool = False) -> str | None:
+    """None when ``sid`` is a valid session id, else why not (one line)."""
+    if isinstance(sid, str) and (sid == "" and allow_empty or
+                                 0 < len(sid) <= MAX_SESSION_ID and sid.isascii() and sid.isprintable()):
+        return None
+    return f"'session' must be a string of 1..{MAX_SESSION_ID} printable ASCII characters, got {sid!r:.80}"
+
+
+def _json_request(body: bytes, what: str) -> "dict[str, Any] | tuple[int, str, bytes]":
+    """A JSON request body of this protocol version, or the error answer."""
+    try:
+        request = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return _error(400, "bad_request", f"{what} body is not UTF-8 JSON: {exc}")
+    except RecursionError:
+        return _error(400, "bad_request", f"{what} body JSON is nested too deeply")
+    if not isinstance(request, dict):
+        return _error(400, "bad_request", f"{what} body must be a JSON object")
+    if request.get("version") != VERSION:
+        return _error(400, "version_mismatch", f"request has version {request.get('version')!r}; server speaks {VERSION}")
+    return request
 
 
 def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
@@ -381,7 +530,7 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._send(*_error(404, "not_found", f"no endpoint GET {self.path}; try /v1/info"))
 
         def do_POST(self) -> None:  # noqa: N802
-            routes = {"/v1/reset": server.handle_reset, "/v1/act": server.handle_act}
+            routes = {"/v1/reset": server.handle_reset, "/v1/act": server.handle_act, "/v1/end": server.handle_end}
             path = self.path.rstrip("/")
             route = routes.get(path)
             length = self.headers.get("Content-Length")
@@ -392,7 +541,7 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._send(*_error(413, "too_large", f"body of {length} bytes exceeds the limit of {server.max_bytes}"), close=True)
                 return
             if route is None:
-                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset or /v1/act"), close=True)
+                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset, /v1/act or /v1/end"), close=True)
                 return
             content_type = self.headers.get_content_type()  # lower case, parameters dropped
             if content_type != REQUEST_TYPES[path]:
@@ -467,13 +616,25 @@ class PolicyClient:
             raise RemotePolicyError(f"{self.url} answered /v1/info without a 'policy' object")
         return answer
 
-    def reset(self, instruction: str, seed: int | None = None) -> None:
-        body = json.dumps({"version": VERSION, "instruction": instruction, "seed": seed}).encode()
-        answer = self._json_answer(*self._request("POST", "/v1/reset", body, "application/json"))
+    def reset(self, instruction: str, seed: int | None = None, session: str | None = None,
+              previous: str | None = None) -> None:
+        request = {"version": VERSION, "instruction": instruction, "seed": seed}
+        if session is not None:
+            request["session"] = session
+        if previous is not None:
+            request["previous"] = previous
+        answer = self._json_answer(*self._request("POST", "/v1/reset", json.dumps(request).encode(), "application/json"))
         if answer.get("ok") is not True:
             raise RemotePolicyError(f"{self.url} answered /v1/reset without ok=true: {answer!r:.200}")
 
-    def act(self, obs: Mapping[str, Any]) -> np.ndarray:
+    def end(self, session: str) -> None:
+        """End ``session`` on the server (its policy instance is free for the next episode)."""
+        body = json.dumps({"version": VERSION, "session": session}).encode()
+        self._json_answer(*self._request("POST", "/v1/end", body, "application/json"))
+
+    def act(self, obs: Mapping[str, Any], session: str | None = None) -> np.ndarray:
+        if session is not None:
+            obs = {**obs, "session": session}
         status, content_type, body = self._request("POST", "/v1/act", encode_observation(obs), CONTENT_TYPE)
         if status != 200:
             self._json_answer(status, content_type, body)  # raises with the server's message

@@ -9,6 +9,7 @@ same in-process or remote.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Mapping
 
 import numpy as np
@@ -26,7 +27,10 @@ class RemotePolicy(Policy):
     ``gripper`` / ``translation_scale`` / ``rotation_scale`` (see :class:`ActionConvention`).
     """
 
-    side_by_side = False  # the server holds one episode state: two clients would reset each other's episode
+    # every episode is its own server session (a fresh id at reset), so instances driving one server
+    # (parallel workers, lockstep lanes) never share an episode state; a server that cannot hold
+    # another session refuses it (503 too_many_sessions) instead of mixing episodes
+    side_by_side = True
 
     def __init__(self, url: str, timeout: float = 30.0, retries: int = 2, backoff: float = 0.2,
                  rotation: str = "euler", gripper: str = "unit_open", translation_scale: float = 1.0,
@@ -34,17 +38,28 @@ class RemotePolicy(Policy):
         self.convention = ActionConvention(rotation, gripper, float(translation_scale), float(rotation_scale))
         self._client = PolicyClient(url, timeout=timeout, retries=retries, backoff=backoff)
         self.url = self._client.url
-        self.remote_info: dict[str, Any] = self._client.info()["policy"]
+        info = self._client.info()
+        self.remote_info: dict[str, Any] = info["policy"]
+        if not isinstance(info.get("sessions"), dict):
+            # a server without sessions runs every client's episode on one state: parallel workers
+            # would silently corrupt each other's episodes, so it is refused rather than trusted
+            raise RemotePolicyError(f"the server at {self.url} does not keep per-episode sessions (no 'sessions' in "
+                                    f"/v1/info); serve the policy with a current `kosmos-env serve-policy`")
+        self._session: str | None = None
         self.name = f"remote:{self.remote_info.get('name', 'policy')}"
         self.action_convention = (
             f"remote ({self.remote_info.get('action_convention', 'unstated')}); wire: {self.convention.describe()}"
         )
 
     def reset(self, instruction: str, seed: int | None = None) -> None:
-        self._client.reset(instruction, seed)
+        session = uuid.uuid4().hex  # random, not seeded: ids only need to differ between clients
+        self._client.reset(instruction, seed, session=session, previous=self._session)
+        self._session = session
 
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
-        action = self._client.act(obs)
+        if self._session is None:
+            raise RemotePolicyError(f"act before reset: no session on the server at {self.url}")
+        action = self._client.act(obs, session=self._session)
         return action if self.convention == ActionConvention() else self.convention.to_env(action)
 
     def config(self) -> dict[str, Any]:
@@ -59,6 +74,12 @@ class RemotePolicy(Policy):
         return super().content_hash()
 
     def close(self) -> None:
+        if self._session is not None:
+            try:
+                self._client.end(self._session)
+            except RemotePolicyError:  # a server already gone ends its sessions anyway
+                pass
+            self._session = None
         self._client.close()
 
 

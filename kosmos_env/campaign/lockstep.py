@@ -26,8 +26,9 @@ executor, whose driver holds the leases and feeds each actor's free lanes
 
 Policies act per episode: each lane holds its own instance of each policy (a policy keeps one
 episode's state), asked one by one, or in one call when the policy class overrides
-:meth:`Policy.act_many` with a batched one. A policy whose instances share one state (a served
-policy, ``side_by_side = False``) cannot run in lockstep: :func:`check_lockstep` refuses it.
+:meth:`Policy.act_many` with a batched one. A policy whose instances share one state (``side_by_side = False``)
+cannot run in lockstep: :func:`check_lockstep` refuses it. (A served policy runs side by side:
+each instance holds its own server session per episode.)
 
 Timings: steps run side by side overlap, so each of the n episodes of a batched step is charged
 1/n of that step's measured seconds (world and gate) and of its wall time; the per-episode

@@ -5,11 +5,15 @@ The policy is built once (``make_policy(NAME, **kwargs)``) and answers ``GET /v1
 ``kosmos_env.policies.protocol``) until interrupted. The evaluator reaches it with
 ``--policy remote:url=http://HOST:PORT``. Binds 127.0.0.1 unless ``--host`` says otherwise:
 the protocol has no authentication, so expose it beyond loopback only on a trusted network.
-One server serves one episode at a time; start one per parallel worker.
+Every episode is a session with its own policy instance (built on demand, up to
+``--max-sessions`` live at once, reused after an episode ends), so one server serves several
+workers or lockstep lanes without mixing their episodes; a session idle for ``--session-idle``
+seconds is ended.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
 
@@ -27,6 +31,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--request-timeout", type=float, default=60.0,
                    help="seconds a connection may stay silent (a body that does not arrive, an idle keep-alive) "
                         "before it is answered 408 or closed (default 60)")
+    p.add_argument("--max-sessions", type=int, default=8,
+                   help="most episodes served at once, each with its own policy instance (default 8); "
+                        "one more is refused (HTTP 503), never mixed with another's state")
+    p.add_argument("--session-idle", type=float, default=300.0,
+                   help="seconds without a request after which a session is ended (default 300)")
     p.add_argument("--quiet", action="store_true", help="do not log each request")
     p.set_defaults(func=run)
 
@@ -42,13 +51,19 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--max-mb must be > 0, got {args.max_mb}")
     if not args.request_timeout > 0:
         raise ValueError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
+    if args.max_sessions < 1:
+        raise ValueError(f"--max-sessions must be at least 1, got {args.max_sessions}")
+    if not (math.isfinite(args.session_idle) and args.session_idle > 0):
+        raise ValueError(f"--session-idle must be a finite number of seconds > 0, got {args.session_idle}")
     name, kwargs = parse_policy_arg(args.policy)
     policy = make_policy(name, **kwargs)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
         server = PolicyServer(policy, policy_info(policy), host=args.host, port=args.port,
                               max_bytes=int(args.max_mb * 1024 * 1024), log=log,
-                              request_timeout=args.request_timeout)
+                              request_timeout=args.request_timeout,
+                              factory=lambda: make_policy(name, **kwargs),  # one instance per concurrent session
+                              max_sessions=args.max_sessions, session_idle=args.session_idle)
     except OSError as exc:
         policy.close()
         raise RuntimeError(f"cannot bind {args.host}:{args.port}: {exc}") from None
@@ -60,5 +75,6 @@ def run(args: argparse.Namespace) -> int:
         pass
     finally:
         server.close()
+        server.close_policies()
         policy.close()
     return 0
