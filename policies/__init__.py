@@ -9,7 +9,7 @@ Whatever the name, the object is checked to be a :class:`Policy` subclass before
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 from kosmos_env.policies.base import Policy
 
@@ -38,6 +38,24 @@ def make_policy(name: str, allow_import: bool | None = None, **kwargs: Any) -> P
     return resolve_policy(name, allow_import)(**kwargs)
 
 
+def policy_hash_from_files(name: str, kwargs: Mapping[str, Any] | None = None,
+                           allow_import: bool | None = None) -> str:
+    """``make_policy(name, **kwargs).content_hash()`` without loading a model: adapters that load
+    checkpoints (openvla, minivla, ckpt) hash the checkpoint's files and their settings
+    (:meth:`Policy.content_hash_from_files`), so registering a protocol never loads weights or runs
+    a checkpoint's code. Adapters that load nothing (random, scripted, ...) are built to hash them."""
+    cls = resolve_policy(name, allow_import)
+    kwargs = dict(kwargs or {})
+    value = cls.content_hash_from_files(**kwargs)
+    if value is not None:
+        return value
+    policy = cls(**kwargs)
+    try:
+        return policy.content_hash()
+    finally:
+        policy.close()
+
+
 def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
     """Parse the CLI form ``name:k=v,k2=v2`` (or ``module:Class:k=v``) into (name, kwargs).
 
@@ -62,4 +80,4 @@ def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
     return head, kwargs
 
 
-__all__ = ["Policy", "POLICIES", "make_policy", "parse_policy_arg", "resolve_policy"]
+__all__ = ["Policy", "POLICIES", "make_policy", "parse_policy_arg", "policy_hash_from_files", "resolve_policy"]

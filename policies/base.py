@@ -58,6 +58,14 @@ class Policy(ABC):
     def close(self) -> None:
         """Release resources (servers, GPU memory)."""
 
+    @classmethod
+    def content_hash_from_files(cls, **kwargs: Any) -> str | None:
+        """``cls(**kwargs).content_hash()`` computed from the settings and checkpoint files alone,
+        without building the policy (no weights loaded, no checkpoint code run); None where the
+        class cannot (then building it is its only hash: fine for adapters that load nothing).
+        Adapters that load checkpoints override this (see :func:`kosmos_env.policies.policy_hash_from_files`)."""
+        return None
+
 
 def as_action_rows(action: Any) -> np.ndarray:
     """A policy's output as a (k, 7) float32 array: (7,) becomes one row; anything else raises."""

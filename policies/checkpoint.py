@@ -425,10 +425,26 @@ class CheckpointPolicy(Policy):
                 "env_id": self.meta["env_id"], "env_steps": self.meta["env_steps"]}
 
     def content_hash(self) -> str:
+        return self._hash(self.sha256, self.sample, self.seed)
+
+    @classmethod
+    def _hash(cls, sha256: str, sample: bool, seed: int | None) -> str:
         # the weights decide the actions, not where the file lies: the path stays out of the hash
-        payload = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "weights_sha256": self.sha256,
-                   "sample": self.sample, "seed": self.seed if self.sample else None}
+        payload = {"class": f"{cls.__module__}.{cls.__qualname__}", "weights_sha256": sha256,
+                   "sample": bool(sample), "seed": seed if sample else None}
         return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+
+    @classmethod
+    def content_hash_from_files(cls, path: str = "", sample: bool = False, seed: int | None = None,
+                                shipped: str = "") -> str | None:
+        """The built policy's ``content_hash()`` from the checkpoint file's bytes (nothing unpickled)."""
+        if bool(path) == bool(shipped):
+            raise ValueError("the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
+                             "train-policy) or shipped=NAME (a checkpoint shipped with the package)")
+        file = shipped_checkpoint_path(shipped) if shipped else Path(path)
+        if not Path(file).is_file():
+            raise FileNotFoundError(f"policy ckpt: no checkpoint file at {str(file)!r} to hash")
+        return cls._hash(file_sha256(file), sample, seed)
 
     def reset(self, instruction: str, seed: int | None = None) -> None:
         self._task = encode_task(instruction, self.instructions)  # ValueError naming the known list

@@ -64,6 +64,21 @@ class MiniVLAPolicy(OpenVLAPolicy):
                          empty_token_id=None, **kwargs)
         self.decoder = minivla_decoder(self.processor)
 
+    @classmethod
+    def _openvla_args(cls, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """What this constructor hands :class:`OpenVLAPolicy` (``empty_token_id`` is always None)."""
+        import inspect
+
+        try:
+            bound = inspect.signature(cls.__init__).bind(None, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"policy {cls.name}: {exc}") from None
+        bound.apply_defaults()
+        args = dict(bound.arguments)
+        extra = args.pop("kwargs", {})
+        forwarded = {k: args[k] for k in ("model_path", "unnorm_key", "device", "gripper_threshold")}
+        return super()._openvla_args({**forwarded, "empty_token_id": None, **extra})
+
     def _load(self) -> tuple[Any, Any]:
         from pathlib import Path
 

@@ -39,6 +39,41 @@ LLAMA2_EMPTY_TOKEN_ID = 29871
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".py", ".txt")
 
 
+def _hash_settings(unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id, gripper_threshold,
+                   norm_stats) -> dict[str, Any]:
+    """The constructor settings that change actions, as given (paths of files hashed with them elsewhere)."""
+    stats = norm_stats if norm_stats is None or isinstance(norm_stats, Mapping) else str(norm_stats)
+    if isinstance(norm_stats, (str, Path)) and Path(norm_stats).is_file():
+        stats = hash_files([norm_stats])  # the statistics decide the actions, not the file's name
+    return {"unnorm_key": unnorm_key, "dtype": dtype, "prompt": prompt, "image_size": int(image_size),
+            "vocab_size": vocab_size, "empty_token_id": empty_token_id, "gripper_threshold": gripper_threshold,
+            "norm_stats": stats}
+
+
+def _files_hash(class_name: str, model_path: str, settings: Mapping[str, Any]) -> str:
+    import hashlib
+
+    files = hash_files([model_path], _WEIGHT_SUFFIXES)
+    payload = json.dumps({"files": files, "settings": settings, "class": class_name}, sort_keys=True, default=str)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def _hash_from_files(cls: type, args: Mapping[str, Any]) -> str:
+    from kosmos_env.plugins import check_remote_code
+
+    # refused here as when built: a protocol asking for checkpoint code is refused at register too
+    check_remote_code(bool(args.get("trust_remote_code")), f"policy {cls.name}")
+    if args.get("model") is not None or args.get("processor") is not None:
+        raise ValueError(f"policy {cls.name}: a model handed in memory has no content hash from files")
+    path = str(args["model_path"])
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"policy {cls.name}: no checkpoint folder at {path!r} to hash")
+    settings = _hash_settings(args["unnorm_key"], args["dtype"], args["prompt"], args["image_size"],
+                              args["vocab_size"], args["empty_token_id"], args["gripper_threshold"],
+                              args["norm_stats"])
+    return _files_hash(cls.__name__, path, settings)
+
+
 class ActionTokenDecoder:
     """Token ids <-> normalised actions for "last n_bins ids of the vocabulary" action tokens.
 
@@ -114,6 +149,10 @@ class OpenVLAPolicy(Policy):
         from kosmos_env.plugins import check_remote_code
 
         self.model_path = str(model_path)
+        # the settings as given (not as derived from the loaded model): the hash computed from files
+        # alone (content_hash_from_files) and the built policy's hash are then the same by construction
+        self._hash_settings = _hash_settings(unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id,
+                                             gripper_threshold, norm_stats)
         # before anything is read from model_path: a protocol naming this policy cannot run its code
         self.unnorm_key = unnorm_key
         self.trust_remote_code = check_remote_code(bool(trust_remote_code), f"policy {self.name}")
@@ -247,13 +286,34 @@ class OpenVLAPolicy(Policy):
     def content_hash(self) -> str:
         """sha256 of the checkpoint files (weights, configs, code) and the decoding settings."""
         if self._hash is None:
-            import hashlib
+            if Path(self.model_path).is_dir():
+                self._hash = _files_hash(type(self).__name__, self.model_path, self._hash_settings)
+            else:  # a model handed in memory: only its derived settings identify it
+                import hashlib
 
-            files = hash_files([self.model_path], _WEIGHT_SUFFIXES) if Path(self.model_path).is_dir() else "in-memory"
-            settings = {k: v for k, v in self.config().items() if k != "model_path"}
-            payload = json.dumps({"files": files, "settings": settings, "class": type(self).__name__}, sort_keys=True)
-            self._hash = hashlib.sha256(payload.encode()).hexdigest()
+                settings = {**self._hash_settings, "vocab_end": self.decoder.vocab_end}
+                payload = json.dumps({"files": "in-memory", "settings": settings, "class": type(self).__name__},
+                                     sort_keys=True, default=str)
+                self._hash = hashlib.sha256(payload.encode()).hexdigest()
         return self._hash
+
+    @classmethod
+    def content_hash_from_files(cls, **kwargs: Any) -> str | None:
+        """The built policy's ``content_hash()`` from the checkpoint folder's files and the settings,
+        without loading the model or running any of the checkpoint's code."""
+        return _hash_from_files(cls, cls._openvla_args(kwargs))
+
+    @classmethod
+    def _openvla_args(cls, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """``kwargs`` bound to :class:`OpenVLAPolicy`'s constructor, defaults filled in."""
+        import inspect
+
+        try:
+            bound = inspect.signature(OpenVLAPolicy.__init__).bind(None, **kwargs)
+        except TypeError as exc:
+            raise ValueError(f"policy {cls.name}: {exc}") from None
+        bound.apply_defaults()
+        return {k: v for k, v in bound.arguments.items() if k != "self"}
 
     def close(self) -> None:
         self.model = None

@@ -343,14 +343,12 @@ def policy_refs(protocol: Mapping[str, Any]) -> list:
 
 
 def policy_content_hash(name: str, kwargs: Mapping[str, Any]) -> str:
-    """``make_policy(name, **kwargs).content_hash()`` (the policy is closed afterwards)."""
-    from kosmos_env.policies import make_policy
+    """``make_policy(name, **kwargs).content_hash()``, computed from the checkpoint's files where the
+    policy loads one (never by loading the model: a protocol must not make register run a
+    checkpoint's code or load its weights); see :func:`kosmos_env.policies.policy_hash_from_files`."""
+    from kosmos_env.policies import policy_hash_from_files
 
-    pol = make_policy(name, **dict(kwargs))
-    try:
-        return pol.content_hash()
-    finally:
-        pol.close()
+    return policy_hash_from_files(name, kwargs)
 
 
 def resolve_reference(path: str, base_dir: str | Path | None) -> Path:
