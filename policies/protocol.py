@@ -297,6 +297,7 @@ class PolicyServer:
         self._free: list[Any] = [policy]  # built instances not held by a session (reset before reuse)
         self._built: list[Any] = [policy]  # every instance, closed by close_policies()
         self._sessions_lock = threading.Lock()
+        self._building = 0  # new instances the factory is building now (each holds a session slot)
         self.info = dict(info or {"name": getattr(policy, "name", type(policy).__name__)})
         self.max_bytes = int(max_bytes)
         self.request_timeout = float(request_timeout)
@@ -370,11 +371,13 @@ class PolicyServer:
             self._free.append(sess.policy)  # the next session's reset clears its episode state
 
     def _open(self, sid: str) -> "_Session | tuple[int, str, bytes]":
+        """The session ``sid`` (opened if new); the caller holds the table lock, which is released
+        while the factory builds a new instance (a model load must not stall other sessions)."""
         now = time.monotonic()
         self._expire(now)
         sess = self._sessions.get(sid)
         if sess is None:
-            if len(self._sessions) >= self.max_sessions:
+            if len(self._sessions) + self._building >= self.max_sessions:
                 why = ("this server holds one policy instance (no factory)" if self.factory is None
                        else f"start it with a larger --max-sessions, or run fewer workers/lanes")
                 return _error(503, "too_many_sessions",
@@ -383,12 +386,22 @@ class PolicyServer:
             if self._free:
                 policy = self._free.pop()
             else:
+                self._building += 1  # the slot is reserved while the lock is released
+                self._sessions_lock.release()
                 try:
                     policy = self.factory()
                 except Exception as exc:
                     return _error(500, "policy_error", f"building a policy for a new session raised "
                                   f"{type(exc).__name__}: {exc}")
+                finally:
+                    self._sessions_lock.acquire()
+                    self._building -= 1
                 self._built.append(policy)
+                if sid in self._sessions:  # the same id was opened meanwhile: keep the instance for later
+                    self._free.append(policy)
+                    sess = self._sessions[sid]
+                    sess.last_used = now
+                    return sess
             sess = self._sessions[sid] = _Session(policy)
         sess.last_used = now
         return sess

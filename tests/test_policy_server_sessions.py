@@ -129,3 +129,33 @@ def test_serve_policy_binds_loopback_by_default_and_bounds_sessions():
     assert args.host == "127.0.0.1" and args.max_sessions >= 1 and args.session_idle > 0
     with pytest.raises(ValueError, match="max_sessions"):
         PolicyServer(make_policy("random"), factory=lambda: make_policy("random"), max_sessions=0)
+
+
+def test_a_session_being_built_does_not_stall_the_others():
+    """The factory (a model load, for a large policy) runs outside the session table's lock: an
+    act of a live session is answered while another session's instance is still being built."""
+    import threading
+
+    release, building = threading.Event(), threading.Event()
+
+    def factory():
+        building.set()
+        assert release.wait(30), "the test never released the build"
+        return make_policy("random")
+
+    with _server(factory=factory, max_sessions=2) as server:
+        # a: 5 s timeout, so a stalled act fails the test instead of hanging it
+        a, b = RemotePolicy(server.url, timeout=5.0), RemotePolicy(server.url, timeout=30)
+        a.reset(INSTR, seed=0)  # takes the server's first instance: no build
+        opener = threading.Thread(target=lambda: b.reset(INSTR, seed=1))
+        opener.start()
+        assert building.wait(30)
+        try:
+            assert a.act(_obs()).shape == (7,)  # answered while b's instance is being built
+            with pytest.raises(RemotePolicyError, match="too_many_sessions"):
+                RemotePolicy(server.url).reset(INSTR)  # the slot being built counts
+        finally:
+            release.set()
+            opener.join(30)
+        assert b.act(_obs()).shape == (7,) and server.sessions == 2
+        a.close(), b.close()
