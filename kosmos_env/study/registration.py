@@ -109,17 +109,14 @@ def judge_bindings(cfg) -> dict[str, Any]:
 
 def policy_bindings(policies) -> list[dict[str, str]]:
     """Each policy's content hash (a checkpoint's weights file, a scripted policy's settings), the
-    same value a campaign protocol binds."""
-    from kosmos_env.policies import make_policy, parse_policy_arg
+    same value a campaign protocol binds, computed from files: no policy is built, so registering
+    loads no weights and runs no checkpoint code."""
+    from kosmos_env.policies import parse_policy_arg, policy_hash_from_files
 
     out = []
     for p in policies:
         name, kwargs = parse_policy_arg(p)
-        pol = make_policy(name, **kwargs)
-        try:
-            out.append({"policy": p, "content_hash": pol.content_hash()})
-        finally:
-            pol.close()
+        out.append({"policy": p, "content_hash": policy_hash_from_files(name, kwargs)})
     return out
 
 
