@@ -265,14 +265,23 @@ def test_tabletop_lockstep_uses_a_sync_vector_env_and_a_policys_batched_call(tmp
     assert max(BatchedRandom.calls) == 2 and sum(BatchedRandom.calls) == steps
 
 
-def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys):
+class SharedState(RandomPolicy):
+    """A policy whose instances share one episode state (``side_by_side = False``)."""
+
+    side_by_side = False
+
+
+def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch):
     out = tmp_path / "camp"
     assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--lockstep must be at least 1" in err[0]
-    # a served policy: every client drives the one policy behind the server, so it cannot take a batch
-    # (refused before connecting: nothing listens on this port)
-    argv = ["eval", "--policy", "remote:url=http://127.0.0.1:9", "--seeds", "1", "--out", str(out), "--lockstep", "2"]
+    # a policy whose instances share one state cannot take a batch (refused before it is built;
+    # a served remote: policy runs in lockstep: each lane is its own server session, see
+    # tests/test_policy_server_sessions.py)
+    monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+    argv = ["eval", "--policy", "tests.test_campaign_lockstep:SharedState", "--seeds", "1", "--out", str(out),
+            "--lockstep", "2"]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "side by side" in err[0] and "--lockstep 1" in err[0], err

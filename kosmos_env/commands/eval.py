@@ -135,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
                              repeats=1 if args.repeats is None else args.repeats,
                              judge=args.judge, image_size=args.image_size, video=not args.no_video,
                              spec_overrides=control_overrides(args.control))
-    check_lockstep(config, args.lockstep)  # before building policies: a served one is refused unconnected
+    check_lockstep(config, args.lockstep)  # before building policies: one that cannot run side by side is refused
     check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
     check_judge(config)  # so do unreadable or mismatched judge weights, named as the judge's
     price_table = PriceTable.parse(args.price_table) if args.price_table else None
