@@ -122,8 +122,11 @@ def test_more_pairs_needed_monotone_in_observed_difference():
 def test_nan_pairs_dropped_and_bad_input_named():
     v = paired_verdict([1, 1, float("nan"), 0], [0, 0, 1, float("nan")])
     assert v.n_pairs == 2
-    with pytest.raises(ValueError, match="0 or 1"):
-        paired_verdict([0.5, 1], [0, 1])
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        paired_verdict([1.5, 1], [0, 1])
+    # success averaged over repeats (fractions) switches to the adjusted rule, said in the method
+    avg = paired_verdict([0.5, 1, 1], [0, 0.5, 0])
+    assert "averaged over repeats" in avg.method and avg.measure == "success"
     with pytest.raises(ValueError, match="one value per pair"):
         paired_verdict([1, 0], [1])
     with pytest.raises(ValueError, match="measure"):

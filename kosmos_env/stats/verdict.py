@@ -38,6 +38,7 @@ MEASURES = ("success", "score")
 OUTCOMES = ("a_better", "b_better", "undecided")
 TANGO_METHOD = "Tango score interval for paired proportions"
 SCORE_METHOD = "Agresti-Min adjusted interval for paired mean scores"
+SUCCESS_AVG_METHOD = "Agresti-Min adjusted interval for paired success averaged over repeats"
 POWER = 0.8  # the power at which "more pairs needed" is estimated
 
 
@@ -228,17 +229,20 @@ def _as_pairs(a, b, measure: str) -> tuple[np.ndarray, np.ndarray]:
         raise ValueError("paired verdict: values must be finite")
     if np.any((x < 0) | (x > 1)) or np.any((y < 0) | (y > 1)):
         raise ValueError(f"paired verdict on {measure}: values must lie in [0, 1]")
-    if measure == "success" and (np.any((x != 0) & (x != 1)) or np.any((y != 0) & (y != 1))):
-        raise ValueError("paired verdict on success: values must be 0 or 1 (use measure='score' for judge scores)")
     return x, y
+
+
+def _binary(x: np.ndarray, y: np.ndarray) -> bool:
+    return bool(np.all((x == 0) | (x == 1)) and np.all((y == 0) | (y == 1)))
 
 
 def paired_verdict(a, b, *, names: tuple[str, str] = ("A", "B"), measure: str = "success",
                    alpha: float = 0.05) -> Verdict:
     """The verdict on ``a`` vs ``b`` (one value per paired seed, same order), from one rule.
 
-    ``measure="success"``: 0/1 outcomes, Tango's score interval. ``measure="score"``: judge scores
-    in [0, 1], the Agresti-Min adjusted interval. Pairs with a NaN on either side are dropped.
+    ``measure="success"``: 0/1 outcomes, Tango's score interval (per-seed success averaged over
+    repeats, i.e. fractions, use the Agresti-Min adjusted interval). ``measure="score"``: judge
+    scores in [0, 1], the Agresti-Min adjusted interval. Pairs with a NaN on either side are dropped.
     The outcome is "the interval excludes 0"; ``more_pairs_needed`` is, when undecided, about how
     many more pairs would detect the observed difference with 80% power (None when decided, or
     when no difference was observed).
@@ -253,15 +257,20 @@ def paired_verdict(a, b, *, names: tuple[str, str] = ("A", "B"), measure: str = 
     x, y = _as_pairs(a, b, measure)
     n = int(x.size)
     level = f"{100 * (1 - alpha):g}%"
-    if measure == "success":
+    # Success per seed is 0/1 with one repeat (Tango); with repeats averaged per seed it is a
+    # fraction, and the paired 2x2 table no longer exists, so the adjusted rule takes over.
+    tango = measure == "success" and _binary(x, y)
+    if tango:
         method = f"{TANGO_METHOD}, {level}"
+    elif measure == "success":
+        method = f"{SUCCESS_AVG_METHOD}, {level}"
     else:
         method = f"{SCORE_METHOD}, {level}"
     if n == 0:
         return Verdict(na, nb, "undecided", measure, 0, 0.0, (-1.0, 1.0), method, None, alpha)
     d = x - y
     diff = float(d.mean())
-    if measure == "success":
+    if tango:
         n12 = int(np.sum((x == 1) & (y == 0)))
         n21 = int(np.sum((x == 0) & (y == 1)))
         lo, hi = tango_interval(n12, n21, n, alpha)
