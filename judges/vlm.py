@@ -168,6 +168,9 @@ class VLMJudge:
         import transformers
         from transformers import AutoConfig, AutoTokenizer
 
+        from kosmos_env.errors import require_version
+
+        require_version("transformers", transformers.__version__, "the VLM judge")  # pyproject.toml's floor
         source = local_path or self.model_id
         common = {"local_files_only": True, "trust_remote_code": self.trust_remote_code}
         if not local_path and self.revision:
@@ -189,8 +192,10 @@ class VLMJudge:
         model_cls = getattr(transformers, cls_name)
         if not hasattr(model_cls, "_prepare_position_ids_for_generation"):
             # the prefill-once decode (_generate) computes the multimodal positions as generate does
-            raise RuntimeError(f"the VLM judge needs transformers>=5.24 (installed: {transformers.__version__}); "
-                               "pip install -U 'transformers>=5.24'")
+            from kosmos_env.errors import dependency_floor, install_hint  # the floor is pyproject.toml's
+
+            raise RuntimeError(f"the VLM judge needs transformers>={dependency_floor('transformers')} (installed: "
+                               f"{transformers.__version__}); {install_hint('models', upgrade=True)}")
         model = model_cls.from_pretrained(source, dtype=dtype, **common)
         if device:
             model = model.to(device)

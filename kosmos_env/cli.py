@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 # subcommand modules under kosmos_env.commands, in the order `--help` lists them
@@ -39,10 +40,64 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"kosmos_env.commands.{name}").add_parser(sub)
+    _plain_help(parser)
     return parser
 
 
+# reStructuredText markup that module docstrings (reused as command descriptions) carry: a terminal
+# shows it raw, so ``x`` and :role:`x` print as x
+_RST_LITERAL = re.compile(r"``(.+?)``", re.DOTALL)
+_RST_ROLE = re.compile(r":[a-z]+:`~?([^`]+)`")
+
+
+def plain_text(text: str | None) -> str | None:
+    if not text:
+        return text
+    return _RST_ROLE.sub(r"\1", _RST_LITERAL.sub(r"\1", text))
+
+
+def _plain_help(parser: argparse.ArgumentParser) -> None:
+    """Strip rst markup from every description and option help, in every subcommand, and give a
+    subcommand without a description its one-line help as one (so `COMMAND --help` says what it does)."""
+    parser.description = plain_text(parser.description)
+    parser.epilog = plain_text(parser.epilog)
+    for action in parser._actions:
+        action.help = plain_text(action.help) if isinstance(action.help, str) else action.help
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, child in action.choices.items():
+                if not child.description and helps.get(name):
+                    child.description = helps[name][0].upper() + helps[name][1:] + "."
+                _plain_help(child)
+            for choice in action._choices_actions:
+                choice.help = plain_text(choice.help)
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as exc:
+        # an optional package the command needs is not installed (a core install running `report`,
+        # `doctor --tiny`, a Bridge `eval`): one line naming the extra, whichever command got there
+        from kosmos_env.errors import missing_module_message
+
+        message = missing_module_message(exc)
+        if message is None:  # a module of kosmos-env itself, or one pyproject.toml does not name: a bug
+            raise
+        command = _command_name(argv)
+        print(f"kosmos-env{f' {command}' if command else ''}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _command_name(argv: list[str] | None) -> str | None:
+    names = {name.replace("_", "-") for name in COMMANDS}
+    for word in sys.argv[1:] if argv is None else argv:
+        if word in names:
+            return word
+    return None
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

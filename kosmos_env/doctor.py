@@ -65,25 +65,22 @@ class DoctorReport:
 
 
 def _version_ok(installed: str, needed: str) -> bool:
-    def parts(v: str) -> tuple[int, ...]:
-        out = []
-        for p in v.split("+")[0].split("."):
-            digits = "".join(ch for ch in p if ch.isdigit())
-            if not digits:
-                break
-            out.append(int(digits))
-        return tuple(out)
+    from kosmos_env.errors import version_at_least
 
-    return parts(installed) >= parts(needed)
+    return version_at_least(installed, needed)
 
 
 def check_versions() -> Check:
+    """The installed diffusers / transformers / torch against the floors pyproject.toml declares (the
+    one source the Cosmos 3 world and the VLM judge check against too)."""
     from importlib import metadata
 
-    from kosmos_env.worlds.cosmos3 import REQUIRED_VERSIONS
+    from kosmos_env.errors import dependency_floor, extra_for_module, install_hint
+    from kosmos_env.worlds.cosmos3 import required_versions
 
+    floors = {**required_versions(), "torch": dependency_floor("torch") or "2.4"}
     found, bad = {}, []
-    for pkg, need in {**REQUIRED_VERSIONS, "torch": "2.4"}.items():
+    for pkg, need in floors.items():
         try:
             found[pkg] = metadata.version(pkg)
         except metadata.PackageNotFoundError:
@@ -96,12 +93,24 @@ def check_versions() -> Check:
         except ImportError as exc:
             bad.append(f"diffusers with Cosmos3OmniPipeline ({exc})")
     detail = ", ".join(f"{k} {v or 'missing'}" for k, v in found.items())
+    need_text = ", ".join(f"{k}>={v}" for k, v in floors.items() if k != "torch")
     if bad:
+        extra = (extra_for_module("diffusers") or ("diffusers", "models"))[1] or "models"
         return Check("packages", "FAIL", detail + f"; need {', '.join(bad)}",
-                     fix=f"pip install -U 'kosmos-env[models]' (or: pip install {' '.join(repr(b) for b in bad)})",
+                     fix=f"{install_hint(extra, upgrade=True)} (or: pip install -U {' '.join(repr(b) for b in bad)})",
                      data=found)
-    return Check("packages", "ok", detail + " (need diffusers>=0.42 with Cosmos3OmniPipeline, transformers>=4.57)",
-                 data=found)
+    return Check("packages", "ok", detail + f" (need {need_text}; diffusers with Cosmos3OmniPipeline)", data=found)
+
+
+def check_weights_present(spec: Any, weights_path: str | None, judge_spec: dict[str, Any]) -> Check:
+    """Every weight the env and its judge need, listed at once (the check ``make`` and ``eval`` run)."""
+    from kosmos_env.required_weights import missing_weights
+
+    problems = missing_weights(spec, {"weights_path": weights_path} if weights_path else None, judge_spec)
+    if problems:
+        return Check("weights on disk", "FAIL", f"{len(problems)} missing: " + "; ".join(problems),
+                     fix="download each as shown and point the env at it (the hf download lines above)")
+    return Check("weights on disk", "ok", "every weight the world and the judge need is on disk")
 
 
 def check_device(world_cfg: dict[str, Any], weights_path: str | None, tiny: bool,
@@ -281,6 +290,7 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
             judge_spec = tiny_judge_spec(judge_spec, tiny_judge_dir())
 
     report.checks.append(check_versions())
+    report.checks.append(check_weights_present(spec, weights_path, judge_spec))
     world_path = None
     if spec.world.get("type") == "cosmos3":
         from kosmos_env.worlds.cosmos3 import _validated_config
@@ -338,4 +348,6 @@ def _judge_fix(judge_spec: dict[str, Any], exc: Exception) -> str:
         return (f"download the judge weights ({lines[0] if lines else 'hf download ' + str(judge_spec.get('model_id'))}) "
                 f"and point the judge at them: --judge '{{\"type\": \"vlm\", \"local_path\": \"/path\"}}' or "
                 f"$KOSMOS_VLM_JUDGE_PATH")
-    return "check the judge spec (--judge) and its dependencies"
+    from kosmos_env.errors import missing_module_message
+
+    return missing_module_message(exc) or "check the judge spec (--judge) and its dependencies"

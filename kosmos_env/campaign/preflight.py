@@ -20,6 +20,23 @@ class JudgeCheckError(ValueError):
     """The campaign's judge cannot be built or its artifacts cannot be read; one line naming it."""
 
 
+def check_weights(config: CampaignConfig) -> None:
+    """Every downloaded weight the campaign's env and judge need is on disk, or one MissingWeightsError
+    naming them all (:func:`kosmos_env.required_weights.require_weights`, as ``gymnasium.make`` and the
+    doctor use): checked before the run folder is created, so a missing weight leaves nothing behind."""
+    from kosmos_env.required_weights import require_weights
+    from kosmos_env.spec import load_spec
+
+    spec = load_spec(config.env_id).with_overrides(**dict(config.spec_overrides))
+    require_weights(spec, None, dict(config.judge))
+
+
+def _missing_extra(exc: BaseException) -> str | None:
+    from kosmos_env.errors import missing_module_message
+
+    return missing_module_message(exc)
+
+
 def check_judge(config: CampaignConfig) -> None:
     """Build the campaign's judge once and let it check its artifacts (``preflight()``, where a
     judge has one: cheap checks only, e.g. the frame classifier's weights file and its sha256), so
@@ -34,7 +51,8 @@ def check_judge(config: CampaignConfig) -> None:
             judge.preflight()
     except Exception as exc:  # noqa: BLE001 - the user gets one line naming the judge
         lines = str(exc).strip().splitlines()
-        raise JudgeCheckError(f"judge {kind!r} is not usable: {lines[0] if lines else type(exc).__name__}") from None
+        why = _missing_extra(exc) or (lines[0] if lines else type(exc).__name__)
+        raise JudgeCheckError(f"judge {kind!r} is not usable: {why}") from None
 
 
 def check_policies(config: CampaignConfig | Iterable) -> None:
@@ -52,6 +70,8 @@ def check_policies(config: CampaignConfig | Iterable) -> None:
             why = lines[0] if lines else type(exc).__name__
             if isinstance(exc, TypeError) and "argument" in why:
                 why = f"bad keyword argument: {why}"
+            elif _missing_extra(exc):
+                why = _missing_extra(exc)
             elif isinstance(exc, (ImportError, AttributeError)):
                 why = f"cannot load it ({type(exc).__name__}: {why})"
             raise PolicyCheckError(f"--policy {ref.label!r} cannot be built: {why}") from None

@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.bundle import error_summary
     from kosmos_env.campaign.executors import make_executor
     from kosmos_env.campaign.lockstep import check_lockstep
-    from kosmos_env.campaign.preflight import check_judge, check_policies
+    from kosmos_env.campaign.preflight import check_judge, check_policies, check_weights
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
     from kosmos_env.fileio import check_writable_path
@@ -125,9 +125,8 @@ def run(args: argparse.Namespace) -> int:
         config = registered_config(registration, env=args.env, policies=args.policy, tasks=args.tasks and tasks,
                                    seeds=args.seeds, repeats=args.repeats, judge=args.judge,
                                    image_size=args.image_size, video=not args.no_video)
-        bind_registration(args.out, config, registration)
-        print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
     else:
+        registration = None
         if not args.policy:
             raise ValueError("give at least one --policy (or --registration REG.json)")
         config = make_config(args.env or DEFAULT_ENV, args.policy, tasks=tasks,
@@ -135,6 +134,8 @@ def run(args: argparse.Namespace) -> int:
                              repeats=1 if args.repeats is None else args.repeats,
                              judge=args.judge, image_size=args.image_size, video=not args.no_video,
                              spec_overrides=control_overrides(args.control))
+    # nothing is written to --out before these checks pass: a refused campaign leaves no run folder
+    check_weights(config)  # every missing world and judge weight, named at once
     check_lockstep(config, args.lockstep)  # before building policies: one that cannot run side by side is refused
     check_policies(config)  # a bad --policy fails here, in one line, before any episode runs
     check_judge(config)  # so do unreadable or mismatched judge weights, named as the judge's
@@ -148,6 +149,9 @@ def run(args: argparse.Namespace) -> int:
     ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus,
                    "actor_resources": args.rollout_resources or args.actor_resources,
                    "judge_resources": args.judge_resources}
+    if registration is not None:
+        bind_registration(args.out, config, registration)
+        print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
     executor = make_executor(args.workers, args.executor, judge_workers=args.judge_workers, **ray_options)
     settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts,
                             judge_batch=args.judge_batch or 0, lockstep=args.lockstep)

@@ -8,12 +8,20 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="run a policy for N episodes on one task and write one MP4 per episode")
+    p = sub.add_parser("rollout", help="run a policy for N episodes on one task and write one MP4 per episode",
+                       description="Run one policy on one task for N seeds (no ledger, no ranking), write one MP4 per "
+                                   "episode and summary.json, and print the success rate. For a paired comparison of "
+                                   "policies use `kosmos-env eval`.")
     p.add_argument("--env", default="Kosmos-Tabletop-v1", help="registered env id (default: %(default)s)")
-    p.add_argument("--task", default=None, help="task name (default: the spec's default task)")
+    # the flags are spelled as `eval` spells them (--tasks, --seeds N = seeds 0..N-1); the older
+    # --task / --episodes / --seed stay as aliases so existing scripts keep working
+    p.add_argument("--tasks", "--task", dest="task", default=None, metavar="TASK",
+                   help="the task (one; default: the spec's default task)")
     p.add_argument("--policy", default="scripted", help="policy as name[:k=v,...] (default: %(default)s)")
-    p.add_argument("--episodes", type=int, default=5, help="number of episodes, seeds 0..N-1 offset by --seed")
-    p.add_argument("--seed", type=int, default=0, help="first seed (default: %(default)s)")
+    p.add_argument("--seeds", "--episodes", dest="episodes", type=int, default=5, metavar="N",
+                   help="number of episodes: seeds 0..N-1, offset by --seed-offset (default: %(default)s)")
+    p.add_argument("--seed-offset", "--seed", dest="seed", type=int, default=0,
+                   help="first seed (default: %(default)s)")
     p.add_argument("--out", required=True, help="output directory for MP4s and summary.json")
     p.add_argument("--no-video", action="store_true", help="skip writing MP4s")
     p.set_defaults(func=run)
@@ -29,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.video import write_mp4
 
     if args.episodes < 1:
-        raise ValueError("--episodes must be at least 1")
+        raise ValueError("--seeds (--episodes) must be at least 1")
+    if args.task is not None and "," in args.task:
+        raise ValueError(f"rollout runs one task; got --tasks {args.task!r} (use `kosmos-env eval` for several)")
     name, kwargs = parse_policy_arg(args.policy)
     policy = make_policy(name, **kwargs)
     env = gymnasium.make(args.env, task=args.task) if args.task else gymnasium.make(args.env)

@@ -83,8 +83,32 @@ _DEVICES_AUTO = "auto"
 WORLD_VERSION = "2"
 PIPELINE_CLASS = "Cosmos3OmniPipeline"
 TRANSFORMER_CLASS = "Cosmos3OmniTransformer"
-# What the pipeline needs of the installed stack (CosmosActionCondition, tier 256 canvases).
-REQUIRED_VERSIONS = {"diffusers": "0.42", "transformers": "4.57"}
+# What the pipeline needs of the installed stack (CosmosActionCondition, tier 256 canvases). The
+# minimum versions are pyproject.toml's (the `models` extra), read by required_versions(): one source
+# for this world, the VLM judge and the doctor.
+REQUIRED_PACKAGES = ("diffusers", "transformers")
+
+
+def required_versions() -> dict[str, str]:
+    """``{package: minimum version}`` of :data:`REQUIRED_PACKAGES`, from pyproject.toml."""
+    from kosmos_env.errors import dependency_floor
+
+    return {pkg: dependency_floor(pkg) or "0" for pkg in REQUIRED_PACKAGES}
+
+
+def check_installed_versions() -> None:
+    """RuntimeError (one line, with the install command) when diffusers or transformers is older than
+    pyproject.toml's floor: an older stack fails later, deep inside the pipeline."""
+    from importlib import metadata
+
+    from kosmos_env.errors import require_version
+
+    for pkg in REQUIRED_PACKAGES:
+        try:
+            installed = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            continue  # the import itself fails first, with the extra to install
+        require_version(pkg, installed, "the Cosmos 3 world")
 # Memory need = weights at the run dtype * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD: a rule of
 # thumb for one 17-frame call at tier 256 (activations, VAE decode, CUDA context), not a measurement
 # on Cosmos3-Nano.
@@ -186,6 +210,7 @@ class Cosmos3World:
         if self._pipeline is None:
             key = (self._weights_path, cfg["dtype"], cfg["device"], cfg["flow_shift"], repr(cfg["sea_cache"]))
             if key not in _RESIDENT:
+                check_installed_versions()
                 from diffusers import Cosmos3OmniPipeline
 
                 if cfg["device"].startswith("cuda"):

@@ -1,0 +1,118 @@
+"""Every downloaded weight an env needs, checked at once, before anything is built or written.
+
+``gymnasium.make``, ``kosmos-env eval`` and ``kosmos-env doctor`` all call :func:`missing_weights`
+(``make`` and ``eval`` through :func:`require_weights`), so each names *all* the missing weights of
+an env in one message — the world's and every judge's — instead of failing on the first one it
+happens to load (``make`` used to name only the world's, ``eval`` only the judge's, after it had
+already created its run folder).
+
+Only presence is checked here (cheap: a few ``stat`` calls and a look in the Hugging Face cache);
+the loaders still check what they load (architecture, hashes). Shipped weights (the learned
+tabletop, the frame judge) are always present and need no check.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Mapping
+
+from kosmos_env.errors import MissingWeightsError
+
+# the VLM judge's environment variable (kosmos_env.judges.vlm.LOCAL_PATH_ENV; named here so this
+# check needs neither transformers nor the judge module)
+VLM_LOCAL_PATH_ENV = "KOSMOS_VLM_JUDGE_PATH"
+
+
+def _world_missing(spec: Any, world_kwargs: Mapping[str, Any]) -> list[str]:
+    if spec.world.get("type") != "cosmos3" or "pipeline" in world_kwargs:
+        return []
+    from kosmos_env.worlds import cosmos3
+
+    cfg = cosmos3._validated_config(spec)
+    try:
+        cosmos3.resolve_weights(cfg, world_kwargs.get("weights_path"))
+    except MissingWeightsError:
+        folder = cfg["model_id"].split("/")[-1]
+        given = world_kwargs.get("weights_path") or os.environ.get(cfg["local_path_env"])
+        where = f" ({given} holds no diffusers checkpoint)" if given else ""
+        return [f"world weights {cfg['model_id']} at revision {cfg['revision']!r}{where}: "
+                f"hf download {cfg['model_id']} --revision {cfg['revision']} --local-dir ~/models/{folder} (older "
+                f"clients: huggingface-cli download with the same arguments), then "
+                f"export {cfg['local_path_env']}=~/models/{folder} (or world_kwargs={{'weights_path': ...}})"]
+    return []
+
+
+def _vlm_specs(judge: Any) -> list[dict[str, Any]]:
+    """Every ``{"type": "vlm", ...}`` inside a judge spec (combinators hold their judges inside)."""
+    found = []
+    if isinstance(judge, Mapping):
+        if judge.get("type") == "vlm":
+            found.append(dict(judge))
+        for value in judge.values():
+            found += _vlm_specs(value)
+    elif isinstance(judge, (list, tuple)):
+        for value in judge:
+            found += _vlm_specs(value)
+    return found
+
+
+def _vlm_present(spec: Mapping[str, Any]) -> bool:
+    model = spec.get("model")
+    if model is not None and not isinstance(model, (str, os.PathLike)):
+        return True  # a model object handed in: nothing to load
+    local = spec.get("local_path") or os.environ.get(VLM_LOCAL_PATH_ENV)
+    if isinstance(model, (str, os.PathLike)) and os.path.isdir(model):
+        local = os.fspath(model)
+    if local:
+        return os.path.isfile(os.path.join(local, "config.json"))
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # no models extra: the judge fails on that first, with its own one-line message
+        return True
+    model_id = str(model) if isinstance(model, (str, os.PathLike)) else spec.get("model_id", "nvidia/Cosmos-Reason1-7B")
+    found = try_to_load_from_cache(model_id, "config.json", revision=spec.get("revision"))
+    return isinstance(found, str)
+
+
+def _judge_missing(judge: Any) -> list[str]:
+    out = []
+    for spec in _vlm_specs(judge):
+        if _vlm_present(spec):
+            continue
+        model_id = spec.get("model_id", "nvidia/Cosmos-Reason1-7B")
+        folder = str(model_id).split("/")[-1]
+        local = spec.get("local_path") or os.environ.get(VLM_LOCAL_PATH_ENV)
+        where = f" ({local} holds no config.json)" if local else ""
+        rev = f" --revision {spec['revision']}" if spec.get("revision") else ""
+        out.append(f"judge weights {model_id}{where}: hf download {model_id}{rev} --local-dir ~/models/{folder}, "
+                   f"then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge '{{\"type\": \"vlm\", "
+                   f"\"local_path\": ...}}')")
+    return out
+
+
+def missing_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
+                    check_world: bool = True) -> list[str]:
+    """One line per weight ``spec`` needs that is not on disk (world first, then each judge), each
+    with the command that fetches it and how to point the env at it; ``[]`` when all are there.
+
+    ``judge`` is the judge spec that will run (``None``: the spec's own; a judge object: nothing to
+    check); ``check_world=False`` when a world object is handed in.
+    """
+    problems = _world_missing(spec, dict(world_kwargs or {})) if check_world else []
+    if judge is None:
+        judge = spec.judge
+    if isinstance(judge, str):
+        judge = {"type": judge}
+    if isinstance(judge, Mapping):
+        problems += _judge_missing(judge)
+    return problems
+
+
+def require_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
+                    check_world: bool = True) -> None:
+    """Raise :class:`MissingWeightsError` naming every missing weight of ``spec`` at once."""
+    problems = missing_weights(spec, world_kwargs, judge, check_world)
+    if problems:
+        raise MissingWeightsError(
+            f"{spec.id} needs {len(problems)} weight folder(s) that are not on disk: "
+            + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
+            + " — `kosmos-env doctor --env " + f"{spec.id}` checks them all, `--tiny` runs without them")
