@@ -111,8 +111,9 @@ def test_ab_test_pairs_top_two_on_task_seed_repeat(source, analysis):
     keys = sorted({(t, s, rep) for (_, t, s, rep) in score}, key=lambda k: (k[2], k[1], k[0]))
     diffs = [score[(a, *k)] - score[(b, *k)] for k in keys
              if score[(a, *k)] is not None and score[(b, *k)] is not None]
-    res = sequential_ab(diffs)
+    res = sequential_ab(diffs, rule="eb")  # the analysis decides by its own confidence sequence
     ab = analysis["ab"]
+    assert ab["rule"] == "eb" and ab["measure"] == "score"
     assert (ab["a"], ab["b"], ab["n_pairs"]) == (a, b, len(diffs))
     assert ab["decision"] == res.decision and ab["n_used"] == res.n_used
     assert ab["final"]["lower"] == pytest.approx(res.final.lower)

@@ -1,5 +1,10 @@
 """Everything the statistics package can say about one campaign (issue 7), as one JSON-ready dict.
 
+First, the page's headline (``verdict``): one verdict on the top two policies, and (``verdicts``)
+the same for every pair, from the pre-chosen rule of :func:`kosmos_env.stats.verdict.paired_verdict`
+on success per (task, seed) (Tango's score interval; its interval is the one that decides). Every
+other test below (bootstrap, paired t, the anytime-valid A/B on judge scores) is secondary.
+
 Sections: per-policy rates (Wilson, Clopper–Pearson, worst case with discards/abstentions),
 paired bootstrap of pairwise differences and of the ranking, split-half repeatability of the
 ranking, minimum detectable difference and the fraction of separable pairs, horizon
@@ -35,6 +40,7 @@ from kosmos_env.stats.matrix import PairedMatrix, success_matrix
 from kosmos_env.stats.repeatability import split_half
 from kosmos_env.stats.report import agreement_table
 from kosmos_env.stats.sequential import sequential_ab
+from kosmos_env.stats.verdict import paired_verdict
 
 HORIZON_STEP = 5
 PROGRESS_MIN_LOGS = 200  # show a progress bar when reading at least this many robot logs
@@ -224,6 +230,31 @@ def reference_agreement(ref_rows: list[dict], cells: dict[str, dict[str, PolicyR
     return agreement_table(rows, seed=seed), notes
 
 
+# ----------------------------------------------------------------------------- the verdict
+
+
+def pair_verdict(mat: PairedMatrix, a: str, b: str, alpha: float = 0.05) -> dict:
+    """The page's verdict on ``a`` vs ``b``: success per (task, seed), repeats averaged (the
+    analysis's resampling unit), by :func:`kosmos_env.stats.verdict.paired_verdict`."""
+    return paired_verdict(mat.row(a), mat.row(b), names=(a, b), measure="success", alpha=alpha).to_dict()
+
+
+def headline_verdict(bundle: Bundle, alpha: float = 0.05) -> dict:
+    """The verdict on the top two policies of ``bundle`` by success (or ``{"skipped": why}``),
+    cheap enough for a report built without the full analysis."""
+    rates = per_policy(bundle, alpha)
+    ranked = [p for p in ranking(rates) if rates[p].rate is not None]
+    if len(ranked) < 2:
+        return _skip("needs at least 2 policies with decided episodes")
+    return pair_verdict(seed_matrix(bundle.rows, ranked), ranked[0], ranked[1], alpha)
+
+
+def collapsed(lower, upper) -> bool:
+    """A bootstrap interval of zero width: every resample gave the same difference (e.g. every
+    pair discordant the same way), which is no certainty, only too few distinct pairs."""
+    return lower is not None and upper is not None and abs(float(upper) - float(lower)) < 1e-12
+
+
 # ----------------------------------------------------------------------------- the analysis
 
 
@@ -293,13 +324,22 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     mat = seed_matrix(rows, ranked) if ranked else None
     n_units = mat.values.shape[1] if mat is not None else 0
 
-    # paired bootstrap: pairwise differences and the ranking
+    # the headline: one verdict from one rule (top two), and the same rule on every pair
+    if len(ranked) >= 2:
+        out["verdict"] = pair_verdict(mat, ranked[0], ranked[1], alpha)
+        out["verdicts"] = [pair_verdict(mat, a, b, alpha) for a, b in itertools.combinations(ranked, 2)]
+    else:
+        out["verdict"] = _skip("needs at least 2 policies with decided episodes")
+        out["verdicts"] = []
+
+    # paired bootstrap (secondary): pairwise differences and the ranking
     if len(ranked) >= 2:
         pw = []
         for a, b in itertools.combinations(ranked, 2):
             try:
                 d = paired_bootstrap_diff(mat.row(a), mat.row(b), n_boot=n_boot, alpha=alpha, seed=seed)
-                pw.append({"a": a, "b": b} | d.to_dict())
+                pw.append({"a": a, "b": b, "measure": "success"} | d.to_dict()
+                          | {"collapsed": collapsed(d.lower, d.upper)})
             except ValueError as exc:
                 pw.append({"a": a, "b": b, "skipped": str(exc)})
         out["pairwise"] = pw
@@ -347,13 +387,16 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         out["horizon"] = res.to_dict() | {"policies": pols, "episodes": {p: hcounts[p] for p in pols},
                                           "scores": {p: hscores[:, j].tolist() for p, j in zip(pols, have)}}
 
-    # anytime-valid paired A/B test of the top two
+    # anytime-valid paired A/B test of the top two (secondary, on judge scores). Its decision is
+    # read off its own empirical-Bernstein confidence sequence (rule "eb"), so the interval it
+    # prints is the one that decided; the betting rule decides earlier but has no interval of its own.
     if len(ranked) >= 2:
         a, b = ranked[0], ranked[1]
         diffs, keys = paired_diffs(rows, a, b, value="score")
         if diffs.size:
-            res = sequential_ab(diffs, alpha=alpha)
-            out["ab"] = {"a": a, "b": b, "value": "score", "order": "(repeat, seed, task)",
+            res = sequential_ab(diffs, alpha=alpha, rule="eb")
+            out["ab"] = {"a": a, "b": b, "value": "score", "measure": "score", "rule": "eb",
+                         "order": "(repeat, seed, task)",
                          "n_pairs": int(diffs.size), "mean_diff_all": float(diffs.mean())} | res.to_dict()
         else:
             out["ab"] = _skip(f"{a!r} and {b!r} share no decided (task, seed, repeat)")

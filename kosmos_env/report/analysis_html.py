@@ -9,13 +9,23 @@ from __future__ import annotations
 import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import cost_lines, iv, judge_line, num, pct
+from kosmos_env.report.text import (VERDICT_HEAD, ab_lines, ab_title, cost_lines, diff_interval, iv, judge_line, num,
+                                    pct, verdict_line, verdict_rows)
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}
 .an p.skip{color:#5b6475;font-style:italic}
 .an svg.chart{max-width:100%;height:auto;display:block;margin:.3em 0 .6em}
+p.verdict{font-size:1.08em;padding:.5em .7em;border-left:4px solid #3465a4;background:#f3f6fb}
+p.verdict.a_better,p.verdict.b_better{border-left-color:#2e7d32}
+.an .secondary-note{color:#5b6475}
 """
+
+
+def verdict_html(v: dict | None) -> str:
+    """The headline paragraph of a verdict dict (or why there is none)."""
+    cls = v.get("outcome", "undecided") if isinstance(v, dict) and "skipped" not in v else "none"
+    return f'<p class="verdict {_h(cls)}" id="verdict"><b>{_h(verdict_line(v))}</b></p>'
 
 
 def _h(x) -> str:
@@ -35,16 +45,29 @@ def _skipped(section) -> str | None:
     return None
 
 
-def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
-    """HTML of every analysis section (headings at level ``heading``, sub-sections one below)."""
+def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True) -> str:
+    """HTML of every analysis section (headings at level ``heading``, sub-sections one below).
+
+    ``headline``: open with the verdict paragraph (a page that already shows the verdict at its
+    top, like report.html, passes False so the headline appears once)."""
     sub = "h3" if heading == "h2" else "h4"
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
     st = a["settings"]
-    parts = [f'<section class="an" id="analysis"><{heading}>Statistical analysis</{heading}>',
+    parts = ['<section class="an" id="analysis">' + (verdict_html(a.get("verdict")) if headline else "")
+             + f"<{heading}>Statistical analysis</{heading}>",
              f"<p>The statistics of <code>kosmos-env analyze</code>: resampling unit (task, seed) with repeats "
              f"averaged; alpha {st['alpha']:g}, power {st['power']:g}, {st['n_boot']} bootstrap resamples, "
              f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>",
              f'<p class="judge"><b>{_h(judge_line(a.get("judge")))}</b></p>']
+    # the headline (above) is one verdict from one pre-chosen rule, its interval the one that decides
+    v = a.get("verdict")
+    if isinstance(v, dict) and "skipped" not in v:
+        parts.append(f'<p class="small">Rule chosen before looking at the data: {_h(v["method"])} on success per '
+                     f'(task, seed), repeats averaged; the verdict is "the interval excludes 0". The tests further '
+                     f'down (bootstrap, paired t, anytime-valid A/B) are secondary.</p>')
+    if len(a.get("verdicts") or []) > 1:
+        parts += [f"<{sub}>Verdict for every pair (same rule)</{sub}>",
+                  _table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1))]
 
     # rates with intervals and discard bounds
     rows, chart = [], []
@@ -66,22 +89,23 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
               "(lower end) and as a success (upper end).</p>"]
 
     # pairwise differences
-    parts.append(f"<{sub}>Paired differences (bootstrap over (task, seed))</{sub}>")
+    parts.append(f"<{sub}>Secondary: paired differences in success (bootstrap over (task, seed))</{sub}>")
     sk = _skipped(a["pairwise"])
     if sk:
         parts.append(sk)
     else:
-        ok = [d for d in a["pairwise"] if "skipped" not in d]
+        # a zero-width bootstrap interval is not drawn: it is too few distinct pairs, not certainty
+        ok = [d for d in a["pairwise"] if "skipped" not in d and not diff_interval(d).startswith("interval not")]
         if ok:
             parts.append(interval_chart([(f"{d['a']} − {d['b']}", d["estimate"], d["lower"], d["upper"]) for d in ok],
                                         lo=-1.0, hi=1.0, zero=0.0, xlabel=f"difference in success ({conf} interval)",
                                         title="pairwise differences"))
         parts.append(_table(["pair", "difference", f"{conf} interval", "P(a better)", "pairs"],
                             [[f"{d['a']} − {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
-                             [f"{d['a']} − {d['b']}", f"{d['estimate']:+.3f}", iv((d["lower"], d["upper"])),
+                             [f"{d['a']} − {d['b']}", f"{d['estimate']:+.3f}", diff_interval(d),
                               num(d["prob_a_better"]), str(d["n_pairs"])] for d in a["pairwise"]]))
 
-    parts.append(f"<{sub}>Ranking uncertainty</{sub}>")
+    parts.append(f"<{sub}>Secondary: ranking uncertainty on success</{sub}>")
     sk = _skipped(a["bootstrap_ranking"])
     if sk:
         parts.append(sk)
@@ -91,7 +115,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
                             [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)] for p, m, rk, (lo, hi), pb in
                              zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]))
 
-    parts.append(f"<{sub}>Split-half repeatability of the ranking</{sub}>")
+    parts.append(f"<{sub}>Secondary: split-half repeatability of the ranking on success</{sub}>")
     sk = _skipped(a["split_half"])
     if sk:
         parts.append(sk)
@@ -110,7 +134,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
                   _table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
                           "units/half"], rows)]
 
-    parts.append(f"<{sub}>Minimum detectable difference</{sub}>")
+    parts.append(f"<{sub}>Secondary: minimum detectable difference and paired t-tests on success</{sub}>")
     sk = _skipped(a["detectable"])
     if sk:
         parts.append(sk)
@@ -147,18 +171,21 @@ def render_analysis_html(a: dict, *, heading: str = "h2") -> str:
                      f"ranking breaks at horizon {_h(h['break_horizon'] if h['break_horizon'] is not None else 'never')}; "
                      f"shortest safe horizon {_h(h['shortest_safe_horizon'])}.</p>")
 
-    parts.append(f"<{sub}>Anytime-valid paired A/B test of the top two</{sub}>")
     ab = a["ab"]
+    parts.append(f"<{sub}>{_h(ab_title(ab)[0].upper() + ab_title(ab)[1:])}</{sub}>")
     sk = _skipped(ab)
     if sk:
         parts.append(sk)
     else:
         f = ab["final"]
-        parts.append(interval_chart([(f"{ab['a']} − {ab['b']}", f["mean_diff"], f["lower"], f["upper"])], lo=-1.0,
-                                    hi=1.0, zero=0.0, xlabel=f"mean paired difference, {conf} anytime interval",
-                                    title="A/B test"))
-        parts.append(f"<p>A = {_h(ab['a'])}, B = {_h(ab['b'])}: <b>{_h(ab['decision'])}</b> after {_h(ab['n_used'])} of "
-                     f"{_h(ab['n_pairs'])} paired episodes (paired on task, seed, repeat; order {_h(ab['order'])}).</p>")
+        # the interval is drawn only when it is the rule that decided (its own confidence sequence)
+        if f.get("rule", ab.get("rule")) == "eb":
+            on = "judge scores" if ab.get("value", "score") == "score" else "success"
+            parts.append(interval_chart([(f"{ab['a']} − {ab['b']}", f["mean_diff"], f["lower"], f["upper"])], lo=-1.0,
+                                        hi=1.0, zero=0.0,
+                                        xlabel=f"mean paired difference in {on}, {conf} confidence sequence",
+                                        title="A/B test"))
+        parts.append("<p>" + "<br>".join(_h(line) for line in ab_lines(ab, conf)) + "</p>")
 
     if "agreement" in a:
         from kosmos_env.stats.agreement import METRICS

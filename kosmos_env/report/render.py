@@ -64,6 +64,7 @@ class ReportData:
     thumbnails: list = field(default_factory=list)
     analysis: dict | None = None  # kosmos-env analyze's statistics (report/analysis.py)
     judge: dict = field(default_factory=dict)  # whose verdicts the success numbers are (report/judge_view.py)
+    verdict: dict | None = None  # the headline: top two by one pre-chosen rule (stats/verdict.py)
 
 
 def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True, judge: str | None = None) -> ReportData:
@@ -93,6 +94,11 @@ def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True, j
         from kosmos_env.report.analysis import analyze_bundle
 
         data.analysis = analyze_bundle(campaign_bundle, judge=judge)
+        data.verdict = data.analysis.get("verdict")
+    else:
+        from kosmos_env.report.analysis import headline_verdict
+
+        data.verdict = headline_verdict(bundle)
     if thumbnails:
         data.thumbnails = make_thumbnails(bundle)
         for t in data.thumbnails:
@@ -283,9 +289,14 @@ def render_html(d: ReportData) -> str:
         f"<h1>Campaign report: {_h(c.get('id'))}</h1>",
         f'<p class="sub">{_h(c.get("env_id"))} &middot; spec <code>{_h(str(c.get("spec_hash"))[:12])}</code> &middot; '
         f"{len(d.bundle.rows)} episodes &middot; {len(d.bundle.policies)} policies &times; {len(d.bundle.tasks)} tasks</p>",
-        '<table class="meta"><tbody>' + "".join(f"<tr><td>{_h(k)}</td><td>{_h(v)}</td></tr>" for k, v in _meta_rows(d))
-        + "</tbody></table>",
     ]
+    # the headline comes first: one verdict on the top two from one pre-chosen rule
+    if d.verdict is not None:
+        from kosmos_env.report.analysis_html import verdict_html
+
+        parts.append(verdict_html(d.verdict))
+    parts.append('<table class="meta"><tbody>' + "".join(f"<tr><td>{_h(k)}</td><td>{_h(v)}</td></tr>"
+                                                          for k, v in _meta_rows(d)) + "</tbody></table>")
     if d.notes:
         parts.append('<div class="notes"><strong>Notes</strong><ul>' + "".join(f"<li>{_h(n)}</li>" for n in d.notes)
                      + "</ul></div>")
@@ -314,7 +325,7 @@ def render_html(d: ReportData) -> str:
     if d.analysis is not None:
         from kosmos_env.report.analysis_html import render_analysis_html
 
-        parts.append(render_analysis_html(d.analysis))
+        parts.append(render_analysis_html(d.analysis, headline=False))
     parts.append("<h2>Sampled rollouts</h2>")
     if d.thumbnails:
         parts.append("<p>The first success and the first failure of each policy in (task, seed, repeat) order.</p>"
@@ -357,7 +368,12 @@ def _md_table(head, rows, left=(0,)) -> str:
 def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     """Markdown text; ``assets`` maps figure keys and thumbnail episode ids to relative paths."""
     c = d.bundle.campaign
-    out = [f"# Campaign report: {c.get('id')}", "", _md_table(["", ""], _meta_rows(d)), ""]
+    out = [f"# Campaign report: {c.get('id')}", ""]
+    if d.verdict is not None:  # the headline first
+        from kosmos_env.report.text import verdict_line
+
+        out += [f"**Verdict:** {verdict_line(d.verdict)}", ""]
+    out += [_md_table(["", ""], _meta_rows(d)), ""]
     if d.notes:
         out += ["**Notes**", ""] + [f"- {n}" for n in d.notes] + [""]
     out += ["## Ranking", "", f"**{judge_line(d.judge)}**", "",
@@ -382,7 +398,7 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     if d.analysis is not None:
         from kosmos_env.report.text import analysis_text
 
-        out += ["## Statistical analysis", "", "```text", analysis_text(d.analysis), "```", ""]
+        out += ["## Statistical analysis", "", "```text", analysis_text(d.analysis, headline=False), "```", ""]
     out += ["## Sampled rollouts", ""]
     if d.thumbnails:
         for t in d.thumbnails:

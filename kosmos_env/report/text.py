@@ -33,6 +33,39 @@ def iv(pair, digits: int = 3) -> str:
     return "n/a" if not pair else f"[{num(pair[0], digits)}, {num(pair[1], digits)}]"
 
 
+def diff_interval(d: dict, digits: int = 3) -> str:
+    """A bootstrap interval of a difference, or why there is none: a zero-width bootstrap
+    interval (every resample alike) claims a certainty a handful of pairs cannot give."""
+    lo, hi = d.get("lower"), d.get("upper")
+    if lo is None or hi is None or abs(hi - lo) < 1e-12:
+        return f"interval not estimable from {d.get('n_pairs', '?')} pairs"
+    return iv((lo, hi), digits)
+
+
+def verdict_line(v: dict | None) -> str:
+    """The headline: the verdict's own sentence, or why there is none."""
+    if not v:
+        return "verdict: not computed"
+    if "skipped" in v:
+        return f"verdict: none ({v['skipped']})"
+    return v["headline"]
+
+
+def verdict_rows(vs: list[dict]) -> list[list[str]]:
+    """One row per pair for the every-pair table: pair, outcome, difference [interval], pairs, more pairs."""
+    out = []
+    for v in vs:
+        lo, hi = v["interval"]
+        word = {"a_better": f"{v['a']} better", "b_better": f"{v['b']} better"}.get(v["outcome"], "undecided")
+        more = "" if v["more_pairs_needed"] is None else f"about {v['more_pairs_needed']}"
+        out.append([f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]",
+                    str(v["n_pairs"]), more])
+    return out
+
+
+VERDICT_HEAD = ["pair", "verdict", "difference [interval]", "pairs", "more pairs needed"]
+
+
 def _title(s: str) -> str:
     return f"{s}\n{'=' * len(s)}"
 
@@ -97,8 +130,34 @@ def cost_lines(cost: dict | None) -> list[str]:
     return lines
 
 
-def analysis_text(a: dict) -> str:
-    """All sections of an analysis as aligned plain-text tables."""
+def ab_title(ab: dict) -> str:
+    on = "judge scores" if (ab or {}).get("value", "score") == "score" else "success"
+    return f"secondary: anytime-valid paired A/B test of the top two on {on}"
+
+
+def ab_lines(ab: dict, conf: str) -> list[str]:
+    """The A/B's decision and the interval that made it. Under the "eb" rule both come from one
+    empirical-Bernstein confidence sequence; under "betting" the decision comes from the betting
+    capital, which has no interval, so none is printed beside it (the capital is shown instead)."""
+    f = ab["final"]
+    on = "judge scores" if ab.get("value", "score") == "score" else "success"
+    lines = [f"A = {ab['a']}, B = {ab['b']} on {on}: {ab['decision']} after {ab['n_used']} of {ab['n_pairs']} paired "
+             f"episodes (paired on task, seed, repeat; order {ab['order']})"]
+    if f.get("rule", ab.get("rule", "betting")) == "eb":
+        lines.append(f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime-valid confidence sequence "
+                     f"{iv((f['lower'], f['upper']))} (the decision is this interval excluding 0)")
+    else:
+        import math
+
+        kp, km = (f.get("log_capital") or (0.0, 0.0))
+        lines.append(f"mean(A - B) = {num(f['mean_diff'])}; decided by betting: capital for A {math.exp(kp):.3g}, "
+                     f"for B {math.exp(km):.3g}, threshold 2/alpha = {2 / f['alpha']:g}")
+    return lines
+
+
+def analysis_text(a: dict, *, headline: bool = True) -> str:
+    """All sections of an analysis as aligned plain-text tables, the verdict line first
+    (``headline=False``: without it, for a page that shows it at its top already)."""
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
     c = a["campaign"]
     parts = [
@@ -107,6 +166,12 @@ def analysis_text(a: dict) -> str:
         f"policies {len(c['policies'])}  tasks {len(c['tasks'])}  seeds {len(c['seeds'])}  repeats {c['repeats']}",
         judge_line(a.get("judge")),
     ]
+    # the headline first: one verdict from one rule; everything after it is detail or secondary
+    if headline:
+        parts[0:0] = [f"VERDICT: {verdict_line(a.get('verdict'))}", ""]
+    if len(a.get("verdicts") or []) > 1:
+        parts += ["", _title("verdict for every pair (same rule as the headline, success per (task, seed))"),
+                  format_table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1))]
 
     rows = []
     for p in a["ranking"]:
@@ -126,17 +191,21 @@ def analysis_text(a: dict) -> str:
                        if t in a["per_policy_task"][p] else "-" for t in tasks] for p in a["ranking"]]
         parts += ["", _title(f"success per policy x task (Wilson {conf})"), format_table(["policy"] + tasks, rows)]
 
-    parts += ["", _title(f"paired bootstrap by (task, seed) of pairwise differences ({a['settings']['n_boot']} resamples)")]
+    parts += ["", _title(f"secondary: paired bootstrap by (task, seed) of pairwise differences in success "
+                         f"({a['settings']['n_boot']} resamples)")]
     sk = _skipped(a["pairwise"])
     if sk:
         parts.append(sk)
     else:
         rows = [[f"{d['a']} - {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
-                [f"{d['a']} - {d['b']}", f"{d['estimate']:+.3f}", iv((d["lower"], d["upper"])), num(d["prob_a_better"]),
+                [f"{d['a']} - {d['b']}", f"{d['estimate']:+.3f}", diff_interval(d), num(d["prob_a_better"]),
                  str(d["n_pairs"])] for d in a["pairwise"]]
         parts.append(format_table(["pair", "diff", f"{conf} interval", "P(a better)", "pairs"], rows))
+        if any("skipped" not in d and diff_interval(d).startswith("interval not") for d in a["pairwise"]):
+            parts.append("a bootstrap interval of zero width is not shown: every resample gave the same difference, "
+                         "which says too few distinct pairs, not certainty; the verdict's interval is the honest one.")
 
-    parts += ["", _title("ranking uncertainty (paired bootstrap)")]
+    parts += ["", _title("secondary: ranking uncertainty on success (paired bootstrap)")]
     sk = _skipped(a["bootstrap_ranking"])
     if sk:
         parts.append(sk)
@@ -146,7 +215,7 @@ def analysis_text(a: dict) -> str:
                 for p, m, rk, (lo, hi), pb in zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]
         parts.append(format_table(["policy", "mean", "rank", f"rank {conf}", "P(best)"], rows))
 
-    parts += ["", _title("split-half repeatability of the ranking (random seed splits)")]
+    parts += ["", _title("secondary: split-half repeatability of the ranking on success (random seed splits)")]
     sk = _skipped(a["split_half"])
     if sk:
         parts.append(sk)
@@ -161,7 +230,8 @@ def analysis_text(a: dict) -> str:
         parts.append(format_table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
                                    "units/half"], rows))
 
-    parts += ["", _title(f"minimum detectable difference (alpha {a['settings']['alpha']:g}, power {a['settings']['power']:g})")]
+    parts += ["", _title(f"secondary: minimum detectable difference and paired t-tests on success "
+                         f"(alpha {a['settings']['alpha']:g}, power {a['settings']['power']:g})")]
     sk = _skipped(a["detectable"])
     if sk:
         parts.append(sk)
@@ -200,16 +270,12 @@ def analysis_text(a: dict) -> str:
                      f"shortest safe horizon: {h['shortest_safe_horizon']}")
 
     ab = a["ab"]
-    parts += ["", _title("anytime-valid paired A/B test of the top two "
-                         "(decision by betting; interval: empirical-Bernstein confidence sequence)")]
+    parts += ["", _title(ab_title(ab))]
     sk = _skipped(ab)
     if sk:
         parts.append(sk)
     else:
-        f = ab["final"]
-        parts.append(f"A = {ab['a']}, B = {ab['b']}: {ab['decision']} after {ab['n_used']} of {ab['n_pairs']} paired "
-                     f"episodes (paired on task, seed, repeat; order {ab['order']})")
-        parts.append(f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime interval {iv((f['lower'], f['upper']))}")
+        parts += ab_lines(ab, conf)
 
     if "agreement" in a:
         ag = a["agreement"]
