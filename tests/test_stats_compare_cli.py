@@ -50,9 +50,39 @@ def test_compare_ab_from_json(tmp_path, capsys):
     a.write_text(json.dumps({str(s): 1.0 for s in range(200)}))
     b.write_text(json.dumps({str(s): float(s % 3 == 0) for s in range(5, 205)}))
     assert _run(["--a", str(a), "--b", str(b), "--json"]) == 0
-    ab = json.loads(capsys.readouterr().out)["ab"]
-    assert ab["decision"] == "A better" and ab["paired_by"] == "seed"
+    data = json.loads(capsys.readouterr().out)
+    ab = data["ab"]
+    assert ab["decision"] == "A better" and ab["paired_by"] == "seed" and ab["rule"] == "eb"
     assert ab["n_used"] <= ab["n_total"] == 195
+    # its decision is its own interval excluding 0
+    assert ab["final"]["lower"] > 0
+    v = data["verdict"]
+    assert v["outcome"] == "a_better" and v["measure"] == "success" and v["n_pairs"] == 195
+    assert v["interval"][0] > 0 and "Tango" in v["method"]
+
+
+def test_compare_verdict_line_first_on_all_vs_none(tmp_path, capsys):
+    # 12/12 vs 0/12: the verdict says A better with an honest (not [1, 1]) interval, printed first;
+    # the A/B below says which measure it is on and prints the interval that decided it
+    a = tmp_path / "a.json"
+    b = tmp_path / "b.json"
+    a.write_text(json.dumps([1] * 12))
+    b.write_text(json.dumps([0] * 12))
+    assert _run(["--a", str(a), "--b", str(b)]) == 0
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert first.startswith("VERDICT: A better than B on success: +1.00 [+0.52, +1.00] over 12 paired seeds")
+    assert out.count("VERDICT:") == 1
+    assert "[1.000, 1.000]" not in out
+    assert "secondary: anytime-valid paired A/B on success" in out
+    # fractional judge scores: the verdict is on judge scores, said in words
+    a.write_text(json.dumps([0.8, 0.7, 0.9, 0.75] * 3))
+    b.write_text(json.dumps([0.8, 0.7, 0.9, 0.75] * 3))
+    assert _run(["--a", str(a), "--b", str(b)]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("VERDICT: No detectable difference yet between A and B on judge score: +0.00 [")
+    lo, hi = (float(x) for x in first.split("[")[1].split("]")[0].split(", "))
+    assert lo < 0 < hi
 
 
 def test_compare_errors(tmp_path):

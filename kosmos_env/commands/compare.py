@@ -3,9 +3,13 @@
 * ``--csv FILE``: agreement table for a CSV with columns task, policy, reference, evaluator
   (``real``/``sim`` accepted): Pearson, Spearman, Kendall tau-b and MMRV per task, mean over
   tasks and pooled, each with its random-ranking floor.
-* ``--a A.json --b B.json``: anytime-valid paired A/B test on two per-seed score sequences in
-  [0, 1]. Each file holds a JSON list of scores (paired by position) or an object
-  {seed: score} (paired by seed; only shared seeds are used, in sorted order).
+* ``--a A.json --b B.json``: is A better than B? Two per-seed score sequences in [0, 1]; each
+  file holds a JSON list of scores (paired by position) or an object {seed: score} (paired by
+  seed; only shared seeds are used, in sorted order). The first line is the verdict from one
+  pre-chosen rule whose interval decides (0/1 values: success, Tango's score interval for
+  paired proportions; other values: judge scores, the Agresti-Min adjusted interval). Below
+  it, secondary: the anytime-valid paired A/B test, decided by its own empirical-Bernstein
+  confidence sequence (the interval it prints).
 * ``--judges RUN A B``: agreement of two judges on the same stored rollouts of campaign RUN
   (``campaign`` = the campaign's own judge; others by judge id, id prefix or label, as filed
   by ``kosmos-env judge``): confusion table, raw and chance agreement, Cohen's kappa with a
@@ -72,6 +76,7 @@ def _pair(a, b, pa: Path, pb: Path) -> tuple[list[float], list[float], str]:
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.stats.report import agreement_table, read_agreement_csv, report_text
     from kosmos_env.stats.sequential import sequential_ab
+    from kosmos_env.stats.verdict import paired_verdict
 
     if args.csv is None and args.a is None and args.b is None and args.judges is None:
         raise ValueError("give --csv FILE, --a A.json --b B.json, or --judges RUN A B")
@@ -87,13 +92,21 @@ def run(args: argparse.Namespace) -> int:
         texts.append(report_text(table))
     if args.a is not None:
         a, b, how = _pair(_load_scores(args.a), _load_scores(args.b), args.a, args.b)
-        res = sequential_ab(a=a, b=b, alpha=args.alpha)
-        out["ab"] = res.to_dict() | {"paired_by": how}
+        binary = all(x in (0.0, 1.0) for x in a + b)
+        verdict = paired_verdict(a, b, names=("A", "B"), measure="success" if binary else "score", alpha=args.alpha)
+        out["verdict"] = verdict.to_dict() | {"paired_by": how}
+        # the secondary A/B decides by its own confidence sequence, so the interval it prints is the
+        # one that decided (the betting rule decides earlier but has no interval to show)
+        res = sequential_ab(a=a, b=b, alpha=args.alpha, rule="eb")
+        out["ab"] = res.to_dict() | {"paired_by": how, "rule": "eb", "measure": verdict.measure}
         f = res.final
         texts.append(
-            f"anytime-valid paired A/B (decision by betting; interval: empirical-Bernstein confidence sequence, alpha={args.alpha}):\n"
-            f"  decision: {res.decision} after {res.n_used} of {res.n_total} paired episodes (paired by {how})\n"
-            f"  mean(A - B) = {f.mean_diff:.3f}, {100 * (1 - args.alpha):g}% anytime interval "
+            f"VERDICT: {verdict.headline()}\n"
+            f"  (A = {args.a}, B = {args.b}, paired by {how})\n\n"
+            f"secondary: anytime-valid paired A/B on {verdict.measure_words} (decision and interval from one "
+            f"empirical-Bernstein confidence sequence, alpha={args.alpha}):\n"
+            f"  decision: {res.decision} after {res.n_used} of {res.n_total} paired episodes\n"
+            f"  mean(A - B) = {f.mean_diff:.3f}, {100 * (1 - args.alpha):g}% anytime-valid interval "
             f"[{f.lower:.3f}, {f.upper:.3f}]"
         )
     if args.judges is not None:
