@@ -1,6 +1,13 @@
 """``kosmos-env analyze DIR``: the evaluator's statistics for one campaign.
 
-Prints, and writes to DIR/analysis.json: per-policy success with Wilson and Clopper–Pearson
+First line: the verdict on the top two policies ("A better than B" / "no detectable difference
+yet (need about N more pairs)" / "B better"), from one rule chosen before the data: Tango's
+score interval for paired proportions on success per (task, seed), the verdict being "the
+interval excludes 0", so the interval printed is the one that decided. Every pair gets the same
+verdict in a table below it; the bootstrap, paired t-tests and the anytime-valid A/B (on judge
+scores) follow as secondary, each naming what it is computed on.
+
+Prints, and writes to DIR/analysis.json (``verdict``, ``verdicts``, then): per-policy success with Wilson and Clopper–Pearson
 intervals and the worst case with discards/abstentions; paired bootstrap (by task and seed) of
 pairwise differences and of the ranking; split-half repeatability of the ranking; minimum
 detectable difference and the share of policy pairs the campaign separates; horizon
