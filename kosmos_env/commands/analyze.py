@@ -7,7 +7,7 @@ interval excludes 0", so the interval printed is the one that decided. Every pai
 verdict in a table below it; the bootstrap, paired t-tests and the anytime-valid A/B (on judge
 scores) follow as secondary, each naming what it is computed on.
 
-Prints, and writes to DIR/analysis.json (``verdict``, ``verdicts``, then): per-policy success with Wilson and Clopper–Pearson
+Prints, and writes to DIR/analysis.json (keys verdict and verdicts, then): per-policy success with Wilson and Clopper–Pearson
 intervals and the worst case with discards/abstentions; paired bootstrap (by task and seed) of
 pairwise differences and of the ranking; split-half repeatability of the ranking; minimum
 detectable difference and the share of policy pairs the campaign separates; horizon
