@@ -87,18 +87,19 @@ def check_versions() -> Check:
             found[pkg] = None
         if found[pkg] is None or not _version_ok(found[pkg], need):
             bad.append(f"{pkg}>={need}")
+    unusable = None
     if not bad:
         try:
             from diffusers import Cosmos3OmniPipeline, CosmosActionCondition  # noqa: F401
         except ImportError as exc:
-            bad.append(f"diffusers with Cosmos3OmniPipeline ({exc})")
+            unusable = f"diffusers with Cosmos3OmniPipeline ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
     detail = ", ".join(f"{k} {v or 'missing'}" for k, v in found.items())
     need_text = ", ".join(f"{k}>={v}" for k, v in floors.items() if k != "torch")
-    if bad:
+    if bad or unusable:
         extra = (extra_for_module("diffusers") or ("diffusers", "models"))[1] or "models"
-        return Check("packages", "FAIL", detail + f"; need {', '.join(bad)}",
-                     fix=f"{install_hint(extra, upgrade=True)} (or: pip install -U {' '.join(repr(b) for b in bad)})",
-                     data=found)
+        also = f" (or: pip install -U {' '.join(repr(b) for b in bad)})" if bad else ""
+        return Check("packages", "FAIL", detail + f"; need {', '.join(bad + ([unusable] if unusable else []))}",
+                     fix=f"{install_hint(extra, upgrade=True)}{also}", data=found)
     return Check("packages", "ok", detail + f" (need {need_text}; diffusers with Cosmos3OmniPipeline)", data=found)
 
 
@@ -161,11 +162,11 @@ def check_stats(spec: Any) -> Check:
 
 
 def check_frames(spec: Any) -> Check:
-    import hashlib
     from importlib import resources
 
     import cv2
 
+    from kosmos_env.hashing import sha256_hex
     from kosmos_env.tasks import load_suite
 
     suite = load_suite(spec.tasks["suite"])
@@ -180,7 +181,7 @@ def check_frames(spec: Any) -> Check:
             problems.append(f"{name}: {entry['path']} missing")
             continue
         data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
+        digest = sha256_hex(data)
         if digest != entry["sha256"]:
             problems.append(f"{name}: {entry['path']} has sha256 {digest[:12]}..., the suite binds {entry['sha256'][:12]}...")
             continue
@@ -198,7 +199,7 @@ def check_frames(spec: Any) -> Check:
 def check_weights(world_cfg: dict[str, Any], weights_path: str | None) -> tuple[Check, str | None]:
     from pathlib import Path
 
-    from kosmos_env.weights import folder_digest
+    from kosmos_env.hashing import folder_digest
     from kosmos_env.worlds import cosmos3
     from kosmos_env.worlds.base import MissingWeightsError
 

@@ -64,13 +64,27 @@ def _vlm_present(spec: Mapping[str, Any]) -> bool:
         local = os.fspath(model)
     if local:
         return os.path.isfile(os.path.join(local, "config.json"))
+    model_id = str(model) if isinstance(model, (str, os.PathLike)) else spec.get("model_id", "nvidia/Cosmos-Reason1-7B")
     try:
         from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # no models extra: the judge fails on that first, with its own one-line message
-        return True
-    model_id = str(model) if isinstance(model, (str, os.PathLike)) else spec.get("model_id", "nvidia/Cosmos-Reason1-7B")
+    except ImportError:  # a core install (no models extra): read the cache's layout directly
+        return _in_hf_cache(model_id, "config.json", spec.get("revision"))
     found = try_to_load_from_cache(model_id, "config.json", revision=spec.get("revision"))
     return isinstance(found, str)
+
+
+def _in_hf_cache(repo_id: str, filename: str, revision: str | None) -> bool:
+    """The Hugging Face cache layout (hub/models--ORG--NAME/{refs,snapshots}), read without
+    huggingface_hub, so a core install still lists the judge's weights with the world's."""
+    hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+    repo = os.path.join(hub, "models--" + repo_id.replace("/", "--"))
+    rev = revision or "main"
+    ref = os.path.join(repo, "refs", rev)
+    if os.path.isfile(ref):
+        with open(ref, encoding="utf-8") as fh:
+            rev = fh.read().strip()
+    return os.path.isfile(os.path.join(repo, "snapshots", rev, filename))
 
 
 def _judge_missing(judge: Any) -> list[str]:

@@ -64,6 +64,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def json_targets(args: argparse.Namespace) -> tuple[bool, str | None]:
+    """(print the report as JSON instead of text, file to write the numbers to): ``--json`` alone is
+    the switch; ``--json FILE`` (the older form) and ``--json-out FILE`` write the file."""
+    if isinstance(args.json_flag, str):  # the older `--json FILE`: the text report, and the numbers in FILE
+        return False, args.json_out or args.json_flag
+    return args.json_flag is True, args.json_out
+
+
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.controls import format_gate_check, gate_check, json_default, load_gate_spec, parse_policies
 
@@ -71,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     skills = [float(s) for s in args.campaign_skills.split(",") if s.strip()]
     report = gate_check(args.env, gate_spec, parse_policies(args.policies), args.tasks.split(",") if args.tasks else None,
                         args.seeds, args.seed, args.image_size, skills, args.campaign_seeds)
-    json_out = args.json_out or (args.json_flag if isinstance(args.json_flag, str) else None)
-    if args.json_flag is True:
+    print_json, json_out = json_targets(args)
+    if print_json:
         print(json.dumps(report, indent=2, default=json_default))
     else:
         print(format_gate_check(report))
