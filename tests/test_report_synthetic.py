@@ -77,8 +77,13 @@ def _agg(outcomes: list[str]) -> dict:
 
 
 def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int = 7, price_table: dict | None = None,
-                policies=POLICIES, tasks=TASKS) -> Path:
-    """Write a complete results bundle under ``root`` and return ``root``."""
+                policies=POLICIES, tasks=TASKS, undecided: bool = True, score_of=None) -> Path:
+    """Write a complete results bundle under ``root`` and return ``root``.
+
+    ``undecided=False``: no discarded or abstained episode (the same random draws, so the
+    remaining numbers are unchanged); ``score_of(outcome)``: the judge's score of a decided
+    episode when it is not the success bit (a judge like the robot-log one, whose score is
+    graded while its verdict is 0/1)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(rng_seed)
@@ -89,6 +94,8 @@ def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int =
             for seed in range(seeds):
                 for rep in range(repeats):
                     u = rng.random()
+                    if not undecided:
+                        u = 1.0
                     if u < 0.07:
                         outcome = "discarded"
                     elif u < 0.12:
@@ -113,8 +120,9 @@ def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int =
                         videos[vkey] = _store(root, tmp.read_bytes(), "mp4")
                         tmp.unlink()
                     decided = outcome in ("success", "failure")
+                    score = float(outcome == "success") if score_of is None or not decided else float(score_of(outcome))
                     judgment = None if outcome == "discarded" else {
-                        "success": (outcome == "success") if decided else None, "score": float(outcome == "success"),
+                        "success": (outcome == "success") if decided else None, "score": score,
                         "rationale": "synthetic", "votes": [], "judge": "state_oracle", "model_id": None,
                         "prompt_sha256": None, "seconds": 0.001, "abstained": outcome == "abstained", "extras": {}}
                     t = {"policy": float(rng.uniform(0.01, 0.05)), "world": float(rng.uniform(0.2, 0.4)),
@@ -125,7 +133,7 @@ def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int =
                         "episode_id": f"{label}|{task}|{seed}|{rep}", "policy": label, "task": task, "seed": seed,
                         "repeat": rep, "outcome": outcome,
                         "success": {"success": True, "failure": False}.get(outcome),
-                        "score": float(outcome == "success") if decided else None,
+                        "score": score if decided else None,
                         "judge": "state_oracle", "judgment": judgment,
                         "gate": {"ok": outcome != "discarded", "reason": None if outcome != "discarded" else "motion mismatch"},
                         "steps": steps, "timings": t,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import (VERDICT_HEAD, ab_lines, ab_title, cost_lines, diff_interval, iv, judge_line, num,
+from kosmos_env.report.text import (VERDICT_HEAD, ab_lines, ab_title, bounds, cost_lines, diff_interval, iv, judge_line, num,
                                     pct, verdict_line, verdict_rows)
 
 CSS = """
@@ -75,7 +75,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         r = a["per_policy"][p]
         k = r["counts"]
         rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
-                     iv(r["clopper_pearson"]), iv(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
+                     iv(r["clopper_pearson"]), bounds(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
                      pct(r["abstain_rate"]), str(k["error"])])
         wc = r["worst_case_ci"] or (None, None)
         chart.append((p, r["success_rate"], *(r["wilson"] or (None, None)), *wc))

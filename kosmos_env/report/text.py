@@ -33,6 +33,15 @@ def iv(pair, digits: int = 3) -> str:
     return "n/a" if not pair else f"[{num(pair[0], digits)}, {num(pair[1], digits)}]"
 
 
+def bounds(pair, digits: int = 3) -> str:
+    """The worst-case bounds of a rate (undecided episodes as failures .. as successes): with no
+    undecided episode they coincide, which is a fact about the count, not an interval, so it is
+    said in words rather than printed as a zero-width "[x, x]"."""
+    if pair and pair[0] is not None and pair[1] is not None and abs(pair[1] - pair[0]) < 1e-12:
+        return "none undecided"
+    return iv(pair, digits)
+
+
 def diff_interval(d: dict, digits: int = 3) -> str:
     """A bootstrap interval of a difference, or why there is none: a zero-width bootstrap
     interval (every resample alike) claims a certainty a handful of pairs cannot give."""
@@ -178,7 +187,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         r = a["per_policy"][p]
         k = r["counts"]
         rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
-                     iv(r["clopper_pearson"]), iv(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
+                     iv(r["clopper_pearson"]), bounds(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
                      pct(r["abstain_rate"]), str(k["error"])])
     parts += ["", _title("success per policy (raw rate over decided episodes)"),
               format_table(["rank", "policy", "succ/dec", "rate", f"wilson {conf}", f"clopper-pearson {conf}",
