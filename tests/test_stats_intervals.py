@@ -94,6 +94,18 @@ def test_paired_bootstrap_diff_uses_pairing():
     assert paired_bootstrap_diff(a2, b, n_boot=200).n_pairs == 190
     with pytest.raises(ValueError, match="equal length"):
         paired_bootstrap_diff([1, 0], [1])
+    assert not res.collapsed and res.to_dict()["collapsed"] is False
+
+
+def test_paired_bootstrap_collapse_is_flagged_and_the_verdict_is_not():
+    # 12/12 vs 0/12: every resample has difference 1, so the bootstrap "interval" is [1, 1];
+    # it is flagged, and the paired verdict's Tango interval on the same pairs keeps its width
+    from kosmos_env.stats.verdict import paired_verdict
+
+    res = paired_bootstrap_diff([1] * 12, [0] * 12, n_boot=500)
+    assert (res.lower, res.upper) == (1.0, 1.0) and res.collapsed and res.to_dict()["collapsed"]
+    v = paired_verdict([1] * 12, [0] * 12)
+    assert v.interval[1] == 1.0 and v.interval[0] < 0.6 and v.outcome == "a_better"
 
 
 def test_bootstrap_ranking_orders_clearly_separated_policies():

@@ -176,8 +176,15 @@ class BootstrapDiff:
     n_boot: int
     alpha: float
 
+    @property
+    def collapsed(self) -> bool:
+        """Zero width: every resample gave the same mean difference (e.g. all pairs discordant the
+        same way). That is too few distinct pairs, not certainty: show the paired verdict's
+        interval (:func:`kosmos_env.stats.verdict.paired_verdict`) or say "not estimable" instead."""
+        return abs(self.upper - self.lower) < 1e-12
+
     def to_dict(self) -> dict:
-        return self.__dict__.copy()
+        return self.__dict__.copy() | {"collapsed": self.collapsed}
 
 
 def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarray]:
