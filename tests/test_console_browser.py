@@ -139,7 +139,7 @@ def test_episode_page_plays_video_and_shows_votes_and_hashes(console, page):
     assert page.locator("svg.chart").count() >= 2  # actions and at least one robot-log series
     _shot(page, "console-episode.png")
     page.goto(f"{server.url}c/{key}/analysis")
-    assert "Split-half repeatability" in page.content()
+    assert "split-half repeatability" in page.content().lower()
     _shot(page, "console-analysis.png")
 
 
@@ -178,6 +178,7 @@ def test_live_view_rises_cancel_stops_and_rerun_completes_once(console, page):
         _shot(page, "console-live.png")
 
         page.fill("#token", TOKEN)
+        page.once("dialog", lambda dialog: dialog.accept())  # the cancel asks for confirmation
         page.click("#cancel")
         page.wait_for_function("() => document.getElementById('cancel-result').textContent.includes('cancel recorded')")
         stdout, stderr = proc.communicate(timeout=90)

@@ -8,8 +8,10 @@ rebinding page cannot read the console).
 
 Routes: ``/`` campaigns; ``/c/{key}`` live view, ``/c/{key}/live.json`` and
 ``/c/{key}/events`` (server-sent events) its numbers; ``/c/{key}/episodes`` browser and
-``/c/{key}/episodes/{n}`` one episode; ``/c/{key}/analysis``; ``/compare?a=&b=``;
-``/c/{key}/artifacts/{sha256}.{ext}`` an artifact by content hash.
+``/c/{key}/episodes/{n}`` one episode; ``/c/{key}/analysis``; ``/c/{key}/table`` policy x task;
+``/c/{key}/pair?a=&b=`` two policies seed by seed; ``/c/{key}/disagree?j1=&j2=`` where two judges
+differ; ``/compare?a=&b=``; ``/c/{key}/artifacts/{sha256}.{ext}`` an artifact by content hash;
+``/favicon.ico``. Every table page answers ``?format=csv`` and ``?format=parquet`` with its rows.
 """
 from __future__ import annotations
 
@@ -37,6 +39,9 @@ LIVE_QUEUE = ("pending", "leased", "rolled_out", "judging", "done", "success", "
               "error")
 LIVE_STAGES = ("policy", "world", "gate", "judge", "io", "overhead", "total")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+#: the tab icon, inline (no file, no 404): a ring around a dot in the console's blue
+FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="13" '
+               'fill="none" stroke="#4c72b0" stroke-width="4"/><circle cx="16" cy="16" r="5" fill="#1d2433"/></svg>')
 
 
 def host_name(header: str) -> str:
@@ -111,6 +116,7 @@ class Console:
         self.verifier = Verifier()
         self._analysis: dict[tuple, dict] = {}
         self._analysis_lock = threading.Lock()
+        self._versions: dict[str, tuple[tuple, str | None]] = {}
         self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
                                             undefined=jinja2.StrictUndefined)
 
@@ -129,6 +135,26 @@ class Console:
 
     def error(self, title: str, message: str, status: int) -> HTMLResponse:
         return self.render("error.html", status=status, title=title, message=message)
+
+    def package_version(self, ref: cz.CampaignRef) -> str | None:
+        """The kosmos-env version in the campaign's results.json (written when it finished), cached
+        until the file changes; None when there is none."""
+        path = ref.path / "results.json"
+        try:
+            st = path.stat()
+        except OSError:
+            return None
+        sig = (st.st_mtime_ns, st.st_size)
+        cached = self._versions.get(ref.key)
+        if cached and cached[0] == sig:
+            return cached[1]
+        try:
+            version = json.loads(path.read_text(encoding="utf-8")).get("package_version")
+        except (OSError, ValueError, AttributeError):
+            version = None
+        version = None if version is None else str(version)
+        self._versions[ref.key] = (sig, version)
+        return version
 
     def token_ok(self, given: str | None) -> bool:
         return bool(given) and hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode("utf-8"))
@@ -243,10 +269,26 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         return (None, None, err) if err else (ref, s, None)
 
     @app.get("/", response_class=HTMLResponse)
-    def campaigns_page():
+    def campaigns_page(format: str = ""):
         rows = [con.summary_row(r) for r in con.refs()]
+        if format:
+            from kosmos_env.console.views import table_response
+
+            flat = []
+            for r in rows:
+                base = {k: r.get(k) for k in ("key", "name", "campaign_id", "env_id", "spec_hash", "state", "done",
+                                              "planned", "error")}
+                for p in r.get("success") or [{}]:
+                    flat.append({**base, "policy": p.get("policy"), "successes": p.get("successes"),
+                                 "decided": p.get("decided"), "rate": p.get("rate"),
+                                 "wilson_lower": (p.get("wilson") or [None, None])[0],
+                                 "wilson_upper": (p.get("wilson") or [None, None])[1]})
+            cols = ["key", "name", "campaign_id", "env_id", "spec_hash", "state", "done", "planned", "policy",
+                    "successes", "decided", "rate", "wilson_lower", "wilson_upper", "error"]
+            return table_response("campaigns", cols, flat, format)
         comparable = [r for r in rows if not r.get("error")]
-        return con.render("campaigns.html", rows=rows, roots=con.roots, comparable=comparable if len(comparable) >= 2 else [])
+        return con.render("campaigns.html", rows=rows, roots=con.roots, comparable=comparable if len(comparable) >= 2 else [],
+                          refresh_ms=int(max(1.0, 4 * con.poll_seconds) * 1000))
 
     @app.get("/c/{key}", response_class=HTMLResponse)
     def campaign_page(key: str):
@@ -321,21 +363,41 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         return StreamingResponse(stream(), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
-    @app.get("/c/{key}/episodes", response_class=HTMLResponse)
-    def episodes_page(key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1):
-        ref, s, err = campaign_or_error(key)
-        if err:
-            return err
+    def parse_filters(seed: str, outcome: str) -> tuple[int | None, HTMLResponse | None]:
         seed_val = None
         if seed.strip():
             try:
                 seed_val = int(seed)
             except ValueError:
-                return con.error("Bad filter", f"seed must be an integer, got {seed!r}", 400)
+                return None, con.error("Bad filter", f"seed must be an integer, got {seed!r}", 400)
             if not 0 <= seed_val <= SQLITE_INT_MAX:  # SQLite integers are 64-bit: larger ones overflow (HTTP 500)
-                return con.error("Bad filter", f"seed must be between 0 and {SQLITE_INT_MAX}", 400)
+                return None, con.error("Bad filter", f"seed must be between 0 and {SQLITE_INT_MAX}", 400)
         if outcome and outcome not in OUTCOME_CHOICES:
-            return con.error("Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}", 400)
+            return None, con.error("Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}",
+                                   400)
+        return seed_val, None
+
+    def filter_query(policy: str, task: str, seed: str, outcome: str) -> str:
+        from urllib.parse import urlencode
+
+        q = {k: v for k, v in (("policy", policy), ("task", task), ("seed", seed), ("outcome", outcome)) if v}
+        return ("?" + urlencode(q)) if q else ""
+
+    @app.get("/c/{key}/episodes", response_class=HTMLResponse)
+    def episodes_page(key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1,
+                      format: str = ""):
+        ref, s, err = campaign_or_error(key)
+        if err:
+            return err
+        seed_val, err = parse_filters(seed, outcome)
+        if err:
+            return err
+        if format:
+            from kosmos_env.console.views import table_response
+
+            rows, _ = cz.list_episodes(ref, policy=policy or None, task=task or None, seed=seed_val,
+                                       outcome=outcome or None, offset=0, limit=SQLITE_INT_MAX)
+            return table_response(f"{ref.name}-episodes", list(cz.EPISODE_COLUMNS), rows, format)
         page = max(1, page)
         if page > SQLITE_INT_MAX // PAGE_SIZE:
             return con.error("Bad page", f"page must be between 1 and {SQLITE_INT_MAX // PAGE_SIZE}", 400)
@@ -344,21 +406,26 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                                        outcome=outcome or None, offset=offset, limit=PAGE_SIZE)
         from urllib.parse import urlencode
 
+        fq = filter_query(policy, task, seed, outcome)
+
         def url(p: int) -> str:
-            q = {k: v for k, v in (("policy", policy), ("task", task), ("seed", seed), ("outcome", outcome)) if v}
-            return f"/c/{key}/episodes?" + urlencode({**q, "page": p})
+            return f"/c/{key}/episodes" + (fq + "&" if fq else "?") + urlencode({"page": p})
         return con.render("episodes.html", s=s, key=key, rows=rows, total=total, offset=offset,
                           f={"policy": policy, "task": task, "seed": seed_val, "outcome": outcome},
                           outcome_choices=OUTCOME_CHOICES, prev_url=url(page - 1) if page > 1 else None,
-                          next_url=url(page + 1) if offset + len(rows) < total else None)
+                          next_url=url(page + 1) if offset + len(rows) < total else None, fq=fq,
+                          download=f"/c/{key}/episodes" + (fq + "&" if fq else "?") + "format=")
 
     @app.get("/c/{key}/episodes/{ord_}", response_class=HTMLResponse)
-    def episode_page(key: str, ord_: int):
+    def episode_page(key: str, ord_: int, policy: str = "", task: str = "", seed: str = "", outcome: str = ""):
         ref, s, err = campaign_or_error(key)
         if err:
             return err
         if not 0 <= ord_ <= SQLITE_INT_MAX:
             return con.error("Unknown episode", f"campaign {ref.name} has no episode #{ord_}", 404)
+        seed_val, err = parse_filters(seed, outcome)
+        if err:
+            return err
         e = cz.read_episode(ref, ord_)
         if e is None:
             return con.error("Unknown episode", f"campaign {ref.name} has no episode #{ord_}", 404)
@@ -369,12 +436,22 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                      "note": f"{parts[1].upper()} from the campaign's store, served by its content hash."}
         actions_svg, actions_note = ev.actions_svg(ref.path, e)
         log_svgs, log_note = ev.log_svgs(ref.path, e)
+        distance_svg, distance_note = ev.distance_svg(ref.path, e)
         gate_head, gate_rows, gate_note = ev.gate_table(e)
+        fq = filter_query(policy, task, seed, outcome)
+        near = cz.neighbours(ref, ord_, policy=policy or None, task=task or None, seed=seed_val,
+                             outcome=outcome or None)
+        config = e.get("config") or {}
+        instruction = ev.instruction(config, str(e.get("task")))
         return con.render("episode.html", s=s, key=key, e=e, video=video, judgment=ev.judgment_view(e),
                           actions_svg=actions_svg, actions_note=actions_note, log_svgs=log_svgs, log_note=log_note,
+                          distance_svg=distance_svg, distance_note=distance_note,
                           gate_head=gate_head, gate_rows=gate_rows, gate_note=gate_note,
-                          provenance=ev.provenance(e, e.get("config") or {}),
-                          artifacts=ev.artifact_status(ref.path, e))
+                          provenance=ev.provenance(e, config, con.package_version(ref), cz.run_rows(ref)),
+                          artifacts=ev.artifact_status(ref.path, e), near=near, fq=fq,
+                          verdicts=ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])),
+                          steps=int(e.get("steps") or 0), fps=ev.render_fps(config), instruction=instruction,
+                          filters=[v for v in (policy, task, seed, outcome) if v])
 
     @app.get("/c/{key}/artifacts/{name}")
     def artifact(key: str, name: str):
@@ -409,7 +486,7 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                           reference=con.reference, judges=cz.stored_judges(ref), chosen=(a or {}).get("judge"))
 
     @app.get("/compare", response_class=HTMLResponse)
-    def compare_page(a: str = "", b: str = ""):
+    def compare_page(a: str = "", b: str = "", format: str = "", table: str = "per_policy"):
         from kosmos_env.console.compare import compare_campaigns
 
         refs = []
@@ -424,7 +501,106 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             context = compare_campaigns(*refs)
         except cz.CampaignError as exc:
             return con.error("Cannot compare", str(exc), 409)
+        if format:
+            from kosmos_env.console.views import table_response
+
+            name = f"compare-{refs[0].name}-vs-{refs[1].name}"
+            if table == "cross":
+                return table_response(name + "-head-to-head", context["cross_columns"], context["cross"], format)
+            if table != "per_policy":
+                return con.error("Unknown table", "table must be per_policy or cross", 400)
+            return table_response(name, context["per_policy_columns"], [r["csv"] for r in context["rows"]], format)
         return con.render("compare.html", **context)
+
+    @app.get("/c/{key}/table", response_class=HTMLResponse)
+    def table_page(key: str, judge: str = "", format: str = ""):
+        from kosmos_env.console.views import judge_choices, policy_task_table, table_response
+
+        ref, s, err = campaign_or_error(key)
+        if err:
+            return err
+        choices = judge_choices(ref)
+        if judge and judge not in {c["id"] for c in choices}:
+            return con.error("Unknown judge", f"campaign {ref.name} has no stored verdicts of judge {judge!r}", 404)
+        t = policy_task_table(ref, judge or None)
+        if format:
+            return table_response(f"{ref.name}-policy-by-task", t["columns"], t["rows"], format)
+        return con.render("table.html", s=s, key=key, t=t, judges=choices, judge=judge or "campaign",
+                          qs=(f"?judge={judge}&" if judge else "?"))
+
+    @app.get("/c/{key}/pair", response_class=HTMLResponse)
+    def pair_page(key: str, a: str = "", b: str = "", task: str = "", seed: str = "", repeat: str = "0",
+                  measure: str = "success", format: str = ""):
+        from urllib.parse import urlencode
+
+        from kosmos_env.console.views import pair_view, table_response
+
+        ref, s, err = campaign_or_error(key)
+        if err:
+            return err
+        if len(s.policies) < 2:
+            return con.error("Nothing to pair", f"campaign {ref.name} ran one policy; pairing needs two", 400)
+        a = a or s.policies[0]
+        b = b or next(p for p in s.policies if p != a)
+        if measure not in ("success", "score"):
+            return con.error("Bad measure", "measure must be success or score", 400)
+        try:
+            pv = pair_view(ref, a, b, measure)
+        except ValueError as exc:
+            return con.error("Unknown policy", str(exc), 404)
+        if format:
+            return table_response(f"{ref.name}-pairs", pv["columns"], pv["rows"], format)
+        chosen = None
+        if pv["rows"]:
+            want = [r for r in pv["rows"] if (not task or r["task"] == task) and (not seed or str(r["seed"]) == seed)
+                    and str(r["repeat"]) == (repeat or "0")]
+            first_diff = next((r for r in pv["rows"] if r["differ"]), pv["rows"][0])
+            chosen = want[0] if want else first_diff
+        sides = []
+        if chosen:
+            for label, o in ((a, chosen["ord_a"]), (b, chosen["ord_b"])):
+                e = cz.read_episode(ref, o) if o is not None else None
+                video = None
+                if e:
+                    parts = ev.split_relpath(e.get("video"))
+                    if parts and ev.store_path(ref.path, *parts) is not None:
+                        video = {"url": f"/c/{key}/artifacts/{parts[0]}.{parts[1]}", "mime": ev.MEDIA_TYPES[parts[1]]}
+                sides.append({"policy": label, "e": e, "video": video,
+                              "verdicts": ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])) if e else []})
+        base = {"a": a, "b": b, "measure": measure}
+        return con.render("pair.html", s=s, key=key, pv=pv, chosen=chosen, sides=sides, a=a, b=b, measure=measure,
+                          link=lambda r: f"/c/{key}/pair?" + urlencode({**base, "task": r["task"], "seed": r["seed"],
+                                                                        "repeat": r["repeat"]}),
+                          download=f"/c/{key}/pair?" + urlencode(base) + "&format=")
+
+    @app.get("/c/{key}/disagree", response_class=HTMLResponse)
+    def disagree_page(key: str, j1: str = "", j2: str = "", format: str = ""):
+        from urllib.parse import urlencode
+
+        from kosmos_env.console.views import disagreements, judge_choices, table_response
+
+        ref, s, err = campaign_or_error(key)
+        if err:
+            return err
+        choices = judge_choices(ref)
+        if len(choices) < 2:
+            return con.render("disagree.html", s=s, key=key, choices=choices, d=None, j1="campaign", j2="",
+                              download="", names={})
+        j1 = j1 or choices[0]["id"]
+        j2 = j2 or next(c["id"] for c in choices if c["id"] != j1)
+        try:
+            d = disagreements(ref, j1, j2)
+        except (ValueError, cz.CampaignError) as exc:
+            return con.error("Unknown judge", str(exc), 404)
+        if format:
+            return table_response(f"{ref.name}-disagreements", d["columns"], d["rows"], format)
+        names = {c["id"]: c["label"] for c in choices}
+        return con.render("disagree.html", s=s, key=key, choices=choices, d=d, j1=j1, j2=j2, names=names,
+                          download=f"/c/{key}/disagree?" + urlencode({"j1": j1, "j2": j2}) + "&format=")
+
+    @app.get("/favicon.ico")
+    def favicon():
+        return Response(FAVICON_SVG, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     @app.post("/c/{key}/cancel")
     def cancel(key: str, request: Request):

@@ -11,7 +11,6 @@ A campaign is named in URLs by a short hash of its resolved path, never by the p
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import socket
@@ -25,6 +24,7 @@ from typing import Any, Iterable
 from kosmos_env.campaign.control import control_state
 from kosmos_env.campaign.ledger import LEDGER_NAME, owner_alive
 from kosmos_env.campaign.readonly import connect_readonly as _connect_readonly
+from kosmos_env.hashing import sha256_hex
 
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 QUEUE_STATES = ("pending", "leased", "done")
@@ -66,7 +66,7 @@ class CampaignRef:
 
 
 def folder_key(path: Path) -> str:
-    return hashlib.sha256(str(path.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return sha256_hex(str(path.resolve()).encode("utf-8", "surrogateescape"))[:12]
 
 
 def discover(roots: Iterable[str | os.PathLike]) -> list[CampaignRef]:
@@ -261,10 +261,14 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         current = runs[-1] if runs else None
         since = current["started"] if current else now - window_seconds
         until = (current["finished"] or now) if current else now
-        n_recent = conn.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done' AND finished >= ? AND finished <= ?",
-                                (since, until + 1e-6)).fetchone()[0]
-        elapsed = max(until - since, 1e-9)
-        rate = n_recent / elapsed * 3600.0 if n_recent else None
+        n_recent, first, last = conn.execute(
+            "SELECT COUNT(*), MIN(finished), MAX(finished) FROM episodes WHERE status = 'done' AND finished >= ? "
+            "AND finished <= ?", (since, until + 1e-6)).fetchone()
+        # Warm-up (model loads, the first episode's compile) is the time from the run's start to its
+        # first finished episode; the rate counts only episodes finished after it, over the time
+        # since it, so a slow start never inflates the ETA (n - 1 episodes in (first, until]).
+        warmup = (first - since) if first is not None and current else None
+        rate = (n_recent - 1) / max(until - first, 1e-9) * 3600.0 if n_recent and n_recent >= 2 else None
         remaining = s.planned - s.done
         eta = remaining / rate * 3600.0 if rate and remaining and s.running else None
         n_timed, stages = _stage_sums(ref, conn)
@@ -275,14 +279,48 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
             "key": ref.key, "campaign_id": s.campaign_id, "state": s.state(), "running": s.running,
             "planned": s.planned, "queue": s.queue, "stage_queue": _judge_stage_depth(conn), "outcomes": s.outcomes,
             "rollouts_per_hour": rate, "eta_seconds": eta, "remaining": remaining,
+            "warmup_seconds": warmup, "warming_up": bool(current and s.running and not n_recent),
             "run": None if current is None else {"started": current["started"], "finished": current["finished"],
                                                   "workers": current["workers"], "executor": current["executor"],
-                                                  "episodes": n_recent},
+                                                  "episodes": n_recent, "warmup_seconds": warmup},
+            "history": _history(conn),
             "seconds_per_stage": stages, "seconds_per_rollout": per_rollout, "timed": n_timed,
             "money": money, "ranking": ranking_so_far(s), "control": s.control, "now": now,
         }
     finally:
         conn.close()
+
+
+HISTORY_BINS = 40
+
+
+def _history(conn: sqlite3.Connection, bins: int = HISTORY_BINS) -> list[dict[str, Any]]:
+    """Success so far and throughput over time, in at most ``bins`` equal slices of the span from
+    the first run's start to the last finished episode: per slice its end time, the episodes done
+    by then, successes and decided by then, and episodes finished per minute within the slice."""
+    start = conn.execute("SELECT MIN(started) FROM runs").fetchone()[0]
+    rows = conn.execute("SELECT finished, outcome FROM episodes WHERE status = 'done' AND finished IS NOT NULL "
+                        "ORDER BY finished").fetchall()
+    if not rows:
+        return []
+    t0 = min(start, rows[0][0]) if start is not None else rows[0][0]
+    t1 = rows[-1][0]
+    span = max(t1 - t0, 1e-6)
+    n_bins = max(1, min(bins, len(rows)))
+    width = span / n_bins
+    out, i, done, succ, decided = [], 0, 0, 0, 0
+    for b in range(n_bins):
+        end = t1 if b == n_bins - 1 else t0 + width * (b + 1)
+        in_bin = 0
+        while i < len(rows) and rows[i][0] <= end + 1e-9:
+            done += 1
+            in_bin += 1
+            succ += rows[i][1] == "success"
+            decided += rows[i][1] in ("success", "failure")
+            i += 1
+        out.append({"t": end - t0, "done": done, "successes": succ, "decided": decided,
+                    "per_minute": in_bin / width * 60.0})
+    return out
 
 
 def _judge_stage_depth(conn: sqlite3.Connection) -> dict[str, int]:
@@ -449,5 +487,95 @@ def artifact_relpath(ref: CampaignRef, sha256: str) -> tuple[str, str] | None:
     try:
         row = conn.execute("SELECT relpath, kind FROM artifacts WHERE sha256 = ? LIMIT 1", (sha256,)).fetchone()
         return None if row is None else (row["relpath"], row["kind"])
+    finally:
+        conn.close()
+
+
+def _filter_clause(policy: str | None = None, task: str | None = None, seed: int | None = None,
+                   outcome: str | None = None) -> tuple[list[str], list[Any]]:
+    where, args = [], []
+    for col, val in (("policy", policy), ("task", task), ("seed", seed)):
+        if val is not None and val != "":
+            where.append(f"{col} = ?")
+            args.append(val)
+    if outcome:
+        where.append("status = ?" if outcome in QUEUE_STATES[:2] else "outcome = ?")
+        args.append(outcome)
+    return where, args
+
+
+def neighbours(ref: CampaignRef, ord_: int, **filters: Any) -> dict[str, int | None]:
+    """The previous and next episode among those matching ``filters`` (the episode browser's
+    order, by claim order), and the next *failure* after this one under the same filters
+    (outcome filter aside), wrapping to the first failure when none comes later."""
+    where, args = _filter_clause(**filters)
+    base = " AND ".join(where) if where else "1"
+    f_where, f_args = _filter_clause(**{**filters, "outcome": "failure"})
+    conn = connect_readonly(ref.ledger_path)
+    try:
+        prev = conn.execute(f"SELECT MAX(ord) FROM episodes WHERE {base} AND ord < ?", (*args, ord_)).fetchone()[0]
+        nxt = conn.execute(f"SELECT MIN(ord) FROM episodes WHERE {base} AND ord > ?", (*args, ord_)).fetchone()[0]
+        fb = " AND ".join(f_where)
+        fail = conn.execute(f"SELECT MIN(ord) FROM episodes WHERE {fb} AND ord > ?", (*f_args, ord_)).fetchone()[0]
+        wrapped = False
+        if fail is None:
+            fail = conn.execute(f"SELECT MIN(ord) FROM episodes WHERE {fb} AND ord < ?", (*f_args, ord_)).fetchone()[0]
+            wrapped = fail is not None
+        return {"prev": prev, "next": nxt, "next_failure": fail, "failure_wrapped": wrapped}
+    finally:
+        conn.close()
+
+
+def episode_judgments(ref: CampaignRef, episode_id: str) -> list[dict[str, Any]]:
+    """Every stored verdict of other judges (``kosmos-env judge``) on one episode, oldest judge first."""
+    conn = connect_readonly(ref.ledger_path)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judgments'").fetchone():
+            return []
+        out = []
+        for r in conn.execute("SELECT judge_id, judge_label, judge_spec, outcome, score, judgment, seconds, created "
+                              "FROM judgments WHERE episode_id = ? ORDER BY created, judge_id", (episode_id,)):
+            row = dict(r)
+            for k in ("judge_spec", "judgment"):
+                try:
+                    row[k] = json.loads(row[k]) if row[k] else {}
+                except json.JSONDecodeError:
+                    row[k] = {"unreadable": row[k]}
+            out.append(row)
+        return out
+    finally:
+        conn.close()
+
+
+def cells(ref: CampaignRef, judge: str | None = None) -> dict[str, dict[tuple, dict[str, Any]]]:
+    """policy -> (task, seed, repeat) -> {ord, outcome, success (1/0/None), score} of finished
+    episodes, under the campaign's own judge (``judge`` None or "campaign") or a stored judge id."""
+    conn = connect_readonly(ref.ledger_path)
+    try:
+        out: dict[str, dict[tuple, dict[str, Any]]] = {}
+        if judge in (None, "", "campaign"):
+            rows = conn.execute("SELECT ord, policy, task, seed, repeat, outcome, score FROM episodes "
+                                "WHERE status = 'done'")
+        else:
+            rows = conn.execute("SELECT e.ord, e.policy, e.task, e.seed, e.repeat, j.outcome, j.score FROM episodes e "
+                                "JOIN judgments j USING (episode_id) WHERE e.status = 'done' AND j.judge_id = ?",
+                                (judge,))
+        for r in rows:
+            o = r["outcome"]
+            out.setdefault(r["policy"], {})[(r["task"], r["seed"], r["repeat"])] = {
+                "ord": r["ord"], "outcome": o, "score": r["score"],
+                "success": 1 if o == "success" else 0 if o == "failure" else None}
+        return out
+    except sqlite3.OperationalError as exc:  # no judgments table
+        raise CampaignError(f"no stored verdicts of judge {judge!r}: {exc}") from None
+    finally:
+        conn.close()
+
+
+def run_rows(ref: CampaignRef) -> list[dict[str, Any]]:
+    """The eval runs recorded in the ledger (start, end, argv), oldest first."""
+    conn = connect_readonly(ref.ledger_path)
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM runs ORDER BY started")]
     finally:
         conn.close()

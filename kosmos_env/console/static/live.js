@@ -48,6 +48,48 @@
     });
     box.replaceChildren(root);
   }
+  function drawHistory(rows) {
+    // two small panels against minutes since the first run started: success rate so far
+    // (successes / decided, 0..1) and episodes finished per minute in each slice
+    var box = document.getElementById("history");
+    if (!box || !rows.length) { return; }
+    var W = 560, H = 130, L = 46, R = 10, T = 18, B = 26, PW = W - L - R, PH = H - T - B;
+    var tMax = Math.max(rows[rows.length - 1].t, 1e-6);
+    function panel(id, title, values, yMax, fmtY) {
+      var root = svg("svg", {width: W, height: H, viewBox: "0 0 " + W + " " + H, "class": "chart", id: id,
+                             "font-family": "system-ui,sans-serif", "font-size": "11"});
+      var head = svg("text", {x: L, y: 12, fill: "#1d2433"}); head.textContent = title; root.appendChild(head);
+      root.appendChild(svg("rect", {x: L, y: T, width: PW, height: PH, fill: "#fafbfc", stroke: "#e4e7ec"}));
+      [0, 0.5, 1].forEach(function (f) {
+        var y = T + PH - f * PH;
+        root.appendChild(svg("line", {x1: L, x2: L + PW, y1: y, y2: y, stroke: "#eef0f3"}));
+        var lab = svg("text", {x: L - 4, y: y + 4, "text-anchor": "end", fill: "#5b6475"});
+        lab.textContent = fmtY(f * yMax); root.appendChild(lab);
+      });
+      var pts = [];
+      rows.forEach(function (r, i) {
+        if (values[i] === null) { return; }
+        pts.push((L + r.t / tMax * PW).toFixed(1) + "," + (T + PH - Math.min(values[i] / yMax, 1) * PH).toFixed(1));
+      });
+      if (pts.length) {
+        root.appendChild(svg("polyline", {points: pts.join(" "), fill: "none", stroke: "#4c72b0", "stroke-width": 2}));
+      }
+      var xl = svg("text", {x: L + PW, y: H - 6, "text-anchor": "end", fill: "#5b6475"});
+      xl.textContent = (tMax / 60).toFixed(1) + " min since start"; root.appendChild(xl);
+      var x0 = svg("text", {x: L, y: H - 6, fill: "#5b6475"}); x0.textContent = "0"; root.appendChild(x0);
+      return root;
+    }
+    var rate = rows.map(function (r) { return r.decided ? r.successes / r.decided : null; });
+    var thr = rows.map(function (r) { return r.per_minute; });
+    var peak = Math.max.apply(null, thr.concat([1e-9]));
+    var last = rows[rows.length - 1];
+    var wrap = document.createElement("div"); wrap.className = "grid2";
+    wrap.appendChild(panel("history-success", "success so far (all policies): " + last.successes + "/" + last.decided,
+                           rate, 1, function (v) { return v.toFixed(1); }));
+    wrap.appendChild(panel("history-throughput", "episodes finished per minute", thr, peak,
+                           function (v) { return v.toPrecision(2); }));
+    box.replaceChildren(wrap);
+  }
   function update(d) {
     set("done", d.queue.done); set("planned", d.planned);
     var bar = document.getElementById("done-bar");
@@ -59,7 +101,19 @@
     ["success", "failure", "discarded", "abstained", "error"].forEach(function (o) { set("q-" + o, d.outcomes[o]); });
     set("rate", d.rollouts_per_hour === null ? "\u2013" : Math.round(d.rollouts_per_hour).toString());
     set("run-info", d.run ? (d.run.episodes + " episodes this run, " + d.run.workers + " worker(s), " + d.run.executor) : "");
-    set("eta", d.running ? duration(d.eta_seconds) : (d.remaining ? "not running" : "done"));
+    if (d.warming_up) {
+      set("eta", "warming up");
+      set("warmup", "loading models: no episode finished yet" + (d.run ? " (run started " + new Date(d.run.started * 1000).toLocaleTimeString() + ")" : ""));
+    } else {
+      set("eta", d.running ? (d.eta_seconds === null ? "after 2 episodes" : duration(d.eta_seconds)) : (d.remaining ? "not running" : "done"));
+      set("warmup", d.warmup_seconds === null || d.warmup_seconds === undefined ? "" :
+          "warm-up " + duration(d.warmup_seconds) + " before the first episode, not counted in the rate");
+    }
+    var running = d.state === "running";
+    var box = document.getElementById("control-box"), absent = document.getElementById("cancel-absent");
+    if (box) { box.hidden = !running; }
+    if (absent) { absent.hidden = running; }
+    drawHistory(d.history || []);
     Object.keys(d.seconds_per_rollout).forEach(function (k) { set("st-" + k, fmt(d.seconds_per_rollout[k], 3)); });
     if (d.money && !d.money.error) {
       set("money", d.money.total.toPrecision(3) + " " + d.money.currency);
@@ -78,6 +132,12 @@
   try { tokenBox.value = sessionStorage.getItem("kosmos-console-token") || ""; } catch (e) { /* storage off */ }
   document.getElementById("cancel-form").addEventListener("submit", function (ev) {
     ev.preventDefault();
+    var name = document.getElementById("control-box").getAttribute("data-name");
+    if (!window.confirm("Cancel campaign " + name + "? Running episodes finish and are recorded; nothing new " +
+                        "starts. Rerun the same kosmos-env eval command to resume.")) {
+      set("cancel-result", "not cancelled");
+      return;
+    }
     try { sessionStorage.setItem("kosmos-console-token", tokenBox.value); } catch (e) { /* storage off */ }
     fetch("/c/" + key + "/cancel", {method: "POST", headers: {"X-Console-Token": tokenBox.value}})
       .then(function (r) { return r.json().then(function (j) { return [r.status, j]; }); })
