@@ -89,3 +89,17 @@ def test_sequential_input_validation():
         sequential_ab([])
     with pytest.raises(ValueError, match=r"\[0, 1\]"):
         eb_confidence_sequence([0.2, 1.2])
+
+
+def test_interval_decides_only_under_the_eb_rule():
+    # betting may decide while its (EB) interval still holds 0; only under "eb" is the printed
+    # interval the decision, and to_dict says which
+    d = [1.0] * 11 + [0.0]
+    bet = sequential_ab(d, rule="betting").final
+    eb = sequential_ab(d, rule="eb").final
+    assert not bet.interval_decides and bet.to_dict()["interval_decides"] is False
+    assert eb.interval_decides and eb.to_dict()["interval_decides"] is True
+    if eb.decision == "A better":
+        assert eb.lower > 0
+    else:
+        assert eb.decision == "undecided" and eb.lower <= 0 <= eb.upper

@@ -35,7 +35,10 @@ Decisions (``rule``):
 
 Either way the decision is sticky (the first one reached stands, with the number of episodes
 used) and the reported interval is the EB confidence sequence (valid at every t), so with the
-betting rule a decision may come a few episodes before that interval excludes 0. Stopping at a
+betting rule a decision may come a few episodes before that interval excludes 0: a page that
+shows an interval beside the decision should use rule "eb" (``ABState.interval_decides``), as
+``kosmos-env analyze`` and ``compare`` do; neither is the headline, which is the fixed-n paired
+verdict of :mod:`kosmos_env.stats.verdict`. Stopping at a
 budget while still undecided is an abstention.
 
 Measured (``python bench/sequential_ab.py``: seeded simulation, 4000 null / 2000 alternative
@@ -110,9 +113,17 @@ class ABState:
     rule: str = "betting"
     log_capital: tuple = (0.0, 0.0)  # (log K+, log K-) of the betting rule
 
+    @property
+    def interval_decides(self) -> bool:
+        """Whether ``lower``/``upper`` is the rule that made ``decision`` (rule "eb"). Under
+        "betting" the decision comes from the capital, which has no interval: a page must not
+        draw this interval beside a betting decision as if one explained the other."""
+        return self.rule == "eb"
+
     def to_dict(self) -> dict:
         d = self.__dict__.copy()
         d["log_capital"] = list(self.log_capital)
+        d["interval_decides"] = self.interval_decides
         return d
 
 
