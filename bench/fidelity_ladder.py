@@ -57,7 +57,7 @@ LEARNED = "Kosmos-TabletopLearned-v1"
 
 def make_rung_world(name: str, weights_dir: str):
     """(env id, world) of a rung; the world is fresh each call (a shuffled control wraps its own)."""
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256
+    from kosmos_env.hashing import sha256_file
     from kosmos_env.spec import load_spec
     from kosmos_env.worlds import make_world
     from kosmos_env.worlds.null import NullWorld
@@ -77,7 +77,7 @@ def make_rung_world(name: str, weights_dir: str):
     path = Path(weights_dir) / BUDGETS[name] / "world.safetensors"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: train it first (see the README's commands)")
-    spec = learned.with_overrides(world={"weights_sha256": file_sha256(path)})
+    spec = learned.with_overrides(world={"weights_sha256": sha256_file(path)})
     return LEARNED, make_world(spec, weights_path=str(path))
 
 

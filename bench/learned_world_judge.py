@@ -108,10 +108,10 @@ def _run_policies(args, policies):
     base = load_spec("Kosmos-TabletopLearned-v1")
     kwargs = {}
     if args.weights:
-        from kosmos_env.worlds.tabletop_learned.world import file_sha256
+        from kosmos_env.hashing import sha256_file
 
         kwargs = {"weights_path": args.weights}
-        base = base.with_overrides(world={"weights_sha256": file_sha256(args.weights)})
+        base = base.with_overrides(world={"weights_sha256": sha256_file(args.weights)})
     settings = args.actions_per_call or [base.world.get("actions_per_call", 1)]
     envs = {"reference": gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64))}
     for n in settings:

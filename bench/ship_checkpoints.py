@@ -38,7 +38,8 @@ CHOSEN = {
 
 
 def main() -> int:
-    from kosmos_env.policies.checkpoint import file_sha256, load_checkpoint
+    from kosmos_env.hashing import sha256_file
+    from kosmos_env.policies.checkpoint import load_checkpoint
     from kosmos_env.stats import wilson
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -53,7 +54,7 @@ def main() -> int:
         _, meta = load_checkpoint(src)
         dest = DEST / f"{name}.safetensors"
         shutil.copyfile(src, dest)
-        entry = {"name": name, "file": dest.name, "sha256": file_sha256(dest), "trained_in": where, "reward": reward,
+        entry = {"name": name, "file": dest.name, "sha256": sha256_file(dest), "trained_in": where, "reward": reward,
                  "stage": meta["stage"], "env_steps": meta["env_steps"]}
         if name == "bc_clone_2000":
             entry["recipe"] = ("kosmos-env train-policy --stage bc --demos bench/results/train_in_world/demos.npz "

@@ -177,7 +177,7 @@ class FrameVisionJudge:
         if self._model is None:
             path = Path(self.weights) if self.weights else shipped_classifier_path()
             if self.weights_sha256 is not None and path.is_file():
-                from kosmos_env.weights import sha256_file
+                from kosmos_env.hashing import sha256_file
 
                 actual = sha256_file(path)
                 if actual != self.weights_sha256:

@@ -242,7 +242,7 @@ class VLMJudge:
         if self._model_identity is None:
             ident: dict[str, Any] = {"model_id": self.model_id, "revision": self.revision, "family": self.family}
             if self._loaded_from is not None:
-                from kosmos_env.weights import folder_digest
+                from kosmos_env.hashing import folder_digest
 
                 ident.update(source="folder", path=self._loaded_from,
                              weights_sha256=folder_digest(self._loaded_from)["sha256"])
@@ -614,7 +614,7 @@ def _apply_adapter(model: Any, adapter: str) -> tuple[Any, str, str]:
     The adapter's layers are injected into ``model`` itself (peft replaces the target modules),
     so a model object passed in is changed; load a fresh one for the base judge.
     """
-    import hashlib
+    from kosmos_env.hashing import files_sha256
 
     cfg = os.path.join(adapter, "adapter_config.json")
     if not os.path.isfile(cfg):
@@ -623,15 +623,11 @@ def _apply_adapter(model: Any, adapter: str) -> tuple[Any, str, str]:
         from peft import PeftModel
     except ImportError as exc:  # pragma: no cover - peft is in the models extra
         raise RuntimeError("loading a judge adapter needs peft: pip install peft") from exc
-    digest = hashlib.sha256()
-    for name in sorted(os.listdir(adapter)):
-        if name.startswith("adapter_") and os.path.isfile(os.path.join(adapter, name)):
-            digest.update(name.encode("utf-8") + b"\0")
-            with open(os.path.join(adapter, name), "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
+    # the adapter's own files (adapter_config.json, adapter_model.safetensors), by name
+    sha = files_sha256([os.path.join(adapter, n) for n in os.listdir(adapter)
+                        if n.startswith("adapter_") and os.path.isfile(os.path.join(adapter, n))])
     wrapped = PeftModel.from_pretrained(model, adapter, is_trainable=False).eval()
-    return wrapped, os.path.abspath(adapter), digest.hexdigest()
+    return wrapped, os.path.abspath(adapter), sha
 
 
 def _cuda_available() -> bool:

@@ -6,8 +6,7 @@ a prompt change always means a new env version.
 """
 from __future__ import annotations
 
-import hashlib
-import json
+from kosmos_env.hashing import canonical_hash
 
 PROMPT_VERSION = "kosmos-judge-v1"
 
@@ -42,11 +41,8 @@ ANSWER_SCHEMA = {
 
 def prompt_sha256() -> str:
     """sha256 over the canonical JSON of version, system text, user template and answer schema."""
-    blob = json.dumps(
-        {"version": PROMPT_VERSION, "system": SYSTEM_PROMPT, "user": USER_TEMPLATE, "schema": ANSWER_SCHEMA},
-        sort_keys=True, separators=(",", ":"), ensure_ascii=True,
-    )
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    return canonical_hash(
+        {"version": PROMPT_VERSION, "system": SYSTEM_PROMPT, "user": USER_TEMPLATE, "schema": ANSWER_SCHEMA})
 
 
 PROMPT_SHA256 = prompt_sha256()

@@ -17,7 +17,6 @@ recognises real robot motion: the commands were read off this very video.
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from typing import Any, Mapping, Sequence
 
@@ -117,7 +116,9 @@ def load_reference_commands() -> dict[str, Any]:
     actions = np.asarray(data.get("actions"), dtype=np.float32)
     if actions.shape != (EPISODE_FRAMES - 1, 7) or not np.all(np.isfinite(actions)):
         raise ReferenceDataError(f"{COMMANDS_FILE}: 'actions' must be {EPISODE_FRAMES - 1} rows of 7 numbers")
-    digest = hashlib.sha256(np.ascontiguousarray(actions.round(6)).tobytes()).hexdigest()
+    from kosmos_env.hashing import sha256_hex
+
+    digest = sha256_hex(np.ascontiguousarray(actions.round(6)).tobytes())
     if digest != data.get("actions_sha256"):
         raise ReferenceDataError(f"{COMMANDS_FILE}: actions do not match their recorded actions_sha256; reinstall kosmos-env")
     return dict(data, actions=actions)

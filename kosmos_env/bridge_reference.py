@@ -18,11 +18,12 @@ sees the same bytes:
 """
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from importlib import resources
 
 import numpy as np
+
+from kosmos_env.hashing import sha256_hex
 
 EPISODE_FILE = "bridge_real_can_to_left.mp4"
 EPISODE_SHA256 = "643f1406ba5e38071a3f11d30961d5b22192d33efcbf2c5fcb8c0b7ba4408544"
@@ -57,7 +58,7 @@ def load_real_episode() -> ReferenceEpisode:
     if not path.is_file():
         raise ReferenceDataError(f"the real Bridge episode {EPISODE_FILE} is missing from the package; reinstall kosmos-env")
     data = path.read_bytes()
-    digest = hashlib.sha256(data).hexdigest()
+    digest = sha256_hex(data)
     if digest != EPISODE_SHA256:
         raise ReferenceDataError(f"{EPISODE_FILE} has sha256 {digest}, expected {EPISODE_SHA256}; reinstall kosmos-env")
     import imageio.v3 as iio

@@ -360,7 +360,7 @@ class KosmosEnv(gymnasium.Env):
         """
         if self._provenance is None:
             from kosmos_env.judges.base import judge_identity
-            from kosmos_env.spec import canonical_json, sha256_hex
+            from kosmos_env.hashing import canonical_json, sha256_hex
             from kosmos_env.worlds import WORLD_VERSIONS
 
             kind = str(self.kosmos_spec.world.get("type"))

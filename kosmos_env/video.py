@@ -1,7 +1,6 @@
 """MP4 writing for rollouts (H.264 through the ffmpeg binary that imageio-ffmpeg ships)."""
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numpy as np
@@ -45,8 +44,9 @@ def read_video_fps(path: str | os.PathLike) -> tuple[np.ndarray, float, str]:
     """(frames (T, H, W, 3) uint8, fps from the container, sha256 of the file bytes)."""
     import imageio_ffmpeg
 
-    with open(path, "rb") as fh:
-        digest = hashlib.sha256(fh.read()).hexdigest()
+    from kosmos_env.hashing import sha256_file
+
+    digest = sha256_file(path)
     reader = imageio_ffmpeg.read_frames(str(path))
     meta = next(reader)
     width, height = meta["size"]

@@ -6,15 +6,13 @@ convention and declares which one that was in ``action_convention``.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from abc import ABC, abstractmethod
 from collections import deque
-from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from kosmos_env.hashing import canonical_hash
 
 
 class Policy(ABC):
@@ -53,7 +51,7 @@ class Policy(ABC):
     def content_hash(self) -> str:
         """sha256 of the policy's class and config (adapters with weights hash those instead)."""
         payload = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "config": self.config()}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return policy_hash(payload)
 
     def close(self) -> None:
         """Release resources (servers, GPU memory)."""
@@ -146,37 +144,14 @@ class ChunkedPolicy(Policy):
         if self.execute is None:
             return self.policy.content_hash()
         payload = {"inner": self.policy.content_hash(), "execute": self.execute}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return policy_hash(payload)
 
     def close(self) -> None:
         self.policy.close()
 
 
-def hash_files(paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] | None = None) -> str:
-    """sha256 over files (or every file under directories), names relative and sorted.
-
-    Adapters with weights use this for ``content_hash``; ``suffixes`` limits which files count
-    (e.g. weights and configs). Large checkpoints take a while: a progress bar shows it.
-    """
-    files: list[tuple[str, Path]] = []
-    for root in map(Path, paths):
-        if root.is_dir():
-            files += [(str(p.relative_to(root)), p) for p in sorted(root.rglob("*")) if p.is_file()]
-        elif root.is_file():
-            files.append((root.name, root))
-        else:
-            raise FileNotFoundError(f"cannot hash {root}: no such file or directory")
-    if suffixes is not None:
-        files = [(n, p) for n, p in files if n.endswith(suffixes)]
-    digest = hashlib.sha256()
-    total = sum(p.stat().st_size for _, p in files)
-    from tqdm.auto import tqdm
-
-    with tqdm(total=total, unit="B", unit_scale=True, desc="hashing weights", disable=total < 256 << 20) as bar:
-        for name, path in sorted(files):
-            digest.update(name.encode() + b"\0")
-            with open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 22), b""):
-                    digest.update(block)
-                    bar.update(len(block))
-    return digest.hexdigest()
+def policy_hash(payload: Any, default: Any = None) -> str:
+    """A policy content hash: the sha256 of ``payload``'s canonical JSON in the form policy hashes
+    were first published in (``", "``/``": "`` separators, NaN kept; see
+    :func:`kosmos_env.hashing.canonical_json`). ``default=str`` writes paths and dtypes as text."""
+    return canonical_hash(payload, spaced=True, allow_nan=True, default=default)

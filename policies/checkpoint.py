@@ -18,7 +18,6 @@ back to the env's bounds and clips to them.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -27,8 +26,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.hashing import sha256_file
 from kosmos_env.obs_encoding import STATE_DIM, STATE_KEYS, encode_state, encode_task, resize_image
-from kosmos_env.policies.base import Policy
+from kosmos_env.policies.base import Policy, policy_hash
 
 FORMAT = "kosmos-policy-checkpoint"
 FORMAT_VERSION = 1
@@ -221,14 +221,6 @@ def encode_observation(obs: Mapping[str, Any], instructions: Sequence[str], imag
 
 # -- file format ----------------------------------------------------------------------------
 
-def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def save_checkpoint(net, path: str | Path, meta: Mapping[str, Any]) -> Path:
     """Write ``net``'s tensors and ``meta`` (every field of :data:`REQUIRED_META` but ``net``,
     which comes from the network) to ``path`` as a Kosmos policy checkpoint."""
@@ -402,7 +394,7 @@ class CheckpointPolicy(Policy):
                              "train-policy) or shipped=NAME (a checkpoint shipped with the package)")
         self.path = shipped_checkpoint_path(shipped) if shipped else Path(path)
         self.net, self.meta = load_checkpoint(self.path)
-        self.sha256 = file_sha256(self.path)
+        self.sha256 = sha256_file(self.path)
         self.sample = bool(sample)
         self.seed = seed
         self.instructions = list(self.meta["instructions"])
@@ -432,7 +424,7 @@ class CheckpointPolicy(Policy):
         # the weights decide the actions, not where the file lies: the path stays out of the hash
         payload = {"class": f"{cls.__module__}.{cls.__qualname__}", "weights_sha256": sha256,
                    "sample": bool(sample), "seed": seed if sample else None}
-        return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return policy_hash(payload)
 
     @classmethod
     def content_hash_from_files(cls, path: str = "", sample: bool = False, seed: int | None = None,
@@ -444,7 +436,7 @@ class CheckpointPolicy(Policy):
         file = shipped_checkpoint_path(shipped) if shipped else Path(path)
         if not Path(file).is_file():
             raise FileNotFoundError(f"policy ckpt: no checkpoint file at {str(file)!r} to hash")
-        return cls._hash(file_sha256(file), sample, seed)
+        return cls._hash(sha256_file(file), sample, seed)
 
     def reset(self, instruction: str, seed: int | None = None) -> None:
         self._task = encode_task(instruction, self.instructions)  # ValueError naming the known list

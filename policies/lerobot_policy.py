@@ -32,6 +32,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.hashing import canonical_json
 from kosmos_env.policies.base import Policy
 from kosmos_env.policies.conventions import ActionConvention
 
@@ -157,7 +158,7 @@ class LeRobotPolicy(Policy):
                 digest.update(key.encode() + b"\0" + str(tuple(tensor.shape)).encode() + str(tensor.dtype).encode())
                 digest.update(tensor.detach().cpu().contiguous().view(-1).view(dtype=torch.uint8).numpy().tobytes())
             config = _canonical({k: v for k, v in self.config().items() if k != "path"})
-            digest.update(json.dumps(config, sort_keys=True, default=str).encode())
+            digest.update(canonical_json(config, spaced=True, allow_nan=True, default=str).encode())
             self._hash = digest.hexdigest()
         return self._hash
 

@@ -30,7 +30,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kosmos_env.policies.base import Policy, hash_files
+from kosmos_env.hashing import files_sha256
+from kosmos_env.policies.base import Policy, policy_hash
 from kosmos_env.policies.conventions import ActionConvention, unnormalize_bounds
 
 OPENVLA_PROMPT = "In: What action should the robot take to {instruction}?\nOut:"
@@ -44,18 +45,15 @@ def _hash_settings(unnorm_key, dtype, prompt, image_size, vocab_size, empty_toke
     """The constructor settings that change actions, as given (paths of files hashed with them elsewhere)."""
     stats = norm_stats if norm_stats is None or isinstance(norm_stats, Mapping) else str(norm_stats)
     if isinstance(norm_stats, (str, Path)) and Path(norm_stats).is_file():
-        stats = hash_files([norm_stats])  # the statistics decide the actions, not the file's name
+        stats = files_sha256([norm_stats])  # the statistics decide the actions, not the file's name
     return {"unnorm_key": unnorm_key, "dtype": dtype, "prompt": prompt, "image_size": int(image_size),
             "vocab_size": vocab_size, "empty_token_id": empty_token_id, "gripper_threshold": gripper_threshold,
             "norm_stats": stats}
 
 
 def _files_hash(class_name: str, model_path: str, settings: Mapping[str, Any]) -> str:
-    import hashlib
-
-    files = hash_files([model_path], _WEIGHT_SUFFIXES)
-    payload = json.dumps({"files": files, "settings": settings, "class": class_name}, sort_keys=True, default=str)
-    return hashlib.sha256(payload.encode()).hexdigest()
+    files = files_sha256([model_path], _WEIGHT_SUFFIXES)
+    return policy_hash({"files": files, "settings": settings, "class": class_name}, default=str)
 
 
 def _hash_from_files(cls: type, args: Mapping[str, Any]) -> str:
@@ -289,12 +287,9 @@ class OpenVLAPolicy(Policy):
             if Path(self.model_path).is_dir():
                 self._hash = _files_hash(type(self).__name__, self.model_path, self._hash_settings)
             else:  # a model handed in memory: only its derived settings identify it
-                import hashlib
-
                 settings = {**self._hash_settings, "vocab_end": self.decoder.vocab_end}
-                payload = json.dumps({"files": "in-memory", "settings": settings, "class": type(self).__name__},
-                                     sort_keys=True, default=str)
-                self._hash = hashlib.sha256(payload.encode()).hexdigest()
+                self._hash = policy_hash({"files": "in-memory", "settings": settings, "class": type(self).__name__},
+                                         default=str)
         return self._hash
 
     @classmethod

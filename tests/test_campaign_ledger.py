@@ -12,7 +12,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from kosmos_env.campaign.artifacts import ArtifactStore, npz_bytes, sha256_file
+from kosmos_env.campaign.artifacts import ArtifactStore, npz_bytes
+from kosmos_env.hashing import sha256_file
 from kosmos_env.campaign.cost import PriceTable, busy_wall_seconds, cost_summary
 from kosmos_env.campaign.design import env_seed, make_config, policy_label
 from kosmos_env.campaign.ledger import ConfigMismatchError, Ledger, make_owner, owner_alive

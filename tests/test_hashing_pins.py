@@ -84,7 +84,7 @@ def test_task_frames_match_the_sha256_their_suite_binds():
     """The suites bind each shipped initial frame by sha256 (checked by the Cosmos world and doctor)."""
     from importlib import resources
 
-    from kosmos_env.campaign.artifacts import sha256_file
+    from kosmos_env.hashing import sha256_file
     from kosmos_env.tasks import load_suite
 
     checked = 0
@@ -114,7 +114,7 @@ def test_validity_study_registration_seal_and_bindings():
     from kosmos_env.judges.vision_frame import shipped_classifier_path
     from kosmos_env.policies import parse_policy_arg, policy_hash_from_files
     from kosmos_env.study.registration import load_registration_file
-    from kosmos_env.weights import sha256_file
+    from kosmos_env.hashing import sha256_file
     from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
     record = json.loads(STUDY.read_text())
@@ -131,11 +131,12 @@ def test_validity_study_registration_seal_and_bindings():
 
 
 def test_learned_world_weights_match_the_spec():
+    from kosmos_env.hashing import sha256_file
     from kosmos_env.spec import load_spec
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256, weights_dir
+    from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
     spec = load_spec("Kosmos-TabletopLearned-v1")
-    assert file_sha256(weights_dir() / spec.world["weights"]) == spec.world["weights_sha256"] == WORLD_WEIGHTS
+    assert sha256_file(weights_dir() / spec.world["weights"]) == spec.world["weights_sha256"] == WORLD_WEIGHTS
 
 
 CHECKPOINT_CONTENT = {
@@ -151,12 +152,13 @@ CHECKPOINT_CONTENT = {
 
 def test_shipped_checkpoints_file_and_content_hashes():
     from kosmos_env.policies import policy_hash_from_files
-    from kosmos_env.policies.checkpoint import file_sha256, shipped_checkpoint_path, shipped_checkpoints
+    from kosmos_env.hashing import sha256_file
+    from kosmos_env.policies.checkpoint import shipped_checkpoint_path, shipped_checkpoints
 
     entries = shipped_checkpoints()
     assert sorted(entries) == sorted(CHECKPOINT_CONTENT)
     for name, entry in entries.items():
-        assert file_sha256(shipped_checkpoint_path(name)) == entry["sha256"], name
+        assert sha256_file(shipped_checkpoint_path(name)) == entry["sha256"], name
         assert policy_hash_from_files("ckpt", {"shipped": name}) == CHECKPOINT_CONTENT[name], name
     assert (policy_hash_from_files("ckpt", {"shipped": "bc_clone_2000", "sample": True, "seed": 3})
             == "e40c038f6f60226f7e5d9fc9ad7eca4bd157fbc283c1ff6d7cd53e8d6e21f070")
@@ -264,46 +266,73 @@ OPENVLA_FILES = "3605d339cf1365d24aa6eb64a0bd4f07f1476dc6ebd51ddd713643a20ddcf87
 
 
 def test_file_sha256(tmp_path):
-    from kosmos_env.campaign.artifacts import sha256_file as a
-    from kosmos_env.policies.checkpoint import file_sha256 as c
-    from kosmos_env.publish.validate import sha256_path as v
-    from kosmos_env.weights import sha256_file as w
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256 as t
+    from kosmos_env.hashing import sha256_file, sha256_hex
 
     path = build_tree(tmp_path / "tree") / "sub" / "c.bin"
-    assert {fn(path) for fn in (a, c, v, w, t)} == {FILE_SHA}
+    assert sha256_file(path) == sha256_file(path, block=7) == sha256_hex(path.read_bytes()) == FILE_SHA
 
 
 def test_canonical_json_variants():
-    import hashlib
-    import json
+    from kosmos_env.distill.judgespec import identity_hash
+    from kosmos_env.hashing import canonical_hash, canonical_json, sha256_hex
+    from kosmos_env.policies.base import policy_hash
 
-    from kosmos_env.distill.judgespec import canonical_hash as distill_hash
-    from kosmos_env.hashing import canonical_json, sha256_hex
-    from kosmos_env.publish.validate import canonical_hash as publish_hash
+    assert canonical_hash(JSON_SAMPLE) == sha256_hex(canonical_json(JSON_SAMPLE)) == JSON_STRICT
+    with_path_nan = {**JSON_SAMPLE, "path": Path("/x/y"), "nan": float("nan")}
+    assert canonical_hash(with_path_nan, allow_nan=True, default=str) == identity_hash(with_path_nan) == JSON_DISTILL
+    assert canonical_hash(JSON_SAMPLE, spaced=True, allow_nan=True) == policy_hash(JSON_SAMPLE) == JSON_SPACED
+    with_path = {**JSON_SAMPLE, "path": Path("/x/y")}
+    assert canonical_hash(with_path, spaced=True, allow_nan=True, default=str) == JSON_SPACED_STR
+    assert policy_hash(with_path, default=str) == JSON_SPACED_STR
 
-    assert sha256_hex(canonical_json(JSON_SAMPLE)) == publish_hash(JSON_SAMPLE) == JSON_STRICT
-    assert distill_hash({**JSON_SAMPLE, "path": Path("/x/y"), "nan": float("nan")}) == JSON_DISTILL
-    assert hashlib.sha256(json.dumps(JSON_SAMPLE, sort_keys=True).encode()).hexdigest() == JSON_SPACED
-    spaced_str = json.dumps({**JSON_SAMPLE, "path": Path("/x/y")}, sort_keys=True, default=str)
-    assert hashlib.sha256(spaced_str.encode()).hexdigest() == JSON_SPACED_STR
+
+def test_canonical_json_refuses_what_it_cannot_write_by_default():
+    """The strict default (spec, suite, protocol, bundle hashes) refuses NaN and unknown objects;
+    only the named options of the forms published that way write them."""
+    import pytest
+
+    from kosmos_env.hashing import canonical_json
+
+    with pytest.raises(ValueError):
+        canonical_json({"x": float("nan")})
+    with pytest.raises(TypeError):
+        canonical_json({"x": Path("/p")})
+    assert canonical_json({"x": float("nan")}, allow_nan=True) == '{"x":NaN}'
+    assert canonical_json({"b": 1, "a": "\u00e9"}) == '{"a":"\\u00e9","b":1}'
+    assert canonical_json({"b": 1, "a": 2}, spaced=True) == '{"a": 2, "b": 1}'
 
 
 def test_folder_hashes(tmp_path):
-    from kosmos_env.distill.judgespec import folder_sha256
-    from kosmos_env.policies.base import hash_files
+    from kosmos_env.hashing import files_sha256, folder_digest, folder_sha256, walk_files
     from kosmos_env.policies.openvla import _files_hash
-    from kosmos_env.weights import folder_digest
 
     tree = build_tree(tmp_path / "tree")
     assert folder_sha256(tree) == FOLDER_STREAM_TRAILED
     digest = folder_digest(tree)
     assert (digest["sha256"], digest["files"], digest["bytes"]) == (FOLDER_MANIFEST_SIZED, TREE_FILES, 6350)
-    assert hash_files([tree]) == HASH_FILES_ALL
-    assert hash_files([tree, tree / "a.txt"], (".safetensors", ".json", ".txt")) == HASH_FILES_SUFFIX
-    assert hash_files([tree / "a.txt"]) == HASH_FILES_FILE
+    # walk order (a folder's files before its sub-folders), not name order: both hashes depend on it
+    assert [rel for rel, _ in walk_files(tree)][-3:] == ["sub/c.bin", "sub/tokenizer.model", "sub/deeper/e.py"]
+    assert files_sha256([tree]) == HASH_FILES_ALL
+    assert files_sha256([tree, tree / "a.txt"], (".safetensors", ".json", ".txt")) == HASH_FILES_SUFFIX
+    assert files_sha256([tree / "a.txt"]) == HASH_FILES_FILE
+    adapter = [tree / n for n in ("adapter_model.safetensors", "adapter_config.json")]  # any order given
+    assert files_sha256(adapter) == ADAPTER
     settings = {"unnorm_key": "bridge_orig", "dtype": "float32", "path": Path("/p")}
     assert _files_hash("OpenVLAPolicy", str(tree), settings) == OPENVLA_FILES
+
+
+def test_folder_digest_sees_a_changed_file(tmp_path):
+    """The per-process cache is keyed by size and mtime: an edited file is hashed again."""
+    import os
+
+    from kosmos_env.hashing import folder_digest
+
+    tree = build_tree(tmp_path / "tree")
+    before = folder_digest(tree)["sha256"]
+    path = tree / "a.txt"
+    path.write_bytes(b"alphA\n")  # same size
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))
+    assert folder_digest(tree)["sha256"] != before
 
 
 def test_code_digest(tmp_path, monkeypatch):

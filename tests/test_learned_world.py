@@ -76,12 +76,13 @@ def test_world_code_version_is_in_the_spec_hash():
 def test_shipped_weights_load_match_the_spec_and_are_small():
     from kosmos_env.worlds.tabletop_learned.model import LearnedTabletop, load_weights
     from kosmos_env.judges.vision_frame import load_classifier, shipped_classifier_path
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256, weights_dir
+    from kosmos_env.hashing import sha256_file
+    from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
     spec = load_spec(ENV_ID)
     path = weights_dir() / spec.world["weights"]
     assert path.stat().st_size < 10 * 2**20
-    assert file_sha256(path) == spec.world["weights_sha256"]
+    assert sha256_file(path) == spec.world["weights_sha256"]
     model, info = load_weights(path)
     assert isinstance(model, LearnedTabletop)
     err = info["heldout_error"]
@@ -138,7 +139,7 @@ def test_tiny_training_run_end_to_end(tmp_path):
     from kosmos_env.cli import main
     from kosmos_env.worlds.tabletop_learned.model import load_weights
     from kosmos_env.judges.vision_frame import FrameVisionJudge
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256
+    from kosmos_env.hashing import sha256_file
 
     out = tmp_path / "w"
     report = tmp_path / "err.txt"
@@ -154,7 +155,7 @@ def test_tiny_training_run_end_to_end(tmp_path):
     text = report.read_text()
     assert "copy_mse" in text and "train-world" in text and "vision judge" in text and "object_cm" in text
     # the env runs on the new weights once the spec is bound to them (a different world, a new hash)
-    spec = load_spec(ENV_ID).with_overrides(world={"weights_sha256": file_sha256(out / "world.safetensors")})
+    spec = load_spec(ENV_ID).with_overrides(world={"weights_sha256": sha256_file(out / "world.safetensors")})
     env = gymnasium.make(ENV_ID, env_spec=spec, world_kwargs={"weights_path": str(out / "world.safetensors")})
     env.reset(seed=0)
     obs, *_ = env.step(env.action_space.sample())

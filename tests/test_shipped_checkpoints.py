@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from kosmos_env.policies import make_policy
-from kosmos_env.policies.checkpoint import file_sha256, shipped_checkpoint_path, shipped_checkpoints
+from kosmos_env.hashing import sha256_file
+from kosmos_env.policies.checkpoint import shipped_checkpoint_path, shipped_checkpoints
 
 
 def test_manifest_lists_files_whose_sha256_matches():
@@ -16,7 +17,7 @@ def test_manifest_lists_files_whose_sha256_matches():
     for name, entry in shipped.items():
         path = shipped_checkpoint_path(name)
         assert path.is_file(), name
-        assert file_sha256(path) == entry["sha256"], name
+        assert sha256_file(path) == entry["sha256"], name
         assert entry["stage"] in ("bc", "ppo")
 
 

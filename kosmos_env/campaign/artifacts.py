@@ -11,7 +11,6 @@ log as an ``.npz`` whose zip entries carry a fixed timestamp, so equal arrays gi
 """
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import tempfile
@@ -22,18 +21,10 @@ from typing import Mapping
 import numpy as np
 
 from kosmos_env.fileio import fsync_dir
+from kosmos_env.hashing import sha256_file, sha256_hex
 
 STORE_DIR = "artifacts"
 _ZIP_EPOCH = (1980, 1, 1, 0, 0, 0)
-
-
-def sha256_file(path: str | os.PathLike, block: int = 1 << 20) -> str:
-    """sha256 of a file, read in blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(block), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def npy_bytes(array: np.ndarray) -> bytes:
@@ -69,7 +60,7 @@ class ArtifactStore:
 
     def put_bytes(self, data: bytes, ext: str) -> tuple[str, str, int]:
         """Store ``data``; returns (sha256, relpath, size). Existing content is left untouched."""
-        digest = hashlib.sha256(data).hexdigest()
+        digest = sha256_hex(data)
         rel = self.relpath(digest, ext)
         final = self.root / rel
         if final.exists():

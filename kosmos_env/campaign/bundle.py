@@ -22,10 +22,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from kosmos_env.campaign.artifacts import ArtifactStore, sha256_file
+from kosmos_env.campaign.artifacts import ArtifactStore
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
 from kosmos_env.fileio import atomic_write, file_lock
+from kosmos_env.hashing import sha256_file
 
 RESULTS_SCHEMA = "kosmos-env/results"
 RESULTS_SCHEMA_VERSION = 1

@@ -17,12 +17,9 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from kosmos_env.hashing import canonical_hash
+
 CONFIG_SCHEMA_VERSION = 1
-
-
-def canonical(data: Any) -> str:
-    """Canonical JSON (sorted keys, no whitespace): same data, same text, same hash."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
 
 
 def env_seed(seed: int, repeat: int) -> int:
@@ -117,7 +114,7 @@ class CampaignConfig:
 
     @property
     def config_hash(self) -> str:
-        return hashlib.sha256(canonical(self.identity()).encode()).hexdigest()
+        return canonical_hash(self.identity())
 
     @property
     def campaign_id(self) -> str:

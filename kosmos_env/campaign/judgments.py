@@ -16,13 +16,12 @@ judging the same rollouts cannot add a second verdict.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from typing import Any, Iterable, Mapping
 
-from kosmos_env.campaign.design import canonical
 from kosmos_env.campaign.ledger import Ledger
+from kosmos_env.hashing import canonical_hash, canonical_json
 
 TABLE = "judgments"
 _SCHEMA = f"""
@@ -42,7 +41,7 @@ CAMPAIGN_JUDGE = "campaign"
 
 def judge_identity(spec: Mapping[str, Any]) -> str:
     """A judge's id: the first 16 hex digits of the sha256 of its canonical spec."""
-    return hashlib.sha256(canonical(dict(spec)).encode("utf-8")).hexdigest()[:16]
+    return canonical_hash(dict(spec))[:16]
 
 
 def judge_label(spec: Mapping[str, Any]) -> str:
@@ -71,7 +70,7 @@ def judged_episode_ids(ledger: Ledger, judge_id: str) -> set[str]:
 def record(ledger: Ledger, judge_id: str, spec: Mapping[str, Any], owner: str,
            verdicts: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
     """Insert (episode_id, judgment dict) verdicts of one judge; returns how many were new."""
-    spec_json, label = canonical(dict(spec)), judge_label(spec)
+    spec_json, label = canonical_json(dict(spec)), judge_label(spec)
     now = time.time()
     added = 0
     with ledger.transaction() as conn:

@@ -36,9 +36,10 @@ import uuid
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping, Sequence
 
-from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, canonical, describe_difference
+from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, describe_difference
 from kosmos_env.campaign.failures import INFRA_TAG, is_infrastructure_error_text
 from kosmos_env.fileio import file_lock
+from kosmos_env.hashing import canonical_json
 
 LEDGER_NAME = "ledger.sqlite"
 LEDGER_SCHEMA_VERSION = 1
@@ -224,8 +225,8 @@ class Ledger:
                 "campaign_id": config.campaign_id,
                 "config_hash": config.config_hash,
                 "spec_hash": config.spec_hash,
-                "identity": canonical(config.identity()),
-                "config": canonical(config.to_dict()),
+                "identity": canonical_json(config.identity()),
+                "config": canonical_json(config.to_dict()),
                 "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             }
             conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", rows.items())

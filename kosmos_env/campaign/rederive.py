@@ -33,6 +33,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.hashing import sha256_hex
+
 #: judge types whose verdict is a pure function of the rollout (and of files bound by hash)
 DETERMINISTIC_JUDGES = ("state", "robot_log", "action_only", "action_learned", "vision_frame", "optimistic")
 #: judges made of judges: deterministic when every inner judge is
@@ -99,10 +101,6 @@ def load_npz(path: Path) -> dict[str, np.ndarray]:
         if v.dtype.kind not in "biuf":
             raise ValueError(f"{path.name}: array {k!r} is not numeric")
     return out
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
@@ -278,7 +276,7 @@ class Replayer:
             result = run_episode(self.env, policy, int(row["env_seed"]), row["task"])
         except Exception as exc:  # noqa: BLE001 - a policy that fails here is reported, not raised
             return [f"its policy failed when re-run ({type(exc).__name__}: {exc})"]
-        if sha256_bytes(npy_bytes(result.rollout.actions)) != Path(actions_rel).name.split(".")[0]:
+        if sha256_hex(npy_bytes(result.rollout.actions)) != Path(actions_rel).name.split(".")[0]:
             return [f"its stored actions are not what policy {row.get('policy')!r} takes on seed {row['env_seed']} "
                     "(the evidence is another episode's)"]
         return []
@@ -318,18 +316,18 @@ class Replayer:
             problems.append(f"replay of its {steps} stored steps ended {'after ' + str(n) if done else 'not at all'} "
                             "(the episode did not end where the stored actions end)")
         rollout = env.unwrapped.rollout()
-        if sha256_bytes(npy_bytes(rollout.actions)) != Path(rel).name.split(".")[0]:
+        if sha256_hex(npy_bytes(rollout.actions)) != Path(rel).name.split(".")[0]:
             problems.append("replayed actions differ from its stored actions artifact")
         log_rel = arts.get("log")
         if rollout.log:
-            got = sha256_bytes(npz_bytes(rollout.log))
+            got = sha256_hex(npz_bytes(rollout.log))
             if not log_rel:
                 problems.append("the replay writes a robot log, but the episode stored none")
             elif got != Path(log_rel).name.split(".")[0]:
                 problems.append("its stored robot log is not what replaying its actions from seed "
                                 f"{row['env_seed']} gives (log sha256 {got[:12]}, stored {Path(log_rel).name[:12]})")
         if frames_rel:
-            if sha256_bytes(npz_bytes({"frames": rollout.frames})) != Path(frames_rel).name.split(".")[0]:
+            if sha256_hex(npz_bytes({"frames": rollout.frames})) != Path(frames_rel).name.split(".")[0]:
                 problems.append("its stored frames are not what the replay renders")
         video = arts.get("video")
         if video and len(rollout.frames):
@@ -362,7 +360,7 @@ class Replayer:
         """Re-encode the replayed frames as the worker did and compare the bytes with the stored MP4."""
         import tempfile
 
-        from kosmos_env.campaign.artifacts import sha256_file
+        from kosmos_env.hashing import sha256_file
         from kosmos_env.video import write_mp4
 
         with tempfile.TemporaryDirectory(prefix="kosmos-replay-") as tmp:

@@ -165,7 +165,7 @@ class StoredRollouts:
 
 def _stored_frames(root: Path, relpath: str, episode_id: str) -> np.ndarray:
     """The lossless frames artifact of a rolled-out episode, checked against its content hash."""
-    from kosmos_env.campaign.artifacts import sha256_file
+    from kosmos_env.hashing import sha256_file
 
     path = root / relpath
     if sha256_file(path) != Path(relpath).name.split(".")[0].lower():

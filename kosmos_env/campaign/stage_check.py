@@ -21,7 +21,7 @@ def check_stage(episodes: Sequence[Mapping[str, Any]], queue: Sequence[Mapping[s
     provenance hashes to its identity and names the same judge as every other judged episode of
     the campaign (one judge per campaign, whichever stage judged it).
     """
-    from kosmos_env.spec import canonical_json, sha256_hex
+    from kosmos_env.hashing import canonical_json, sha256_hex
 
     problems: list[str] = []
     by_id = {r["episode_id"]: r for r in episodes}

@@ -49,11 +49,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kosmos_env.campaign.artifacts import ArtifactStore, sha256_file
+from kosmos_env.campaign.artifacts import ArtifactStore
 from kosmos_env.campaign.bundle import (MANIFEST_NAME, PARQUET_NAME, RESULTS_NAME, RESULTS_SCHEMA, aggregate,
                                         episode_entry)
 from kosmos_env.campaign.failures import is_infrastructure_error_text
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+from kosmos_env.hashing import sha256_file
 
 _SUCCESS_OF = {"success": True, "failure": False, "discarded": None, "abstained": None, "error": None}
 

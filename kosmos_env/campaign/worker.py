@@ -231,7 +231,7 @@ def campaign_provenance(config: CampaignConfig, world: Mapping[str, Any], judge:
     The same function serves in-line judging and the judge stage, so an episode's provenance
     does not depend on which of them judged it.
     """
-    from kosmos_env.spec import canonical_json, sha256_hex
+    from kosmos_env.hashing import canonical_json, sha256_hex
 
     core = _plain({"spec_hash": config.spec_hash, "world": dict(world), "judge": dict(judge)})
     return {**core, "identity_sha256": sha256_hex(canonical_json(core))}

@@ -25,6 +25,7 @@ from kosmos_env.campaign.control import control_state
 from kosmos_env.campaign.ledger import LEDGER_NAME, owner_alive
 from kosmos_env.campaign.readonly import connect_readonly as _connect_readonly
 from kosmos_env.hashing import sha256_hex
+from kosmos_env.hashing import sha256_hex
 
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 QUEUE_STATES = ("pending", "leased", "done")

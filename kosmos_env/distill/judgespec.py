@@ -8,10 +8,11 @@ labels from different weights that happen to sit at the same path are never mixe
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from typing import Any, Mapping
+
+from kosmos_env.hashing import canonical_hash, folder_sha256
 
 
 def parse_judge_arg(arg: str) -> dict[str, Any]:
@@ -53,26 +54,10 @@ def build_judge(spec: Mapping[str, Any], **runtime: Any):
     return make_judge(dict(spec), **runtime)
 
 
-def canonical_hash(data: Any) -> str:
-    """sha256 of the canonical JSON of ``data`` (sorted keys, no spaces)."""
-    blob = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
-
-
-def folder_sha256(path: str | os.PathLike) -> str:
-    """sha256 over every file below ``path`` (relative name and content), hidden entries skipped."""
-    root = os.fspath(path)
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for name in sorted(f for f in filenames if not f.startswith(".")):
-            full = os.path.join(dirpath, name)
-            digest.update(os.path.relpath(full, root).replace(os.sep, "/").encode("utf-8") + b"\0")
-            with open(full, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    digest.update(block)
-            digest.update(b"\0")
-    return digest.hexdigest()
+def identity_hash(data: Any) -> str:
+    """sha256 of a distilled judge's identity, split or label set: canonical JSON with NaN kept and
+    paths and dtypes written as text (the form these hashes were first published in)."""
+    return canonical_hash(data, allow_nan=True, default=str)
 
 
 def model_source(spec: Mapping[str, Any]) -> str | None:
@@ -102,7 +87,7 @@ def judge_identity(judge: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def spec_hash(identity: Mapping[str, Any]) -> str:
-    return canonical_hash(identity)
+    return identity_hash(identity)
 
 
 def resolve_judge_arg(arg: str) -> dict[str, Any]:

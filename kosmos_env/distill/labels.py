@@ -165,10 +165,10 @@ class LabelStore:
 
 def labels_sha256(rows: Iterable[Mapping[str, Any]]) -> str:
     """Content hash of a label set: every column but the write time, rows in key order."""
-    from kosmos_env.distill.judgespec import canonical_hash
+    from kosmos_env.distill.judgespec import identity_hash
 
     body = sorted(({k: v for k, v in r.items() if k != "labelled_at"} for r in rows), key=lambda r: (r["rollout_hash"], r["spec_hash"]))
-    return canonical_hash(body)
+    return identity_hash(body)
 
 
 def label_campaign(judge: Any, identity: Mapping[str, Any], campaign_dir: str | os.PathLike, labels_dir: str | os.PathLike,

@@ -7,13 +7,13 @@ video bytes, same hash) can never be trained on in one and audited in the other.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from kosmos_env.fileio import atomic_write
+from kosmos_env.hashing import sha256_hex
 
 SPLIT_FILE = "split.json"
 RULE = "int(sha256(rollout_hash).hexdigest(), 16) % 100 < heldout_pct -> held out"
@@ -23,7 +23,7 @@ def bucket(rollout_hash: str) -> int:
     """0..99, from the sha256 of the rollout hash's text."""
     if not isinstance(rollout_hash, str) or not rollout_hash:
         raise ValueError(f"a rollout hash must be a non-empty string, got {rollout_hash!r}")
-    return int(hashlib.sha256(rollout_hash.encode("utf-8")).hexdigest(), 16) % 100
+    return int(sha256_hex(rollout_hash), 16) % 100
 
 
 def is_heldout(rollout_hash: str, heldout_pct: int) -> bool:

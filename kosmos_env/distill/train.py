@@ -102,7 +102,8 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
     """
     import torch
 
-    from kosmos_env.distill.judgespec import canonical_hash, folder_sha256
+    from kosmos_env.distill.judgespec import identity_hash
+    from kosmos_env.hashing import folder_sha256
     from kosmos_env.distill.labels import LabelStore, labels_sha256
     from kosmos_env.distill.split import make_split, write_split
     from kosmos_env.judges.vlm import VLMJudge
@@ -128,8 +129,8 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
     # run may be resumed with more steps; everything else must match
     trajectory = {k: v for k, v in asdict(config).items() if k not in ("steps", "save_every", "keep_checkpoints")}
     identity = {"labels_sha256": labels_hash, "teacher_spec_hash": shash, "student_sha256": student_sha,
-                "hyperparameters": trajectory, "video": vs, "split": canonical_hash(split)}
-    run_hash = canonical_hash(identity)
+                "hyperparameters": trajectory, "video": vs, "split": identity_hash(split)}
+    run_hash = identity_hash(identity)
     out.mkdir(parents=True, exist_ok=True)
     write_split(out, split)
 
@@ -196,7 +197,7 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
                            "rows": len(rows), "model_id": rows[0]["model_id"], "model": rows[0]["model"]},
         "student": {"path": os.path.abspath(student), "folder_sha256": student_sha, "family": judge.family},
         "split": {"file": "split.json", "rule": split["rule"], "heldout_pct": split["heldout_pct"],
-                  "train": len(split["train"]), "heldout": len(split["heldout"]), "sha256": canonical_hash(split)},
+                  "train": len(split["train"]), "heldout": len(split["heldout"]), "sha256": identity_hash(split)},
         "hyperparameters": asdict(config), "video": vs,
         "training": {"examples": len(examples), "train_abstentions_skipped": no_target, "steps": step,
                      "lora_parameters": int(n_lora), "losses": losses, "final_loss": losses[-1] if losses else None,

@@ -50,7 +50,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kosmos_env.publish.validate import MANIFEST_SCHEMA, VerifiedSubmission, sha256_path, verify_submission
+from kosmos_env.hashing import sha256_file, sha256_hex
+from kosmos_env.publish.validate import MANIFEST_SCHEMA, VerifiedSubmission, verify_submission
 
 RESULTS_ROOT = "results"
 _REPO_ID = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9._-]{0,95}/)?[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -172,10 +173,10 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
     for rel in evidence:  # what the leaderboard re-derives outcomes from (small arrays; frames where judged)
         published[rel] = root / rel
     published["README.md"] = campaign_card(sub, repo_id, prefix, choice).encode()
-    hashes = {rel: (_sha_bytes(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_path(data))
+    hashes = {rel: (sha256_hex(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_file(data))
               for rel, data in published.items()}
     manifest = {"schema": MANIFEST_SCHEMA, "campaign": sub.campaign_id, "files": dict(sorted(hashes.items())),
-                "source_manifest_sha256": sha256_path(root / "manifest.json")}
+                "source_manifest_sha256": sha256_file(root / "manifest.json")}
     published["manifest.json"] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     files: dict[str, bytes | Path] = {prefix + rel: data for rel, data in published.items()}
     files["README.md"] = dataset_card(sub, repo_id, prefix, license=license, choice=choice).encode()
@@ -309,16 +310,8 @@ def _commit_info(info: Any, commit: RepoCommit) -> dict[str, Any]:
 
 def _label_slug(label: str) -> str:
     """A filename-safe, stable slug of a policy label (readable part + short hash)."""
-    import hashlib
-
     readable = re.sub(r"[^A-Za-z0-9._-]+", "-", label).strip("-.")[:40] or "policy"
-    return f"{readable}-{hashlib.sha256(label.encode()).hexdigest()[:8]}"
-
-
-def _sha_bytes(data: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(data).hexdigest()
+    return f"{readable}-{sha256_hex(label)[:8]}"
 
 
 def _pct(x: float | None) -> str:

@@ -45,6 +45,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from kosmos_env.hashing import canonical_hash, canonical_json
 from kosmos_env.publish.validate import (DEFAULT_REPLAY_SAMPLE, SubmissionRejected, VerifiedSubmission,
                                          episode_content_hashes, rederive_submission, verify_submission)
 
@@ -124,13 +125,6 @@ def rank_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ranked
 
 
-def _canonical_hash(data: Any) -> str:
-    import hashlib
-
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
 def _policy_identity(policy: dict) -> Any:
     return policy.get("content_hash") or [policy.get("name"), policy.get("kwargs")]
 
@@ -138,9 +132,9 @@ def _policy_identity(policy: dict) -> Any:
 def design_hash(sub: VerifiedSubmission) -> str:
     """sha256 of what a campaign's design is, read from its content (not its stated id)."""
     c = sub.campaign
-    return _canonical_hash({
+    return canonical_hash({
         "env_id": c["env_id"], "spec_hash": c["spec_hash"], "judge": c["judge"],
-        "policies": sorted(json.dumps(_policy_identity(p), sort_keys=True) for p in c["policies"]),
+        "policies": sorted(canonical_json(_policy_identity(p), spaced=True, allow_nan=True) for p in c["policies"]),
         "tasks": sorted(c["tasks"]), "seeds": sorted(c["seeds"]), "repeats": c["repeats"],
     })
 

@@ -39,7 +39,6 @@ message says what is wrong and what to do about it:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -48,6 +47,8 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any, Mapping, Sequence
+
+from kosmos_env.hashing import canonical_hash, sha256_file
 
 RESULTS_SCHEMA = "kosmos-env/results"
 MANIFEST_SCHEMA = "kosmos-env/manifest"
@@ -136,19 +137,6 @@ class VerifiedSubmission:
 
 
 # ----------------------------------------------------------------------------- helpers
-
-
-def sha256_path(path: Path, block: int = 1 << 20) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(block), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
-def canonical_hash(data: Any) -> str:
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_relpath(rel: Any) -> str | None:
@@ -261,7 +249,7 @@ def check_manifest(root: Path, on_disk: Sequence[str], strict: bool) -> dict:
                                                        f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}; "
                                                        "every file must be hash-bound by the manifest")
     for rel in sorted(files):
-        actual = sha256_path(root / rel)
+        actual = sha256_file(root / rel)
         if actual != files[rel]:
             raise SubmissionRejected(root, "sha256", f"{rel} has sha256 {actual[:16]}… but manifest.json says "
                                                      f"{files[rel][:16]}…: the file changed after the manifest was "

@@ -37,12 +37,12 @@ made explicit); :func:`protocol_hash` is the SHA-256 of its canonical JSON.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 from pathlib import Path
 from typing import Any, Mapping
+
+from kosmos_env.hashing import canonical_hash, canonical_json, sha256_file
 
 PROTOCOL_SCHEMA = "kosmos-env/protocol"
 PROTOCOL_SCHEMA_VERSION = 1
@@ -61,14 +61,10 @@ class ProtocolError(ValueError):
     """A protocol is invalid or does not match the code and data it names."""
 
 
-def canonical_json(data: Any) -> str:
-    """Sorted keys, no whitespace, ASCII, no NaN: the same protocol always gives the same text."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
 def protocol_hash(canonical: Mapping[str, Any]) -> str:
-    """SHA-256 (hex) of a canonical protocol's canonical JSON: the registration hash."""
-    return hashlib.sha256(canonical_json(canonical).encode("utf-8")).hexdigest()
+    """SHA-256 (hex) of a canonical protocol's canonical JSON (:func:`kosmos_env.hashing.canonical_json`:
+    sorted keys, no whitespace, ASCII, no NaN): the registration hash."""
+    return canonical_hash(canonical)
 
 
 def _refuse_aliases(yaml: Any, text: str, path: Path) -> None:
@@ -270,7 +266,7 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
                      "sha256": _hex(ref["sha256"], "protocol.reference.sha256")}
         if check_hashes:
             path = resolve_reference(reference["path"], base_dir)
-            actual = hashlib.sha256(path.read_bytes()).hexdigest()
+            actual = sha256_file(path)
             if actual != reference["sha256"]:
                 raise ProtocolError(f"protocol.reference.sha256 {reference['sha256'][:12]}... does not match "
                                     f"{path}: {actual}")

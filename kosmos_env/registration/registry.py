@@ -18,7 +18,6 @@ published or cited before the results.)
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import time
@@ -26,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from kosmos_env.hashing import canonical_json, sha256_hex
 from kosmos_env.registration.protocol import (
     ProtocolError,
-    canonical_json,
     load_protocol_file,
     parse_reference_text,
     protocol_hash,
@@ -97,7 +96,7 @@ def build_registration(protocol_path: str | Path, *, check_hashes: bool = True) 
     if canonical["reference"] is not None:
         ref_path = resolve_reference(canonical["reference"]["path"], path.parent)
         raw = ref_path.read_bytes()
-        if hashlib.sha256(raw).hexdigest() != canonical["reference"]["sha256"]:
+        if sha256_hex(raw) != canonical["reference"]["sha256"]:
             raise ProtocolError(f"protocol.reference.sha256 does not match {ref_path}")
         try:
             text = raw.decode("utf-8")
@@ -170,7 +169,7 @@ def registration_from_dict(data: Any, source: str = "registration") -> Registrat
     else:
         if not isinstance(ref, dict) or not isinstance(ref.get("text"), str):
             raise RegistrationError(f"{source}: the protocol registers a reference but its data is missing")
-        got = hashlib.sha256(ref["text"].encode("utf-8")).hexdigest()
+        got = sha256_hex(ref["text"])
         if got != protocol["reference"]["sha256"] or ref.get("sha256") != got:
             raise RegistrationError(f"{source}: the embedded reference data hashes to {got[:12]}..., not the "
                                     f"registered {protocol['reference']['sha256'][:12]}...")

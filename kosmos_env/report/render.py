@@ -418,9 +418,9 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
 
 
 def _asset_name(episode_id: str) -> str:
-    import hashlib
+    from kosmos_env.hashing import sha256_hex
 
-    return "rollout-" + hashlib.sha256(episode_id.encode()).hexdigest()[:12] + ".gif"
+    return "rollout-" + sha256_hex(episode_id)[:12] + ".gif"
 
 
 def write_report(directory: str | Path, *, thumbnails: bool = True, analysis: bool = True,

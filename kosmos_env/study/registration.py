@@ -25,7 +25,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping
 
-from kosmos_env.hashing import canonical_json, sha256_hex
+from kosmos_env.hashing import canonical_json, manifest_sha256, sha256_file, sha256_hex
 from kosmos_env.stats.uncertainty import ALPHA
 
 KIND = "kosmos-env validity study registration"
@@ -42,12 +42,6 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime(_STAMP)
 
 
-def _sha_file(path: Path) -> str:
-    from kosmos_env.weights import sha256_file
-
-    return sha256_file(path)
-
-
 def code_digest(module: str) -> dict[str, Any]:
     """sha256 over the Python source of ``module``'s backend: the whole sub-package when the module
     lives in one (``kosmos_env.worlds.tabletop.world`` -> ``worlds/tabletop/*.py``), else the file."""
@@ -61,8 +55,8 @@ def code_digest(module: str) -> dict[str, Any]:
     root = parent if (parent / "__init__.py").is_file() and module.count(".") >= 3 else None
     files = sorted(root.rglob("*.py")) if root else [origin]
     base = root or origin.parent
-    lines = "".join(f"{f.relative_to(base).as_posix()}\0{_sha_file(f)}\n" for f in files)
-    return {"module": module, "files": len(files), "sha256": sha256_hex(lines)}
+    sha = manifest_sha256([(f.relative_to(base).as_posix(), sha256_file(f)) for f in files])
+    return {"module": module, "files": len(files), "sha256": sha}
 
 
 def world_binding(env_id: str, world_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -83,7 +77,7 @@ def world_binding(env_id: str, world_kwargs: Mapping[str, Any] | None = None) ->
         path = Path(given) if given else weights_dir() / spec.world["weights"]
         if not path.is_file():
             raise RegistrationError(f"world weights {path} do not exist")
-        out["weights"] = {"file": path.name, "sha256": _sha_file(path)}
+        out["weights"] = {"file": path.name, "sha256": sha256_file(path)}
     return out
 
 
@@ -100,7 +94,7 @@ def judge_bindings(cfg) -> dict[str, Any]:
     vision = Path(cfg.vision_weights) if cfg.vision_weights else shipped_classifier_path()
     if not vision.is_file():
         raise RegistrationError(f"vision-judge weights {vision} do not exist")
-    out["vision"]["weights"] = {"file": vision.name, "sha256": _sha_file(vision)}
+    out["vision"]["weights"] = {"file": vision.name, "sha256": sha256_file(vision)}
     out["action_learned"]["coefficients_sha256"] = load_coefficients()["sha256"]
     if cfg.gate:
         out["gate"] = {"type": "consistency_gate", "code": code_digest("kosmos_env.gate")}

@@ -22,7 +22,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.policies.checkpoint import (NetConfig, checkpoint_fit_problem, file_sha256, jsonable, load_checkpoint,
+from kosmos_env.hashing import sha256_file
+from kosmos_env.policies.checkpoint import (NetConfig, checkpoint_fit_problem, jsonable, load_checkpoint,
                                             save_checkpoint)
 from kosmos_env.training.demos import episode_success
 
@@ -145,7 +146,7 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
     init_meta, init_net, init_sha = None, None, None
     if init_checkpoint is not None:
         init_net, init_meta = load_checkpoint(init_checkpoint)
-        init_sha = file_sha256(init_checkpoint)
+        init_sha = sha256_file(init_checkpoint)
         net_cfg = init_net.cfg
     else:
         net_cfg = net or NetConfig()

@@ -50,7 +50,6 @@ content, so no table is cut away and nothing is squashed.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import time
 from importlib import resources
@@ -68,6 +67,7 @@ from kosmos_env.actions import (
     normalize_bridge10,
     require_action_stats,
 )
+from kosmos_env.hashing import sha256_hex
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 
 _REQUIRED = (
@@ -338,7 +338,7 @@ class Cosmos3World:
             ident: dict[str, Any] = {"type": "cosmos3", "version": WORLD_VERSION, "device": cfg["device"],
                                      "dtype": cfg["dtype"], "model_id": cfg["model_id"], "revision": cfg["revision"]}
             if self._weights_path is not None:
-                from kosmos_env.weights import folder_digest
+                from kosmos_env.hashing import folder_digest
 
                 ident.update(source="folder", path=str(Path(self._weights_path).resolve()),
                              weights_sha256=folder_digest(self._weights_path)["sha256"])
@@ -457,7 +457,7 @@ class Cosmos3World:
         if not path.is_file():
             raise FileNotFoundError(f"initial frame for task {task_name!r} not found at {path} (from {origin})")
         data = path.read_bytes()
-        digest = hashlib.sha256(data).hexdigest()
+        digest = sha256_hex(data)
         if digest != expected:
             raise ValueError(
                 f"initial frame {path} for task {task_name!r} has sha256 {digest}, but the task suite binds it "

@@ -363,21 +363,21 @@ def train_slip_only(weights_path, train_data: Prepared, cfg: TrainConfig):
     import torch
 
     from kosmos_env.worlds.tabletop_learned.model import load_weights
-    from kosmos_env.worlds.tabletop_learned.world import file_sha256
+    from kosmos_env.hashing import sha256_file
 
     torch.set_num_threads(max(1, min(2, cfg.threads)))
     model, info = load_weights(weights_path)
     history = train_slip(model, train_data, cfg)
     model.eval()
-    return model, history, file_sha256(weights_path), info
+    return model, history, sha256_file(weights_path), info
 
 
 def load_object_networks(model, path) -> str:
     """Copy the segmenter and dynamics weights of the weights file at ``path`` (any format
     version whose two networks have the current shapes) into ``model``; returns its sha256."""
-    import hashlib
-
     from safetensors.torch import load_file
+
+    from kosmos_env.hashing import sha256_file
 
     state = load_file(str(path))
     for part in ("segmenter", "dynamics"):
@@ -385,7 +385,7 @@ def load_object_networks(model, path) -> str:
         if not sub:
             raise ValueError(f"{path} holds no {part} weights; pass a learned-tabletop world.safetensors")
         getattr(model, part).load_state_dict(sub)
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+    return sha256_file(path)
 
 
 def object_networks_problem(path) -> str | None:

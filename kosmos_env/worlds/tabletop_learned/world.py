@@ -23,7 +23,6 @@ lone or batched. The network runs at 64×64 only; the spec fixes
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from importlib import resources
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 from gymnasium import spaces
 
+from kosmos_env.hashing import sha256_file
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
@@ -50,13 +50,6 @@ WORLD_VERSION = "2"
 def weights_dir() -> Path:
     return Path(str(resources.files("kosmos_env.worlds.tabletop_learned") / "weights"))
 
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 class LearnedTabletopWorld:
@@ -118,7 +111,7 @@ class LearnedTabletopWorld:
                 f"as world_kwargs={{'weights_path': 'DIR/world.safetensors'}}")
         expected = self.params.get("weights_sha256")
         if expected:
-            actual = file_sha256(self.weights_path)
+            actual = sha256_file(self.weights_path)
             if actual != expected:
                 raise ValueError(
                     f"weights {self.weights_path} have sha256 {actual}, but {self.spec.id} is bound to {expected}. "
