@@ -2,6 +2,11 @@
 
 A killed process must leave either the old file or the new one, never half of one: write a
 temp file beside the target, fsync it, rename it over the target, fsync the folder.
+
+``tempfile.mkstemp`` creates its file owner-only (0600) whatever the umask, and a rename keeps
+that mode, so files written this way came out owner-only while files opened plainly (the ledger,
+locks) followed the umask (0644 under the usual 022). :func:`default_file_mode` restores the plain
+``open()`` mode on every temp file before it is renamed into place: one rule for a whole run folder.
 """
 from __future__ import annotations
 
@@ -27,13 +32,35 @@ def fsync_dir(path: str | os.PathLike) -> None:
         os.close(fd)
 
 
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux exposes it (``os.umask`` can only be
+    read by setting it, which races with other threads creating files)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def default_file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0666 less the umask."""
+    return 0o666 & ~current_umask()
+
+
 def atomic_write(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write ``data`` (text is UTF-8) to ``path`` atomically and durably."""
+    """Write ``data`` (text is UTF-8) to ``path`` atomically and durably, with the mode a plain
+    ``open()`` would give it (the umask's, not mkstemp's owner-only 0600)."""
     path = Path(path)
     if isinstance(data, str):
         data = data.encode("utf-8")
     fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.name}-", dir=path.parent)
     try:
+        os.fchmod(fd, default_file_mode())
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -283,7 +283,7 @@ def test_queue_depth_per_stage_in_progress_line_and_incomplete_note(tmp_path):
 
     counts = {"success": 1, "discarded": 0, "abstained": 0, "error": 0, "pending": 3, "rolling_out": 2,
               "rolled_out": 4, "judging": 1}
-    assert stage_postfix(counts) == {"success": 1, "discarded": 0, "abstained": 0, "errors": 0, "pending": 3,
+    assert stage_postfix(counts) == {"success": 1, "failure": 0, "discarded": 0, "abstained": 0, "errors": 0, "pending": 3,
                                      "rolling_out": 2, "await_judge": 4, "judging": 1}
     idle = {**counts, "rolled_out": 0, "judging": 0}
     assert "await_judge" not in stage_postfix(idle) and stage_postfix(idle, two_stage=True)["await_judge"] == 0

@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from kosmos_env.fileio import fsync_dir
+from kosmos_env.fileio import default_file_mode, fsync_dir
 from kosmos_env.hashing import sha256_file, sha256_hex
 
 STORE_DIR = "artifacts"
@@ -67,6 +67,7 @@ class ArtifactStore:
             return digest, rel, len(data)
         final.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=final.parent)
+        os.fchmod(fd, default_file_mode())  # the umask's mode, like every other file of the run folder
         try:
             with os.fdopen(fd, "wb") as fh:
                 fh.write(data)
@@ -102,6 +103,7 @@ class ArtifactStore:
 
         self.base.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mp4", dir=self.base)
+        os.fchmod(fd, default_file_mode())  # the umask's mode, like every other file of the run folder
         os.close(fd)
         try:
             write_mp4(tmp, frames, fps)

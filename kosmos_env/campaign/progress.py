@@ -2,9 +2,14 @@
 
 The bar's total is the planned episode count and it starts at the episodes already done
 (a resumed campaign shows its true position); rate and ETA are tqdm's, over this run's
-episodes. The postfix shows discards, abstentions and errors so far and the queue depth of
-each stage: episodes rolling out, rolled out and awaiting a judge (``await_judge``), being
-judged (the last two only in a two-stage campaign, ``eval --judge-workers N``).
+episodes. The postfix shows every outcome so far (success, failure, discarded, abstained,
+errors: they add up to the bar's count) and the queue depth of each stage: pending, rolling
+out, rolled out and awaiting a judge (``await_judge``), being judged (the last two only in a
+two-stage campaign, ``eval --judge-workers N``); the bar's count and the queues add up to its
+total. Bar and postfix are set from one reading of the ledger each time, never accumulated, so
+they cannot drift apart (an episode reopened by another process moves the bar back).
+
+Each newly discarded episode's reason (the gate's) is printed above the bar as it happens.
 """
 from __future__ import annotations
 
@@ -23,10 +28,15 @@ class ProgressMonitor:
         self.ledger = Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME), create=False)
         counts = self.ledger.counts()
         self.done = counts["done"]
+        self.done_before = counts["done"]  # finished by earlier runs of this campaign
         self.min_interval = min_interval
         self.two_stage = two_stage
         self._last = 0.0
         self.bar = None
+        self.enabled = enabled
+        # discards already in the ledger are old news; only this run's are printed
+        self.discards_seen = {row["episode_id"] for row in self.ledger.episodes("done")
+                               if row["outcome"] == "discarded"}
         if enabled:
             from tqdm import tqdm
 
@@ -40,12 +50,29 @@ class ProgressMonitor:
             return None
         self._last = now
         counts = self.ledger.counts()
+        if counts["discarded"] > len(self.discards_seen):
+            self._print_discards()
         if self.bar is not None:
-            if counts["done"] > self.done:
-                self.bar.update(counts["done"] - self.done)
+            # total and count from the same reading as the postfix: they always add up
+            self.bar.total = counts["planned"]
+            self.bar.n = counts["done"]
             self._postfix(counts)
+            self.bar.refresh()
         self.done = counts["done"]
         return counts
+
+    def _print_discards(self) -> None:
+        for row in self.ledger.episodes("done"):
+            if row["outcome"] != "discarded" or row["episode_id"] in self.discards_seen:
+                continue
+            self.discards_seen.add(row["episode_id"])
+            if not self.enabled:
+                continue
+            repeat = f" repeat {row['repeat']}" if row.get("repeat") else ""
+            line = f"discarded: {row['policy']} on {row['task']} seed {row['seed']}{repeat}: {discard_reason(row.get('gate'))}"
+            from tqdm import tqdm
+
+            tqdm.write(line, file=sys.stderr)
 
     def _postfix(self, counts) -> None:
         self.bar.set_postfix(stage_postfix(counts, self.two_stage), refresh=False)
@@ -57,11 +84,21 @@ class ProgressMonitor:
         self.ledger.close()
 
 
+def discard_reason(gate: dict | None) -> str:
+    """The gate's reason for a discard in words, with the check that failed (as the gate recorded it)."""
+    if isinstance(gate, dict) and gate.get("reason"):
+        check = f" ({gate['check']} check)" if gate.get("check") else ""
+        return f"{gate['reason']}{check}"
+    return "the gate rejected a generation (no reason recorded)"
+
+
 def stage_postfix(counts, two_stage: bool = False) -> dict[str, int]:
-    """The progress line's fields: outcomes so far, then the queue depth of each stage (the judge
-    stage's two queues in a two-stage run, or while rolled-out episodes wait for a judge)."""
-    fields = {"success": counts["success"], "discarded": counts["discarded"], "abstained": counts["abstained"],
-              "errors": counts["error"], "pending": counts["pending"], "rolling_out": counts["rolling_out"]}
+    """The progress line's fields: outcomes so far (they add up to the episodes done), then the
+    queue depth of each stage (the judge stage's two queues in a two-stage run, or while rolled-out
+    episodes wait for a judge); done plus the queues is the planned total."""
+    fields = {"success": counts["success"], "failure": counts.get("failure", 0), "discarded": counts["discarded"],
+              "abstained": counts["abstained"], "errors": counts["error"], "pending": counts["pending"],
+              "rolling_out": counts["rolling_out"]}
     if two_stage or counts["rolled_out"] or counts["judging"]:
         fields.update(await_judge=counts["rolled_out"], judging=counts["judging"])
     return fields

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from typing import Any, Callable, Sequence
 
 from kosmos_env.campaign.bundle import write_bundle
@@ -38,7 +39,8 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
 def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
                  settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
                  argv: Sequence[str] | None = None, progress: bool = True,
-                 on_progress: Callable[[], None] | None = None, retry_errors: bool = False) -> dict[str, Any]:
+                 on_progress: Callable[[], None] | None = None, retry_errors: bool = False,
+                 run_stats: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
 
     ``on_progress()`` is called whenever the progress display refreshes (after each episode
@@ -48,7 +50,13 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
 
     The bundle is rewritten at the end even if the executor failed (then the error is raised
     after it), so what finished is always visible.
+
+    ``run_stats``, when given, is filled with what *this* run did (results.json describes the whole
+    campaign, every run of it): ``done_before`` (episodes earlier runs finished), ``done_now``
+    (finished by this run), ``seconds`` (this run's wall clock) and ``discards`` (``(label,
+    reason)`` of each episode this run discarded).
     """
+    started = time.monotonic()
     out_dir = os.fspath(out_dir)
     executor = executor or InProcessExecutor()
     open_campaign(config, out_dir, price_table)
@@ -59,6 +67,7 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
     monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress,
                               two_stage=bool(getattr(executor, "judge_workers", 0)))
+    seen_discards = set(monitor.discards_seen)
     try:
         refresh = monitor.refresh if on_progress is None else lambda: (monitor.refresh(), on_progress())
         executor.run(CampaignJob(out_dir, config, settings), refresh)
@@ -68,7 +77,19 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
         with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
             ledger.finish_run(run_id)
         results = write_bundle(out_dir, price_table)
+        if run_stats is not None:
+            run_stats.update(done_before=monitor.done_before, done_now=monitor.done - monitor.done_before,
+                             seconds=time.monotonic() - started,
+                             discards=_discards_since(out_dir, seen_discards))
     return results
+
+
+def _discards_since(out_dir: str, seen: set[str]) -> list[tuple[str, str]]:
+    from kosmos_env.campaign.progress import discard_reason
+
+    with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+        rows = [r for r in ledger.episodes("done") if r["outcome"] == "discarded" and r["episode_id"] not in seen]
+    return [(f"{r['policy']} on {r['task']} seed {r['seed']}", discard_reason(r.get("gate"))) for r in rows]
 
 
 def _judge_leftovers(config: CampaignConfig, out_dir: str, settings: WorkSettings, refresh: Callable[[], None]) -> None:

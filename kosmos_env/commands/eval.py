@@ -164,10 +164,11 @@ def run(args: argparse.Namespace) -> int:
         from kosmos_env.publish.wandb_logger import LedgerFeed
 
         feed = LedgerFeed(args.out, project=args.wandb)
+    run_stats: dict = {}
     try:
         results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv,
                                progress=not args.no_progress, on_progress=feed.poll if feed else None,
-                               retry_errors=args.retry_errors)
+                               retry_errors=args.retry_errors, run_stats=run_stats)
     except BaseException:
         if feed is not None:
             feed.finish()
@@ -177,6 +178,7 @@ def run(args: argparse.Namespace) -> int:
     _say_if_cancelled(args.out, results)
     errors = error_summary(results)
     if args.json:
+        _say_discards(run_stats)
         print(json.dumps(results["aggregated"], indent=1))
         if errors:
             print(f"kosmos-env eval: {errors}", file=sys.stderr)
@@ -187,6 +189,8 @@ def run(args: argparse.Namespace) -> int:
     print(format_ranking(results))
     print()
     print(format_cost(results["aggregated"]["cost"]))
+    print(this_run_line(run_stats, camp["planned"]))
+    _say_discards(run_stats)
     print(f"results: {args.out}/results.json, episodes.parquet, manifest.json")
     if errors:
         print(f"kosmos-env eval: {errors}", file=sys.stderr)
@@ -194,6 +198,32 @@ def run(args: argparse.Namespace) -> int:
         print(f"kosmos-env eval: {camp['planned'] - done} of {camp['planned']} episodes unfinished; rerun the same "
               "command to finish them", file=sys.stderr)
     return 0 if camp["complete"] and not errors else 1
+
+
+def this_run_line(run_stats: dict, planned: int) -> str:
+    """What this invocation did: a resumed campaign's table and cost lines cover every run of it, so
+    this line says how many episodes and seconds were this run's and how many were already done."""
+    if not run_stats:
+        return ""
+    before = run_stats["done_before"]
+    line = f"this run: {run_stats['done_now']} episode(s) in {run_stats['seconds']:.1f} s of wall clock"
+    if before:
+        line += (f"; {before} of the {planned} were already done by earlier runs of this campaign (the table and the "
+                 f"cost lines above cover all of them)")
+    return line
+
+
+def _say_discards(run_stats: dict) -> None:
+    """Each reason the gate gave for this run's discards, with how often (a discard is never a failure)."""
+    discards = run_stats.get("discards") or []
+    if not discards:
+        return
+    from collections import Counter
+
+    reasons = Counter(reason for _, reason in discards)
+    print(f"discarded by the gate in this run: {len(discards)} episode(s) (not counted as failures): "
+          + "; ".join(f"{reason} x{n}" for reason, n in reasons.most_common())
+          + f" (first: {discards[0][0]})", file=sys.stderr)
 
 
 def control_overrides(control: str | None) -> dict | None:

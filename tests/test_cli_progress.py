@@ -1,0 +1,104 @@
+"""Campaign progress and summaries a researcher can add up: the bar's count, outcomes and queues
+agree; a discard prints the gate's reason; a resumed run's summary says what this run did; every
+file of a run folder gets the umask's mode (not mkstemp's owner-only 0600)."""
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from kosmos_env.campaign.design import make_config
+from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+from kosmos_env.campaign.progress import ProgressMonitor, discard_reason, stage_postfix
+
+
+def _config():
+    return make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=4, image_size=(64, 64),
+                       video=False)
+
+
+def _finish(ledger: Ledger, outcome: str, gate=None) -> None:
+    key = ledger.claim("h:1:t", 60, 3)
+    ledger.complete(key.episode_id, "h:1:t", {"outcome": outcome, "success": outcome == "success", "score": 0.0,
+                                              "gate": gate, "steps": 3})
+
+
+def _fields_add_up(monitor: ProgressMonitor) -> dict:
+    counts = monitor.ledger.counts()
+    fields = stage_postfix(counts)
+    outcomes = sum(fields[k] for k in ("success", "failure", "discarded", "abstained", "errors"))
+    assert outcomes == counts["done"] == monitor.bar.n
+    queues = fields["pending"] + fields["rolling_out"] + fields.get("await_judge", 0) + fields.get("judging", 0)
+    assert counts["done"] + queues == counts["planned"] == monitor.bar.total
+    return fields
+
+
+def test_progress_counts_add_up_and_a_discard_prints_its_reason(tmp_path, capsys):
+    with Ledger(tmp_path / LEDGER_NAME) as ledger:
+        ledger.initialise(_config())
+        _finish(ledger, "success")
+    monitor = ProgressMonitor(tmp_path, enabled=True, min_interval=0.0)
+    assert monitor.done_before == 1
+    with Ledger(tmp_path / LEDGER_NAME, create=False) as ledger:
+        _finish(ledger, "failure")
+        _finish(ledger, "discarded", gate={"passed": False, "reason": "image detail collapsed", "check": "collapse"})
+        ledger.claim("h:1:t", 60, 3)  # one episode rolling out
+    monitor.refresh(force=True)
+    fields = _fields_add_up(monitor)
+    assert fields["failure"] == 1 and fields["discarded"] == 1 and fields["rolling_out"] == 1 and fields["pending"] == 0
+    monitor.refresh(force=True)  # the same discard is not printed twice
+    monitor.close()
+    err = capsys.readouterr().err
+    assert err.count("discarded: random on carrot_on_plate seed 2: image detail collapsed (collapse check)") == 1
+
+    # a resumed run: old discards are not news, the bar starts where the campaign stands
+    again = ProgressMonitor(tmp_path, enabled=True, min_interval=0.0)
+    assert again.done_before == 3 and again.bar.n == 3
+    again.close()
+    assert "discarded:" not in capsys.readouterr().err
+
+
+def test_discard_reason_in_words():
+    assert discard_reason({"reason": "frozen frames near the gripper", "check": "frozen"}) == \
+        "frozen frames near the gripper (frozen check)"
+    assert "no reason recorded" in discard_reason(None)
+
+
+def test_resumed_summary_counts_only_this_run(tmp_path, capsys):
+    from kosmos_env.cli import main
+
+    args = ["eval", "--policy", "random", "--tasks", "carrot_on_plate", "--seeds", "1", "--no-video", "--no-progress",
+            "--out", str(tmp_path / "c")]
+    assert main(args) == 0
+    first = capsys.readouterr().out
+    assert "this run: 1 episode(s) in " in first and "already done" not in first
+    assert main(args) == 0
+    second = capsys.readouterr().out
+    assert "this run: 0 episode(s) in " in second
+    assert "1 of the 1 were already done by earlier runs of this campaign" in second
+    # every file of the run folder has the umask's mode: results are not owner-only beside a readable ledger
+    umask = os.umask(0o022)
+    os.umask(umask)
+    modes = {stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) for d, _, files in os.walk(tmp_path / "c") for f in files}
+    assert modes == {0o666 & ~umask}, sorted(oct(m) for m in modes)
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_atomic_writes_and_artifacts_follow_the_umask(tmp_path, mask):
+    from kosmos_env.campaign.artifacts import ArtifactStore
+    from kosmos_env.fileio import atomic_write, current_umask
+
+    old = os.umask(mask)
+    try:
+        assert current_umask() == mask
+        atomic_write(tmp_path / "results.json", "{}")
+        plain = tmp_path / "plain.txt"
+        plain.write_text("x")
+        _, rel, _ = ArtifactStore(tmp_path).put_bytes(b"abc", "bin")
+    finally:
+        os.umask(old)
+    want = stat.S_IMODE(plain.stat().st_mode)
+    assert want == 0o666 & ~mask
+    assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == want
+    assert stat.S_IMODE((tmp_path / rel).stat().st_mode) == want
