@@ -55,6 +55,7 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import traceback
@@ -348,27 +349,59 @@ class RayExecutor(Executor):
         self.actor_info: list[dict[str, Any]] = []  # where each actor ran (filled during run)
 
     # -- Ray lifetime -----------------------------------------------------------------
-    def _init(self, ray) -> bool:
-        """Start or join Ray; True when this call started it (and must shut it down)."""
+    def _init(self, ray):
+        """Start or join Ray. Returns None when Ray was already initialised here (used as is),
+        else a guard whose ``close`` follows ``ray.shutdown``: for a head this call starts, a
+        :class:`~kosmos_env.campaign.ray_watchdog.HeadGuard` whose watchdog takes the head
+        down if this process dies (a cluster given by address is joined and never touched)."""
         if ray.is_initialized():
-            return False
+            return None
         kwargs = {"include_dashboard": False, "logging_level": "warning", **self.init_kwargs}
         if self.address is not None:
             kwargs["address"] = self.address
         if self.num_cpus is not None:
             kwargs["num_cpus"] = self.num_cpus
-        ray.init(**kwargs)
-        return True
+        if kwargs.get("address") is not None or sys.platform == "win32":
+            # joined, not started (on Windows Ray binds its processes to the driver's job object)
+            ray.init(**kwargs)
+            return _NoGuard()
+        from kosmos_env.campaign.ray_watchdog import HeadGuard
+
+        guard = HeadGuard.start()  # before ray.init: a kill during start-up is covered too
+        try:
+            with guard.marking():
+                ray.init(**kwargs)
+        except BaseException:
+            guard.close()
+            raise
+        guard.session(_session_dir(ray))
+        return guard
 
     def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
         ray = import_ray()
-        started = self._init(ray)
+        guard = self._init(ray)
         try:
             _Dispatcher(ray, self, job, refresh).run()
         finally:
-            if started:
+            if guard is not None:
                 ray.shutdown()
+                guard.close()
         refresh()
+
+
+class _NoGuard:
+    """A Ray instance this executor joined: shut down (disconnected) at the end, nothing to watch."""
+
+    def close(self) -> None:
+        pass
+
+
+def _session_dir(ray) -> str | None:
+    """The session folder of the Ray node this process started (Ray keeps it on a private attribute)."""
+    try:
+        return ray._private.worker._global_node.get_session_dir_path()
+    except Exception:  # another Ray version: the watchdog then finds the head by its token alone
+        return None
 
 
 class _Dispatcher:
