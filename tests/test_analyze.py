@@ -200,8 +200,10 @@ def test_single_policy_sections_are_skipped_with_reasons(bundle_dir, capsys):
     (bundle_dir / "results.json").write_text(json.dumps(data))
     assert cli.main(["analyze", str(bundle_dir), "--n-boot", "200", "--n-splits", "50"]) == 0
     out = capsys.readouterr().out
-    # pairwise, split-half, MDD and A/B need two policies; so does the horizon comparison
-    assert out.count("skipped: needs at least 2 policies") == 4
+    # pairwise, MDD and A/B need two policies, split-half three; so do the horizon comparison and the verdict
+    assert out.count("skipped: needs at least 2 policies") == 3
+    assert out.count("skipped: needs at least 3 policies") == 1
+    assert out.splitlines()[0] == "VERDICT: No verdict: needs at least 2 policies with decided episodes"
     assert "skipped: needs per-step ground truth for at least 2 policies" in out
     a = _strict_json((bundle_dir / "analysis.json").read_text())
     assert a["bootstrap_ranking"]["prob_best"] == [1.0]

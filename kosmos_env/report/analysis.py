@@ -352,7 +352,8 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         out["bootstrap_ranking"] = _skip("no policy has a decided episode")
 
     # split-half repeatability
-    if len(ranked) >= 2 and n_units >= 2:
+    # with two policies the rank correlation of two halves can only be +1 or -1: no information
+    if len(ranked) >= 3 and n_units >= 2:
         sh = {}
         for metric in ("spearman", "kendall"):
             s = split_half(mat.values, metric=metric, n_splits=n_splits, seed=seed)
@@ -360,7 +361,8 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
                                         "corrected_distribution": _quantiles(np.asarray(s.corrected, dtype=float))}
         out["split_half"] = sh
     else:
-        out["split_half"] = _skip(f"needs at least 2 policies and 2 (task, seed) units; have {len(ranked)} and {n_units}")
+        out["split_half"] = _skip(f"needs at least 3 policies (with 2, the halves' rank correlation is always +1 or "
+                                  f"-1) and 2 (task, seed) units; have {len(ranked)} and {n_units}")
 
     # minimum detectable difference
     if len(ranked) >= 2:

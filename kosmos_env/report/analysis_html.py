@@ -10,7 +10,7 @@ import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
 from kosmos_env.report.text import (VERDICT_HEAD, ab_lines, ab_title, bounds, cost_lines, diff_interval, iv, judge_line, num,
-                                    pct, verdict_line, verdict_rows)
+                                    pct, spread, verdict_line, verdict_rows)
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}
@@ -126,8 +126,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
             cd = s.get("corrected_distribution") or {}
             chart.append((f"{m} (half vs half)", s["median"], d.get("q05"), d.get("q95")))
             chart.append((f"{m}, Spearman-Brown", s["corrected_median"], cd.get("q05"), cd.get("q95")))
-            rows.append([m, num(s["median"]), iv((d.get("q05"), d.get("q95"))) if d else "n/a",
-                         num(s["corrected_median"]), iv((cd.get("q05"), cd.get("q95"))) if cd else "n/a",
+            rows.append([m, num(s["median"]), spread(d), num(s["corrected_median"]), spread(cd),
                          str(s["n_splits"]), str(s["n_undefined"]), str(s["half_size"])])
         parts += [interval_chart(chart, lo=-1.0, hi=1.0, zero=0.0, xlabel="rank correlation: median, 5-95% of splits",
                                  title="split-half repeatability"),

@@ -42,6 +42,17 @@ def bounds(pair, digits: int = 3) -> str:
     return iv(pair, digits)
 
 
+def spread(d: dict | None, digits: int = 3) -> str:
+    """The 5-95% range of a distribution over splits; when every split gave the same value it is
+    said so ("every split 1.000") rather than printed as a zero-width interval."""
+    if not d:
+        return "n/a"
+    lo, hi = d.get("q05"), d.get("q95")
+    if lo is not None and hi is not None and abs(hi - lo) < 1e-12:
+        return f"every split {num(lo, digits)}"
+    return iv((lo, hi), digits)
+
+
 def diff_interval(d: dict, digits: int = 3) -> str:
     """A bootstrap interval of a difference, or why there is none: a zero-width bootstrap
     interval (every resample alike) claims a certainty a handful of pairs cannot give."""
@@ -54,9 +65,9 @@ def diff_interval(d: dict, digits: int = 3) -> str:
 def verdict_line(v: dict | None) -> str:
     """The headline: the verdict's own sentence, or why there is none."""
     if not v:
-        return "verdict: not computed"
+        return "No verdict: not computed"
     if "skipped" in v:
-        return f"verdict: none ({v['skipped']})"
+        return f"No verdict: {v['skipped']}"
     return v["headline"]
 
 
@@ -233,8 +244,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         for m, s in a["split_half"].items():
             d = s.get("distribution") or {}
             cd = s.get("corrected_distribution") or {}
-            rows.append([m, num(s["median"]), iv((d.get("q05"), d.get("q95"))) if d else "n/a",
-                         num(s["corrected_median"]), iv((cd.get("q05"), cd.get("q95"))) if cd else "n/a",
+            rows.append([m, num(s["median"]), spread(d), num(s["corrected_median"]), spread(cd),
                          f"{s['n_splits']}", str(s["n_undefined"]), str(s["half_size"])])
         parts.append(format_table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
                                    "units/half"], rows))
