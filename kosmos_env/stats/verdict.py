@@ -11,6 +11,8 @@ can never disagree with the interval printed beside it.
   restated by Fagerland, Lydersen & Laake, Stat. Med. 33:2850-2875, 2014, section 5.4). It is a
   test-inversion interval, so at 12/12 vs 0/12 the upper end is 1 and the lower end stays well
   below 1, and with no discordant pair at all it still has width (no false certainty).
+* ``measure="success"`` with fractions (success per seed averaged over repeats): the 2x2 table of
+  paired outcomes no longer exists, so the adjusted interval below is used, and named.
 * ``measure="score"`` (judge scores in [0, 1]): the Agresti-Min adjusted Wald interval
   generalised to fractional scores (A. Agresti & Y. Min, Stat. Med. 24:729-740, 2005): the
   per-pair differences are augmented with pseudo-pairs of total weight 2 (weight 1/2 at +1,
