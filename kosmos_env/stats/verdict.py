@@ -7,8 +7,9 @@ Here one rule gives the interval *and* the decision ("the interval excludes 0"),
 can never disagree with the interval printed beside it.
 
 * ``measure="success"`` (0/1 per pair): Tango's asymptotic score interval for the difference of
-  paired proportions (T. Tango, Stat. Med. 17:891-908, 1998; erratum 18:2127, 1999; formula as
-  restated by Fagerland, Lydersen & Laake, Stat. Med. 33:2850-2875, 2014, section 5.4). It is a
+  paired proportions (T. Tango, Stat. Med. 17:891-908, 1998; formula as restated by Fagerland,
+  Lydersen & Laake, Stat. Med. 33:2850-2875, 2014; checked in tests/test_stats_verdict.py against
+  the worked examples of Tango 1998, Agresti & Min 2005 and Fagerland et al. 2014). It is a
   test-inversion interval, so at 12/12 vs 0/12 the upper end is 1 and the lower end stays well
   below 1, and with no discordant pair at all it still has width (no false certainty).
 * ``measure="success"`` with fractions (success per seed averaged over repeats): the 2x2 table of
@@ -21,7 +22,7 @@ can never disagree with the interval printed beside it.
   Agresti-Min interval (near-nominal coverage for paired proportions); for fractional scores
   the pseudo-pairs carry variance, so the interval never collapses to zero width however
   uniform the scores are. A t interval alone collapses on constant differences, and an
-  empirical-Bernstein interval at a dozen pairs is so wide (its range term is ~7 ln(4/alpha)/(3n))
+  empirical-Bernstein interval at a dozen pairs is so wide (Maurer & Pontil's range term is 7 ln(4/alpha)/(3(n-1)) of the range)
   that even 12/12 vs 0/12 would read "undecided".
 
 The decision is always "the interval excludes 0": ``a_better`` if its lower end is above 0,
