@@ -139,9 +139,9 @@ def test_preallocated_cache_layer_keeps_dynamic_layer_semantics_under_inherited_
     """Decode writes into the preallocated buffers in place; transformers' own crop, batch
     selection and reset (which assign ``keys`` then ``values``) leave a layer that reads and
     grows like a ``DynamicLayer`` holding the same tensors."""
-    from kosmos_env.judges.vlm import _preallocated_layer_class
+    from kosmos_env.judges.kv_cache import preallocated_layer_class
 
-    layer_class = _preallocated_layer_class()
+    layer_class = preallocated_layer_class()
     g = torch.Generator().manual_seed(0)
     keys, values = torch.randn(2, 2, 5, 4, generator=g), torch.randn(2, 2, 5, 4, generator=g)
     key_buffer, value_buffer = torch.zeros(2, 2, 8, 4), torch.zeros(2, 2, 8, 4)
