@@ -25,7 +25,6 @@ from kosmos_env.campaign.control import control_state
 from kosmos_env.campaign.ledger import LEDGER_NAME, owner_alive
 from kosmos_env.campaign.readonly import connect_readonly as _connect_readonly
 from kosmos_env.hashing import sha256_hex
-from kosmos_env.hashing import sha256_hex
 
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 QUEUE_STATES = ("pending", "leased", "done")
@@ -287,12 +286,34 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
             "history": _history(conn),
             "seconds_per_stage": stages, "seconds_per_rollout": per_rollout, "timed": n_timed,
             "money": money, "ranking": ranking_so_far(s), "control": s.control, "now": now,
+            "verdict": live_verdict(conn, s),
         }
     finally:
         conn.close()
 
 
 HISTORY_BINS = 40
+
+
+def live_verdict(conn: sqlite3.Connection, s: Summary) -> dict[str, Any]:
+    """The analysis page's headline verdict on the episodes finished so far: the top two
+    policies, success per (task, seed) with repeats averaged, by the same rule
+    (:func:`kosmos_env.report.analysis.pair_verdict`), so the live view and the analysis page
+    never disagree; ``{"skipped": why}`` before two policies have decided episodes."""
+    ranked = [r["policy"] for r in ranking_so_far(s) if r["decided"]]
+    if len(ranked) < 2:
+        return {"skipped": "needs two policies with decided episodes", "headline": "verdict: none yet (needs two "
+                "policies with decided episodes)"}
+    from kosmos_env.report.analysis import pair_verdict, seed_matrix
+
+    rows = [{"policy": r["policy"], "task": r["task"], "seed": r["seed"], "repeat": r["repeat"],
+             "success": {"success": True, "failure": False}.get(r["outcome"])}
+            for r in conn.execute("SELECT policy, task, seed, repeat, outcome FROM episodes WHERE status = 'done' "
+                                  "AND policy IN (?, ?)", (ranked[0], ranked[1]))]
+    try:
+        return pair_verdict(seed_matrix(rows, ranked[:2]), ranked[0], ranked[1])
+    except ValueError as exc:  # e.g. repeats averaged to a fraction: say why, never crash the live view
+        return {"skipped": str(exc), "headline": f"verdict: none ({exc})"}
 
 
 def _history(conn: sqlite3.Connection, bins: int = HISTORY_BINS) -> list[dict[str, Any]]:
@@ -456,9 +477,9 @@ def read_episode(ref: CampaignRef, ord_: int) -> dict[str, Any] | None:
         if row is None:
             return None
         ep = dict(row)
-        for k in ("judgment", "gate", "ground_truth", "timings"):
+        for k in ("judgment", "gate", "ground_truth", "timings", "provenance"):
             try:
-                ep[k] = json.loads(ep[k]) if ep[k] is not None else None
+                ep[k] = json.loads(ep[k]) if ep.get(k) is not None else None  # older ledgers lack provenance
             except json.JSONDecodeError:
                 ep[k] = {"unreadable": ep[k]}
         ep["attempt_rows"] = [dict(r) for r in conn.execute(

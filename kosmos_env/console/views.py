@@ -126,6 +126,7 @@ def disagreements(ref: cz.CampaignRef, j1: str, j2: str) -> dict[str, Any]:
                 rows.append({"ord": x["ord"], "policy": p, "task": k[0], "seed": k[1], "repeat": k[2],
                              "verdict_1": x["outcome"], "score_1": x["score"], "verdict_2": y["outcome"],
                              "score_2": y["score"]})
+    rows.sort(key=lambda r: r["ord"])
     agree = n_both - len(rows)
     lo, hi = _wilson(agree, n_both) if n_both else (None, None)
     columns = ["ord", "policy", "task", "seed", "repeat", "verdict_1", "score_1", "verdict_2", "score_2"]

@@ -75,7 +75,8 @@
         root.appendChild(svg("polyline", {points: pts.join(" "), fill: "none", stroke: "#4c72b0", "stroke-width": 2}));
       }
       var xl = svg("text", {x: L + PW, y: H - 6, "text-anchor": "end", fill: "#5b6475"});
-      xl.textContent = (tMax / 60).toFixed(1) + " min since start"; root.appendChild(xl);
+      xl.textContent = (tMax < 120 ? tMax.toFixed(1) + " s" : (tMax / 60).toFixed(1) + " min") + " since start";
+      root.appendChild(xl);
       var x0 = svg("text", {x: L, y: H - 6, fill: "#5b6475"}); x0.textContent = "0"; root.appendChild(x0);
       return root;
     }
@@ -87,7 +88,7 @@
     wrap.appendChild(panel("history-success", "success so far (all policies): " + last.successes + "/" + last.decided,
                            rate, 1, function (v) { return v.toFixed(1); }));
     wrap.appendChild(panel("history-throughput", "episodes finished per minute", thr, peak,
-                           function (v) { return v.toPrecision(2); }));
+                           function (v) { return v >= 10 ? String(Math.round(v)) : v.toFixed(1); }));
     box.replaceChildren(wrap);
   }
   function update(d) {
@@ -107,13 +108,18 @@
     } else {
       set("eta", d.running ? (d.eta_seconds === null ? "after 2 episodes" : duration(d.eta_seconds)) : (d.remaining ? "not running" : "done"));
       set("warmup", d.warmup_seconds === null || d.warmup_seconds === undefined ? "" :
-          "warm-up " + duration(d.warmup_seconds) + " before the first episode, not counted in the rate");
+          "warm-up " + (d.warmup_seconds < 10 ? d.warmup_seconds.toFixed(1) + " s" : duration(d.warmup_seconds)) + " before the first episode, not counted in the rate");
     }
     var running = d.state === "running";
     var box = document.getElementById("control-box"), absent = document.getElementById("cancel-absent");
     if (box) { box.hidden = !running; }
     if (absent) { absent.hidden = running; }
     drawHistory(d.history || []);
+    if (d.verdict) {
+      set("verdict", d.verdict.headline || "verdict: none");
+      var vl = document.getElementById("verdict");
+      if (vl) { vl.className = "verdict verdict-" + (d.verdict.outcome || "none"); }
+    }
     Object.keys(d.seconds_per_rollout).forEach(function (k) { set("st-" + k, fmt(d.seconds_per_rollout[k], 3)); });
     if (d.money && !d.money.error) {
       set("money", d.money.total.toPrecision(3) + " " + d.money.currency);
