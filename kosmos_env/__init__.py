@@ -17,12 +17,22 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 
 __version__ = "0.1.0"
 
-register(id="Kosmos-Tabletop-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Tabletop-v1"},
-         vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # MuJoCo: sub-envs step in turn (EGL)
-register(id="Kosmos-Bridge-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-Bridge-v1"},
-         vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # N episodes, one model call
-register(id="Kosmos-TabletopLearned-v1", entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": "Kosmos-TabletopLearned-v1"},
-         vector_entry_point="kosmos_env.batched_vector:make_batched_vec")  # N episodes, one engine pass
+
+def _register_builtin_envs() -> None:
+    """Register every id frozen in ``envs_registry/spec_hashes.json``, deprecated versions included
+    (a published result is rerun by the id it names; Gymnasium warns that a newer one exists).
+    The vector entry point batches what a world can batch (the MuJoCo tabletop steps sub-envs in
+    turn on one EGL context; Cosmos 3 and the learned tabletop make one model call for N episodes)."""
+    import json
+    from importlib import resources
+
+    frozen = json.loads((resources.files("kosmos_env.envs_registry") / "spec_hashes.json").read_text(encoding="utf-8"))
+    for env_id in sorted(frozen):
+        register(id=env_id, entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": env_id},
+                 vector_entry_point="kosmos_env.batched_vector:make_batched_vec")
+
+
+_register_builtin_envs()
 
 
 def _register_plugin_envs() -> None:

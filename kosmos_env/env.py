@@ -226,40 +226,49 @@ class KosmosEnv(gymnasium.Env):
 
     ## Version History
 
-    - v1: initial release (Kosmos-Tabletop-v1, Kosmos-TabletopLearned-v1, Kosmos-Bridge-v1).
-    - Kosmos-Bridge-v1 re-frozen (same id): its first freeze never produced a result (null action
-      statistics made the world refuse to run, and its frames were synthetic drawings). The spec
-      now carries NVIDIA's statistics with method ``"quantile"``, real 4:3 frames at 240x320, a new
-      task suite, ``device``/``dtype`` ``"auto"`` and world code version 2 in its hash; no result
-      with the old hash exists.
-    - Kosmos-Bridge-v1, revised gate (same id): ``world.workspace`` (the table top as the floor of
-      the integrated pose) with the same ``gate.workspace``, and the pan measure's ``pan_blur_px``
-      1.0 with ``pan_explained`` 0.68. Its spec hash changed: results recorded under the earlier
-      hash are not comparable with results under the new one.
-    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, new fields
-      ``world.actions_per_call`` and ``world.sweep``): the learned tabletop retrained with object
-      state, so grasped objects no longer vanish. Its spec hash changed: results recorded
-      under the earlier hash are not comparable with results under the new one.
-    - v1, revised ``Kosmos-TabletopLearned-v1`` spec again (new ``world.weights_sha256``): its
-      renderer draws each frame from the world's state instead of from its own last frame (frames
-      no longer blur), and a held object's predicted gripper opening stays where the fingers
-      stopped. New spec hash; earlier results are not comparable.
-    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, weights format
-      v4): the object's sprite keeps only the object (the segmenter's faint halo had drawn the
-      target's outline where the object went and erased the yellow cube under the green one), and
-      where the object started is always redrawn. Its weights and the frame judge's are the output
-      of one full ``kosmos-env train-world`` run (segmenter, dynamics, renderer and judge trained
-      together). New spec hash; earlier results are not comparable.
-    - v1, revised ``Kosmos-TabletopLearned-v1`` spec (new ``world.weights_sha256``, world code
-      version 2 in its hash): the weights add a slip predictor (a held object may leave fingers
-      still commanded closed, as off-centre grasps do in the simulator), and the world imposes
-      three more fixed rules of scene geometry: an object let go of drops straight down, a free
-      object lying at rest stays put unless the fingers can reach it, and closed fingers push a
-      free object ahead of them (the learned dynamics never pushed: knocked objects stayed put).
-      Every other tensor is unchanged. New spec hash; earlier results are not comparable.
-    - v1, new optional spec field ``reward`` (modes ``terminal``, ``progress``, ``oracle``;
-      ``terminate_on_success``; ``success_threshold``): left at its default it is not written into the
-      spec, so every registered hash is unchanged; any other setting is a new hash.
+    An id names one spec hash for good, as a Gymnasium id does: ``envs_registry/spec_hashes.json``
+    freezes the hash of every id, and a test fails when a spec's hash changes under its id. A
+    change that moves a hash (the spec file, its task suite, its world's code version in
+    ``kosmos_env.spec.WORLD_VERSIONS``) is released as the next version (``-v2`` beside ``-v1``, as
+    Gymnasium keeps ``pusher_v4.py`` beside ``pusher_v5.py``); the old version stays registered and
+    loadable with its old hash, its spec's ``deprecated`` naming what replaced it, and making it
+    warns (``DeprecationWarning``), so a result published under an id can be rerun by that id.
+
+    The rule holds from the hashes frozen on 2026-12-03. Before it, the three ``-v1`` ids were
+    re-frozen under the same id six times (listed below). Those earlier specs are not registered:
+    their weights and world code are gone from the package (only git history holds them), so they
+    could not run as they ran. Every result carries its spec hash, so none made under an earlier
+    hash is ranked with one under today's; such a result is rerun from the commit that made it.
+
+    Kosmos-Tabletop-v1 (MuJoCo tabletop)
+
+    - v1, spec hash ``b0f08ca61ab6``: the release (frozen unchanged since).
+
+    Kosmos-Bridge-v1 (NVIDIA Cosmos 3)
+
+    - v1, spec hash ``9e7cd6d03a1a``, as frozen. Re-frozen twice before the rule:
+      (1) its first freeze never produced a result (null action statistics made the world refuse
+      to run, and its frames were synthetic drawings); the spec gained NVIDIA's statistics with
+      method ``"quantile"``, real 4:3 frames at 240x320, a new task suite, ``device``/``dtype``
+      ``"auto"`` and world code version 2; (2) ``world.workspace`` (the table top as the floor of
+      the integrated pose) with the same ``gate.workspace``, and the gate's ``pan_blur_px`` 1.0 with
+      ``pan_explained`` 0.68.
+
+    Kosmos-TabletopLearned-v1 (learned tabletop)
+
+    - v1, spec hash ``f5b6ee921416``, as frozen: the weights (sha256 ``38fab496...``) of one full
+      ``kosmos-env train-world`` run with a slip predictor, and world code version 2 (three fixed
+      rules of scene geometry: an object let go of drops, a free object at rest stays put unless
+      the fingers reach it, closed fingers push a free object). Re-frozen four times before the
+      rule, each with new weights: (1) retrained with object state, so grasped objects no longer
+      vanish (new ``world.actions_per_call`` and ``world.sweep``); (2) the renderer draws each frame
+      from the world's state (frames no longer blur) and a held object's predicted opening stays
+      where the fingers stopped; (3) weights format v4, the object's sprite keeps only the object
+      and where it started is always redrawn; (4) the slip predictor and world code version 2.
+
+    All versions: the optional spec field ``reward`` (modes ``terminal``, ``progress``, ``oracle``;
+    ``terminate_on_success``; ``success_threshold``) left at its default is not written into the
+    spec, so it changed no hash; any other setting is a different hash (an override, not an id).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
@@ -283,7 +292,11 @@ class KosmosEnv(gymnasium.Env):
                 raise ValueError("KosmosEnv needs spec_id (a registered env id) or env_spec")
             env_spec = load_spec(spec_id)
         if env_spec.deprecated:
-            raise gymnasium.error.DeprecatedEnv(f"{env_spec.id} is deprecated: {env_spec.deprecated}")
+            # an old version stays loadable (a published result is rerun by the id it names), with
+            # a warning as Gymnasium gives for an out-of-date version, saying what replaced it
+            import warnings
+
+            warnings.warn(f"{env_spec.id} is deprecated: {env_spec.deprecated}", DeprecationWarning, stacklevel=2)
         self.kosmos_spec = env_spec.with_overrides(**spec_overrides)
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")

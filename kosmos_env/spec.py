@@ -8,6 +8,17 @@ published result, and results with different hashes are never ranked together.
 
 Spec files are data and are validated: unknown keys, wrong types and bad bounds are refused
 with a message naming the field. Nothing in them is executed.
+
+Versions, as Gymnasium keeps them: an id names one spec hash for good. ``envs_registry/
+spec_hashes.json`` maps every built-in id to its frozen hash (the ids registered with Gymnasium
+are exactly its keys) and ``tests/test_spec_versions.py`` fails when a spec's hash changes under
+its id (:func:`check_frozen_hashes`). A change that moves a hash is a new version: a new file
+``Name-v(N+1).json`` with its own frozen hash; the old file stays, with ``"deprecated"`` saying
+what replaced it, and stays loadable, so a published result can be rerun by the id it names
+(making it warns: Gymnasium's "out of date" DeprecationWarning and the spec's own reason). A change
+to something several versions share (a task suite, a world's code version in
+:data:`WORLD_VERSIONS`) must leave the old versions' hashes as they are (a new suite file, a
+switch the new spec sets), or the test fails for them too.
 """
 from __future__ import annotations
 
@@ -227,13 +238,93 @@ class EnvSpec:
         return EnvSpec.from_dict(data)
 
 
+def _registry_root() -> Any:
+    """The folder of the built-in spec files (a Traversable; one place, so a test can point it at a copy)."""
+    return resources.files("kosmos_env.envs_registry")
+
+
+#: the committed map of built-in env id -> frozen spec hash, in ``envs_registry/``
+FROZEN_HASHES_FILE = "spec_hashes.json"
+#: a versioned id: ``Name-vN`` (Gymnasium's form; N >= 1)
+VERSIONED_ID = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*?)-v(?P<version>[1-9][0-9]*)")
+
+
+def builtin_spec_ids() -> list[str]:
+    """Every env id with a spec file in ``envs_registry/`` (deprecated versions included)."""
+    root = _registry_root()
+    return sorted(p.name[: -len(".json")] for p in root.iterdir()
+                  if p.name.endswith(".json") and p.name != FROZEN_HASHES_FILE)
+
+
 def registered_spec_ids() -> list[str]:
     """Every env id with a spec file in ``envs_registry/`` or from an installed plug-in."""
     from kosmos_env.plugins import plugin_env_ids
 
-    root = resources.files("kosmos_env.envs_registry")
-    builtin = {p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json")}
-    return sorted(builtin | set(plugin_env_ids()))
+    return sorted(set(builtin_spec_ids()) | set(plugin_env_ids()))
+
+
+def frozen_spec_hashes() -> dict[str, str]:
+    """``{env id: spec hash}`` as frozen in ``envs_registry/spec_hashes.json`` (built-in ids only:
+    a plug-in freezes its own)."""
+    path = _registry_root() / FROZEN_HASHES_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise SpecError(f"envs_registry/{FROZEN_HASHES_FILE} is missing or not JSON ({exc}); reinstall kosmos-env") from None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise SpecError(f"envs_registry/{FROZEN_HASHES_FILE} must map env ids to spec hashes")
+    return data
+
+
+def newer_versions(env_id: str, ids: list[str] | None = None) -> list[str]:
+    """The ids of the same name with a higher version than ``env_id`` (oldest first)."""
+    match = VERSIONED_ID.fullmatch(env_id)
+    if match is None:
+        return []
+    out = []
+    for other in (builtin_spec_ids() if ids is None else ids):
+        m = VERSIONED_ID.fullmatch(other)
+        if m and m["name"] == match["name"] and int(m["version"]) > int(match["version"]):
+            out.append((int(m["version"]), other))
+    return [other for _, other in sorted(out)]
+
+
+def check_frozen_hashes(specs: Mapping[str, "EnvSpec"] | None = None,
+                        frozen: Mapping[str, str] | None = None) -> list[str]:
+    """What breaks the versioning rule (empty when nothing does); one sentence per problem.
+
+    ``specs`` (default: every built-in spec file, loaded) is compared with ``frozen`` (default:
+    ``envs_registry/spec_hashes.json``): a hash that moved under its id, a spec file with no frozen
+    hash or a frozen id with no spec file, an id not of the form ``Name-vN``, and a deprecated
+    version with no newer version to name.
+    """
+    if specs is None:
+        specs = {env_id: load_spec(env_id) for env_id in builtin_spec_ids()}
+    frozen = frozen_spec_hashes() if frozen is None else frozen
+    problems = []
+    for env_id in sorted(set(specs) | set(frozen)):
+        if VERSIONED_ID.fullmatch(env_id) is None:
+            problems.append(f"{env_id}: an env id must end in a version, Name-vN (N >= 1)")
+        if env_id not in frozen:
+            problems.append(f"{env_id}: no frozen hash; add \"{env_id}\": \"{specs[env_id].hash}\" to "
+                            f"envs_registry/{FROZEN_HASHES_FILE}")
+            continue
+        if env_id not in specs:
+            problems.append(f"{env_id}: frozen in envs_registry/{FROZEN_HASHES_FILE} but has no spec file; a "
+                            f"released version is never removed (mark it deprecated instead)")
+            continue
+        spec = specs[env_id]
+        if spec.hash != frozen[env_id]:
+            match = VERSIONED_ID.fullmatch(env_id)
+            bump = f"{match['name']}-v{int(match['version']) + 1}" if match else "a new version"
+            problems.append(
+                f"{env_id}: spec hash {spec.hash[:12]}... is not its frozen hash {frozen[env_id][:12]}...: a "
+                f"changed spec is a new version. Restore {env_id} and add the change as {bump} "
+                f"(envs_registry/{bump}.json and its hash in {FROZEN_HASHES_FILE}), with \"deprecated\" in "
+                f"{env_id}.json naming {bump}")
+        if spec.deprecated and not newer_versions(env_id, list(specs)):
+            problems.append(f"{env_id}: deprecated, but no newer version of it is registered")
+    return problems
 
 
 def load_spec(env_id: str) -> EnvSpec:
@@ -242,7 +333,7 @@ def load_spec(env_id: str) -> EnvSpec:
         # an id names a registered spec, never a path: "../x" would read a file outside the registry
         raise SpecError(f"{env_id!r} is not an env id (letters, digits, '.', '_', '-'; no path); registered: "
                         f"{registered_spec_ids()}")
-    root = resources.files("kosmos_env.envs_registry")
+    root = _registry_root()
     path = root / f"{env_id}.json"
     if path.is_file():
         try:
