@@ -222,6 +222,25 @@ def test_publish_bundle_hashes():
     ]
 
 
+def test_a_real_bundle_s_hashes(tmp_path_factory):
+    """A bundle written by ``kosmos-env eval`` (tests/publish_bundles.py, campaign "a"): its manifest's
+    sha256 of every file recomputes, and its campaign id and design hash (from the policies' content
+    hashes, spec hash, tasks and seeds: nothing a simulation computed) are the pinned values."""
+    import json
+
+    from kosmos_env.hashing import sha256_file
+    from kosmos_env.publish.leaderboard import design_hash
+    from kosmos_env.publish.validate import verify_submission
+    from tests.publish_bundles import campaign
+
+    root = campaign(tmp_path_factory, "a")
+    files = json.loads((root / "manifest.json").read_text())["files"]
+    assert len(files) >= 6 and {rel: sha256_file(root / rel) for rel in files} == files
+    sub = verify_submission(root)
+    assert sub.campaign_id == "c-33544e6bcffa4e31" and sub.spec_hash == SPEC_HASHES["Kosmos-Tabletop-v1"]
+    assert design_hash(sub) == "6f1bdd39ea03b5f08a49f10d463406528dca7d0dd3f8bd0d960d084ed8e04017"
+
+
 def test_distill_hashes(tmp_path):
     from kosmos_env.distill.judgespec import judge_identity, spec_hash
     from kosmos_env.distill.labels import labels_sha256
