@@ -311,10 +311,10 @@ class KosmosEnv(gymnasium.Env):
         self._world_injected = world_model is not None or "pipeline" in dict(world_kwargs or {})
         self._judge_arg = judge
         self._provenance: dict[str, Any] | None = None
-        from kosmos_env.required_weights import require_weights
+        from kosmos_env.required_weights import require_ready
 
-        # every missing weight (world and judges) named at once, before either is loaded
-        require_weights(self.kosmos_spec, world_kwargs, judge, check_world=world_model is None)
+        # a missing extra, or every missing weight (world and judges) at once, before anything loads
+        require_ready(self.kosmos_spec, world_kwargs, judge, check_world=world_model is None)
         if world_model is None:
             from kosmos_env.worlds import make_world
 

@@ -9,6 +9,10 @@ already created its run folder).
 Only presence is checked here (cheap: a few ``stat`` calls and a look in the Hugging Face cache);
 the loaders still check what they load (architecture, hashes). Shipped weights (the learned
 tabletop, the frame judge) are always present and need no check.
+
+:func:`require_ready` checks the optional packages first (``Kosmos-Bridge-v1`` is registered on a
+core install, but its world and judge need the ``models`` extra): a missing one is a
+``ModuleNotFoundError`` whose message names the extra, raised by ``make`` before anything loads.
 """
 from __future__ import annotations
 
@@ -101,6 +105,52 @@ def _judge_missing(judge: Any) -> list[str]:
                    f"then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge '{{\"type\": \"vlm\", "
                    f"\"local_path\": ...}}')")
     return out
+
+
+def _world_packages(spec: Any, world_kwargs: Mapping[str, Any]) -> tuple[str, ...]:
+    if spec.world.get("type") != "cosmos3" or "pipeline" in world_kwargs:
+        return ()
+    from kosmos_env.worlds.cosmos3 import REQUIRED_PACKAGES
+
+    return tuple(REQUIRED_PACKAGES)
+
+
+def _installed(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: None in sys.modules (blocked), or no __spec__
+        return False
+
+
+def missing_packages(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
+                     check_world: bool = True) -> list[str]:
+    """Top-level modules the env's world and judges import that are not installed (without importing
+    them: ``find_spec`` only)."""
+    needed = list(_world_packages(spec, dict(world_kwargs or {}))) if check_world else []
+    if judge is None:
+        judge = spec.judge
+    if isinstance(judge, str):
+        judge = {"type": judge}
+    if _vlm_specs(judge) and any(s.get("model") is None or isinstance(s.get("model"), (str, os.PathLike))
+                                 for s in _vlm_specs(judge)):
+        needed.append("transformers")
+    return [m for m in dict.fromkeys(needed) if not _installed(m)]
+
+
+def require_ready(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
+                  check_world: bool = True) -> None:
+    """The packages, then every weight, ``spec`` needs with this judge: ``ModuleNotFoundError`` naming
+    the extra (the first missing package), or :class:`MissingWeightsError` naming every missing weight."""
+    missing = missing_packages(spec, world_kwargs, judge, check_world)
+    if missing:
+        from kosmos_env.errors import missing_module_message
+
+        exc = ModuleNotFoundError(f"No module named {missing[0]!r}", name=missing[0])
+        raise ModuleNotFoundError(f"{spec.id} needs {', '.join(missing)}: {missing_module_message(exc) or exc}",
+                                  name=missing[0])
+    require_weights(spec, world_kwargs, judge, check_world)
 
 
 def missing_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,

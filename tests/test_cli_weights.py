@@ -84,3 +84,23 @@ def test_the_cache_is_read_without_huggingface_hub(no_weights, tmp_path, monkeyp
     assert problems == []
     (snap / "config.json").unlink()
     assert len(missing_weights(load_spec("Kosmos-Bridge-v1"), check_world=False)) == 1
+
+
+def test_make_on_an_install_without_the_models_extra_names_the_extra(monkeypatch, tmp_path):
+    """Kosmos-Bridge-v1 is registered on every install; without the models extra `make` says which
+    extra to install, before it looks for weights or loads anything."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "diffusers", None)  # None in sys.modules: import (and find_spec) fail
+    with pytest.raises(ModuleNotFoundError) as err:
+        gym.make("Kosmos-Bridge-v1", world_kwargs={"weights_path": str(tmp_path)})
+    msg = str(err.value)
+    assert err.value.name == "diffusers" and "\n" not in msg
+    assert "pip install -e '.[models]' (in a clone) or pip install 'kosmos-env[models]'" in msg
+    # a world handed in needs no world packages; the state judge none
+    from kosmos_env.required_weights import missing_packages
+
+    assert missing_packages(load_spec("Kosmos-Bridge-v1"), {"pipeline": object()}, "state") == []
+    assert missing_packages(load_spec("Kosmos-Tabletop-v1")) == []
+    monkeypatch.setitem(sys.modules, "transformers", None)
+    assert missing_packages(load_spec("Kosmos-Bridge-v1")) == ["diffusers", "transformers"]

@@ -21,14 +21,14 @@ class JudgeCheckError(ValueError):
 
 
 def check_weights(config: CampaignConfig) -> None:
-    """Every downloaded weight the campaign's env and judge need is on disk, or one MissingWeightsError
-    naming them all (:func:`kosmos_env.required_weights.require_weights`, as ``gymnasium.make`` and the
+    """The extras the campaign's env and judge need are installed (else a ModuleNotFoundError naming the
+    extra) and every downloaded weight is on disk, or one MissingWeightsError naming them all (:func:`kosmos_env.required_weights.require_weights`, as ``gymnasium.make`` and the
     doctor use): checked before the run folder is created, so a missing weight leaves nothing behind."""
-    from kosmos_env.required_weights import require_weights
+    from kosmos_env.required_weights import require_ready
     from kosmos_env.spec import load_spec
 
     spec = load_spec(config.env_id).with_overrides(**dict(config.spec_overrides))
-    require_weights(spec, None, dict(config.judge))
+    require_ready(spec, None, dict(config.judge))  # a missing extra first: its weights could not load anyway
 
 
 def _missing_extra(exc: BaseException) -> str | None:
