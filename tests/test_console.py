@@ -273,3 +273,70 @@ def test_a_cancelled_worker_claims_nothing_and_a_rerun_clears_the_cancel(tmp_pat
         assert ledger.counts()["pending"] == 6 and ledger.attempts() == []
         assert clear_cancel(ledger, "rerun") and not cancel_requested(ledger)
         assert [r[0] for r in ledger.conn.execute("SELECT action FROM control ORDER BY id")] == ["cancel", "resume"]
+
+
+def test_warm_up_is_kept_out_of_rate_and_eta(tmp_path):
+    """A run that spends 400 s loading models before its first episode, then finishes one episode
+    a second: the rate is 3600/h (4 episodes in the 4 s after the first), not 5 in 404 s, and the
+    400 s are reported as warm-up."""
+    _planned_ledger(tmp_path / "c1", seeds=3)  # 6 episodes
+    path = tmp_path / "c1" / "ledger.sqlite"
+    t0 = 1_700_000_000.0
+    with Ledger(path, create=False) as ledger:
+        run_id = ledger.start_run("elsewhere:1:main", "in-process", 1, [])
+        with ledger.transaction() as conn:
+            conn.execute("UPDATE runs SET started = ?, finished = ? WHERE run_id = ?", (t0, t0 + 404.0, run_id))
+            ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
+            for i, o in enumerate(ords[:5]):
+                conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, finished = ? WHERE ord = ?",
+                             ("success" if i % 2 == 0 else "failure", int(i % 2 == 0), t0 + 400.0 + i, o))
+    d = _client(tmp_path).get(f"/c/{folder_key(tmp_path / 'c1')}/live.json").json()
+    assert d["warmup_seconds"] == pytest.approx(400.0)
+    assert d["rollouts_per_hour"] == pytest.approx(3600.0)
+    assert d["run"]["episodes"] == 5 and d["remaining"] == 1
+    hist = d["history"]
+    assert hist[-1]["done"] == 5 and hist[-1]["successes"] == 3 and hist[-1]["decided"] == 5
+    assert [h["done"] for h in hist] == sorted(h["done"] for h in hist)  # cumulative
+    assert sum(h["per_minute"] * (hist[0]["t"]) / 60 for h in hist) == pytest.approx(5.0)  # equal slices
+
+
+def test_tables_download_as_csv_and_parquet_and_refuse_unknown_formats(finished, tmp_path):
+    import csv
+    import io
+
+    shutil.copytree(finished, tmp_path / "a")
+    key = folder_key(tmp_path / "a")
+    c = _client(tmp_path)
+    con = sqlite3.connect(tmp_path / "a" / "ledger.sqlite")
+    n_eps = con.execute("SELECT COUNT(*) FROM episodes").fetchone()[0]
+    con.close()
+    for url, n_rows in ((f"/c/{key}/episodes", n_eps), (f"/c/{key}/table", 4), (f"/c/{key}/pair", 3), ("/", 2)):
+        r = c.get(url, params={"format": "csv"})
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv"), url
+        assert "attachment" in r.headers["content-disposition"]
+        assert len(list(csv.DictReader(io.StringIO(r.text)))) == n_rows, url
+        assert c.get(url, params={"format": "xlsx"}).status_code == 400
+    r = c.get(f"/c/{key}/disagree")  # only the campaign's own judge: says how to add another
+    assert r.status_code == 200 and 'id="no-judges"' in r.text and "kosmos-env judge" in r.text
+    icon = c.get("/favicon.ico")
+    assert icon.status_code == 200 and icon.headers["content-type"] == "image/svg+xml" and b"<svg" in icon.content
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        r = c.get(f"/c/{key}/table", params={"format": "parquet"})
+        assert r.status_code == 501 and "pyarrow" in r.text and len(r.text.strip().splitlines()) == 1
+    else:
+        import builtins
+
+        real = builtins.__import__
+
+        def no_pyarrow(name, *args, **kwargs):
+            if name.startswith("pyarrow"):
+                raise ImportError(name)
+            return real(name, *args, **kwargs)
+        builtins.__import__ = no_pyarrow
+        try:
+            r = c.get(f"/c/{key}/table", params={"format": "parquet"})
+        finally:
+            builtins.__import__ = real
+        assert r.status_code == 501 and "pyarrow" in r.text and len(r.text.strip().splitlines()) == 1
