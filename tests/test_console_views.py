@@ -187,7 +187,7 @@ def test_judge_disagreement_view_lists_exactly_the_differing_episodes(runs, page
         assert page.locator("#no-disagreement").count() == 1
         return
     _shot(page, "console-disagree.png")
-    first = sorted(expected)[0]
+    first = min(expected)
     page.click(f'#disagreements tr[data-ord="{first}"] a')
     outcomes = page.locator("#verdicts tbody tr").evaluate_all("rs => rs.map(r => r.dataset.outcome)")
     assert len(outcomes) == 2 and outcomes[0] != outcomes[1]

@@ -261,7 +261,7 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         current = runs[-1] if runs else None
         since = current["started"] if current else now - window_seconds
         until = (current["finished"] or now) if current else now
-        n_recent, first, last = conn.execute(
+        n_recent, first, _last = conn.execute(
             "SELECT COUNT(*), MIN(finished), MAX(finished) FROM episodes WHERE status = 'done' AND finished >= ? "
             "AND finished <= ?", (since, until + 1e-6)).fetchone()
         # Warm-up (model loads, the first episode's compile) is the time from the run's start to its

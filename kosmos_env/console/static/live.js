@@ -73,6 +73,10 @@
       });
       if (pts.length) {
         root.appendChild(svg("polyline", {points: pts.join(" "), fill: "none", stroke: "#4c72b0", "stroke-width": 2}));
+        pts.forEach(function (p) {  // a dot per slice: one slice alone still shows
+          var xy = p.split(",");
+          root.appendChild(svg("circle", {cx: xy[0], cy: xy[1], r: 2.5, fill: "#4c72b0"}));
+        });
       }
       var xl = svg("text", {x: L + PW, y: H - 6, "text-anchor": "end", fill: "#5b6475"});
       xl.textContent = (tMax < 120 ? tMax.toFixed(1) + " s" : (tMax / 60).toFixed(1) + " min") + " since start";
@@ -101,12 +105,12 @@
     ["rolled_out", "judging"].forEach(function (q) { set("q-" + q, d.stage_queue[q]); });
     ["success", "failure", "discarded", "abstained", "error"].forEach(function (o) { set("q-" + o, d.outcomes[o]); });
     set("rate", d.rollouts_per_hour === null ? "\u2013" : Math.round(d.rollouts_per_hour).toString());
-    set("run-info", d.run ? (d.run.episodes + " episodes this run, " + d.run.workers + " worker(s), " + d.run.executor) : "");
+    set("run-info", d.run ? (d.run.episodes + (d.run.episodes === 1 ? " episode" : " episodes") + " this run, " + d.run.workers + " worker(s), " + d.run.executor) : "");
     if (d.warming_up) {
       set("eta", "warming up");
       set("warmup", "loading models: no episode finished yet" + (d.run ? " (run started " + new Date(d.run.started * 1000).toLocaleTimeString() + ")" : ""));
     } else {
-      set("eta", d.running ? (d.eta_seconds === null ? "after 2 episodes" : duration(d.eta_seconds)) : (d.remaining ? "not running" : "done"));
+      set("eta", d.running ? (d.eta_seconds === null ? "\u2013 (from the 2nd episode)" : duration(d.eta_seconds)) : (d.remaining ? "not running" : "done"));
       set("warmup", d.warmup_seconds === null || d.warmup_seconds === undefined ? "" :
           "warm-up " + (d.warmup_seconds < 10 ? d.warmup_seconds.toFixed(1) + " s" : duration(d.warmup_seconds)) + " before the first episode, not counted in the rate");
     }
