@@ -340,3 +340,47 @@ def test_tables_download_as_csv_and_parquet_and_refuse_unknown_formats(finished,
         finally:
             builtins.__import__ = real
         assert r.status_code == 501 and "pyarrow" in r.text and len(r.text.strip().splitlines()) == 1
+
+
+def test_rationales_in_plain_words_from_the_judges_stored_fields():
+    from kosmos_env.console.episode_view import plain_rationale
+
+    def log_judgment(success, **events):
+        extras = {"held": False, "lifted": False, "carried": False, "released": False, "empty_grasps": 0,
+                  "idle_fraction": 0.1, "idle": False, "n_grasps": 1, "z": 0.0, **events}
+        return {"judge": "robot_log", "success": success, "extras": extras,
+                "rationale": f"failure: events {[k for k in ('held', 'lifted') if extras[k]] or ['none']}, Z = -0.25"}
+
+    none = plain_rationale(log_judgment(False, empty_grasps=1, z=-0.25))
+    assert none.startswith("Failure: the robot never held an object.") and "1 of those closed on nothing" in none
+    assert "events [" not in none and "Z = -0.25" in none
+    part = plain_rationale(log_judgment(False, held=True, lifted=True, z=2.0))
+    assert "held an object in its gripper and lifted it, but never carried" in part and "never let go" in part
+    split = plain_rationale(log_judgment(False, held=True, lifted=True, carried=True, released=True, z=4.0))
+    assert "not all within one and the same grasp" in split
+    assert plain_rationale(log_judgment(True, held=True, lifted=True, carried=True, released=True)).startswith("Success:")
+    # a judge without structured fields keeps its own words
+    assert plain_rationale({"judge": "vlm", "rationale": "the carrot is on the plate"}) == "the carrot is on the plate"
+
+
+def test_distance_to_goal_uses_the_objects_logged_position_when_there_is_one(tmp_path):
+    import numpy as np
+
+    from kosmos_env.campaign.artifacts import ArtifactStore
+    from kosmos_env.console.episode_view import distance_svg
+
+    store = ArtifactStore(tmp_path)
+    steps = 5
+    obj = np.column_stack([np.linspace(0.5, 0.3, steps), np.zeros(steps), np.full(steps, 0.02)]).astype(np.float32)
+    ee = obj + np.float32(0.05)
+    for log, expect in (({"ee_pos": ee}, "gripper to goal"), ({"ee_pos": ee, "object_pos": obj}, "object to goal")):
+        buf = tmp_path / "log.npz"
+        np.savez(buf, **log)
+        _, rel, _ = store.put_file(buf, "npz")
+        ep = {"log": rel, "ground_truth": {"target_pos": [0.3, 0.0, 0.0], "object_pos": obj[-1].tolist(),
+                                           "reason": "carrot rests on the plate"}}
+        svg, note = distance_svg(tmp_path, ep)
+        assert svg is not None and expect in svg and 'data-scrub="1"' in svg
+        assert "0.020 m from the goal" in note  # the simulator's final state: 2 cm above the goal point
+        assert ("not the object's" in note) == ("object_pos" not in log)
+    assert distance_svg(tmp_path, {"log": rel, "ground_truth": None})[0] is None  # no state: said, not drawn
