@@ -102,3 +102,34 @@ def test_atomic_writes_and_artifacts_follow_the_umask(tmp_path, mask):
     assert want == 0o666 & ~mask
     assert stat.S_IMODE((tmp_path / "results.json").stat().st_mode) == want
     assert stat.S_IMODE((tmp_path / rel).stat().st_mode) == want
+
+
+def test_eval_summary_names_this_runs_discards_by_check(capsys):
+    from kosmos_env.commands.eval import _say_discards
+
+    _say_discards({"discards": [("random on a seed 0", "image detail collapsed to 0.17", "collapse"),
+                                ("random on a seed 1", "image detail collapsed to 0.18", "collapse"),
+                                ("random on b seed 0", "frozen frames near the gripper", "frozen")]})
+    err = capsys.readouterr().err.strip()
+    assert err == ("discarded by the gate in this run: 3 episode(s) (not counted as failures): collapse check x2 "
+                   "(e.g. random on a seed 0: image detail collapsed to 0.17); frozen check x1 "
+                   "(e.g. random on b seed 0: frozen frames near the gripper)")
+    _say_discards({"discards": []})
+    assert capsys.readouterr().err == ""
+
+
+def test_a_campaign_reports_each_discard_with_the_gates_reason(tmp_path, capsys):
+    """A gate that calls every frame collapsed (collapse_ratio 1.0) discards every episode: the
+    progress line prints each with its reason, and run_stats hands them to eval's summary."""
+    from kosmos_env.campaign import make_config, run_campaign
+
+    cfg = make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=2, image_size=(64, 64),
+                      video=False, spec_overrides={"gate": {"collapse_ratio": 1.0}})
+    stats: dict = {}
+    run_campaign(cfg, tmp_path / "c", progress=True, run_stats=stats)
+    err = capsys.readouterr().err
+    assert stats["done_before"] == 0 and stats["done_now"] == 2 and stats["seconds"] > 0
+    assert [(label, check) for label, _, check in stats["discards"]] == [
+        ("random on carrot_on_plate seed 0", "collapse"), ("random on carrot_on_plate seed 1", "collapse")]
+    for seed in (0, 1):
+        assert err.count(f"discarded: random on carrot_on_plate seed {seed}: image detail collapsed") == 1

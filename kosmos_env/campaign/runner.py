@@ -54,7 +54,7 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
     ``run_stats``, when given, is filled with what *this* run did (results.json describes the whole
     campaign, every run of it): ``done_before`` (episodes earlier runs finished), ``done_now``
     (finished by this run), ``seconds`` (this run's wall clock) and ``discards`` (``(label,
-    reason)`` of each episode this run discarded).
+    reason, check)`` of each episode this run discarded).
     """
     started = time.monotonic()
     out_dir = os.fspath(out_dir)
@@ -89,7 +89,12 @@ def _discards_since(out_dir: str, seen: set[str]) -> list[tuple[str, str]]:
 
     with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
         rows = [r for r in ledger.episodes("done") if r["outcome"] == "discarded" and r["episode_id"] not in seen]
-    return [(f"{r['policy']} on {r['task']} seed {r['seed']}", discard_reason(r.get("gate"))) for r in rows]
+    out = []
+    for r in rows:
+        gate = r.get("gate") if isinstance(r.get("gate"), dict) else {}
+        out.append((f"{r['policy']} on {r['task']} seed {r['seed']}", gate.get("reason") or discard_reason(gate),
+                    str(gate.get("check") or "gate")))
+    return out
 
 
 def _judge_leftovers(config: CampaignConfig, out_dir: str, settings: WorkSettings, refresh: Callable[[], None]) -> None:

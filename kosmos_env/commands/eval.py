@@ -214,16 +214,20 @@ def this_run_line(run_stats: dict, planned: int) -> str:
 
 
 def _say_discards(run_stats: dict) -> None:
-    """Each reason the gate gave for this run's discards, with how often (a discard is never a failure)."""
+    """The gate's reasons for this run's discards, by the check that failed, with how often and one
+    example each (a discard is never counted as a failure)."""
     discards = run_stats.get("discards") or []
     if not discards:
         return
     from collections import Counter
 
-    reasons = Counter(reason for _, reason in discards)
+    by_check = Counter(check for _, _, check in discards)
+    first = {}
+    for label, reason, check in discards:
+        first.setdefault(check, (label, reason))
     print(f"discarded by the gate in this run: {len(discards)} episode(s) (not counted as failures): "
-          + "; ".join(f"{reason} x{n}" for reason, n in reasons.most_common())
-          + f" (first: {discards[0][0]})", file=sys.stderr)
+          + "; ".join(f"{check} check x{n} (e.g. {first[check][0]}: {first[check][1]})" for check, n in by_check.most_common()),
+          file=sys.stderr)
 
 
 def control_overrides(control: str | None) -> dict | None:
