@@ -384,6 +384,10 @@ def _robot_log_sentence(extras: dict, success: Any) -> str:
     return " ".join(x for x in (head, tail[:1].upper() + tail[1:] if tail else "", score.strip()) if x)
 
 
+def _said(success: Any) -> str:
+    return {True: "success", False: "failure"}.get(success, "abstain")
+
+
 def plain_rationale(judgment: dict | None, judge_type: str = "") -> str:
     """A judgment's reasoning in plain words, rendered from its stored fields where the judge
     stores structured ones (the robot-log judge's events), else its own rationale text."""
@@ -394,6 +398,11 @@ def plain_rationale(judgment: dict | None, judge_type: str = "") -> str:
     if name == "robot_log" and {"held", "lifted", "carried", "released"} <= set(extras):
         return _robot_log_sentence(extras, judgment.get("success"))
     text = str(judgment.get("rationale") or "")
+    votes = [v for v in judgment.get("votes") or [] if isinstance(v, dict) and "judge" in v and "weight" in v]
+    if name == "fusion" and votes:
+        said = "; ".join(f"{v['judge']} said {_said(v.get('success'))} (score {float(v.get('score', 0.0)):.2f}, "
+                         f"weight {float(v['weight']):.2f})" for v in votes)
+        return f"{text[:1].upper() + text[1:]}: {said}." if text else said + "."
     if name == "state" and text:
         return f"The simulator's evaluation at the end: {text}."
     return text
