@@ -18,8 +18,10 @@ hash the repository stores.
   :func:`files_sha256` (named files or folders, optionally by suffix; policy checkpoints and LoRA
   adapters) and :func:`manifest_sha256` (a manifest over files the caller lists; source code).
 
-Seed derivations (a repeat's env seed, a judge's sampling seed, a replay sample) turn a string into
-an integer with :mod:`hashlib` where they are used: they are not content hashes and name nothing.
+Two kinds of hashing stay where they are used, on purpose: seed derivations (a repeat's env seed,
+a judge's sampling seed, a replay sample) turn a string into an integer and name nothing; and the
+digests of models held in memory (:func:`kosmos_env.weights.module_digest`, the LeRobot adapter's
+content hash) stream tensors through torch, which this module must not import.
 
 Imports nothing of the package (the bottom layer), nothing heavy at import time.
 """

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any, Mapping
 
 from kosmos_env.errors import SpecError
-from kosmos_env.hashing import canonical_json, sha256_hex
+from kosmos_env.hashing import canonical_hash
 
 
 @dataclass(frozen=True)
@@ -50,7 +50,7 @@ def load_suite(name: str) -> TaskSuite:
     if not path.is_file():
         raise SpecError(f"unknown task suite {name!r}; available: {available_suites()}")
     raw = json.loads(path.read_text(encoding="utf-8"))
-    return suite_from_dict(raw, sha256_hex(canonical_json(raw)), SpecError)
+    return suite_from_dict(raw, canonical_hash(raw), SpecError)
 
 
 def suite_from_dict(raw: Mapping[str, Any], digest: str, error: type[Exception] = ValueError) -> TaskSuite:
