@@ -272,3 +272,44 @@ def test_the_bridge_python_block_runs_as_written(tmp_path, monkeypatch):
         assert str(tmp_path / "tiny") in json.dumps(prov)  # the tiny weights are named, not passed off as real
     finally:
         env.close()
+
+
+def _r2(text: str) -> str:
+    """A number the bench printed with 3 decimals, as the README rounds it (half up, as written)."""
+    from decimal import ROUND_HALF_UP, Decimal
+
+    return str(Decimal(text).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def test_gate_numbers_are_bridge_gate_txts():
+    from scipy.stats import beta
+
+    bench = (RESULTS / "bridge_gate.txt").read_text()
+    sections = dict(re.findall(r"^\[(.*?)\] \d+ episodes\n((?:  .*\n)+)", bench, re.M))
+    main = next(v for k, v in sections.items() if k.startswith("tabletop, Bridge camera"))
+    free = next(v for k, v in sections.items() if k.startswith("baseline: same episodes"))
+    learned = next(v for k, v in sections.items() if k.startswith("learned tabletop"))
+    text = " ".join(_section("Judges and the gate").split())
+
+    def auroc(block: str, kind: str) -> tuple[str, str, str, str]:
+        m = re.search(rf"AUROC true vs {kind}\s*: checkable steps ([\d.]+) \[([\d.]+), ([\d.]+)\]; episodes ([\d.]+)",
+                      block)
+        return m.groups()
+
+    p, s = auroc(main, "permuted"), auroc(main, "swapped")
+    assert (f"AUROC true vs shuffled commands {_r2(p[0])} [{_r2(p[1])}, {_r2(p[2])}] (permuted in time) and "
+            f"{_r2(s[0])} [{_r2(s[1])}, {_r2(s[2])}] (swapped between episodes) on checkable steps, "
+            f"{_r2(p[3])} / {_r2(s[3])} per episode") in text
+    steps = re.search(r"frozen rejected: 100\.0% of (\d+) steps whose command demands motion", main).group(1)
+    assert re.search(r"pan\s+rejected: 100\.0% of " + steps, main)
+    assert f"frozen and panned frames rejected on 100% of the {steps} steps" in text
+    n = int(re.search(r"\] (\d+) episodes", bench).group(1))
+    assert re.search(r"true\s+steps pass\s+100\.0%.*episodes pass\s+100\.0%", main)
+    lower = beta.ppf(0.025, n, 1)  # Clopper-Pearson lower bound for n of n
+    assert f"true commands pass 100% of steps and of the {n} episodes" in text
+    assert f"episode pass rate {lower:.1%}-100%, Clopper-Pearson".replace("%-", "-") in text
+    fp, fs = auroc(free, "permuted"), auroc(free, "swapped")
+    assert f"The calibration-free mode it replaces: AUROC {_r2(fp[0])} / {_r2(fs[0])}" in text
+    lp, ls = auroc(learned, "permuted"), auroc(learned, "swapped")
+    passed = float(re.search(r"true\s+steps pass.*episodes pass\s+([\d.]+)%", learned).group(1))
+    assert f"AUROC {_r2(lp[0])} / {_r2(ls[0])}, {round(passed * n / 100)} of {n} true episodes pass" in text
