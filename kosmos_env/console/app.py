@@ -568,7 +568,10 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                 sides.append({"policy": label, "e": e, "video": video,
                               "verdicts": ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])) if e else []})
         base = {"a": a, "b": b, "measure": measure}
+        pair_steps = max([int(side["e"].get("steps") or 0) for side in sides if side["e"]] or [0])
+        config = next((side["e"].get("config") for side in sides if side["e"]), None) or {}
         return con.render("pair.html", s=s, key=key, pv=pv, chosen=chosen, sides=sides, a=a, b=b, measure=measure,
+                          pair_steps=pair_steps, fps=ev.render_fps(config),
                           link=lambda r: f"/c/{key}/pair?" + urlencode({**base, "task": r["task"], "seed": r["seed"],
                                                                         "repeat": r["repeat"]}),
                           download=f"/c/{key}/pair?" + urlencode(base) + "&format=")
