@@ -313,3 +313,64 @@ def test_gate_numbers_are_bridge_gate_txts():
     lp, ls = auroc(learned, "permuted"), auroc(learned, "swapped")
     passed = float(re.search(r"true\s+steps pass.*episodes pass\s+([\d.]+)%", learned).group(1))
     assert f"AUROC {_r2(lp[0])} / {_r2(ls[0])}, {round(passed * n / 100)} of {n} true episodes pass" in text
+
+
+def test_learned_world_ablation_paragraph():
+    abl = json.loads((RESULTS / "learned_world_ablation" / "results.json").read_text())
+    text = " ".join(_section("Measuring the evaluator").split())
+    vision, robot = abl["judges"]["vision"], abl["judges"]["robot_log"]
+
+    def diff(entry, key="accuracy", sign=1.0, digits=3):
+        v, iv = entry[f"{key}_minus_full"] * sign, sorted(x * sign for x in entry[f"{key}_minus_full_interval"])
+        return f"{_f(v, digits, sign=True)} {_iv(iv, digits, sign=True)}"
+
+    assert f"{len(abl['policies'])} policies, {abl['n_units']} evaluation units" in text
+    assert f"switching the rules off costs the frame judge {diff(vision['rules_off'])} episode accuracy" in text
+    assert (f"changes the frame judge's accuracy by {diff(vision['rules_dynamics'])} and its Kendall by "
+            f"{diff(vision['rules_dynamics'], 'kendall', digits=2)}") in text
+    # "the learned dynamics add robot-log accuracy": full minus rules-only, so the sign flips
+    added = robot["rules_dynamics"]
+    v, iv = -added["accuracy_minus_full"], sorted(-x for x in added["accuracy_minus_full_interval"])
+    assert f"they add robot-log accuracy ({_f(v, 3, sign=True)} {_iv(iv, 3)})" in text
+    assert f"Renderer only: {diff(vision['renderer_only'])} and no ranking at all" in text
+    assert vision["renderer_only"]["kendall"] is None
+    ratios = [fe["ratio"] for fe in abl["frame_error"].values()]
+    assert f"Frame error at H = {abl['frame_error_h']} is {min(ratios):.2f}–{max(ratios):.2f} of copy-first-frame" in text
+    rules = json.loads((RESULTS / "learned_world_rules" / "results.json").read_text())
+    tie = rules["chosen_minus_current"]["vision"]
+    assert f"{rules['n_units']} units" in text and rules["current_would_be_chosen"] is False
+    assert f"ties with no slip predictor at all ({_f(tie['estimate'], 3, sign=True)} {_iv(tie['interval'], 3)})" in text
+
+
+def test_fidelity_ladder_paragraph():
+    ladder = json.loads((RESULTS / "fidelity_ladder" / "ladder.json").read_text())
+    text = " ".join(_section("Measuring the evaluator").split())
+    pred, upper = ladder["prediction"]["vision"], ladder["prediction_upper"]["vision"]
+    assert f"fidelity ladder** of {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten'][len(ladder['rungs'])]} tabletop worlds" in text
+    assert f"{len(ladder['units'])} evaluation units × {len(ladder['policies'])} policies" in text
+    gap, drift = pred["shuffled_gap"], pred["drift_ratio"]
+    assert (f"{_f(gap['value'], sign=True)} {_iv(gap['interval'], sign=True)} and {_f(drift['value'], sign=True)} "
+            f"{_iv(drift['interval'], sign=True)}, vision judge") in text
+    ranking = [r for r in ladder["rungs"] if not r["kendall"]["vision"].get("constant")]
+    words = {4: "four", 6: "six"}
+    assert f"worlds that rank nothing ({words[len(ladder['rungs']) - len(ranking)]})" in text
+    assert f"worlds that rank well ({words[len(ranking)]};" in text
+    ug, ud = upper["shuffled_gap"], upper["drift_ratio"]
+    assert (f"(gap {_f(ug['value'], sign=True)} {_iv(ug['interval'], sign=True)}, drift {_f(ud['value'], sign=True)} "
+            f"{_iv(ud['interval'], sign=True)} over {words[ug['rungs']]} rungs)") in text
+    gaps = [r["diagnostics"]["vision"]["shuffled_gap"]["value"] for r in ranking]
+    assert f"{min(gaps):.2f}–{max(gaps):.2f} where something does" in text
+
+
+def test_sequential_ab_and_frame_error_numbers():
+    text = " ".join(_section("Measuring the evaluator").split())
+    seq = (RESULTS / "sequential_ab.txt").read_text()
+    betting = re.search(r"^betting\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)", seq, re.M)
+    fixed = re.search(r"fixed-n paired z-test.*?: (\d+) pairs", seq)
+    assert (f"type-I error {float(betting.group(1)):.3f} at α = 0.05 with a look after every pair, median "
+            f"{betting.group(2)} pairs for 0.7 vs 0.5 against {fixed.group(1)} for a fixed-n test") in text
+    err = (RESULTS / "learned_world_error.txt").read_text()
+    table = err[err.index("horizon  model_mse"):].split("\n\n")[0]
+    ratios = [float(m) for m in re.findall(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s", table, re.M)]
+    assert len(ratios) == 20
+    assert f"held-out frame error {min(ratios):.2f}–{max(ratios):.2f} × copy-last-frame at steps 1–20" in text
