@@ -384,3 +384,14 @@ def test_distance_to_goal_uses_the_objects_logged_position_when_there_is_one(tmp
         assert "0.020 m from the goal" in note  # the simulator's final state: 2 cm above the goal point
         assert ("not the object's" in note) == ("object_pos" not in log)
     assert distance_svg(tmp_path, {"log": rel, "ground_truth": None})[0] is None  # no state: said, not drawn
+
+
+def test_provenance_never_shows_a_secret_from_a_command_line():
+    from kosmos_env.console.episode_view import provenance
+
+    argv = json.dumps(["eval", "--policy", "remote:url=http://h:1,token=s3cr3t-a", "--judge",
+                       json.dumps({"type": "vlm", "api_key": "s3cr3t-b"}), "--hf-token", "s3cr3t-c", "--seeds", "3"])
+    rows = dict(provenance({"episode_id": "e"}, {}, None, [{"run_id": "r1", "argv": argv}]))
+    shown = rows["eval run r1"]
+    assert "s3cr3t" not in shown and shown.count("(redacted)") == 3 and "--seeds" in shown
+    assert rows["kosmos-env version"].startswith("not recorded") and rows["world weights hash"].startswith("not recorded")

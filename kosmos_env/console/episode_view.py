@@ -170,6 +170,18 @@ def judgment_view(ep: dict) -> dict | None:
 
 
 NOT_RECORDED = "not recorded"
+#: settings whose values a page never shows (a command line may carry an API token)
+_SECRET = re.compile(r"""((?<![a-z0-9])(?:api[_-]?)?(?:token|key|secret|password|passwd|auth)[\w-]*)"""
+                     r"""(\\?["']?\s*[=:]\s*\\?["']?)([^,\s"'\\}]+)""", re.IGNORECASE)
+#: a flag naming a secret followed by its value as the next argv element: "--hf-token", "hf_..."
+_SECRET_FLAG = re.compile(r"""("--?[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*",\s*")([^"]*)""",
+                          re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """``text`` with the value of every token/key/secret/password setting replaced by "(redacted)"."""
+    text = _SECRET_FLAG.sub(lambda m: f"{m.group(1)}(redacted)", text)
+    return _SECRET.sub(lambda m: f"{m.group(1)}{m.group(2)}(redacted)", text)
 
 
 def _flat(prefix: str, value: Any, out: list[tuple[str, str]]) -> None:
@@ -234,7 +246,7 @@ def provenance(ep: dict, config: dict, package_version: str | None = None,
     ]
     for r in (runs or [])[-3:]:
         rows.append((f"eval run {r.get('run_id')}", f"{r.get('executor')}, {r.get('workers')} worker(s), by "
-                                                    f"{r.get('owner')}; argv {r.get('argv')}"))
+                                                    f"{r.get('owner')}; argv {redact(str(r.get('argv')))}"))
     return rows
 
 
