@@ -374,3 +374,19 @@ def test_sequential_ab_and_frame_error_numbers():
     ratios = [float(m) for m in re.findall(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s", table, re.M)]
     assert len(ratios) == 20
     assert f"held-out frame error {min(ratios):.2f}–{max(ratios):.2f} × copy-last-frame at steps 1–20" in text
+
+
+def test_validity_study_population(study):
+    text = " ".join(_section("Measuring the evaluator").split())
+    res = study["results"]
+    kinds = {"scripted": 0, "random": 0, "deceptive": 0, "ckpt": 0}
+    for p in res["policies"]:
+        kinds[p.split(":")[0]] += 1
+    words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
+    assert kinds["random"] == 1
+    assert (f"{len(res['policies'])} policies: the scripted controller at {words[kinds['scripted']]} skills, random, "
+            f"{words[kinds['deceptive']]} *deceptive* policies") in text
+    assert f"and {words[kinds['ckpt']]} **closed-loop, image-conditioned checkpoints**" in text
+    ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"]) if p.startswith("ckpt:")]
+    assert f"true success {min(ckpt):.2f}–{max(ckpt):.2f})" in text
+    assert f"Their true success lies between {min(ckpt):.2f} and {max(ckpt):.2f}" in text
