@@ -163,7 +163,7 @@ def test_episode_page_explains_the_episode(runs, page):
     assert "not recorded" in prov  # the tabletop has no weights file: said, not left blank
     page.click("#next-failure")
     want = next((o for o in failures if o > 0), failures[0])
-    assert page.url.endswith(f"/episodes/{want}")
+    page.wait_for_url(f"**/episodes/{want}")
     assert page.locator("h1 .state").inner_text() == "failure"
     _shot(page, "console-episode.png")
 
@@ -189,6 +189,7 @@ def test_judge_disagreement_view_lists_exactly_the_differing_episodes(runs, page
     _shot(page, "console-disagree.png")
     first = min(expected)
     page.click(f'#disagreements tr[data-ord="{first}"] a')
+    page.wait_for_url(f"**/episodes/{first}")
     outcomes = page.locator("#verdicts tbody tr").evaluate_all("rs => rs.map(r => r.dataset.outcome)")
     assert len(outcomes) == 2 and outcomes[0] != outcomes[1]
 
