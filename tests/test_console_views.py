@@ -151,6 +151,9 @@ def test_episode_page_explains_the_episode(runs, page):
     key = folder_key(folder)
     failures = [r[0] for r in _rows(folder, "SELECT ord FROM episodes WHERE outcome = 'failure' ORDER BY ord")]
     assert failures, "a 0.3-skill policy on 4 seeds fails somewhere"
+    errors = []  # a script error or a CSP refusal (inline script, foreign source) shows up here
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.goto(f"{server.url}c/{key}/episodes/0")
     assert "put the carrot on the plate" in page.locator("#instruction").inner_text()
     verdicts = page.locator("#verdicts tbody tr")
@@ -166,6 +169,10 @@ def test_episode_page_explains_the_episode(runs, page):
     page.wait_for_url(f"**/episodes/{want}")
     assert page.locator("h1 .state").inner_text() == "failure"
     _shot(page, "console-episode.png")
+    for url in (f"c/{key}", f"c/{key}/pair", f"c/{key}/table", f"c/{key}/disagree", ""):
+        page.goto(server.url + url)
+    page.wait_for_timeout(300)  # let the live and index scripts run once
+    assert errors == []
 
 
 def test_judge_disagreement_view_lists_exactly_the_differing_episodes(runs, page):
