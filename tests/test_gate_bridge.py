@@ -182,7 +182,10 @@ def test_cosmos_world_logs_the_pose_clipped_at_the_table():
 def test_blurred_pan_measure_catches_a_sharp_sub_pixel_pan_a_moving_patch_does_not_trigger():
     import cv2
 
-    from kosmos_env.gate import ConsistencyGate
+    from kosmos_env.gate import ConsistencyGate, Segment
+    from kosmos_env.gate.measurements import camera_motion
+
+    hann = lambda shape: cv2.createHanningWindow((shape[1], shape[0]), cv2.CV_32F)  # noqa: E731
 
     spec = load_spec("Kosmos-Bridge-v1")
     assert spec.gate["pan_blur_px"] > 0
@@ -203,15 +206,14 @@ def test_blurred_pan_measure_catches_a_sharp_sub_pixel_pan_a_moving_patch_does_n
         for dx, dy in ((5.0, 1.0), (-4.6, 2.2), (3.4, -3.8), (-2.6, -1.4)):  # 0.7-1.4 analysis px
             panned = cv2.warpAffine(scene, np.float32([[1, 0, dx], [0, 1, dy]]), (256, 192), flags=cv2.INTER_LINEAR,
                                     borderMode=cv2.BORDER_REPLICATE)
-            seg = {}
-            gate._camera_motion(seg, a, small(panned), box)
-            explained.append(seg["pan_explained"])
+            seg = Segment(0.0)
+            camera_motion(gate.thresholds, hann, seg, a, small(panned), box)
+            explained.append(seg.pan_explained)
         ratios[blur] = explained
         # a patch moving inside the window alone (the arm) explains nothing outside it
         moved = scene.copy()
         moved[40:120, 70:150] = np.roll(scene[40:120, 70:150], 6, axis=1)
-        seg = {}
-        _, pan, _ = gate._camera_motion(seg, a, small(moved), box)
+        _, pan, _ = camera_motion(gate.thresholds, hann, Segment(0.0), a, small(moved), box)
         assert not pan
     sharp, blurred = np.array(ratios[0.0]), np.array(ratios[spec.gate["pan_blur_px"]])
     assert sharp.min() < spec.gate["pan_explained"]  # unblurred, one of these pans slips under the bar

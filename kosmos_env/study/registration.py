@@ -52,7 +52,9 @@ def code_digest(module: str) -> dict[str, Any]:
         raise RegistrationError(f"cannot locate the source of {module}")
     origin = Path(spec.origin)
     parent = origin.parent
-    root = parent if (parent / "__init__.py").is_file() and module.count(".") >= 3 else None
+    # a package named itself (kosmos_env.gate) is hashed whole, not by its __init__.py alone
+    is_package = spec.submodule_search_locations is not None
+    root = parent if (parent / "__init__.py").is_file() and (module.count(".") >= 3 or is_package) else None
     files = sorted(root.rglob("*.py")) if root else [origin]
     base = root or origin.parent
     sha = manifest_sha256([(f.relative_to(base).as_posix(), sha256_file(f)) for f in files])
