@@ -50,10 +50,13 @@ def _norm(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _requirement_lines() -> tuple[str, ...]:
-    """kosmos-env's requirements as ``name>=x; extra == "e"`` lines: from ``pyproject.toml`` when the
+    return read_requirement_lines(Path(__file__).resolve().parents[1] / "pyproject.toml")
+
+
+def read_requirement_lines(pyproject: Path) -> tuple[str, ...]:
+    """kosmos-env's requirements as ``name>=x; extra == "e"`` lines: from ``pyproject`` when the
     package runs from a clone (the file is the source; installed metadata is a copy made at install
     time and goes stale when the file changes), else from the installed distribution's metadata."""
-    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     if pyproject.is_file():
         import tomllib  # Python >= 3.11, the project's floor; imported only here, never by `import kosmos_env`
 

@@ -156,3 +156,22 @@ def test_python_floor_is_the_one_ci_runs():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert project["requires-python"] == ">=3.11" and sys.version_info >= (3, 11)
     assert any(r.startswith("safetensors") for r in project["dependencies"])
+
+
+def test_an_installed_package_reads_the_floors_from_its_metadata(tmp_path):
+    """Outside a clone (no pyproject.toml beside the package) the installed distribution's metadata
+    is the source; it names the same floors."""
+    from importlib import metadata
+
+    from kosmos_env.errors import read_requirement_lines
+
+    try:
+        installed = metadata.requires("kosmos-env")
+    except metadata.PackageNotFoundError:
+        pytest.skip("kosmos-env is not installed (run from a source tree only)")
+    lines = read_requirement_lines(tmp_path / "pyproject.toml")
+    assert list(lines) == list(installed or [])
+    assert any(line.startswith("transformers>=") and 'extra == "models"' in line for line in lines)
+    other = tmp_path / "pyproject.toml"
+    other.write_text('[project]\nname = "someone-else"\ndependencies = ["numpy>=9"]\n')
+    assert list(read_requirement_lines(other)) == list(installed or [])  # another project's file is not ours
