@@ -49,6 +49,47 @@ def test_watchdog_finds_only_processes_marked_with_its_token(tmp_path):
             p.wait()
 
 
+DRIVER = """
+import subprocess, sys, time
+from kosmos_env.campaign.ray_watchdog import HeadGuard
+guard = HeadGuard.start()
+with guard.marking():  # as ray.init runs: what starts here belongs to the head
+    head = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])  # started after: not the head's
+print(head.pid, other.pid, guard.proc.pid, flush=True)
+if sys.argv[1] == "close":
+    guard.close()
+    sys.exit(0)
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("end", ["killed", "close"])
+def test_watchdog_stops_the_marked_processes_only_when_the_driver_dies(end):
+    """Without Ray (the mechanism alone): SIGKILL the driver and the process it marked is stopped,
+    one it started afterwards is not; a driver that says ``close`` leaves everything be."""
+    psutil = pytest.importorskip("psutil")
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER, end], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    head_pid, other_pid, watchdog_pid = (int(v) for v in driver.stdout.readline().split())
+    procs = [psutil.Process(p) for p in (head_pid, other_pid, watchdog_pid)]
+    try:
+        if end == "killed":
+            os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while _alive(procs[2:]) and time.monotonic() < deadline:  # the watchdog exits when done
+            time.sleep(0.2)
+        assert not _alive(procs[2:]), "the watchdog did not exit"
+        assert [pid for pid, _ in _alive(procs[:2])] == ([other_pid] if end == "killed" else [head_pid, other_pid])
+    finally:
+        for p in procs:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+
+
 @pytest.mark.slow
 def test_sigkilled_campaign_takes_its_ray_head_down(tmp_path):
     psutil = pytest.importorskip("psutil")
