@@ -95,7 +95,10 @@ def test_every_env_registered_on_a_core_install_runs_there(core_install, tmp_pat
     proc = _cli(core_install, "eval", "--env", "Kosmos-TabletopLearned-v1", "--policy", "random", "--tasks",
                 "carrot_on_plate", "--seeds", "1", "--no-video", "--no-progress", "--json", "--out", str(tmp_path / "l"))
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert '"success_rate"' in proc.stdout or '"policies"' in proc.stdout
+    import json
+
+    row = json.loads(proc.stdout)["per_policy"]["random"]
+    assert row["n"] == 1 and row["errors"] == 0 and row["successes"] + row["failures"] + row["discarded"] == 1
 
 
 def test_module_to_extra_comes_from_pyproject():
