@@ -80,8 +80,13 @@ def test_resumed_summary_counts_only_this_run(tmp_path, capsys):
     # every file of the run folder has the umask's mode: results are not owner-only beside a readable ledger
     umask = os.umask(0o022)
     os.umask(umask)
-    modes = {stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode) for d, _, files in os.walk(tmp_path / "c") for f in files}
-    assert modes == {0o666 & ~umask}, sorted(oct(m) for m in modes)
+    modes = {os.path.relpath(os.path.join(d, f), tmp_path / "c"): stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode)
+             for d, _, files in os.walk(tmp_path / "c") for f in files}
+    for name in ("results.json", "episodes.parquet", "manifest.json"):
+        assert modes[name] == 0o666 & ~umask, (name, oct(modes[name]))
+    # and no file is more private than the umask asks (sqlite caps its own files at 0644)
+    readable = not umask & 0o004
+    assert all(bool(mode & 0o004) == readable for mode in modes.values()), {k: oct(v) for k, v in modes.items()}
 
 
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
