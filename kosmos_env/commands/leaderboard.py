@@ -20,7 +20,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="build a leaderboard from verified result submissions",
                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     lsub = p.add_subparsers(dest="leaderboard_command", metavar="ACTION")
-    b = lsub.add_parser("build", help="verify submissions and write leaderboard.json and index.html")
+    b = lsub.add_parser("build", help="verify submissions and write leaderboard.json and index.html",
+                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     b.add_argument("submissions", nargs="+", metavar="SUBMISSION",
                    help="submission folders (a campaign folder, or a published results/<env>/<spec>/<campaign>/ folder)")
     b.add_argument("--out", required=True, help="output folder for leaderboard.json and index.html")

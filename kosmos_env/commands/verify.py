@@ -13,8 +13,13 @@ import argparse
 import sys
 
 
+# the module docstring after its "`kosmos-env verify DIR`: " lead, as the command's --help description
+_DESCRIPTION = __doc__.split(": ", 1)[1][0].upper() + __doc__.split(": ", 1)[1][1:]
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("verify", help="recheck a campaign folder (artifact hashes, ledger consistency, manifest)")
+    p = sub.add_parser("verify", help="recheck a campaign folder (artifact hashes, ledger consistency, manifest)",
+                       description=_DESCRIPTION)
     p.add_argument("dir", help="campaign folder written by kosmos-env eval")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--replay", default="0", metavar="N|all",
