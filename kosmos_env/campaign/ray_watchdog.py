@@ -160,7 +160,7 @@ class HeadGuard:
         # its stdin is a pipe whose write end only this process holds (not inherited by Ray's
         # processes: Python opens it close-on-exec and Ray starts its processes with close_fds)
         proc = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), token, str(os.getpid())],
-                                stdin=subprocess.PIPE, env=env, close_fds=True)
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, close_fds=True)
         return cls(proc, token)
 
     def marking(self):
@@ -209,9 +209,12 @@ class HeadGuard:
 
 def main(argv: list[str]) -> int:
     token, parent = argv[0], int(argv[1])
-    # Ctrl-C in a terminal reaches the whole process group: the driver handles it (it shuts
-    # Ray down and sends "close"); the watchdog must outlive it to see how it ends
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Ctrl-C in a terminal, a closed terminal or a supervisor's SIGTERM reach the whole process
+    # group: the driver handles them or dies of them; the watchdog must outlive it to see how it
+    # ends (it exits on its own right after, so nothing is left running)
+    for sig in (signal.SIGINT, signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if sig is not None:
+            signal.signal(sig, signal.SIG_IGN)
     session_dirs: list[str] = []
     buffer = b""
     fd = sys.stdin.fileno()
