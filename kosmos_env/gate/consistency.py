@@ -25,7 +25,7 @@ from kosmos_env.gate.verdict import GateVerdict
 
 
 class ConsistencyGate:
-    """Compares visible motion with commanded motion after every world call (see module doc).
+    """Compares visible motion with commanded motion after every world call (see :mod:`kosmos_env.gate`).
 
     Stateful per episode (measured position, mismatch counts, motion history): call
     :meth:`reset` at every episode start. Use :meth:`check` after every world call.
@@ -124,7 +124,7 @@ class ConsistencyGate:
             commanded = acts[:, :3].astype(np.float64).sum(axis=0)
             start = pos
             if start is None and logged is not None:
-                start = logged[i].astype(np.float64) - commanded  # first call only: see module doc
+                start = logged[i].astype(np.float64) - commanded  # first call only: see the package doc
             if start is not None and th.workspace is not None:
                 commanded = clipped_move(self._workspace_rows, start, acts)
             if not segments:
