@@ -124,6 +124,19 @@ def _installed(module: str) -> bool:
         return False
 
 
+def needs_models_extra(spec: Any, judge: Any = None) -> bool:
+    """Whether ``spec``'s world or this judge needs the packages of the ``models`` extra at all."""
+    if spec.world.get("type") == "cosmos3":
+        return True
+    judge = spec.judge if judge is None else ({"type": judge} if isinstance(judge, str) else judge)
+    return bool(_vlm_specs(judge))
+
+
+def reads_video(judge: Any) -> bool:
+    """Whether a judge spec holds a video judge (the VLM judge): what the doctor's readiness videos test."""
+    return bool(_vlm_specs({"type": judge} if isinstance(judge, str) else judge))
+
+
 def missing_packages(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
                      check_world: bool = True) -> list[str]:
     """Top-level modules the env's world and judges import that are not installed (without importing

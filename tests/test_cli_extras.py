@@ -178,3 +178,16 @@ def test_an_installed_package_reads_the_floors_from_its_metadata(tmp_path):
     other = tmp_path / "pyproject.toml"
     other.write_text('[project]\nname = "someone-else"\ndependencies = ["numpy>=9"]\n')
     assert list(read_requirement_lines(other)) == list(installed or [])  # another project's file is not ours
+
+
+def test_doctor_on_a_core_install_fails_only_envs_that_need_the_extra(core_install):
+    tabletop = _cli(core_install, "doctor", "--env", "Kosmos-Tabletop-v1", "--json")
+    assert tabletop.returncode == 0, tabletop.stdout[-2000:] + tabletop.stderr[-2000:]
+    import json
+
+    checks = {c["name"]: c for c in json.loads(tabletop.stdout)["checks"]}
+    assert checks["packages"]["status"] == "info" and "not needed" in checks["packages"]["detail"]
+    bridge = _cli(core_install, "doctor", "--env", "Kosmos-Bridge-v1", "--json")
+    checks = {c["name"]: c for c in json.loads(bridge.stdout)["checks"]}
+    assert bridge.returncode == 1 and checks["packages"]["status"] == "FAIL"
+    assert checks["packages"]["fix"].startswith("pip install -U -e '.[models]' (in a clone)")
