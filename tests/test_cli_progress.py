@@ -46,6 +46,8 @@ def test_progress_counts_add_up_and_a_discard_prints_its_reason(tmp_path, capsys
         ledger.claim("h:1:t", 60, 3)  # one episode rolling out
     monitor.refresh(force=True)
     fields = _fields_add_up(monitor)
+    # the clock restarted at this run's first finished episodes: warm-up is out of rate and ETA
+    assert monitor.warm and monitor.bar.format_dict["initial"] == 3 and monitor.bar.format_dict["n"] == 3
     assert fields["failure"] == 1 and fields["discarded"] == 1 and fields["rolling_out"] == 1 and fields["pending"] == 0
     monitor.refresh(force=True)  # the same discard is not printed twice
     monitor.close()

@@ -10,6 +10,9 @@ total. Bar and postfix are set from one reading of the ledger each time, never a
 they cannot drift apart (an episode reopened by another process moves the bar back).
 
 Each newly discarded episode's reason (the gate's) is printed above the bar as it happens.
+
+Rate and ETA leave the warm-up out: the bar's clock restarts when this run's first episode
+finishes, so model loading (minutes for a real world model) is not read as the per-episode pace.
 """
 from __future__ import annotations
 
@@ -34,6 +37,7 @@ class ProgressMonitor:
         self._last = 0.0
         self.bar = None
         self.enabled = enabled
+        self.warm = False  # set once this run has finished an episode (see refresh)
         # discards already in the ledger are old news; only this run's are printed
         self.discards_seen = {row["episode_id"] for row in self.ledger.episodes("done")
                                if row["outcome"] == "discarded"}
@@ -53,6 +57,12 @@ class ProgressMonitor:
         if counts["discarded"] > len(self.discards_seen):
             self._print_discards()
         if self.bar is not None:
+            if not self.warm and counts["done"] > self.done_before:
+                # this run's first episode is done: models are loaded, restart the clock (tqdm's rate is
+                # (n - initial) / elapsed since then, its ETA the rest at that rate)
+                self.warm = True
+                self.bar.reset(total=counts["planned"])
+                self.bar.initial = counts["done"]
             # total and count from the same reading as the postfix: they always add up
             self.bar.total = counts["planned"]
             self.bar.n = counts["done"]
