@@ -390,3 +390,16 @@ def test_validity_study_population(study):
     ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"]) if p.startswith("ckpt:")]
     assert f"true success {min(ckpt):.2f}–{max(ckpt):.2f})" in text
     assert f"Their true success lies between {min(ckpt):.2f} and {max(ckpt):.2f}" in text
+
+
+def test_the_opening_python_block_runs_as_written():
+    block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
+    assert 'gymnasium.make("Kosmos-Tabletop-v1"' in block
+    scope: dict = {}
+    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    env = scope["env"]
+    try:
+        assert scope["obs"]["image"].dtype.name == "uint8" and isinstance(scope["obs"]["instruction"], str)
+        assert scope["truncated"] in (True, False) and scope["reward"] == 0.0  # terminal reward: 0 before the end
+    finally:
+        env.close()
