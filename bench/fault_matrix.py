@@ -76,7 +76,7 @@ ROWS = [
     ("a list-typed dtype makes the policy server drop the connection", "a clear error status",
      ["tests/test_policy_server_sessions.py::test_list_typed_dtype_gets_a_400_not_a_dropped_connection"]),
     ("Ray dashboard and runtime-env agents outlive a SIGKILLed parent for 30-90 s", "the head dies with the campaign",
-     None),
+     ["tests/test_ray_head_cleanup.py::test_sigkilled_campaign_takes_its_ray_head_down"]),
 ]
 
 

@@ -366,9 +366,14 @@ def test_sequential_ab_and_frame_error_numbers():
     text = " ".join(_section("Measuring the evaluator").split())
     seq = (RESULTS / "sequential_ab.txt").read_text()
     betting = re.search(r"^betting\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)", seq, re.M)
+    eb = re.search(r"^eb\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)", seq, re.M)
     fixed = re.search(r"fixed-n paired z-test.*?: (\d+) pairs", seq)
-    assert (f"type-I error {float(betting.group(1)):.3f} at α = 0.05 with a look after every pair, median "
-            f"{betting.group(2)} pairs for 0.7 vs 0.5 against {fixed.group(1)} for a fixed-n test") in text
+    # the pages decide by the confidence sequence (eb); the betting rule is quoted beside it
+    assert (f"type-I error {float(eb.group(1)):.3f} at α = 0.05 with a look after every pair, median "
+            f"{eb.group(2)} pairs for 0.7 vs 0.5") in text
+    assert (f"(`SequentialABTest(rule=\"betting\")`, type-I {float(betting.group(1)):.3f}, median "
+            f"{betting.group(2)} pairs)") in text
+    assert f"a fixed-n test that may look once needs {fixed.group(1)}" in text
     err = (RESULTS / "learned_world_error.txt").read_text()
     table = err[err.index("horizon  model_mse"):].split("\n\n")[0]
     ratios = [float(m) for m in re.findall(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s", table, re.M)]
