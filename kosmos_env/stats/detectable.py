@@ -157,7 +157,7 @@ def separable_pairs(matrix, policies: Sequence[str] | None = None, *, alpha: flo
                 reject[idx] = True
             else:
                 break
-    tests = [PairTest(names[i], names[j], md, n, p, rej, mdd) for (i, j, md, n, p, mdd), rej in zip(raw, reject)]
+    tests = [PairTest(names[i], names[j], md, n, p, rej, mdd) for (i, j, md, n, p, mdd), rej in zip(raw, reject, strict=True)]
     return tests, (sum(reject) / k if k else 0.0)
 
 

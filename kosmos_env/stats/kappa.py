@@ -20,7 +20,7 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
     if n == 0:
         return None
     cats = sorted(set(a) | set(b))
-    p_o = sum(x == y for x, y in zip(a, b)) / n
+    p_o = sum(x == y for x, y in zip(a, b, strict=True)) / n
     p_e = sum((a.count(c) / n) * (b.count(c) / n) for c in cats)
     if math.isclose(p_e, 1.0):
         return None

@@ -32,7 +32,7 @@ class PairedMatrix:
     def complete_columns(self) -> "PairedMatrix":
         """Only the keys where every policy has a value (fully paired)."""
         keep = ~np.isnan(self.values).any(axis=0)
-        return PairedMatrix(list(self.policies), [k for k, ok in zip(self.keys, keep) if ok], self.values[:, keep])
+        return PairedMatrix(list(self.policies), [k for k, ok in zip(self.keys, keep, strict=True) if ok], self.values[:, keep])
 
 
 def _value(row: Mapping, field: str):

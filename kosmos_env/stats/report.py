@@ -141,7 +141,7 @@ def _fmt(x: float | None, digits: int = 3) -> str:
 
 def format_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Left-aligned first column, right-aligned others, two spaces between columns."""
-    cols = list(zip(*([list(headers)] + [list(r) for r in rows])))
+    cols = list(zip(*([list(headers)] + [list(r) for r in rows]), strict=True))
     widths = [max(len(str(c)) for c in col) for col in cols]
     lines = []
     for i, r in enumerate([list(headers)] + [list(x) for x in rows]):

@@ -288,7 +288,7 @@ def difference_to_best(evaluator: np.ndarray, baselines: Mapping[str, np.ndarray
     names = list(B)
     obs_best = None if np.isnan(bv[:, 0]).all() else names[int(np.nanargmax(np.where(np.isnan(bv[:, 0]), -np.inf, bv[:, 0])))]
     base = {"evaluator": None if np.isnan(ev[0]) else float(sign * ev[0]),
-            "baselines": {n: (None if np.isnan(v) else float(sign * v)) for n, v in zip(names, bv[:, 0])},
+            "baselines": {n: (None if np.isnan(v) else float(sign * v)) for n, v in zip(names, bv[:, 0], strict=True)},
             "best_baseline": obs_best, "n_policies": int(len(sel)), "metric": metric}
     if np.isnan(diffs[0]):
         return {**base, "estimate": None, "interval": None, "excludes_zero": False, "defined_share": 0.0,
