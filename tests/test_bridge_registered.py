@@ -14,6 +14,7 @@ from kosmos_env.actions import ActionStatsError, read_action_stats
 from kosmos_env.spec import load_spec
 from kosmos_env.tasks import load_suite
 from kosmos_env.worlds import WORLD_VERSIONS, cosmos3
+from tests.conftest import requires_extra
 
 HERE = Path(__file__).resolve().parent
 STATS_COPY = HERE / "data" / "cosmos3_action_stats.json"
@@ -93,6 +94,7 @@ def test_registered_suite_holds_only_real_hash_bound_frames_with_license():
     assert suite.tasks["move_can_to_left"].instruction == load_real_episode().instruction
 
 
+@requires_extra("models")  # reads diffusers' resolution bins
 def test_scene_keeps_4_3_inside_the_tier_canvas():
     spec = load_spec("Kosmos-Bridge-v1")
     h, w = spec.world["input_size"]
@@ -129,6 +131,7 @@ def test_wrong_architecture_from_the_cli_is_one_line(tmp_path, capsys):
     assert "[FAIL] world weights:" in out and "'FluxPipeline' checkpoint" in out and "Traceback" not in out
 
 
+@requires_extra("models")
 def test_gpu_without_enough_memory_is_one_clear_error(tiny_dir, monkeypatch):
     monkeypatch.setattr(cosmos3, "_cuda_available", lambda: True)
     monkeypatch.setattr(cosmos3, "cuda_free_bytes", lambda device="cuda": (1 * 2**30, 24 * 2**30))  # injected figure
@@ -144,6 +147,7 @@ def test_gpu_without_enough_memory_is_one_clear_error(tiny_dir, monkeypatch):
 
 # -- the registered spec on a tiny checkpoint saved to a folder --------------------------------
 @pytest.mark.slow
+@requires_extra("models")
 def test_registered_spec_runs_full_episodes_from_a_weights_folder(tiny_dir):
     env = gym.make("Kosmos-Bridge-v1", world_kwargs={"weights_path": tiny_dir}, judge="state", defer_judging=True)
     base = env.unwrapped
@@ -184,6 +188,7 @@ def test_world_version_enters_the_spec_hash(monkeypatch):
     assert '"world_version"' not in tabletop.canonical()  # unlisted worlds keep their published hashes
 
 
+@requires_extra("models")
 def test_injected_world_or_judge_override_changes_the_recorded_identity():
     from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 

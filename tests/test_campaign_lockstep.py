@@ -23,6 +23,7 @@ import pytest
 
 from kosmos_env import cli
 from kosmos_env.policies.random_policy import RandomPolicy
+from tests.conftest import requires_extra
 from tests.test_campaign_support import ledger_count
 
 pytestmark = pytest.mark.slow
@@ -134,6 +135,7 @@ def batch_sizes(steps_in_claim_order: list[int], lanes: int, refill: bool) -> li
     return sizes
 
 
+@requires_extra("models")  # a tiny Cosmos 3 pipeline
 def test_lockstep_equals_one_at_a_time_and_batches_the_world(one_at_a_time, tmp_path, monkeypatch):
     import kosmos_env.batched_vector as bv
     from kosmos_env.campaign.verify import verify_campaign
@@ -168,6 +170,7 @@ def test_lockstep_equals_one_at_a_time_and_batches_the_world(one_at_a_time, tmp_
     assert verify_campaign(out).ok
 
 
+@requires_extra("models")
 def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(one_at_a_time, tiny_weights, tmp_path):
     out = tmp_path / "killed"
     script = (

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 
 import kosmos_env  # noqa: F401
+from tests.conftest import requires_extra
 
 sys.path.insert(0, os.path.dirname(__file__))
 from cosmos_tiny import tiny_bridge_spec, tiny_pipeline  # noqa: E402
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_extra("models")]
 
 
 def _requests(world, prompts, seeds):

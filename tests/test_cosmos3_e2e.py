@@ -8,9 +8,10 @@ import pytest
 import kosmos_env  # noqa: F401
 
 from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+from tests.conftest import requires_extra
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, requires_extra("models")]
 
 
 def make_env(spec, pipe):

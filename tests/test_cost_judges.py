@@ -14,6 +14,7 @@ from kosmos_env.campaign import judgments
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.design import make_config
 from kosmos_env.campaign.ledger import Ledger
+from tests.conftest import requires_extra
 
 PRICES = {"currency": "EUR", "accelerator_per_hour": {"cpu": 0.36, "gpu": 3.6}, "world": "gpu", "judge": "gpu",
           "policy": "cpu"}
@@ -144,6 +145,7 @@ def test_analyze_names_the_judge_states_its_share_and_reads_another_judge(run, c
     assert f"campaign = {label} [{own_id}]" in err and other_id in err
 
 
+@requires_extra("results")  # report draws its plots with matplotlib
 def test_report_names_the_judge_and_writes_another_judges_report_beside_it(run, capsys):
     from kosmos_env.campaign.verify import verify_campaign
 
@@ -162,6 +164,7 @@ def test_report_names_the_judge_and_writes_another_judges_report_beside_it(run, 
     assert verify_campaign(run).ok  # reports by other judges never disturb the campaign folder's checks
 
 
+@requires_extra("hub")  # the cards' eval-results metadata comes from huggingface_hub
 def test_publish_cards_name_the_judge_and_lead_with_a_chosen_one(run, tmp_path, capsys):
     label, own_id = _own(run)
     other_id = judgments.judge_identity(OTHER)

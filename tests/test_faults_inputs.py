@@ -12,6 +12,7 @@ import pytest
 
 import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env import cli
+from tests.conftest import requires_extra
 from tests.faults_support import ROOT, allow_test_policy_import, eval_argv, tiny_campaign  # noqa: F401  (autouse fixture)
 
 
@@ -106,6 +107,7 @@ def test_analyze_on_a_corrupt_artifact(tmp_path, capsys, campaign):
     assert "could not be read" in captured.out
 
 
+@requires_extra("hub")
 def test_publish_offline_says_so_in_one_line(capsys, campaign, monkeypatch):
     from huggingface_hub import constants
 

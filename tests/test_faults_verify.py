@@ -13,6 +13,7 @@ from kosmos_env import cli
 from kosmos_env.campaign import verify_campaign
 from kosmos_env.publish import validate
 from kosmos_env.publish.leaderboard import build_leaderboard
+from tests.conftest import requires_extra
 from tests.faults_support import TWO_POLICIES, allow_test_policy_import, eval_argv, tiny_campaign  # noqa: F401  (autouse fixture)
 from tests.publish_bundles import edit_results, rehash
 
@@ -152,6 +153,7 @@ def test_leaderboard_caps_artifact_sizes_and_refuses_object_arrays(tmp_path, cam
 
 
 # -- item 11 --------------------------------------------------------------------------------
+@requires_extra("results", "hub")
 def test_report_then_publish_works(tmp_path, campaign):
     out = _copy(campaign, tmp_path)
     assert cli.main(["report", str(out), "--no-thumbnails"]) == 0

@@ -7,6 +7,7 @@ import pytest
 import kosmos_env  # noqa: F401
 from kosmos_env.judge_readiness import MISMATCHED_INSTRUCTION, check_judge, readiness_rollouts
 from kosmos_env.judges.base import Judgment
+from tests.conftest import requires_extra
 
 SMALL_VLM = {"k": 2, "min_valid": 1, "max_new_tokens": 6, "max_frames": 4, "sample_fps": 1.0, "max_pixels": 28 * 28 * 4}
 
@@ -61,6 +62,7 @@ def tiny_judge_dir(tmp_path_factory):
     return build(tmp_path_factory.mktemp("tiny"))
 
 
+@requires_extra("models")  # a tiny random Qwen2.5-VL
 def test_judge_check_cli_on_a_tiny_random_model_says_not_ready(tiny_judge_dir, capsys):
     from kosmos_env.cli import main
 
@@ -73,6 +75,7 @@ def test_judge_check_cli_on_a_tiny_random_model_says_not_ready(tiny_judge_dir, c
     assert model["source"] == "folder" and model["path"] == tiny_judge_dir and len(model["weights_sha256"]) == 64
 
 
+@requires_extra("models")  # the doctor's packages line passes only with them
 def test_doctor_without_weights_on_cpu_reports_what_is_missing(monkeypatch, tmp_path, capsys):
     from kosmos_env.cli import main
 
@@ -96,6 +99,7 @@ def test_doctor_without_weights_on_cpu_reports_what_is_missing(monkeypatch, tmp_
 
 
 @pytest.mark.slow
+@requires_extra("models")
 def test_doctor_tiny_runs_every_step(tiny_judge_dir, tmp_path):
     """Every step of the doctor on tiny random models (small world settings to keep CI fast)."""
     from kosmos_env.doctor import run_doctor
@@ -115,6 +119,7 @@ def test_doctor_tiny_runs_every_step(tiny_judge_dir, tmp_path):
 
 
 @pytest.mark.slow
+@requires_extra("models")
 def test_tiny_campaign_records_spec_hash_and_provenance(tiny_judge_dir, tmp_path, monkeypatch):
     import pyarrow.parquet as pq
 

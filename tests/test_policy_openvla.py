@@ -16,6 +16,7 @@ from kosmos_env.policies.openvla import (
     action_stats,
     decode_actions,
 )
+from tests.conftest import requires_extra
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -73,6 +74,7 @@ def test_unnormalisation_with_checkpoint_stats_by_hand():
         action_stats({"a": NORM_STATS["bridge_orig"], "b": NORM_STATS["bridge_orig"]}, None)
 
 
+@requires_extra("models")  # tokenizers and transformers
 def test_minivla_maps_the_appended_extra_tokens():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -140,8 +142,9 @@ def _tiny_vlm(path, vocab=320):
 
 
 @pytest.mark.slow
+@requires_extra("models")
 def test_openvla_policy_end_to_end_on_a_tiny_random_vlm(tmp_path):
-    torch = pytest.importorskip("torch")
+    import torch
     _tiny_vlm(tmp_path)
     policy = OpenVLAPolicy(model_path=str(tmp_path), prompt="<image>" + OPENVLA_PROMPT, empty_token_id=None)
     assert policy.decoder.vocab_end == 320  # from the model config: the last 256 ids are action tokens

@@ -14,6 +14,7 @@ from kosmos_env.publish.hub import plan_publish, publish
 from kosmos_env.publish.leaderboard import build_leaderboard
 from kosmos_env.publish.validate import verify_submission
 from kosmos_env.spec import load_spec
+from tests.conftest import requires_extra
 from tests.publish_bundles import campaign, copy_bundle, edit_results, first_video, flip_byte
 
 REPO = "kosmos-bench/tabletop-results"
@@ -79,6 +80,7 @@ def expected_paths(root: Path) -> tuple[str, set[str]]:
     return prefix, paths
 
 
+@requires_extra("hub")
 def test_publish_makes_one_atomic_dataset_commit_with_exact_paths(bundle):
     api = FakeHfApi()
     result = publish(plan_publish(bundle, REPO), api=api)
@@ -115,6 +117,7 @@ def test_publish_makes_one_atomic_dataset_commit_with_exact_paths(bundle):
     assert result.model_commits[0]["pr_url"].endswith("/discussions/2")
 
 
+@requires_extra("hub")
 def test_pr_mode_opens_a_pull_request_and_creates_no_repo(bundle):
     api = FakeHfApi()
     result = publish(plan_publish(bundle, REPO, pr=True, model_results="skip"), api=api)
@@ -124,6 +127,7 @@ def test_pr_mode_opens_a_pull_request_and_creates_no_repo(bundle):
     assert result.model_commits == []
 
 
+@requires_extra("hub")
 def test_dry_run_tree_is_exactly_what_is_committed_and_verifies(bundle, tmp_path):
     from kosmos_env.cli import main
 
@@ -193,6 +197,7 @@ def test_bad_repo_id_is_a_clear_error(bundle):
         plan_publish(bundle, "../evil")
 
 
+@requires_extra("hub")
 def test_cli_publish_pr_uses_the_default_client_with_its_own_token(bundle, monkeypatch, capsys):
     """Without --dry-run the CLI builds HfApi() itself (token from HF_TOKEN or the login cache)."""
     import huggingface_hub

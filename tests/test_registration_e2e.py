@@ -13,6 +13,7 @@ import pytest
 from kosmos_env import cli
 from kosmos_env.registration import load_registration
 from kosmos_env.spec import load_spec
+from tests.conftest import requires_extra
 from tests.registration_helpers import ENV, TASK, base_protocol, write_protocol, write_reference
 
 pytestmark = pytest.mark.slow  # one real 6-episode campaign (about 10 s on 2 cores), shared by the module
@@ -69,6 +70,7 @@ def test_analyze_reports_pass_and_fail_apart_from_exploratory_numbers(study, cap
     assert "exploratory" in a["exploratory_note"]
 
 
+@requires_extra("hub")
 def test_publish_dry_run_of_a_failed_study_carries_the_hash(study, tmp_path, capsys):
     root, reg, out = study
     sha = load_registration(reg).sha256

@@ -9,17 +9,18 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from tests.conftest import kosmos_env_ids, make_test_env
+from tests.conftest import kosmos_env_ids, make_test_env, requires_extra
 
 ENV_IDS = kosmos_env_ids()
 
 
 def _param(env_id: str):
-    """Real-model worlds run a tiny random model on CPU: seconds per step, so marked slow."""
+    """Real-model worlds run a tiny random model on CPU: seconds per step, so marked slow, and need
+    the models extra."""
     from kosmos_env.spec import load_spec
 
     slow = load_spec(env_id).world["type"] == "cosmos3"
-    return pytest.param(env_id, marks=pytest.mark.slow) if slow else env_id
+    return pytest.param(env_id, marks=[pytest.mark.slow, requires_extra("models")]) if slow else env_id
 
 
 PARAMS = [_param(env_id) for env_id in ENV_IDS]

@@ -12,6 +12,7 @@ import pytest
 from kosmos_env import cli
 from kosmos_env.report import load_bundle
 from kosmos_env.report.thumbnails import pick_episodes
+from tests.conftest import requires_extra
 from tests.test_report_synthetic import POLICIES, make_bundle
 
 PRICE = {"currency": "EUR", "accelerator_per_hour": {"cpu": 0.1, "h100": 3.0}, "world": "h100", "judge": "h100"}
@@ -47,6 +48,7 @@ def test_report_and_analyze_are_registered():
     assert parser.parse_args(["report", "x"]).func is not None
 
 
+@requires_extra("results")
 def test_report_writes_self_contained_html_and_markdown(bundle_dir, capsys):
     assert cli.main(["report", str(bundle_dir)]) == 0
     assert "report.html" in capsys.readouterr().out
@@ -76,6 +78,7 @@ def test_report_writes_self_contained_html_and_markdown(bundle_dir, capsys):
     assert all((bundle_dir / link).is_file() for link in links)
 
 
+@requires_extra("results")
 def test_thumbnails_are_small_animated_gifs(bundle_dir):
     from PIL import Image
 
@@ -101,6 +104,7 @@ def test_episode_pick_is_deterministic_first_success_and_failure(source):
             assert chosen == candidates[:1]
 
 
+@requires_extra("results")
 def test_report_ignores_a_wrong_aggregated_block_and_says_so(bundle_dir):
     data = _results(bundle_dir)
     worst = _expected_ranking(data["per_episode"])[-1][0]
@@ -114,6 +118,7 @@ def test_report_ignores_a_wrong_aggregated_block_and_says_so(bundle_dir):
     assert "successes = 999, but the episode rows give" in html
 
 
+@requires_extra("results")
 def test_money_and_time_breakdown_recomputed(bundle_dir):
     from kosmos_env.report.summary import cost_breakdown
 
@@ -135,6 +140,7 @@ def test_money_and_time_breakdown_recomputed(bundle_dir):
     assert "EUR per 1000 rollouts" in html and "judge&#x27;s share of the money" in html
 
 
+@requires_extra("results")
 def test_labels_are_html_escaped(bundle_dir):
     data = _results(bundle_dir)
     old = POLICIES[2][0]
@@ -221,6 +227,7 @@ def test_duplicate_episode_is_an_error(bundle_dir, capsys):
     assert "repeats the episode" in _error(["report", str(bundle_dir)], capsys)
 
 
+@requires_extra("results")
 def test_missing_video_is_noted_not_fatal(bundle_dir):
     b = load_bundle(bundle_dir)
     first = pick_episodes(b)[0]
@@ -230,6 +237,7 @@ def test_missing_video_is_noted_not_fatal(bundle_dir):
     assert "could not read " + first["artifacts"]["video"] in html
 
 
+@requires_extra("results")
 def test_error_episodes_and_no_videos(bundle_dir, capsys):
     """An infrastructure error (no timings, no artifacts, no steps) and a campaign run with
     --no-video are reported, not crashed on."""
@@ -253,6 +261,7 @@ def test_error_episodes_and_no_videos(bundle_dir, capsys):
     assert not (bundle_dir / "analysis.json").exists()
 
 
+@requires_extra("results")
 def test_incomplete_campaign_is_flagged(bundle_dir):
     data = _results(bundle_dir)
     data["campaign"].update(complete=False, planned=len(data["per_episode"]) + 5)

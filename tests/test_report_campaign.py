@@ -7,6 +7,7 @@ import re
 import pytest
 
 from kosmos_env import cli
+from tests.conftest import requires_extra
 
 pytestmark = pytest.mark.slow
 
@@ -22,6 +23,7 @@ def campaign(tmp_path_factory):
     return out
 
 
+@requires_extra("results")
 def test_report_on_a_real_campaign(campaign, capsys):
     assert cli.main(["report", str(campaign)]) == 0
     results = json.loads((campaign / "results.json").read_text())

@@ -12,6 +12,7 @@ from kosmos_env.report import analyze_bundle, load_bundle, seed_matrix
 from kosmos_env.report.analysis_html import render_analysis_html
 from kosmos_env.report.text import analysis_text
 from kosmos_env.stats.verdict import paired_verdict
+from tests.conftest import requires_extra
 from tests.test_report_synthetic import make_bundle
 
 SKILLS = [("scripted:skill=0.6", "scripted", {"skill": 0.6}, 0.6),
@@ -90,6 +91,7 @@ def _assert_a_better(line: str) -> None:
     assert line.startswith("scripted:skill=1.0 better than random on success: +1.00 [+0.52, +1.00] over 12 paired seeds")
 
 
+@requires_extra("results")  # its last page is the report
 def test_all_vs_none_says_a_better_on_every_page(all_none, capsys):
     bundle = load_bundle(all_none)
     a = analyze_bundle(bundle, n_boot=200, n_splits=50)

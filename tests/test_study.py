@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from kosmos_env.study.analyze import analyze
+from tests.conftest import requires_extra
 
 POLICIES = ["p0", "p1", "p2", "p3", "p4", "p5"]
 RATES = {"p0": 0.95, "p1": 0.8, "p2": 0.6, "p3": 0.4, "p4": 0.2, "p5": 0.05}
@@ -178,6 +179,7 @@ def test_sweep_settings_map_onto_spec_and_kwargs():
 
 
 @pytest.mark.slow
+@requires_extra("results")  # the study writes plots
 def test_tiny_registered_study_end_to_end_writes_report_plots_and_json(tmp_path, capsys):
     from kosmos_env.cli import main
 

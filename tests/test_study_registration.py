@@ -8,6 +8,7 @@ import pytest
 
 from kosmos_env.study.registration import (RegistrationError, check_registration, first_difference,
                                            load_registration_file, write_registration)
+from tests.conftest import requires_extra
 
 DESIGN = ["--policies", "scripted:skill=1.0", "random", "--tasks", "carrot_on_plate", "--seeds", "2",
           "--horizons", "40", "--frame-error-seeds", "0", "--n-boot", "100", "--no-null-world"]
@@ -97,6 +98,7 @@ def test_study_refuses_a_mismatched_or_foreign_registration(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@requires_extra("results")  # the study writes plots
 def test_an_unregistered_study_is_exploratory_on_every_page(tmp_path, capsys):
     from PIL import Image
 

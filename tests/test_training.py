@@ -20,6 +20,7 @@ from kosmos_env.policies.checkpoint import (NetConfig, build_net, load_checkpoin
                                             save_checkpoint)
 from kosmos_env.training.bc import BCConfig, behaviour_clone, imitation_mse  # noqa: E402
 from kosmos_env.training.demos import Demos, record_demos  # noqa: E402
+from tests.conftest import requires_extra  # noqa: E402
 
 ENV = "Kosmos-Tabletop-v1"
 HORIZON = 6
@@ -140,6 +141,7 @@ def test_frame_stack_policy_matches_the_wrapper_stack(demos, tmp_path):
 
 
 @pytest.mark.slow
+@requires_extra("rl")  # stable-baselines3
 def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
     from stable_baselines3 import PPO
 
@@ -180,6 +182,7 @@ def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
 
 
 @pytest.mark.slow
+@requires_extra("rl")
 def test_train_policy_cli_end_to_end(tmp_path, capsys):
     from kosmos_env.cli import main
 
@@ -248,6 +251,7 @@ def test_bad_checkpoint_files_are_refused_in_one_line(bc_ckpt, tmp_path):
                           "uint8 \\(H, W, 3\\)")
 
 
+@requires_extra("rl")  # train-policy names the missing extra before it reads its inputs
 def test_cli_refuses_bad_inputs_in_one_line(bc_ckpt, tmp_path, capsys):
     from kosmos_env.cli import main
 

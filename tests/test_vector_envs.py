@@ -24,6 +24,7 @@ from gymnasium.vector.utils import batch_space
 
 import kosmos_env  # noqa: F401
 import kosmos_env.env
+from tests.conftest import requires_extra
 
 SEEDS = [3, 11]
 HORIZON = 4
@@ -248,6 +249,7 @@ def _cosmos_kwargs(horizon: int = 2):
 
 
 @pytest.mark.slow
+@requires_extra("models")  # a tiny Cosmos 3 pipeline
 def test_cosmos_sync_vector_rollout_equals_single_rollouts():
     kwargs = _cosmos_kwargs(horizon=2)
     single = gymnasium.make("Kosmos-Bridge-v1", **kwargs)

@@ -12,6 +12,7 @@ from gymnasium import spaces
 from kosmos_env import obs_encoding
 from kosmos_env.tasks import load_suite
 from kosmos_env.wrappers import KosmosObservation, StackFrames, make_rl_env, wrap_rl_env
+from tests.conftest import requires_extra
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)  # 2 shared cores in CI: one thread each keeps the test file cheap
@@ -178,6 +179,7 @@ def test_rescaled_actions_reach_the_env_bounds_exactly():
 
 
 @pytest.mark.slow
+@requires_extra("rl")  # stable-baselines3
 @pytest.mark.parametrize("env_id,kwargs", [
     ("Kosmos-Tabletop-v1", {}),
     ("Kosmos-TabletopLearned-v1", {}),
@@ -209,9 +211,9 @@ def test_stable_baselines3_ppo_learns_and_predicts(env_id, kwargs):
 
 
 @pytest.mark.slow
+@requires_extra("rl")  # torchrl
 @pytest.mark.parametrize("env_id,task_encoding", [("Kosmos-Tabletop-v1", "onehot"), ("Kosmos-TabletopLearned-v1", "index")])
 def test_torchrl_rollout_matches_its_specs(env_id, task_encoding):
-    pytest.importorskip("torchrl")
     from torchrl.envs import GymWrapper
     from torchrl.envs.utils import check_env_specs
 
