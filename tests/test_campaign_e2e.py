@@ -91,7 +91,7 @@ def test_two_processes_on_one_folder_share_the_campaign(tmp_path, reference):
     out = tmp_path / "shared"
     procs = [_spawn(_eval_argv(out)) for _ in range(2)]
     results = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, results):
+    for p, (_, err) in zip(procs, results, strict=True):
         assert p.returncode == 0, err[-3000:]
     assert _outcomes(out) == _outcomes(reference)
     con = sqlite3.connect(out / "ledger.sqlite")

@@ -228,7 +228,7 @@ class BatchedRandom(RandomPolicy):
     @classmethod
     def act_many(cls, policies, observations):
         cls.calls.append(len(policies))
-        return [p.act(o) for p, o in zip(policies, observations)]
+        return [p.act(o) for p, o in zip(policies, observations, strict=True)]
 
 
 class FailsMidway(RandomPolicy):

@@ -25,7 +25,7 @@ from typing import Any, Iterator, Mapping, Sequence
 from kosmos_env.campaign.artifacts import ArtifactStore
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
-from kosmos_env.fileio import atomic_write, file_lock
+from kosmos_env.utils.fileio import atomic_write, file_lock
 from kosmos_env.hashing import sha256_file
 
 RESULTS_SCHEMA = "kosmos-env/results"
@@ -244,7 +244,7 @@ def format_ranking(results: Mapping[str, Any]) -> str:
         marked = marked or bool(s["errors"])
         rows.append((str(i), name, str(s["n"]), rate, ci, str(s["discarded"]), str(s["abstained"]), str(s["errors"])))
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if j == 1 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths)))
+    lines = ["  ".join(c.ljust(w) if j == 1 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True)))
              for r in (header, *rows)]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if marked:

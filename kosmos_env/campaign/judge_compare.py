@@ -39,8 +39,8 @@ def compare_judges(out_dir: str | os.PathLike, judge_a: str, judge_b: str, *, n_
     a = [va[e]["outcome"] for e in shared]
     b = [vb[e]["outcome"] for e in shared]
     n = len(shared)
-    confusion = {x: {y: sum(1 for p, q in zip(a, b) if p == x and q == y) for y in VERDICTS} for x in VERDICTS}
-    p_o = sum(p == q for p, q in zip(a, b)) / n
+    confusion = {x: {y: sum(1 for p, q in zip(a, b, strict=True) if p == x and q == y) for y in VERDICTS} for x in VERDICTS}
+    p_o = sum(p == q for p, q in zip(a, b, strict=True)) / n
     p_e = sum((a.count(c) / n) * (b.count(c) / n) for c in VERDICTS)
     return {
         "judge_a": names[judge_a], "judge_b": names[judge_b], "episodes": n,

@@ -116,7 +116,7 @@ class JudgeRunner:
                     except Exception as one:  # noqa: BLE001 - recorded for this rollout only
                         verdicts.append(one)
         seconds = (time.perf_counter() - t0) / len(todo)
-        for i, verdict in zip(index, verdicts):
+        for i, verdict in zip(index, verdicts, strict=True):
             out[i] = verdict
         return out, seconds
 
@@ -125,7 +125,7 @@ class JudgeRunner:
         rollouts, read_s = self.read(rows)
         verdicts, judge_s = self.judge_rollouts(rollouts)
         out: list[tuple[dict[str, Any] | None, BaseException | None]] = []
-        for row, v in zip(rows, verdicts):
+        for row, v in zip(rows, verdicts, strict=True):
             if isinstance(v, BaseException):
                 out.append((None, v))
                 continue
@@ -228,7 +228,7 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
                     ledger.release_judging(ids, owner)
                     raise
             infra = None
-            for row, (record, error) in zip(rows, results):
+            for row, (record, error) in zip(rows, results, strict=True):
                 eid = row["episode_id"]
                 if error is not None:
                     is_infra = is_infrastructure_failure(error)

@@ -219,7 +219,7 @@ class Lanes:
                 ended.extend(self._fail(lane, exc) for lane in group)
                 continue
             share = (time.perf_counter() - t0) / len(group)
-            for lane, output in zip(group, outputs):
+            for lane, output in zip(group, outputs, strict=True):
                 lane.charged += share
                 try:
                     lane.loop.plan(output, share)

@@ -142,7 +142,7 @@ def load_evidence(root: Path, row: Mapping[str, Any], frames_rel: str | None = N
             except Exception as exc:  # noqa: BLE001
                 ev.problems.append(f"its frames artifact {frames_rel} cannot be read ({exc})")
         elif arts.get("video") and (root / arts["video"]).is_file():
-            from kosmos_env.video import read_video
+            from kosmos_env.utils.video import read_video
 
             try:
                 ev.frames = read_video(root / arts["video"])
@@ -361,7 +361,7 @@ class Replayer:
         import tempfile
 
         from kosmos_env.hashing import sha256_file
-        from kosmos_env.video import write_mp4
+        from kosmos_env.utils.video import write_mp4
 
         with tempfile.TemporaryDirectory(prefix="kosmos-replay-") as tmp:
             path = os.path.join(tmp, "replay.mp4")
@@ -437,5 +437,5 @@ def _same_json(a: Any, b: Any, tol: float = 1e-9) -> bool:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return set(a) == set(b) and all(_same_json(a[k], b[k], tol) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same_json(x, y, tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same_json(x, y, tol) for x, y in zip(a, b, strict=True))
     return a == b

@@ -110,7 +110,7 @@ def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: 
             rollouts = [reader.rollout(r) for r in batch]
             verdicts = judge_many(judge, rollouts)
             report.judged_now += judgment_table.record(
-                ledger, judge_id, spec, owner, [(r["episode_id"], v.to_dict()) for r, v in zip(batch, verdicts)])
+                ledger, judge_id, spec, owner, [(r["episode_id"], v.to_dict()) for r, v in zip(batch, verdicts, strict=True)])
             if on_batch:
                 on_batch(report.already_judged + start + len(batch), len(rows))
         report.rollouts_generated = len(ledger.attempts()) - attempts_before
@@ -136,7 +136,7 @@ class StoredRollouts:
     def rollout(self, row: Mapping[str, Any]):
         """``row``: an episode row, or a judge-stage queue row (its ``frames`` artifact holds the
         exact frames the env produced and ``fps`` their rate; they take precedence over the MP4)."""
-        from kosmos_env.video import read_video_fps
+        from kosmos_env.utils.video import read_video_fps
         from kosmos_env.judges.base import Rollout
 
         task = row["task"]

@@ -474,7 +474,7 @@ def _same(a, b, tol: float = 1e-9) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_same(a[k], b[k], tol) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_same(x, y, tol) for x, y in zip(a, b, strict=True))
     return a == b
 
 
