@@ -163,7 +163,7 @@ def test_reference_adds_agreement_table(bundle_dir, source, analysis, capsys, tm
     table = agreement_table(direct_rows)
     assert [r["label"] for r in got["rows"]] == [r.label for r in table.rows] == \
         ["carrot_on_plate", "stack_cube", "mean over tasks", "pooled"]
-    for gr, tr in zip(got["rows"], table.rows):
+    for gr, tr in zip(got["rows"], table.rows, strict=True):
         for m in ("pearson", "spearman", "kendall", "mmrv"):
             assert gr["metrics"][m]["value"] == pytest.approx(tr.metrics[m].value)
             assert gr["metrics"][m]["random_floor"] == pytest.approx(tr.metrics[m].random_floor)
@@ -226,7 +226,7 @@ def test_seed_matrix_averages_repeats():
     rows = [{"policy": p, "task": "t", "seed": s, "repeat": r, "outcome": "success" if v else "failure",
              "success": bool(v), "score": float(v)}
             for p, vals in (("a", [1, 0, 1, 1]), ("b", [0, 0, 1, 0])) for (s, r), v in zip(
-                [(0, 0), (0, 1), (1, 0), (1, 1)], vals)]
+                [(0, 0), (0, 1), (1, 0), (1, 1)], vals, strict=True)]
     m = seed_matrix(rows, ["b", "a"])
     assert m.policies == ["b", "a"] and m.keys == [("t", 0), ("t", 1)]
     assert m.values.tolist() == [[0.0, 0.5], [0.5, 1.0]]

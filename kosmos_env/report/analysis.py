@@ -66,7 +66,7 @@ def seed_matrix(rows: Sequence[dict], policies: Sequence[str], value: str = "suc
         src = m.values[m.policies.index(p)]
         sums = np.zeros(len(units))
         cnts = np.zeros(len(units))
-        for k, v in zip(m.keys, src):
+        for k, v in zip(m.keys, src, strict=True):
             if not np.isnan(v):
                 sums[col[(k[0], k[1])]] += v
                 cnts[col[(k[0], k[1])]] += 1
@@ -83,8 +83,8 @@ def paired_diffs(rows: Sequence[dict], a: str, b: str, value: str = "score") -> 
     if a not in m.policies or b not in m.policies:
         raise ValueError(f"policies {a!r} and {b!r} both need episodes")
     va, vb = m.row(a), m.row(b)
-    keys = [k for k, x, y in zip(m.keys, va, vb) if not (np.isnan(x) or np.isnan(y))]
-    diff = {k: x - y for k, x, y in zip(m.keys, va, vb) if not (np.isnan(x) or np.isnan(y))}
+    keys = [k for k, x, y in zip(m.keys, va, vb, strict=True) if not (np.isnan(x) or np.isnan(y))]
+    diff = {k: x - y for k, x, y in zip(m.keys, va, vb, strict=True) if not (np.isnan(x) or np.isnan(y))}
     keys.sort(key=lambda k: (k[2], k[1], str(k[0])))
     return np.array([diff[k] for k in keys], dtype=float), keys
 
@@ -267,7 +267,7 @@ def _quantiles(x: np.ndarray) -> dict:
     if not x.size:
         return {}
     q = np.quantile(x, [0.05, 0.25, 0.5, 0.75, 0.95])
-    return dict(zip(("q05", "q25", "median", "q75", "q95"), map(float, q)))
+    return dict(zip(("q05", "q25", "median", "q75", "q95"), map(float, q), strict=True))
 
 
 def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, reference: str | Path | None = None,
@@ -387,7 +387,7 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         pols = [ranked[j] for j in have]
         res = horizon_agreement(hscores[:, have], hs, metric=horizon_metric, threshold=horizon_threshold, seed=seed)
         out["horizon"] = res.to_dict() | {"policies": pols, "episodes": {p: hcounts[p] for p in pols},
-                                          "scores": {p: hscores[:, j].tolist() for p, j in zip(pols, have)}}
+                                          "scores": {p: hscores[:, j].tolist() for p, j in zip(pols, have, strict=True)}}
 
     # anytime-valid paired A/B test of the top two (secondary, on judge scores). Its decision is
     # read off its own empirical-Bernstein confidence sequence (rule "eb"), so the interval it

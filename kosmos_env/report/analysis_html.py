@@ -113,7 +113,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         b = a["bootstrap_ranking"]
         parts.append(_table(["policy", "mean", "mean rank", f"rank {conf}", "P(best)"],
                             [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)] for p, m, rk, (lo, hi), pb in
-                             zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]))
+                             zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True)]))
 
     parts.append(f"<{sub}>Secondary: split-half repeatability of the ranking on success</{sub}>")
     sk = _skipped(a["split_half"])

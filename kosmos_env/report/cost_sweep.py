@@ -44,16 +44,16 @@ def cost_sweep_runs(dirs: Sequence[str | Path], *, reference: str | Path | None 
     if len(set(names)) != len(names):
         names = [str(d) for d in dirs]
     policies = list(bundles[0].policies)
-    for n, b in zip(names, bundles):
+    for n, b in zip(names, bundles, strict=True):
         if sorted(b.policies) != sorted(policies):
             raise ValueError(f"run {n} has policies {sorted(b.policies)}, the first run {sorted(policies)}: "
                              f"a cost sweep compares one design at several settings")
-    mats = {n: seed_matrix(b.rows, policies) for n, b in zip(names, bundles)}
+    mats = {n: seed_matrix(b.rows, policies) for n, b in zip(names, bundles, strict=True)}
     shared = sorted(set.intersection(*(set(m.keys) for m in mats.values())), key=lambda u: (str(u[0]), u[1]))
     if len(shared) < 2:
         raise ValueError("the runs share fewer than 2 (task, seed) units; run them on the same tasks and seeds")
     aligned = {n: m.values[:, [m.keys.index(u) for u in shared]] for n, m in mats.items()}
-    costs = {n: _cost(b) for n, b in zip(names, bundles)}
+    costs = {n: _cost(b) for n, b in zip(names, bundles, strict=True)}
     if reference is not None:
         ref_rows = read_reference_csv(reference)
         if name_map:

@@ -49,7 +49,7 @@ def ranking_plot(order: Sequence[str], rates: Mapping, conf: str = "95%") -> byt
     fig = _figure(8.0, 0.9 + 0.45 * len(order))
     ax = fig.add_subplot()
     ys = list(range(len(order)))[::-1]
-    for y, p in zip(ys, order):
+    for y, p in zip(ys, order, strict=True):
         r = rates[p]
         s = r.summary
         if s.worst_case:
@@ -109,7 +109,7 @@ def outcome_plot(order: Sequence[str], rates: Mapping) -> bytes:
     fig = _figure(8.0, 0.9 + 0.4 * len(order))
     ax = fig.add_subplot()
     ys = list(range(len(order)))[::-1]
-    for y, p in zip(ys, order):
+    for y, p in zip(ys, order, strict=True):
         counts = rates[p].counts
         n = max(1, sum(counts.values()))
         left = 0.0
@@ -138,7 +138,7 @@ def time_plot(cost: Mapping, order: Sequence[str]) -> bytes:
     fig = _figure(8.0, 1.0 + 0.4 * len(labels))
     ax = fig.add_subplot()
     ys = list(range(len(labels)))[::-1]
-    for y, row in zip(ys, rows):
+    for y, row in zip(ys, rows, strict=True):
         left = 0.0
         for s in stages:
             w = row.get(s, 0.0)

@@ -164,7 +164,7 @@ def line_chart(xs: Sequence[float], series: Mapping[str, Sequence[float | None]]
     for k, (name, ys) in enumerate(series.items()):
         colour = PALETTE[k % len(PALETTE)]
         segs, cur = [], []
-        for xv, yv in zip(xs, ys):
+        for xv, yv in zip(xs, ys, strict=True):
             if _finite(yv):
                 if step and cur:
                     cur.append(f"{_f(px(xv))},{cur[-1].split(',')[1]}")

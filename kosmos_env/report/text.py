@@ -12,7 +12,7 @@ def format_table(headers, rows, left=(0,)) -> str:
     widths = [max(len(r[j]) for r in table) for j in range(len(headers))]
     lines = []
     for i, r in enumerate(table):
-        lines.append("  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))).rstrip())
+        lines.append("  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -232,7 +232,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
     else:
         b = a["bootstrap_ranking"]
         rows = [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
-                for p, m, rk, (lo, hi), pb in zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"])]
+                for p, m, rk, (lo, hi), pb in zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True)]
         parts.append(format_table(["policy", "mean", "rank", f"rank {conf}", "P(best)"], rows))
 
     parts += ["", _title("secondary: split-half repeatability of the ranking on success (random seed splits)")]
@@ -279,7 +279,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
     else:
         pols = h["policies"]
         rows = [[str(hz)] + [num(h["scores"][p][i], 2) for p in pols] +
-                [num(ag["value"]), num(ag["random_floor"])] for i, (hz, ag) in enumerate(zip(h["horizons"], h["agreements"]))]
+                [num(ag["value"]), num(ag["random_floor"])] for i, (hz, ag) in enumerate(zip(h["horizons"], h["agreements"], strict=True))]
         parts.append(format_table(["horizon"] + pols + [h["metric"], "floor"], rows))
         why = next((ag["reason"] for ag in h["agreements"] if ag["value"] is None and ag["reason"]), None)
         if why:
