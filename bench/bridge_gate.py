@@ -89,7 +89,7 @@ def shuffles(episodes, rng):
 
 
 def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan_passes: bool = False) -> dict:
-    from kosmos_env.bridge_gate import replay_gate
+    from kosmos_env.checks.bridge_gate import replay_gate
 
     rng = np.random.default_rng(seed)
     permuted, swapped = shuffles(episodes, rng)

@@ -27,8 +27,8 @@ def main() -> int:
     args = p.parse_args()
     import cv2
 
-    from kosmos_env.bridge_gate import load_reference_commands, replay_gate
-    from kosmos_env.bridge_reference import load_real_episode, negative
+    from kosmos_env.checks.bridge_gate import load_reference_commands, replay_gate
+    from kosmos_env.checks.bridge_reference import load_real_episode, negative
     from kosmos_env.spec import load_spec
     from kosmos_env.worlds.bridge_camera import bridge_calibration
 

@@ -83,7 +83,7 @@ def main() -> int:
     from kosmos_env.judges.action_learned import BASE_FEATURES, action_features
     from kosmos_env.judges.action_only import ActionOnlyJudge, action_log
     from kosmos_env.judges.robot_log import analyse_log
-    from kosmos_env.seed_ranges import check_seeds
+    from kosmos_env.study.seed_ranges import check_seeds
     from kosmos_env.study.run import DEFAULT_POLICIES
 
     torch.set_num_threads(1)

@@ -247,7 +247,7 @@ class VLMJudge:
                 ident.update(source="folder", path=self._loaded_from,
                              weights_sha256=folder_digest(self._loaded_from)["sha256"])
             else:
-                from kosmos_env.weights import module_digest
+                from kosmos_env.utils.weights import module_digest
 
                 ident.update(source="injected", path=None, weights_sha256=module_digest(self.model))
             if self.adapter:

@@ -176,7 +176,7 @@ def integrate_env_actions(
 
     Returns ``positions`` (k+1, 3) and ``rotations`` (k+1, 3, 3), the start included.
     """
-    from kosmos_env.rotations import euler_to_matrix, matrix_to_euler
+    from kosmos_env.utils.rotations import euler_to_matrix, matrix_to_euler
 
     if rotation_delta not in BRIDGE_ROTATION_DELTAS:
         raise ValueError(f"rotation_delta must be one of {BRIDGE_ROTATION_DELTAS}, got {rotation_delta!r}")
@@ -204,7 +204,7 @@ def env_to_bridge10(
     Also returns the commanded end pose (position (3,), state rotation (3, 3)), so a caller can
     chain chunks.
     """
-    from kosmos_env.rotations import matrix_to_rot6d
+    from kosmos_env.utils.rotations import matrix_to_rot6d
 
     if gripper not in BRIDGE_GRIPPER_MODES:
         raise ValueError(f"gripper must be one of {BRIDGE_GRIPPER_MODES}, got {gripper!r}")
@@ -233,7 +233,7 @@ def bridge10_to_env(
     Useful to read inverse-dynamics output in the env's terms (the consistency gate) and to test
     the forward conversion.
     """
-    from kosmos_env.rotations import matrix_to_euler, project_to_so3, rot6d_to_matrix
+    from kosmos_env.utils.rotations import matrix_to_euler, project_to_so3, rot6d_to_matrix
 
     rows = np.asarray(bridge10, dtype=np.float64).reshape(-1, BRIDGE_ACTION_DIM)
     pose = bridge_cosmos_pose(position, state_rotation)

@@ -12,7 +12,7 @@ from gymnasium import spaces
 from kosmos_env.actions import validate_action
 from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout
 from kosmos_env.spec import EnvSpec, load_spec
-from kosmos_env.vector_guard import check_async_vector_settings
+from kosmos_env.utils.vector_guard import check_async_vector_settings
 from kosmos_env.tasks import TaskSpec, load_suite
 
 INSTRUCTION_CHARSET = string.ascii_letters + string.digits + " .,;:'!?-_()/&"

@@ -20,7 +20,7 @@ hash the repository stores.
 
 Two kinds of hashing stay where they are used, on purpose: seed derivations (a repeat's env seed,
 a judge's sampling seed, a replay sample) turn a string into an integer and name nothing; and the
-digests of models held in memory (:func:`kosmos_env.weights.module_digest`, the LeRobot adapter's
+digests of models held in memory (:func:`kosmos_env.utils.weights.module_digest`, the LeRobot adapter's
 content hash) stream tensors through torch, which this module must not import.
 
 Imports nothing of the package (the bottom layer), nothing heavy at import time.

@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import gymnasium
 import numpy as np
 
-from kosmos_env.obs_encoding import encode_state, resize_image
+from kosmos_env.utils.obs_encoding import encode_state, resize_image
 from kosmos_env.tasks import load_suite
 
 

@@ -2,7 +2,7 @@
 
 A Kosmos env observes a ``Dict`` holding a ``Text`` instruction, which most RL libraries refuse.
 :class:`KosmosObservation` turns it into a ``Dict`` of arrays only, through the functions of
-:mod:`kosmos_env.obs_encoding` (the same ones a trained-checkpoint policy applies to raw
+:mod:`kosmos_env.utils.obs_encoding` (the same ones a trained-checkpoint policy applies to raw
 observations, so a network trained here sees identical arrays when it is evaluated);
 :class:`StackFrames` stacks the last few of those observations with a layout a CNN reads;
 Gymnasium's own :class:`~gymnasium.wrappers.RescaleAction` maps actions onto [-1, 1].
@@ -24,7 +24,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.wrappers import FrameStackObservation, RescaleAction
 
-from kosmos_env.obs_encoding import STATE_KEYS, encode_state, encode_task, resize_image
+from kosmos_env.utils.obs_encoding import STATE_KEYS, encode_state, encode_task, resize_image
 from kosmos_env.tasks import load_suite
 
 TASK_ENCODINGS = ("onehot", "index")

@@ -12,7 +12,7 @@ Loading needs torch and safetensors only: no pickle, no stable-baselines3.
 layout stable-baselines3 feeds its policies: the image channel-first as float in [0, 1]
 (``uint8 / 255``, stacked frames along channels), the ``state`` vector and the ``task`` one-hot.
 Its Gaussian action mean lives in the rescaled action space [-1, 1]^7. :class:`CheckpointPolicy`
-encodes a raw env observation exactly as the wrapper does (:mod:`kosmos_env.obs_encoding`), takes
+encodes a raw env observation exactly as the wrapper does (:mod:`kosmos_env.utils.obs_encoding`), takes
 the mean (or a seeded sample), clips it to [-1, 1] as stable-baselines3's ``predict`` does, maps it
 back to the env's bounds and clips to them.
 """
@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kosmos_env.hashing import sha256_file
-from kosmos_env.obs_encoding import STATE_DIM, STATE_KEYS, encode_state, encode_task, resize_image
+from kosmos_env.utils.obs_encoding import STATE_DIM, STATE_KEYS, encode_state, encode_task, resize_image
 from kosmos_env.policies.base import Policy, policy_hash
 
 FORMAT = "kosmos-policy-checkpoint"

@@ -62,8 +62,8 @@ def gripper_from_env(g: Any, convention: str) -> np.ndarray:
 
 
 # -- rotation ------------------------------------------------------------------------------------
-# one implementation for the whole package (conventions stated in kosmos_env.rotations)
-from kosmos_env.rotations import (  # noqa: E402
+# one implementation for the whole package (conventions stated in kosmos_env.utils.rotations)
+from kosmos_env.utils.rotations import (  # noqa: E402
     axis_angle_to_matrix,
     euler_to_matrix,
     matrix_to_axis_angle,

@@ -110,7 +110,7 @@ class ScriptedPolicy(Policy):
         vs, us = np.nonzero(mask)
         size = image.shape[:2]
         if size not in self._calibrations:
-            from kosmos_env.camera import look_at_calibration
+            from kosmos_env.utils.camera import look_at_calibration
 
             # the spec's published camera (world.camera), not the world's code: policies never import worlds
             self._calibrations[size] = look_at_calibration(self._camera, size)

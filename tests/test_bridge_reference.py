@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from kosmos_env import bridge_reference as br
+from kosmos_env.checks import bridge_reference as br
 
 
 def test_real_episode_and_negatives():

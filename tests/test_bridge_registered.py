@@ -63,7 +63,7 @@ def test_statistics_file_errors_name_the_fix(tmp_path):
 
 def test_cli_names_the_statistics_fix(tmp_path, capsys):
     """A spec file with null statistics: the doctor's statistics check fails with the fix, no traceback."""
-    from kosmos_env.doctor import check_stats
+    from kosmos_env.checks.doctor import check_stats
 
     spec = load_spec("Kosmos-Bridge-v1")
     world = dict(spec.world)
@@ -86,7 +86,7 @@ def test_registered_suite_holds_only_real_hash_bound_frames_with_license():
     # the can task starts from the first frame of the real episode, pixel for pixel
     import cv2
 
-    from kosmos_env.bridge_reference import load_real_episode
+    from kosmos_env.checks.bridge_reference import load_real_episode
 
     png = (root / suite.tasks["move_can_to_left"].params["frame"]["path"]).read_bytes()
     first = cv2.cvtColor(cv2.imdecode(np.frombuffer(png, np.uint8), cv2.IMREAD_COLOR), cv2.COLOR_BGR2RGB)

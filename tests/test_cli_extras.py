@@ -146,7 +146,7 @@ def test_dependency_floors_have_one_source(monkeypatch):
 
 
 def test_doctor_fix_names_the_clone_and_the_pypi_install(monkeypatch):
-    from kosmos_env import doctor
+    from kosmos_env.checks import doctor
     from kosmos_env.worlds import cosmos3
 
     monkeypatch.setattr(cosmos3, "required_versions", lambda: {"diffusers": "999.0", "transformers": "999.0"})

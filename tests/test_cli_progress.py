@@ -94,7 +94,7 @@ def test_resumed_summary_counts_only_this_run(tmp_path, capsys):
 @pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
 def test_atomic_writes_and_artifacts_follow_the_umask(tmp_path, mask):
     from kosmos_env.campaign.artifacts import ArtifactStore
-    from kosmos_env.fileio import atomic_write, current_umask
+    from kosmos_env.utils.fileio import atomic_write, current_umask
 
     old = os.umask(mask)
     try:

@@ -54,7 +54,7 @@ def test_eval_names_both_and_writes_nothing(no_weights, tmp_path, capsys):
 
 
 def test_doctor_lists_every_missing_weight_in_one_check(no_weights):
-    from kosmos_env.doctor import check_weights_present
+    from kosmos_env.checks.doctor import check_weights_present
 
     spec = load_spec("Kosmos-Bridge-v1")
     check = check_weights_present(spec, None, dict(spec.judge))

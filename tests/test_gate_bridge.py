@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kosmos_env.bridge_gate import commands_from_pixel_track, load_reference_commands, replay_gate
-from kosmos_env.bridge_reference import load_real_episode, negative
+from kosmos_env.checks.bridge_gate import commands_from_pixel_track, load_reference_commands, replay_gate
+from kosmos_env.checks.bridge_reference import load_real_episode, negative
 from kosmos_env.spec import load_spec
 from kosmos_env.worlds.bridge_camera import (
     REAL_EPISODE_START_EE_POS,
@@ -131,7 +131,7 @@ def test_bridge_workspace_is_the_cited_table_top_and_the_gate_uses_the_same():
 
 
 def test_integrated_pose_stops_at_the_table_and_leaves_it_at_once():
-    from kosmos_env.bridge_gate import integrated_positions
+    from kosmos_env.checks.bridge_gate import integrated_positions
     from kosmos_env.worlds.bridge_camera import BRIDGE_WORKSPACE, integrate_tcp, validate_workspace
 
     acts = np.zeros((6, 7), np.float32)

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from kosmos_env.controls import auroc, parse_policies
+from kosmos_env.checks.controls import auroc, parse_policies
 
 
 def test_auroc_matches_the_definition():

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import kosmos_env  # noqa: F401
-from kosmos_env.judge_readiness import MISMATCHED_INSTRUCTION, check_judge, readiness_rollouts
+from kosmos_env.checks.judge_readiness import MISMATCHED_INSTRUCTION, check_judge, readiness_rollouts
 from kosmos_env.judges.base import Judgment
 from tests.conftest import requires_extra
 
@@ -102,7 +102,7 @@ def test_doctor_without_weights_on_cpu_reports_what_is_missing(monkeypatch, tmp_
 @requires_extra("models")
 def test_doctor_tiny_runs_every_step(tiny_judge_dir, tmp_path):
     """Every step of the doctor on tiny random models (small world settings to keep CI fast)."""
-    from kosmos_env.doctor import run_doctor
+    from kosmos_env.checks.doctor import run_doctor
     from kosmos_env.testing.cosmos_tiny import save_tiny_pipeline, tiny_bridge_spec
 
     weights = save_tiny_pipeline(tmp_path / "c3")

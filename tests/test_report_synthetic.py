@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from kosmos_env.video import write_mp4
+from kosmos_env.utils.video import write_mp4
 
 POLICIES = [("scripted:skill=1.0", "scripted", {"skill": 1.0}, 0.85),
             ("scripted:skill=0.5", "scripted", {"skill": 0.5}, 0.5),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kosmos_env import obs_encoding
+from kosmos_env.utils import obs_encoding
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)

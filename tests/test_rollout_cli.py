@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 from kosmos_env.cli import main
-from kosmos_env.video import read_video
+from kosmos_env.utils.video import read_video
 
 
 def test_rollout_writes_videos_and_summary(tmp_path, capsys):

@@ -1,9 +1,9 @@
-"""kosmos_env.rotations against SciPy (an independent implementation) and known rotations."""
+"""kosmos_env.utils.rotations against SciPy (an independent implementation) and known rotations."""
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
 
-from kosmos_env import rotations as rot
+from kosmos_env.utils import rotations as rot
 
 RNG = np.random.default_rng(0)
 RANDOM = Rotation.random(200, random_state=1)

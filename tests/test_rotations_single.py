@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kosmos_env.rotations import (
+from kosmos_env.utils.rotations import (
     axis_angle_to_matrix,
     euler_to_matrix,
     euler_to_matrix_single,

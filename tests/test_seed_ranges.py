@@ -3,7 +3,7 @@ import inspect
 
 import pytest
 
-from kosmos_env.seed_ranges import STAGES, check_seeds, seed_ranges, stage_of, validate_ranges
+from kosmos_env.study.seed_ranges import STAGES, check_seeds, seed_ranges, stage_of, validate_ranges
 
 
 def test_declared_ranges_are_disjoint_and_cover_the_known_blocks():

@@ -7,7 +7,7 @@ import mujoco
 import numpy as np
 import pytest
 
-from kosmos_env.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle, matrix_to_euler
+from kosmos_env.utils.rotations import axis_angle_to_matrix, euler_to_matrix, matrix_to_axis_angle, matrix_to_euler
 from kosmos_env.policies.scripted import ScriptedPolicy
 from kosmos_env.worlds.base import WorldStep
 from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL, TCP_OFFSET

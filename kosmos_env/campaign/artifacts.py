@@ -20,7 +20,7 @@ from typing import Mapping
 
 import numpy as np
 
-from kosmos_env.fileio import default_file_mode, fsync_dir
+from kosmos_env.utils.fileio import default_file_mode, fsync_dir
 from kosmos_env.hashing import sha256_file, sha256_hex
 
 STORE_DIR = "artifacts"
@@ -99,7 +99,7 @@ class ArtifactStore:
 
     def put_video(self, frames: np.ndarray, fps: float) -> tuple[str, str, int]:
         """Encode frames as MP4 (H.264) into a temp file, then store it."""
-        from kosmos_env.video import write_mp4
+        from kosmos_env.utils.video import write_mp4
 
         self.base.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".mp4", dir=self.base)

@@ -38,7 +38,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, describe_difference
 from kosmos_env.campaign.failures import INFRA_TAG, is_infrastructure_error_text
-from kosmos_env.fileio import file_lock
+from kosmos_env.utils.fileio import file_lock
 from kosmos_env.hashing import canonical_json
 
 LEDGER_NAME = "ledger.sqlite"

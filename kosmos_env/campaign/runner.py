@@ -19,7 +19,7 @@ from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecut
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.progress import ProgressMonitor
 from kosmos_env.campaign.worker import WorkSettings
-from kosmos_env.fileio import writable_folder
+from kosmos_env.utils.fileio import writable_folder
 
 
 def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_table: PriceTable | None = None) -> bool:

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import json
 
     from kosmos_env.campaign.design import parse_judge
-    from kosmos_env.doctor import run_doctor
+    from kosmos_env.checks.doctor import run_doctor
     from kosmos_env.spec import load_spec
 
     judge = parse_judge(args.judge, load_spec(args.env).judge) if args.judge else None

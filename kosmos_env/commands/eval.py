@@ -100,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.preflight import check_judge, check_policies, check_weights
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
-    from kosmos_env.fileio import check_writable_path
+    from kosmos_env.utils.fileio import check_writable_path
 
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if getattr(args, "tiny", False):

@@ -73,7 +73,7 @@ def json_targets(args: argparse.Namespace) -> tuple[bool, str | None]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kosmos_env.controls import format_gate_check, gate_check, json_default, load_gate_spec, parse_policies
+    from kosmos_env.checks.controls import format_gate_check, gate_check, json_default, load_gate_spec, parse_policies
 
     gate_spec = load_gate_spec(args.env, args.gate_json)
     skills = [float(s) for s in args.campaign_skills.split(",") if s.strip()]

@@ -23,7 +23,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import json
 
-    from kosmos_env.judge_readiness import run_judge_check
+    from kosmos_env.checks.judge_readiness import run_judge_check
 
     report = run_judge_check(env_id=args.env, judge=args.judge, tiny=args.tiny)
     print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())

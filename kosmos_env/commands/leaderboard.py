@@ -39,7 +39,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run_build(args: argparse.Namespace) -> int:
     import json
 
-    from kosmos_env.fileio import check_writable_path
+    from kosmos_env.utils.fileio import check_writable_path
     from kosmos_env.publish.leaderboard import build_leaderboard, write_leaderboard
 
     from kosmos_env.campaign.rederive import replay_count

@@ -5,7 +5,7 @@ With --study, the arguments are those of `kosmos-env study` that decide its numb
 reference, policies, tasks, seeds, seed offset, horizons, gate, baselines, control, sweep,
 n-boot, weights); the registration binds them with the world's weights sha256 and code version,
 the judges' code and artifacts, the policies' content hashes, the evaluation seeds (which must
-lie in the evaluation range of kosmos_env/seed_ranges.json) and the bars, stamped with the UTC
+lie in the evaluation range of kosmos_env/study/seed_ranges.json) and the bars, stamped with the UTC
 time. Then `kosmos-env study [the same arguments] --registration REG.json --out DIR`.
 
 The protocol (YAML, read with yaml.safe_load) names the env id and its spec hash (with any

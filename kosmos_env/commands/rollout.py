@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     import kosmos_env  # noqa: F401  (registers the env ids)
     from kosmos_env.policies import make_policy, parse_policy_arg
     from kosmos_env.rollouts import run_episode
-    from kosmos_env.video import write_mp4
+    from kosmos_env.utils.video import write_mp4
 
     if args.episodes < 1:
         raise ValueError("--seeds (--episodes) must be at least 1")

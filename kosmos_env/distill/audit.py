@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.fileio import atomic_write
+from kosmos_env.utils.fileio import atomic_write
 
 AUDIT_SCHEMA = "kosmos-env/judge-audit"
 ROLES = ("teacher", "student")

@@ -21,7 +21,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from kosmos_env.fileio import atomic_write, fsync_dir
+from kosmos_env.utils.fileio import atomic_write, fsync_dir
 
 LABELS_SCHEMA = "kosmos-env/judge-labels"
 LABELS_SCHEMA_VERSION = 1

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kosmos_env.video import read_video_fps  # noqa: F401  (its home is kosmos_env.video)
+from kosmos_env.utils.video import read_video_fps  # noqa: F401  (its home is kosmos_env.utils.video)
 
 
 @dataclass(frozen=True)

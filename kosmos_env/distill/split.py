@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from kosmos_env.fileio import atomic_write
+from kosmos_env.utils.fileio import atomic_write
 from kosmos_env.hashing import sha256_hex
 
 SPLIT_FILE = "split.json"

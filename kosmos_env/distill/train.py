@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.fileio import atomic_write
+from kosmos_env.utils.fileio import atomic_write
 
 DISTILL_SCHEMA = "kosmos-env/judge-distill"
 CONFIG_FILE = "distill_config.json"

@@ -252,7 +252,7 @@ def write_leaderboard(data: dict[str, Any], out: str | os.PathLike) -> tuple[Pat
     """Write ``leaderboard.json`` and ``index.html`` into ``out``; returns both paths."""
     from kosmos_env.publish.page import render_html
 
-    from kosmos_env.fileio import writable_folder
+    from kosmos_env.utils.fileio import writable_folder
 
     out = writable_folder(out, "--out")
     js = out / "leaderboard.json"

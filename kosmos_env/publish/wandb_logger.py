@@ -8,7 +8,7 @@
   mapping with policy, task, seed, outcome, ...). Sampled episodes (the first
   ``videos_per_policy`` of each policy that come with a video) also log their rollout as a
   ``wandb.Video`` under ``rollouts/<policy>``; ``video`` is an MP4 path or (T, H, W, 3) uint8
-  frames (written to MP4 with :func:`kosmos_env.video.write_mp4`);
+  frames (written to MP4 with :func:`kosmos_env.utils.video.write_mp4`);
 - ``finish(per_policy_summary=None)``: logs the episode table (policy, task, seed, repeat,
   outcome, success, score, judge, judgment rationale, gate, steps, stage timings, video) and a
   per-policy table, writes per-policy numbers to the run summary (``<policy>/success_rate``,
@@ -154,7 +154,7 @@ class WandbLogger:
             if not path.is_file():
                 raise FileNotFoundError(f"video {path} does not exist")
             return path
-        from kosmos_env.video import write_mp4
+        from kosmos_env.utils.video import write_mp4
 
         frames = np.asarray(video)
         path = Path(self._tmp.name) / f"rollout-{len(self._rows)}.mp4"

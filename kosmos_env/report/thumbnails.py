@@ -90,7 +90,7 @@ def gif_bytes(frames: np.ndarray, max_frames: int = MAX_FRAMES, max_side: int = 
 def make_thumbnails(bundle: Bundle) -> list[Thumbnail]:
     """GIFs of the episodes :func:`pick_episodes` chooses; unreadable videos are kept with a
     ``problem`` so the report can say so."""
-    from kosmos_env.video import read_video
+    from kosmos_env.utils.video import read_video
 
     out = []
     for r in pick_episodes(bundle):

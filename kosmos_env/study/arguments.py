@@ -21,7 +21,7 @@ def add_design_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seeds", type=int, default=5, help="seeds per (policy, task) (default 5)")
     p.add_argument("--seed-offset", type=int, default=100000,
                    help="first seed; seeds are OFFSET + 1000 * task index + i (default 100000, in the evaluation "
-                        "range of kosmos_env/seed_ranges.json)")
+                        "range of kosmos_env/study/seed_ranges.json)")
     p.add_argument("--horizons", type=int, nargs="+", default=None,
                    help="cut horizons H for the drift table (each within the episode length; default 5 10 20 30 40)")
     p.add_argument("--gate", action="store_true", help="also run the world with the consistency gate")

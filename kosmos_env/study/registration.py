@@ -11,7 +11,7 @@ bars:
   judge's weights, the learned action-only judge's coefficients);
 - the policies: content hashes (a checkpoint's weights, a scripted policy's settings);
 - the evaluation seeds, written out, each checked to lie in the evaluation range
-  (:mod:`kosmos_env.seed_ranges`);
+  (:mod:`kosmos_env.study.seed_ranges`);
 - the baselines the world is judged against, the package version.
 
 ``kosmos-env study --registration FILE`` recomputes the same record from its own arguments and
@@ -124,7 +124,7 @@ def registration_body(cfg, tasks, bars, baselines, n_boot: int = 1000) -> dict[s
     """Everything a registration binds, computed from the code, data and arguments as they are now."""
     from importlib.metadata import PackageNotFoundError, version
 
-    from kosmos_env.seed_ranges import check_seeds
+    from kosmos_env.study.seed_ranges import check_seeds
 
     seeds = evaluation_seeds(cfg, tasks)
     check_seeds([s for v in seeds.values() for s in v], "evaluation", "the study's evaluation seeds")

@@ -15,7 +15,7 @@ truth at H, and the seconds it cost. Worlds (the row's ``world`` label):
 - ``blank``: the null world proper (mode ``blank``: uniform grey frames from the start, so neither
   a closed-loop policy nor a frame judge sees a scene);
 - ``control:shuffled`` (with ``control="shuffled"``): the world under test executing another
-  episode's commands permuted in time (:class:`kosmos_env.controls.ShuffledCommandWorld`);
+  episode's commands permuted in time (:class:`kosmos_env.checks.controls.ShuffledCommandWorld`);
 - ``sweep:NAME=VALUE``: the sweep world at one setting (:mod:`kosmos_env.study.sweep`).
 
 Seeds start at ``seed_offset`` (default 100000), far from the world model's training seeds; a
@@ -345,7 +345,7 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
 
 def _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples) -> list[dict]:
     """The world under test made to execute another seed's reference commands, permuted in time."""
-    from kosmos_env.controls import ShuffledCommandWorld
+    from kosmos_env.checks.controls import ShuffledCommandWorld
     from kosmos_env.spec import load_spec
     from kosmos_env.worlds import make_world
 

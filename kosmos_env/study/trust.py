@@ -633,11 +633,11 @@ def _drift(cfg, spec, tasks, seed_of, actions, kwargs, wk) -> tuple[list[dict], 
 
 def _bridge_drift(cfg, kwargs, wk) -> tuple[list[dict], str]:
     """The real can episode: its first frame is the move_can_to_left task's, its commands are
-    derived from the video (kosmos_env.bridge_gate.load_reference_commands)."""
+    derived from the video (kosmos_env.checks.bridge_gate.load_reference_commands)."""
     import gymnasium
 
-    from kosmos_env.bridge_gate import load_reference_commands
-    from kosmos_env.bridge_reference import load_real_episode
+    from kosmos_env.checks.bridge_gate import load_reference_commands
+    from kosmos_env.checks.bridge_reference import load_real_episode
 
     try:
         ref = load_reference_commands()

@@ -11,7 +11,7 @@ from typing import Any, Mapping, Protocol, runtime_checkable
 
 import numpy as np
 
-from kosmos_env.camera import CameraCalibration
+from kosmos_env.utils.camera import CameraCalibration
 from kosmos_env.errors import MissingWeightsError  # noqa: F401  (its old home; kept importable)
 
 

@@ -51,7 +51,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kosmos_env.camera import CameraCalibration
+from kosmos_env.utils.camera import CameraCalibration
 
 #: Logitech C920 at 640x480, as SimplerEnv configures it for every WidowX setup
 C920_INTRINSICS = ((623.588, 0.0, 319.501), (0.0, 623.588, 239.545), (0.0, 0.0, 1.0))

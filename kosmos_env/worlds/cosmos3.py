@@ -253,7 +253,7 @@ class Cosmos3World:
         self._cond_frame = _resize(frame, (h, w))
         bridge = self.config["bridge"]
         euler = params.get("initial_ee_euler", bridge["initial_ee_euler"])
-        from kosmos_env.rotations import euler_to_matrix
+        from kosmos_env.utils.rotations import euler_to_matrix
 
         self._ee_pos = np.zeros(3)
         self._ee_rot = euler_to_matrix(np.asarray(euler, dtype=np.float64))
@@ -343,7 +343,7 @@ class Cosmos3World:
                 ident.update(source="folder", path=str(Path(self._weights_path).resolve()),
                              weights_sha256=folder_digest(self._weights_path)["sha256"])
             else:
-                from kosmos_env.weights import module_digest
+                from kosmos_env.utils.weights import module_digest
 
                 pipe = self._pipeline
                 ident.update(source="injected", path=None, pipeline_class=type(pipe).__name__,
@@ -555,7 +555,7 @@ def memory_need(weights_path: str | os.PathLike, dtype: str) -> dict[str, Any]:
     (headers read, nothing loaded); ``need`` adds ``ACTIVATION_FRACTION`` of that for activations
     and decoding plus ``FIXED_OVERHEAD_BYTES`` for the CUDA context.
     """
-    from kosmos_env.weights import safetensors_bytes
+    from kosmos_env.utils.weights import safetensors_bytes
 
     weights = safetensors_bytes(weights_path, dtype)
     need = int(weights * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD_BYTES)

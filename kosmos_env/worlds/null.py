@@ -20,7 +20,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kosmos_env.rotations import euler_to_matrix, matrix_to_euler
+from kosmos_env.utils.rotations import euler_to_matrix, matrix_to_euler
 from kosmos_env.worlds.base import WorldReset, WorldStep
 
 NULL_MODES = ("first", "blank")

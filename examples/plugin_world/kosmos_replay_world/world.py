@@ -11,7 +11,7 @@ Why it is useful: it is an *open-loop control*. Every policy sees exactly the sa
 
 The recording is the real Bridge episode Kosmos-Env ships (``world.episode = "real"``) or one
 of its derived negatives (``"frozen"``, ``"panned"``, ``"shuffled"``, see
-:mod:`kosmos_env.bridge_reference`). Each action advances the recording by one frame; past the
+:mod:`kosmos_env.checks.bridge_reference`). Each action advances the recording by one frame; past the
 last frame the last frame is held. There is no simulator state: :meth:`evaluate` reports what
 the recording shows, the same for every policy.
 
@@ -60,7 +60,7 @@ class ReplayWorld:
             return
         import cv2
 
-        from kosmos_env.bridge_reference import load_real_episode, negative
+        from kosmos_env.checks.bridge_reference import load_real_episode, negative
 
         recording = load_real_episode()
         if self.episode != "real":

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import numpy as np
 from gymnasium import spaces
 
-from kosmos_env.camera import CameraCalibration, look_at_calibration
+from kosmos_env.utils.camera import CameraCalibration, look_at_calibration
 
 
 def tabletop_calibration(camera: Mapping[str, Any], image_size: tuple[int, int]) -> CameraCalibration:

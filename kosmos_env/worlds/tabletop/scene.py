@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from kosmos_env.camera import camera_frame
+from kosmos_env.utils.camera import camera_frame
 from kosmos_env.tasks.shapes import object_half_height
 
 #: finger joint travel: each finger's inner face sits ``q`` from the centre line, q in [0, FINGER_TRAVEL]

@@ -19,7 +19,7 @@ os.environ.setdefault("MUJOCO_GL", "egl")  # must precede the first `import mujo
 
 import mujoco  # noqa: E402
 
-from kosmos_env.rotations import (  # noqa: E402
+from kosmos_env.utils.rotations import (  # noqa: E402
     axis_angle_to_matrix,
     euler_to_matrix_single,
     matrix_to_axis_angle_single,

@@ -107,7 +107,7 @@ def load_reference_commands() -> dict[str, Any]:
 
     Returns the JSON's fields with ``actions`` as a (36, 7) float32 array.
     """
-    from kosmos_env.bridge_reference import EPISODE_FRAMES, ReferenceDataError, reference_path
+    from kosmos_env.checks.bridge_reference import EPISODE_FRAMES, ReferenceDataError, reference_path
 
     path = reference_path(COMMANDS_FILE)
     if not path.is_file():

@@ -19,7 +19,7 @@ STAGES = ("training", "tuning", "evaluation")
 @lru_cache(maxsize=1)
 def seed_ranges() -> dict[str, tuple[tuple[int, int], ...]]:
     """Stage -> inclusive (first, last) ranges, validated: integers, first <= last, stages disjoint."""
-    raw = json.loads((resources.files("kosmos_env") / "seed_ranges.json").read_text())
+    raw = json.loads((resources.files("kosmos_env.study") / "seed_ranges.json").read_text())
     return validate_ranges(raw)
 
 
@@ -60,5 +60,5 @@ def check_seeds(seeds: Iterable[int], stage: str, what: str = "seeds") -> None:
     if bad:
         spans = " and ".join(f"[{a}, {b}]" for a, b in seed_ranges()[stage])
         where = stage_of(bad[0]) or "no declared range"
-        raise ValueError(f"{what} must lie in the {stage} seed range {spans} (kosmos_env/seed_ranges.json); "
+        raise ValueError(f"{what} must lie in the {stage} seed range {spans} (kosmos_env/study/seed_ranges.json); "
                          f"{len(bad)} do not, first {bad[0]} (in {where})")

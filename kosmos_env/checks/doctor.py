@@ -10,7 +10,7 @@ For an env with a Cosmos 3 world (``Kosmos-Bridge-v1``) the doctor checks, in or
 5. the world's weights: folder, architecture, revision, every file's sha256;
 6. one timed world call: load (cold), first call, second call (warm);
 7. the judge: load (cold), one call, a second call (warm);
-8. the judge readiness check (:mod:`kosmos_env.judge_readiness`).
+8. the judge readiness check (:mod:`kosmos_env.checks.judge_readiness`).
 
 Each check ends ``ok``, ``FAIL`` (with the fix) or ``skip`` (with why: e.g. no weights to time).
 The doctor fails (exit status 1) when any check fails. With ``tiny=True`` the world and judge
@@ -252,7 +252,7 @@ def time_world(spec: Any, weights_path: str) -> Check:
 
 
 def time_judge(judge_spec: dict[str, Any], image_size) -> tuple[Check, Any]:
-    from kosmos_env.judge_readiness import readiness_rollouts
+    from kosmos_env.checks.judge_readiness import readiness_rollouts
     from kosmos_env.judges import make_judge
 
     t0 = time.perf_counter()
@@ -329,7 +329,7 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
                            fix=_judge_fix(judge_spec, exc))
         report.checks.append(jcheck)
     if judge is not None:
-        from kosmos_env.judge_readiness import check_judge
+        from kosmos_env.checks.judge_readiness import check_judge
 
         ready = check_judge(judge, spec.image_size, judge_spec)
         outcomes = ", ".join(f"{c.name}: {c.outcome}" for c in ready.cases)

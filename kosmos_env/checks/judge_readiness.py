@@ -1,7 +1,7 @@
 """Judge readiness: does the configured judge tell a real success from its negatives?
 
 Before a campaign trusts a judge's verdicts, the judge watches three videos built from the real
-Bridge episode shipped with the package (:mod:`kosmos_env.bridge_reference`, 37 frames of a WidowX
+Bridge episode shipped with the package (:mod:`kosmos_env.checks.bridge_reference`, 37 frames of a WidowX
 carrying a can to the left):
 
 1. ``real``: the real episode with its own instruction ("move the can to the left") - a real
@@ -93,7 +93,7 @@ class ReadinessReport:
 @functools.lru_cache(maxsize=1)
 def _real_episode() -> Any:
     """The shipped real episode, decoded once per process (frames are not modified by callers)."""
-    from kosmos_env.bridge_reference import load_real_episode
+    from kosmos_env.checks.bridge_reference import load_real_episode
 
     return load_real_episode()
 
@@ -102,7 +102,7 @@ def readiness_rollouts(image_size: Sequence[int] = (240, 320)) -> list[tuple[Rea
     """The three (case, rollout) pairs, frames resized (no crop) to ``image_size``."""
     import cv2
 
-    from kosmos_env.bridge_reference import frozen_copy
+    from kosmos_env.checks.bridge_reference import frozen_copy
     from kosmos_env.judges.base import Rollout
 
     ep = _real_episode()
