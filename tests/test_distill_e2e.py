@@ -118,7 +118,7 @@ def _wilson(k, n, z=1.959963984540054):
 def _kappa(a, b):
     cats = set(a) | set(b)
     n = len(a)
-    po = sum(x == y for x, y in zip(a, b)) / n
+    po = sum(x == y for x, y in zip(a, b, strict=True)) / n
     pe = sum((a.count(c) / n) * (b.count(c) / n) for c in cats)
     return None if pe == 1 else (po - pe) / (1 - pe)
 
@@ -163,7 +163,7 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     for r in decided:  # the taught teacher answers per instruction
         assert json.loads(r["answer_json"])["success"] is (r["task"] == "carrot_on_plate")
     for r in rows:  # byte-level tokenizer: a clean answer is one token per byte plus <|im_end|>
-        for raw, n_tok, vote in zip(json.loads(r["raw_answers"]), json.loads(r["generated_tokens"]), json.loads(r["votes"])):
+        for raw, n_tok, vote in zip(json.loads(r["raw_answers"]), json.loads(r["generated_tokens"]), json.loads(r["votes"]), strict=True):
             if vote["valid"]:
                 assert n_tok == len(raw.encode()) + 1
 
@@ -235,7 +235,7 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     keys = sorted(held)
     tv, sv = [T[k]["verdict"] for k in keys], [S[k]["verdict"] for k in keys]
     n = len(keys)
-    agree = sum(a == b for a, b in zip(tv, sv))
+    agree = sum(a == b for a, b in zip(tv, sv, strict=True))
     ta = report["quality"]["teacher_agreement"]
     assert ta["raw_agreement"]["k"] == agree and ta["raw_agreement"]["n"] == n
     lo, hi = _wilson(agree, n)

@@ -101,7 +101,7 @@ def run_audit(teacher: Any, teacher_hash: str, student: Any, student_hash: str, 
             chunk = refs[start : start + size]
             rollouts = [load_rollout(campaign, r) for r in chunk]
             for role, judge, shash in (("teacher", teacher, teacher_hash), ("student", student, student_hash)):
-                for ref, j in zip(chunk, judge_many(judge, rollouts)):
+                for ref, j in zip(chunk, judge_many(judge, rollouts), strict=True):
                     records.append(judgment_record(ref, role, j, shash))
             bar.update(len(chunk))
     out = Path(out)
@@ -207,7 +207,7 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
     for field, (what, up, down) in labels.items():
         s_vals, t_vals = _per_rollout(S, field), _per_rollout(T, field)
         d = _paired(s_vals, t_vals, alpha, n_boot, seed)
-        diffs = [a - b for a, b in zip(s_vals, t_vals) if not (math.isnan(a) or math.isnan(b))]
+        diffs = [a - b for a, b in zip(s_vals, t_vals, strict=True) if not (math.isnan(a) or math.isnan(b))]
         p = mcnemar_exact(sum(x > 0 for x in diffs), sum(x < 0 for x in diffs))  # exact sign test
         claim, supported = difference_claim(d["lower"], d["upper"], p, alpha,
                                             f"student {up} than teacher", f"student {down} than teacher")
@@ -217,10 +217,10 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
     eng["speedup_decode"] = (t_sec / s_sec) if s_sec > 0 else None
 
     tv, sv = [r["verdict"] for r in T], [r["verdict"] for r in S]
-    matches = sum(a == b for a, b in zip(tv, sv))
+    matches = sum(a == b for a, b in zip(tv, sv, strict=True))
     kappa = cohen_kappa(sv, tv)
     changes: dict[str, int] = {}
-    for a, b in zip(tv, sv):
+    for a, b in zip(tv, sv, strict=True):
         if a != b:
             changes[f"{a}->{b}"] = changes.get(f"{a}->{b}", 0) + 1
     teacher_agreement = {
@@ -235,10 +235,10 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
     if gt_keys:
         gt = [T[i]["ground_truth"] for i in gt_keys]
         want = ["success" if g else "failure" for g in gt]
-        t_ok = [float(tv[i] == w) for i, w in zip(gt_keys, want)]
-        s_ok = [float(sv[i] == w) for i, w in zip(gt_keys, want)]
-        only_s = sum(1 for a, b in zip(s_ok, t_ok) if a and not b)
-        only_t = sum(1 for a, b in zip(s_ok, t_ok) if b and not a)
+        t_ok = [float(tv[i] == w) for i, w in zip(gt_keys, want, strict=True)]
+        s_ok = [float(sv[i] == w) for i, w in zip(gt_keys, want, strict=True)]
+        only_s = sum(1 for a, b in zip(s_ok, t_ok, strict=True) if a and not b)
+        only_t = sum(1 for a, b in zip(s_ok, t_ok, strict=True) if b and not a)
         d = _paired(s_ok, t_ok, alpha, n_boot, seed)
         p = mcnemar_exact(only_s, only_t)
         claim, supported = difference_claim(d["lower"], d["upper"], p, alpha,
@@ -352,7 +352,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         ]
     else:
         lines.append("- Agreement with ground truth: not measured (no rollout in this campaign has ground truth).")
-    supported_eng = [w for w, d in zip(report["statements"]["engineering"], pd.values()) if d["supported"]]
+    supported_eng = [w for w, d in zip(report["statements"]["engineering"], pd.values(), strict=True) if d["supported"]]
     quality_supported = bool(gt.get("n")) and gt["paired_difference"]["supported"]
     lines += [
         "",

@@ -159,7 +159,7 @@ class LabelStore:
         keys: set[tuple[str, str]] = set()
         for part in self.parts():
             t = pq.read_table(part, columns=list(KEY))
-            keys.update(zip(t.column("rollout_hash").to_pylist(), t.column("spec_hash").to_pylist()))
+            keys.update(zip(t.column("rollout_hash").to_pylist(), t.column("spec_hash").to_pylist(), strict=True))
         return keys
 
 
@@ -207,7 +207,7 @@ def label_campaign(judge: Any, identity: Mapping[str, Any], campaign_dir: str | 
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
             judgments = judge_many(judge, [load_rollout(campaign, ref) for ref in chunk])
-            store.append([judgment_row(ref, j, identity, shash, model, str(campaign.root.resolve())) for ref, j in zip(chunk, judgments)])
+            store.append([judgment_row(ref, j, identity, shash, model, str(campaign.root.resolve())) for ref, j in zip(chunk, judgments, strict=True)])
             labelled += len(chunk)
             bar.update(len(chunk))
     return {"campaign_id": campaign.campaign_id, "spec_hash": shash, "total": len({r.rollout_hash for r in campaign.rollouts}),
