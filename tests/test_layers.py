@@ -48,3 +48,45 @@ def test_contracts_would_catch_a_policy_importing_a_world(tmp_path):
                           text=True, timeout=300, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
     assert proc.returncode != 0
     assert "kosmos_env.policies.leaky -> kosmos_env.worlds.tabletop.geometry" in proc.stdout
+
+
+def _contract_rows() -> list[list[str]]:
+    import configparser
+
+    cfg = configparser.ConfigParser(inline_comment_prefixes=(";",))
+    cfg.read(ROOT / ".importlinter")
+    layers = cfg["importlinter:contract:layers"]
+    assert layers.get("exhaustive", "").strip().lower() == "true", "the layers contract must be exhaustive"
+    return [[m.strip() for m in row.split("|")] for row in layers["layers"].strip().splitlines()]
+
+
+def _drawn_rows() -> list[list[str]]:
+    """The rows of the drawing in docs/architecture.md's "Layers" section: each row's first column
+    (before two spaces), folders written ``name/`` or ``name/*``."""
+    doc = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    block = doc.split("## Layers", 1)[1].split("```", 2)[1]
+    rows = []
+    for line in block.splitlines():
+        if not line.strip() or line.strip() == "│":
+            continue
+        names = line.split("  ", 1)[0]
+        rows.append([n.strip().rstrip("*").rstrip("/") for n in names.split("|")])
+    return rows
+
+
+def test_architecture_drawing_is_the_layers_contract():
+    """docs/architecture.md draws exactly the rows of the (exhaustive) layers contract, in order."""
+    assert _drawn_rows() == _contract_rows()
+
+
+def test_exhaustive_contract_catches_an_unplaced_module(tmp_path):
+    """A new top-level module that is in no row breaks the layers contract (it is exhaustive)."""
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or shutil.which("lint-imports")
+    if lint is None:
+        pytest.fail("lint-imports is not installed: pip install -e '.[test]'")
+    src = _installed_layout(tmp_path / "src")
+    (src / "kosmos_env" / "unplaced.py").write_text("X = 1\n")
+    proc = subprocess.run([lint, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=src, capture_output=True,
+                          text=True, timeout=300, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode != 0
+    assert "kosmos_env.unplaced" in proc.stdout
