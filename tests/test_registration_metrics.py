@@ -59,7 +59,7 @@ def test_normalize_refuses(expr, has_ref, needle):
 
 
 def test_success_rate_matches_wilson_and_clopper_pearson_and_checks_lower_bound():
-    rows = make_rows({(p, t): k for p, k in zip(POLS, (9, 5, 1)) for t in TASKS})
+    rows = make_rows({(p, t): k for p, k in zip(POLS, (9, 5, 1), strict=True) for t in TASKS})
     cube = Cube.from_rows(rows, POLS, TASKS)
     m = metric("s", 'success_rate(policy="scripted:skill=1.0")', value=0.65)
     r = evaluate_metric(m, cube, None, None)
@@ -104,8 +104,8 @@ def test_agreement_metrics_match_stats_and_report_the_floor():
 
 
 def test_rank_order_bootstrap_lower_bound_means_the_order_is_robust():
-    clear = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (10, 5, 0)) for t in TASKS}), POLS, TASKS)
-    close = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (6, 5, 4)) for t in TASKS}), POLS, TASKS)
+    clear = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (10, 5, 0), strict=True) for t in TASKS}), POLS, TASKS)
+    close = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (6, 5, 4), strict=True) for t in TASKS}), POLS, TASKS)
     m = metric("o", f"rank_order({POLS!r})".replace("'", '"'), value=1.0, interval="bootstrap")
     r = evaluate_metric(m, clear, clear.bootstrap(500, 0), None)
     assert r.estimate == 1.0 and r.interval["lower"] == 1.0 and r.verdict == "PASS"

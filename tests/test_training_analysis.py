@@ -10,8 +10,8 @@ UNITS = [("carrot_on_plate", 330000 + i) for i in range(20)] + [("spoon_on_towel
 
 
 def _records(truth: np.ndarray, world: np.ndarray) -> tuple[list, list]:
-    t = [{"task": u[0], "seed": u[1], "true_success": bool(x)} for u, x in zip(UNITS, truth)]
-    w = [{"task": u[0], "seed": u[1], "world_success": bool(x)} for u, x in zip(UNITS, world)]
+    t = [{"task": u[0], "seed": u[1], "true_success": bool(x)} for u, x in zip(UNITS, truth, strict=True)]
+    w = [{"task": u[0], "seed": u[1], "world_success": bool(x)} for u, x in zip(UNITS, world, strict=True)]
     return t, w
 
 

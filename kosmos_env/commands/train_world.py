@@ -149,7 +149,7 @@ def run(args) -> int:
                 f"{result['n_episodes']} held-out episodes (whole seeds held out per task); training "
                 f"{train_seconds:.0f} s ({stages}{cfg.steps} renderer steps x batch {cfg.batch})\n\n{table}\n"
                 f"\nobject state over whole held-out episodes (40 steps, from the first frame):\n{object_text[0]}\n")
-        beats = all(m < c for m, c in zip(result["model_mse"], result["copy_mse"]))
+        beats = all(m < c for m, c in zip(result["model_mse"], result["copy_mse"], strict=True))
         text += f"\nbelow copy-last-frame at every horizon 1..{len(result['horizons'])}: {'yes' if beats else 'NO'}\n"
         print(text)
         if args.error_report:

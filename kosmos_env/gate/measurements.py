@@ -37,7 +37,7 @@ def clipped_move(workspace_rows: Sequence[tuple[float, float]], start: np.ndarra
     ``workspace_rows``: the workspace's (lo, hi) per axis as Python floats."""
     target = start.tolist()
     for move in acts[:, :3].tolist():
-        target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, workspace_rows)]
+        target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, workspace_rows, strict=True)]
     return np.array(target) - start
 
 # -- measurements -------------------------------------------------------------------

@@ -135,7 +135,7 @@ class WandbLogger:
             cl, ch = s.get("worst_case_95") or (None, None)
             prow.append([label, s.get("n"), s.get("successes"), s.get("failures"), s.get("discarded"),
                          s.get("abstained"), s.get("errors"), s.get("success_rate"), wl, wh, cl, ch])
-            for key, value in zip(POLICY_COLUMNS[1:], prow[-1][1:]):
+            for key, value in zip(POLICY_COLUMNS[1:], prow[-1][1:], strict=True):
                 self.run.summary[f"{label}/{key}"] = value
         self.run.log({"episodes": table,
                       "policies": wandb.Table(columns=POLICY_COLUMNS, data=prow, allow_mixed_types=True)})

@@ -67,7 +67,7 @@ def registered_config(reg: Registration, *, env: str | None = None, policies: Se
         dev.append(f"the current spec of {p['env']['id']} with overrides {json.dumps(overrides, sort_keys=True)} "
                    f"hashes to {config.spec_hash[:12]}..., the registered spec hash is {p['env']['spec_hash'][:12]}...")
     if check_policies:
-        for x, ref in zip(p["policies"], refs):
+        for x, ref in zip(p["policies"], refs, strict=True):
             actual = policy_content_hash(ref.name, ref.kwargs)
             if actual != x["content_hash"]:
                 dev.append(f"policy {ref.label} now has content hash {actual[:12]}..., registered "

@@ -119,7 +119,8 @@ def normalize_metric(text: str, policies: Sequence[str], tasks: Sequence[str], h
     if len(call.args) > len(mdef.params):
         raise ValueError(f"{where}: {call.name} takes at most {len(mdef.params)} argument(s), got {len(call.args)} "
                          f"positional")
-    given = dict(zip((p.name for p in mdef.params), call.args))
+    # positional args fill the first parameters; the rest keep their defaults or come by keyword
+    given = dict(zip((p.name for p in mdef.params), call.args, strict=False))
     for key, value in call.kwargs.items():
         if key in given:
             raise ValueError(f"{where}: argument {key!r} of {call.name} given twice")

@@ -218,7 +218,7 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     if dupes:
         raise ProtocolError(f"protocol.policies lists {dupes} more than once")
     if check_hashes:
-        for i, (p, ref) in enumerate(zip(policies, policy_refs({"policies": policies}))):
+        for i, (p, ref) in enumerate(zip(policies, policy_refs({"policies": policies}), strict=True)):
             actual = policy_content_hash(ref.name, ref.kwargs)
             if actual != p["content_hash"]:
                 raise ProtocolError(f"protocol.policies[{i}] ({p['policy']}): content_hash {p['content_hash'][:12]}... "

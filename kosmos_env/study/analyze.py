@@ -130,7 +130,7 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
     n_truth = (~np.isnan(truth)).sum(axis=1)
     k_truth = np.nansum(truth, axis=1)
     out["truth"] = {"rates": _rates(truth),
-                    "intervals": [[iv.lower, iv.upper] for iv in (wilson(int(k), int(n), alpha) for k, n in zip(k_truth, n_truth))],
+                    "intervals": [[iv.lower, iv.upper] for iv in (wilson(int(k), int(n), alpha) for k, n in zip(k_truth, n_truth, strict=True))],
                     "episodes": n_truth.tolist()}
     for name, m in {REFERENCE_KEY: truth, **mats}.items():
         w, j = evaluators[name]

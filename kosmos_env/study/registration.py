@@ -196,7 +196,7 @@ def first_difference(registered: Any, current: Any, where: str = "") -> tuple[st
                 return d
         return None
     if isinstance(registered, list) and isinstance(current, list) and len(registered) == len(current):
-        for i, (a, b) in enumerate(zip(registered, current)):
+        for i, (a, b) in enumerate(zip(registered, current, strict=True)):
             d = first_difference(a, b, f"{where}[{i}]")
             if d:
                 return d

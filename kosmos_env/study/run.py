@@ -126,7 +126,7 @@ def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
                 except ValueError:  # e.g. a log too short to judge: it shows nothing, so no verdict
                     verdicts.append(None)
         seconds[name] = (time.perf_counter() - t0) / len(cuts)
-        per_h[name] = {int(h): (None if v is None else bool(v.success)) for h, v in zip(cuts, verdicts)}
+        per_h[name] = {int(h): (None if v is None else bool(v.success)) for h, v in zip(cuts, verdicts, strict=True)}
         final[name] = per_h[name][n]
     return final, per_h, seconds
 

@@ -83,7 +83,7 @@ def analyse(arms: Mapping[str, Sequence[Mapping[str, Any]]], units: Sequence[tup
         truth = [unit_vector(e["truth"], "true_success", units) for e in evals]
         world = [unit_vector(e["world"], "world_success", units) for e in evals]
         curve = []
-        for e, t, w in zip(evals, truth, world):
+        for e, t, w in zip(evals, truth, world, strict=True):
             curve.append({"step": int(e["step"]), "true_success": boot.mean(t), "world_success": boot.mean(w),
                           "exploitability": boot.mean(w - t)})
         lifts[name] = truth[-1] - truth[0]
