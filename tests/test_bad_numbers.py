@@ -11,6 +11,7 @@ import pytest
 import kosmos_env  # noqa: F401
 from kosmos_env.errors import SpecError
 from kosmos_env.judges import make_judge
+from tests.conftest import requires_extra
 
 
 def test_unknown_judge_settings_are_named():
@@ -47,9 +48,8 @@ def test_meaningless_tabletop_physics_and_camera_are_refused(world, field):
         gymnasium.make("Kosmos-Tabletop-v1", world=world).reset(seed=0)
 
 
+@requires_extra("console")
 def test_console_url_integers_beyond_64_bits_are_4xx(tmp_path):
-    pytest.importorskip("fastapi", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
-    pytest.importorskip("httpx", reason="the console extra is not installed (pip install 'kosmos-env[console]')")
     from fastapi.testclient import TestClient
 
     from kosmos_env.console.app import create_app

@@ -338,12 +338,14 @@ def refilled_attempts(out) -> list[str]:
     return found
 
 
+@requires_extra("ray")
 def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, monkeypatch):
     """``--executor ray --lockstep 3``: a Ray actor runs 3 lanes, the driver holds their leases and
     feeds a freed lane (a policy error at step 5) while the others go on. The actor is SIGKILLed
     while its lanes run (an OOM kill): its episodes go back unfinished, a new actor finishes them,
     nothing finished is run again, and the records equal one at a time."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     import psutil
 
     from kosmos_env.campaign.design import make_config

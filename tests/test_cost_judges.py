@@ -206,9 +206,8 @@ def test_leaderboard_rows_carry_the_judge_and_its_share(run):
         assert e["judge_share_time"] == pytest.approx(report["judge_share"], rel=1e-6)
 
 
+@requires_extra("console")
 def test_console_analysis_page_names_the_judge_and_switches_judges(run):
-    pytest.importorskip("fastapi")
-    pytest.importorskip("httpx")
     from fastapi.testclient import TestClient
 
     from kosmos_env.console.app import create_app

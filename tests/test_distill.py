@@ -8,6 +8,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+from tests.conftest import requires_extra
 from kosmos_env.distill.judgespec import parse_judge_arg, resolve_judge_arg  # noqa: E402
 from kosmos_env.distill.metrics import (  # noqa: E402
     bootstrap_kappa,
@@ -158,8 +159,8 @@ def _bundle(root, n=4, size=32, frames=5):
 
 @pytest.fixture(scope="module")
 def tiny_judge():
-    torch = pytest.importorskip("torch")
-    pytest.importorskip("transformers")
+    import torch
+
     from kosmos_env.judges.vlm import VLMJudge
     from kosmos_env.testing import qwen_tiny
 
@@ -170,6 +171,7 @@ def tiny_judge():
     torch.set_num_threads(before)
 
 
+@requires_extra("models")  # a tiny random Qwen2.5-VL judge
 def test_labels_resume_without_redoing_or_losing_rows(tmp_path, tiny_judge):
     pytest.importorskip("pyarrow")
     from kosmos_env.distill.judgespec import judge_identity
@@ -227,9 +229,11 @@ def test_distill_refuses_a_teacher_that_only_abstained(tmp_path):
         distill(tmp_path / "labels", tmp_path / "nowhere", tmp_path / "adapter", progress=False)
 
 
+@requires_extra("models")  # transformers and peft
 def test_vlm_judge_applies_a_lora_adapter_and_pins_it_in_its_spec(tmp_path, tiny_judge):
-    torch = pytest.importorskip("torch")
-    peft = pytest.importorskip("peft")
+    import peft
+    import torch
+
     from kosmos_env.judges import make_judge
     from kosmos_env.judges.base import Rollout
     from kosmos_env.testing import qwen_tiny

@@ -15,15 +15,14 @@ import numpy as np
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("peft")
-pytest.importorskip("pyarrow")
+import torch  # noqa: E402
 
 from kosmos_env.cli import main  # noqa: E402
+from tests.conftest import requires_extra  # noqa: E402
 
 from kosmos_env.testing import qwen_tiny  # noqa: E402
 
+pytestmark = requires_extra("models")  # tiny Qwen2.5-VL teacher and student, LoRA by peft
 TASKS = ("carrot_on_plate", "spoon_on_towel")
 ANSWERS = {
     "carrot_on_plate": '{"success": true, "progress": 0.9, "video_ok": true, "reason": "done"}',

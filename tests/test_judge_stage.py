@@ -18,6 +18,7 @@ from kosmos_env.campaign.ledger import JUDGE_STAGE, Ledger, make_owner
 from kosmos_env.campaign.runner import open_campaign, run_campaign
 from kosmos_env.campaign.verify import verify_campaign
 from kosmos_env.campaign.worker import WorkSettings, work
+from tests.conftest import requires_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = "Kosmos-Tabletop-v1"
@@ -226,9 +227,11 @@ def test_bad_stage_flags_are_one_line_errors(tmp_path, capsys):
 
 
 @pytest.mark.slow
+@requires_extra("ray")
 def test_ray_two_stage_campaign_places_judge_actors_by_their_own_resources(tmp_path):
     """1 rollout actor (1 CPU) + 2 judge actors packed on one CPU (0.5 each) in a 2-CPU Ray."""
-    ray = pytest.importorskip("ray")
+    import ray
+
     config = _config(seeds=2)
     inline = run_campaign(config, tmp_path / "inline", progress=False)
     executor = make_executor(1, "ray", judge_workers=2, num_cpus=2, judge_resources='{"num_cpus": 0.5}')

@@ -10,6 +10,7 @@ import pytest
 from kosmos_env.plugins import TRUST_REMOTE_CODE_ENV
 from kosmos_env.policies import make_policy, policy_hash_from_files
 from kosmos_env.registration.protocol import policy_content_hash
+from tests.conftest import requires_extra
 
 EVIL = "import pathlib\npathlib.Path({marker!r}).write_text('ran')\n"
 
@@ -84,9 +85,9 @@ def test_policies_that_load_nothing_hash_as_built():
 
 
 @pytest.mark.slow
+@requires_extra("models")
 def test_openvla_hash_from_files_equals_the_built_policys_on_a_tiny_vlm(tmp_path):
     """Registration compares the file hash with the built policy's at eval: they must agree."""
-    pytest.importorskip("transformers")
     from tests.test_policy_openvla import _tiny_vlm
 
     from kosmos_env.policies.openvla import OPENVLA_PROMPT

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-pytest.importorskip("wandb", reason="the wandb extra is not installed (pip install 'kosmos-env[wandb]')")
-
 from kosmos_env.publish.wandb_logger import EPISODE_COLUMNS, WandbLogger, log_bundle  # noqa: E402
+from tests.conftest import requires_extra  # noqa: E402
 from tests.publish_bundles import campaign  # noqa: E402
+
+pytestmark = requires_extra("wandb")
 
 
 @pytest.fixture
