@@ -87,7 +87,7 @@ def test_shipped_weights_load_match_the_spec_and_are_small():
     assert isinstance(model, LearnedTabletop)
     err = info["heldout_error"]
     assert len(err["model_mse"]) == 20
-    assert all(m < c for m, c in zip(err["model_mse"], err["copy_mse"]))  # what training measured
+    assert all(m < c for m, c in zip(err["model_mse"], err["copy_mse"], strict=True))  # what training measured
     assert shipped_classifier_path().stat().st_size < 2 * 2**20
     load_classifier()
 
@@ -130,7 +130,7 @@ def test_shipped_model_beats_copy_last_frame_on_fresh_episodes():
     model, _ = load_weights(weights_dir() / "world.safetensors")
     world = load_spec("Kosmos-Tabletop-v1").world
     result = multistep_error(model, prepare(eps, world), world, horizon=20, threads=1)
-    assert all(m < c for m, c in zip(result["model_mse"], result["copy_mse"])), result
+    assert all(m < c for m, c in zip(result["model_mse"], result["copy_mse"], strict=True)), result
 
 
 @pytest.mark.slow
@@ -602,7 +602,7 @@ def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes
         runs.append([engine.step(a[None], render=i + 1 == len(actions))[:2] + (engine.obj.numpy().copy(),)
                      for i, a in enumerate(actions)])
     sim.close()
-    for (f0, g0, o0), (f1, g1, o1) in zip(*runs):
+    for (f0, g0, o0), (f1, g1, o1) in zip(*runs, strict=True):
         assert np.array_equal(f0, f1) and np.array_equal(g0, g1) and np.array_equal(o0, o1)
 
 

@@ -57,7 +57,7 @@ class ReferenceWorld(TabletopWorld):
     def _control(self, action):
         target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
         pos, quat = reference_targets(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
-        for p, q in zip(pos, quat):
+        for p, q in zip(pos, quat, strict=True):
             self.data.mocap_pos[self._hand_mocap] = p
             self.data.mocap_quat[self._hand_mocap] = q
             mujoco.mj_step(self.model, self.data)
@@ -97,7 +97,7 @@ def batched_targets_before_trimming(start_tcp, start_rot, target_tcp, target_rot
     rots[n_moving:] = target_rot
     positions = start_tcp + fracs[:, None] * (target_tcp - start_tcp) + TCP_OFFSET * rots[:, :, 2]
     quats = np.empty((len(fracs), 4))
-    for quat, rot in zip(quats, rots):
+    for quat, rot in zip(quats, rots, strict=True):
         mujoco.mju_mat2Quat(quat, rot.reshape(-1))
     return positions, quats
 
@@ -108,7 +108,8 @@ def test_trimmed_targets_are_bitwise_the_batched_targets():
         for _ in range(25):
             args = (rng.uniform(0, 0.3, 3), euler_to_matrix(rng.uniform(-0.6, 0.6, 3)),
                     rng.uniform(0, 0.3, 3), euler_to_matrix(rng.uniform(-0.6, 0.6, 3)))
-            for got, want in zip(substep_targets(*args, substeps), batched_targets_before_trimming(*args, substeps)):
+            for got, want in zip(substep_targets(*args, substeps), batched_targets_before_trimming(*args, substeps),
+                                 strict=True):
                 np.testing.assert_array_equal(got, want)
 
 
@@ -139,7 +140,7 @@ class UntrimmedStepWorld(TabletopWorld):
     def _control(self, action):
         target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
         positions, quats = batched_targets_before_trimming(self._tcp, self._rot, target_tcp, target_rot, self._substeps)
-        for pos, quat in zip(positions, quats):
+        for pos, quat in zip(positions, quats, strict=True):
             self.data.mocap_pos[self._hand_mocap] = pos
             self.data.mocap_quat[self._hand_mocap] = quat
             mujoco.mj_step(self.model, self.data)

@@ -95,7 +95,7 @@ def _compare(vec: list[tuple], ref: list[tuple], frame_tol: int = 0, reward_tol:
     """Asserts the streams agree; returns how many episode ends (and so autoresets) they hold."""
     assert len(vec) == len(ref)
     ends = 0
-    for t, ((vo, vr, vte, vtr, vi), (ro, rr, rte, rtr, ri)) in enumerate(zip(vec, ref)):
+    for t, ((vo, vr, vte, vtr, vi), (ro, rr, rte, rtr, ri)) in enumerate(zip(vec, ref, strict=True)):
         where = f"call {t}"
         assert vo.keys() == ro.keys(), where
         for k in ro:

@@ -140,9 +140,9 @@ def _same_obs(a, b) -> None:
 
 def _compare(vec, single) -> None:
     assert len(vec["obs"]) == len(single["obs"])
-    for a, b in zip(vec["obs"], single["obs"]):
+    for a, b in zip(vec["obs"], single["obs"], strict=True):
         _same_obs(a, b)
-    for a, b in zip(vec["frames"], single["frames"]):
+    for a, b in zip(vec["frames"], single["frames"], strict=True):
         np.testing.assert_array_equal(a, b)
     assert [float(x) for x in vec["rewards"]] == [float(x) for x in single["rewards"]]
     assert vec["terminated"] == single["terminated"] and vec["truncated"] == single["truncated"]

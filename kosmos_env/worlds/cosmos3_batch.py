@@ -295,7 +295,7 @@ class _BatchedCall:
             latents, actions, masks, domains = self._latents(num_frames)
             cfg = self.guidance > 1.0
             statics = [(self._static(c, lat, act), self._static(u, lat, act))
-                       for (c, u), lat, act in zip(texts, latents, actions)]
+                       for (c, u), lat, act in zip(texts, latents, actions, strict=True)]
             # the pipeline's scheduler keeps per-call state: a private copy keeps it untouched
             scheduler = copy.deepcopy(pipe.scheduler)
             if pipe.config.use_native_flow_schedule:

@@ -304,7 +304,7 @@ class TabletopWorld:
         """
         dx, dy, dz, _, _, _, gripper = action.tolist()
         target_tcp = np.array([_clip_to_bounds(p + d, lo, hi) for p, d, (lo, hi) in
-                               zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows)])
+                               zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows, strict=True)])
         target_rot = euler_to_matrix_single(action[3:6]) @ self._rot  # numpy's matmul (BLAS), as before
         # joint limits of the wrist: tilt away from pointing down is bounded
         tilt = self._max_tilt
@@ -376,7 +376,7 @@ def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np
     """
     positions, rots = _substep_poses(start_tcp, start_rot, target_tcp, target_rot, substeps)
     quats = np.empty((len(rots), 4))
-    for quat, rot in zip(quats, rots):  # MuJoCo's own conversion, as the per-substep path used
+    for quat, rot in zip(quats, rots, strict=True):  # MuJoCo's own conversion, as the per-substep path used
         mujoco.mju_mat2Quat(quat, rot)
     return positions, quats
 

@@ -137,7 +137,7 @@ class Engine:
 
     def _heat(self, poses) -> torch.Tensor:
         pos, rot, _ = poses
-        return torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(pos, rot)]))
+        return torch.from_numpy(np.stack([self.heatmap(p, r) for p, r in zip(pos, rot, strict=True)]))
 
     def _project(self, points: torch.Tensor) -> torch.Tensor:
         return torch.as_tensor(self.calibration.project(points.numpy().astype(np.float64)), dtype=torch.float32)
@@ -163,7 +163,7 @@ class Engine:
         obj_before, held_before, grip_before = self.obj, self.held, self.gripper
         tcp = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         yaw = torch.as_tensor(np.array([p.euler[2] for p in self.integrators]), dtype=torch.float32)
-        for p, a in zip(self.integrators, actions):
+        for p, a in zip(self.integrators, actions, strict=True):
             p.step(a)
         tcp_next = torch.as_tensor(np.stack([p.pos for p in self.integrators]), dtype=torch.float32)
         cmd = torch.as_tensor(actions[:, 6], dtype=torch.float32)
@@ -411,7 +411,7 @@ class Engine:
         batch = cls._stack(engines, cache)
         batch._advance(np.asarray(actions, dtype=np.float64).reshape(len(engines), 7))
         due = np.array([e._pending + 1 >= batch.actions_per_call if r is None else bool(r)
-                        for e, r in zip(engines, render)], dtype=bool)
+                        for e, r in zip(engines, render, strict=True)], dtype=bool)
         if due.any():
             batch._render(np.flatnonzero(due), renderer)
         frames = to_uint8(batch.cur)
@@ -428,7 +428,7 @@ class Engine:
             setattr(batch, name, getattr(first, name))
         key = tuple(e.first for e in engines)
         hit = cache is not None and len(cache.get("key", ())) == len(key) and all(
-            a is b for a, b in zip(cache["key"], key))
+            a is b for a, b in zip(cache["key"], key, strict=True))
         if not hit:
             episode = {name: torch.cat([getattr(e, name) for e in engines]) for name in cls._EPISODE_TENSORS}
             episode.update({name: np.concatenate([getattr(e, name) for e in engines]) for name in cls._EPISODE_ARRAYS})

@@ -31,6 +31,8 @@ A weights file without ``slip.*`` tensors runs exactly as before (no slip predic
 """
 from __future__ import annotations
 
+from itertools import pairwise
+
 import numpy as np
 import torch
 from torch import nn
@@ -96,7 +98,7 @@ def clean_holds(held: np.ndarray, closed: np.ndarray, max_gap: int = MAX_FLICKER
     closed = np.asarray(closed, dtype=bool)
     for e in range(out.shape[0]):
         idx = np.flatnonzero(out[e])
-        for a, b in zip(idx[:-1], idx[1:]):
+        for a, b in pairwise(idx):
             if 1 < b - a <= max_gap + 1 and closed[e, a + 1:b].all():
                 out[e, a + 1:b] = True
     return out

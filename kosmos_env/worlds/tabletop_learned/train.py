@@ -76,7 +76,7 @@ def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
         p, rot = integrate(world, episodes.actions[e])
         pos[e] = p
         euler[e] = np.stack([matrix_to_euler(r) for r in rot])
-        heat[e] = np.stack([render(a, b) for a, b in zip(p, rot)])
+        heat[e] = np.stack([render(a, b) for a, b in zip(p, rot, strict=True)])
     closed = np.c_[np.zeros((E, 1)), episodes.actions[:, :, 6] < 0.5]
     held = (episodes.contact & (closed > 0)).astype(np.float32)
     step = np.linalg.norm(np.diff(episodes.object_pos, axis=1), axis=2)
@@ -489,7 +489,7 @@ def format_error_table(result: Mapping[str, Any]) -> str:
     lines = ["horizon  model_mse   copy_mse    ratio  object_cm  gripper_mae",
              "-------  ----------  ----------  -----  ---------  -----------"]
     for h, m, c, o, g in zip(result["horizons"], result["model_mse"], result["copy_mse"], result["object_cm"],
-                             result["gripper_mae"]):
+                             result["gripper_mae"], strict=True):
         lines.append(f"{h:7d}  {m:10.6f}  {c:10.6f}  {m / c:5.3f}  {o:9.2f}  {g:11.4f}")
     return "\n".join(lines)
 
