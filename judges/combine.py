@@ -54,7 +54,7 @@ class VetoJudge:
     def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
         from kosmos_env.judges.base import judge_many
 
-        return [self._apply(r, j) for r, j in zip(rollouts, judge_many(self.inner, rollouts))]
+        return [self._apply(r, j) for r, j in zip(rollouts, judge_many(self.inner, rollouts), strict=True)]
 
     def _apply(self, rollout: Rollout, inner: Judgment) -> Judgment:
         start = time.perf_counter()
@@ -123,12 +123,12 @@ class FusionJudge:
         """Fuse one rollout's judgments (in the order of ``self.judges``)."""
         if len(parts) != len(self.judges):
             raise ValueError(f"{len(parts)} judgments for {len(self.judges)} judges")
-        votes = tuple({"judge": p.judge, "success": p.success, "score": float(p.score), "weight": w} for p, w in zip(parts, self.weights))
+        votes = tuple({"judge": p.judge, "success": p.success, "score": float(p.score), "weight": w} for p, w in zip(parts, self.weights, strict=True))
         seconds = sum(p.seconds for p in parts)
-        abstain_w = sum(w for p, w in zip(parts, self.weights) if p.abstained)
+        abstain_w = sum(w for p, w in zip(parts, self.weights, strict=True) if p.abstained)
         if abstain_w > self.max_abstain_weight or abstain_w >= 1.0 - 1e-12:
             return Judgment(None, 0.0, f"abstain: judges holding {abstain_w:.2f} of the weight abstained", votes, self.name, seconds=seconds)
-        live = [(p, w) for p, w in zip(parts, self.weights) if not p.abstained]
+        live = [(p, w) for p, w in zip(parts, self.weights, strict=True) if not p.abstained]
         score = sum(p.score * w for p, w in live) / sum(w for _, w in live)
         success = score >= self.threshold
         return Judgment(
@@ -140,7 +140,7 @@ class FusionJudge:
 
 def false_pass_rate(judgments: Sequence[Judgment], truth: Sequence[bool]) -> float:
     """Share of truly failed rollouts that the judge called a success (abstentions are not passes)."""
-    failed = [j for j, t in zip(judgments, truth) if not t]
+    failed = [j for j, t in zip(judgments, truth, strict=True) if not t]
     if not failed:
         return float("nan")
     return sum(j.success is True for j in failed) / len(failed)
@@ -148,8 +148,8 @@ def false_pass_rate(judgments: Sequence[Judgment], truth: Sequence[bool]) -> flo
 
 def balanced_accuracy(judgments: Sequence[Judgment], truth: Sequence[bool]) -> float:
     """Mean of the true-positive and true-negative rates; an abstention counts as wrong."""
-    pos = [j for j, t in zip(judgments, truth) if t]
-    neg = [j for j, t in zip(judgments, truth) if not t]
+    pos = [j for j, t in zip(judgments, truth, strict=True) if t]
+    neg = [j for j, t in zip(judgments, truth, strict=True) if not t]
     rates = []
     if pos:
         rates.append(sum(j.success is True for j in pos) / len(pos))

@@ -127,7 +127,7 @@ def check_log(log: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarra
 def _runs(mask: np.ndarray) -> list[tuple[int, int]]:
     """Maximal runs of True as half-open (start, stop) index pairs."""
     edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
-    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist()))
+    return list(zip(np.flatnonzero(edges == 1).tolist(), np.flatnonzero(edges == -1).tolist(), strict=True))
 
 
 def analyse_log(log: Mapping[str, Any], th: LogThresholds = LogThresholds()) -> LogEvents:

@@ -486,7 +486,7 @@ class _SeededSampler:
         if self._race is None or self._race.shape != sorted_p.shape:
             self._race = torch.empty(sorted_p.shape)
         race = self._race
-        for row, gen in zip(race, self.generators):
+        for row, gen in zip(race, self.generators, strict=True):
             row.exponential_(generator=gen)
         chosen = order.gather(1, (sorted_p / race).argmax(dim=-1, keepdim=True)).squeeze(1)
         out = torch.full_like(scores, float("-inf"))

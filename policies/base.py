@@ -42,7 +42,7 @@ class Policy(ABC):
         it with one batched call over the instances' observations and episode states; it must
         return exactly what each ``act`` would have returned.
         """
-        return [p.act(o) for p, o in zip(policies, observations)]
+        return [p.act(o) for p, o in zip(policies, observations, strict=True)]
 
     def config(self) -> dict[str, Any]:
         """JSON-able settings that identify this policy (hashed into results)."""

@@ -19,7 +19,7 @@ TCP[0, 3] = -0.093575
 
 def reference_bridge10(states_xyz, states_euler, gripper):
     poses = []
-    for xyz, e in zip(states_xyz, states_euler):
+    for xyz, e in zip(states_xyz, states_euler, strict=True):
         t = np.eye(4)
         t[:3, :3] = Rotation.from_euler("xyz", e).as_matrix() @ D
         t[:3, 3] = xyz

@@ -146,7 +146,7 @@ def test_a_yaml_alias_bomb_is_refused_at_once(tmp_path, capsys):
     from kosmos_env.cli import main
 
     lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
-    for prev, name in zip("abcdefgh", "bcdefghi"):
+    for prev, name in zip("abcdefgh", "bcdefghi", strict=True):
         lines.append(f"{name}: &{name} [" + ",".join([f"*{prev}"] * 9) + "]")
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("\n".join(lines) + "\n")

@@ -242,7 +242,7 @@ def test_live_numbers_come_from_the_ledger(tmp_path):
         now = time.time()  # episodes finished during this run (after its start)
         with ledger.transaction() as conn:
             ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
-            for o, outcome in zip(ords[:3], ("success", "failure", "discarded")):
+            for o, outcome in zip(ords[:3], ("success", "failure", "discarded"), strict=True):
                 conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, timings = ?, finished = ? "
                              "WHERE ord = ?", (outcome, {"success": 1, "failure": 0}.get(outcome), timings, now, o))
             conn.execute("UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ? WHERE ord = ?",

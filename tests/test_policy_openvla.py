@@ -164,7 +164,7 @@ def test_openvla_policy_end_to_end_on_a_tiny_random_vlm(tmp_path):
     np.testing.assert_array_equal(ids, [119] * 7)
     action = policy.act({"image": image, "instruction": "Put the carrot on the plate"})
     n = -1 + 401 / 255
-    expected = [0.5 * (n + 1) * (hi - lo) + lo for lo, hi in zip(Q01[:6], Q99[:6])] + [n]  # gripper in [0, 1] already
+    expected = [0.5 * (n + 1) * (hi - lo) + lo for lo, hi in zip(Q01[:6], Q99[:6], strict=True)] + [n]  # gripper in [0, 1] already
     assert action.dtype == np.float32 and action.shape == (7,)
     np.testing.assert_allclose(action, expected, atol=1e-6)
 

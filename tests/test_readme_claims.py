@@ -392,7 +392,7 @@ def test_validity_study_population(study):
     assert (f"{len(res['policies'])} policies: the scripted controller at {words[kinds['scripted']]} skills, random, "
             f"{words[kinds['deceptive']]} *deceptive* policies") in text
     assert f"and {words[kinds['ckpt']]} **closed-loop, image-conditioned checkpoints**" in text
-    ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"]) if p.startswith("ckpt:")]
+    ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"], strict=True) if p.startswith("ckpt:")]
     assert f"true success {min(ckpt):.2f}–{max(ckpt):.2f})" in text
     assert f"Their true success lies between {min(ckpt):.2f} and {max(ckpt):.2f}" in text
 

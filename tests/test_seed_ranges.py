@@ -1,5 +1,6 @@
 """The declared seed ranges: disjoint, checked, and every default seed in the stage it claims."""
 import inspect
+from itertools import pairwise
 
 import pytest
 
@@ -10,7 +11,7 @@ def test_declared_ranges_are_disjoint_and_cover_the_known_blocks():
     ranges = seed_ranges()
     assert set(ranges) == set(STAGES)
     spans = sorted((a, b) for v in ranges.values() for a, b in v)
-    assert all(b1 < a2 for (_, b1), (a2, _) in zip(spans, spans[1:]))
+    assert all(b1 < a2 for (_, b1), (a2, _) in pairwise(spans))
     assert stage_of(50000) == "training" and stage_of(250000) == "tuning" and stage_of(140000) == "evaluation"
     assert stage_of(10**7) is None
 

@@ -53,7 +53,7 @@ def test_incremental_matches_vectorised_and_detects_real_difference():
     b = (rng.random(400) < 0.35).astype(float)
     lo, hi = eb_confidence_sequence((a - b + 1) / 2)
     test = SequentialABTest(alpha=0.05)
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
         st = test.update_pair(x, y)
         assert st.lower == pytest.approx(np.max(2 * lo[: i + 1] - 1), abs=1e-12)
         assert st.upper == pytest.approx(np.min(2 * hi[: i + 1] - 1), abs=1e-12)

@@ -74,7 +74,7 @@ def test_user_loop_with_frames_and_computed_summary(offline):
     assert [r[episodes["columns"].index("outcome")] for r in episodes["data"]] == outcomes
     assert len(list((run_dir / "files" / "media" / "videos" / "rollouts").glob("*.mp4"))) == 2
     policies = _table(run_dir, "policies")
-    row = dict(zip(policies["columns"], policies["data"][0]))
+    row = dict(zip(policies["columns"], policies["data"][0], strict=True))
     assert row["policy"] == "mine" and row["n"] == 3 and row["success_rate"] == 0.5 and row["discarded"] == 1
     assert 0 < row["wilson_95_lo"] < 0.5 < row["wilson_95_hi"] < 1
 
