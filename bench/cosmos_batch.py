@@ -16,13 +16,10 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(ROOT, "tests"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from _report import load_average, save  # noqa: E402  (bench/_report.py)
@@ -38,7 +35,7 @@ def main() -> None:
     args = parser.parse_args()
     import torch
 
-    from cosmos_tiny import tiny_bridge_spec, tiny_pipeline
+    from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
     from kosmos_env.worlds.cosmos3 import Cosmos3World
     from kosmos_env.worlds.cosmos3_batch import generate_batch
 
@@ -56,7 +53,7 @@ def main() -> None:
 
     lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads 1, python {platform.python_version()}",
              f"load average before: {load_average()}",
-             f"tiny Cosmos3OmniPipeline (tests/cosmos_tiny.py), {args.n} requests, chunk 4, 2 steps, 64x64 input; "
+             f"tiny Cosmos3OmniPipeline (kosmos_env/testing/cosmos_tiny.py), {args.n} requests, chunk 4, 2 steps, 64x64 input; "
              f"best of {args.reps} interleaved rounds"]
     pipe(**requests()[0])  # warm-up
     single_s, batch_s = [], []

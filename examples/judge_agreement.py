@@ -29,18 +29,10 @@ DEFAULT_POLICIES = ("scripted:1.0", "scripted:0.85", "scripted:0.7", "scripted:0
 
 
 def spearman(x, y) -> float:
-    """Spearman rank correlation with average ranks for ties (no scipy needed)."""
-    def ranks(v):
-        v = np.asarray(v, dtype=np.float64)
-        order = np.argsort(v, kind="stable")
-        r = np.empty(len(v))
-        r[order] = np.arange(len(v), dtype=np.float64)
-        for value in np.unique(v):  # average ranks of ties
-            tie = v == value
-            r[tie] = r[tie].mean()
-        return r
+    """Spearman rank correlation with average ranks for ties."""
+    from scipy.stats import rankdata
 
-    rx, ry = ranks(x), ranks(y)
+    rx, ry = rankdata(x), rankdata(y)
     if rx.std() == 0 or ry.std() == 0:
         return float("nan")
     return float(np.corrcoef(rx, ry)[0, 1])

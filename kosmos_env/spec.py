@@ -352,18 +352,6 @@ def load_spec(env_id: str) -> EnvSpec:
     return spec
 
 
-def load_spec_file(path: str) -> EnvSpec:
-    """Load and validate a spec from a user's JSON file (untrusted: parsed as data only)."""
-    with open(path, encoding="utf-8") as fh:
-        try:
-            raw = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise SpecError(f"{path} is not valid JSON: {exc}") from None
-    if not isinstance(raw, dict):
-        raise SpecError(f"{path} must hold a JSON object")
-    return EnvSpec.from_dict(raw)
-
-
 def _normalise_learned_tabletop(world: dict) -> None:
     """Validate the learned tabletop's ``world.rules`` and ``world.learned_dynamics`` in place.
 

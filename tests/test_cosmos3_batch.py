@@ -1,6 +1,5 @@
 """Batched Cosmos 3 calls: N requests through one denoising loop equal N single pipeline calls."""
 import os
-import sys
 
 import gymnasium as gym
 import numpy as np
@@ -9,8 +8,7 @@ import pytest
 import kosmos_env  # noqa: F401
 from tests.conftest import requires_extra
 
-sys.path.insert(0, os.path.dirname(__file__))
-from cosmos_tiny import tiny_bridge_spec, tiny_pipeline  # noqa: E402
+from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 pytestmark = [pytest.mark.slow, requires_extra("models")]

@@ -12,7 +12,7 @@ pytest.importorskip("transformers")
 from kosmos_env.judges.base import Rollout  # noqa: E402
 from kosmos_env.judges.vlm import VLMJudge, rollout_seed  # noqa: E402
 
-from tests import qwen_tiny  # noqa: E402
+from kosmos_env.testing import qwen_tiny  # noqa: E402
 
 SMALL = {"max_pixels": 56 * 56, "min_pixels": 28 * 28, "max_new_tokens": 8}
 

@@ -30,9 +30,9 @@ from typing import Any, Callable, Mapping, Sequence
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig
-from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
+from kosmos_env.campaign.failures import is_infrastructure_failure
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
-from kosmos_env.campaign.worker import Heartbeat, WorkSettings
+from kosmos_env.campaign.worker import Heartbeat, WorkSettings, pause_after_infrastructure_failure
 
 
 def default_batch(judge: Any) -> int:
@@ -246,15 +246,8 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
                 infra_in_a_row = 0
                 continue
             infra_in_a_row += 1
-            if infra_in_a_row > settings.infra_retries:
-                raise InfrastructureFailure(
-                    f"{infra_in_a_row} judge batches in a row failed for an infrastructure reason (last: "
-                    f"{one_line(infra)}); their rollouts are kept: fix the cause and rerun the same command")
-            pause = min(settings.infra_backoff * 2 ** (infra_in_a_row - 1), 8.0)
-            if stop is not None:
-                stop.wait(pause)
-            else:
-                time.sleep(pause)
+            pause_after_infrastructure_failure(infra_in_a_row, infra, settings, stop, failed="judge batches",
+                                               kept="their rollouts are kept")
     finally:
         if runner is not None:
             runner.close()

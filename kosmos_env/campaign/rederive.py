@@ -37,8 +37,6 @@ from kosmos_env.hashing import sha256_hex
 
 #: judge types whose verdict is a pure function of the rollout (and of files bound by hash)
 DETERMINISTIC_JUDGES = ("state", "robot_log", "action_only", "action_learned", "vision_frame", "optimistic")
-#: judges made of judges: deterministic when every inner judge is
-COMPOSITE_JUDGES = ("veto", "fusion")
 #: world types that are simulators: their episodes replay bit for bit from the seed and actions
 SIMULATOR_WORLDS = ("tabletop",)
 #: frame judges on lossy (MP4) frames: a verdict is called wrong only when the re-derived

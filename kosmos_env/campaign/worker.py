@@ -336,12 +336,16 @@ def record_failure(ledger: Ledger, key: EpisodeKey, owner: str, exc: BaseExcepti
 
 
 def pause_after_infrastructure_failure(in_a_row: int, exc: BaseException, settings: WorkSettings,
-                                       stop: threading.Event | None = None) -> None:
-    """Back off after the ``in_a_row``-th infrastructure failure; past ``settings.infra_retries``, give up."""
+                                       stop: threading.Event | None = None, *, failed: str = "episodes",
+                                       kept: str = "they are left unfinished") -> None:
+    """Back off after the ``in_a_row``-th infrastructure failure; past ``settings.infra_retries``, give up.
+
+    One back-off for rollout workers, lockstep workers and judge workers (``failed`` and ``kept``
+    name what failed and what is kept in the message)."""
     if in_a_row > settings.infra_retries:
         raise InfrastructureFailure(
-            f"{in_a_row} episodes in a row failed for an infrastructure reason (last: "
-            f"{one_line(exc)}); they are left unfinished: fix the cause and rerun the same command"
+            f"{in_a_row} {failed} in a row failed for an infrastructure reason (last: "
+            f"{one_line(exc)}); {kept}: fix the cause and rerun the same command"
         ) from exc
     pause = min(settings.infra_backoff * 2 ** (in_a_row - 1), 8.0)
     if stop is not None:

@@ -96,11 +96,6 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-def episode_passed(replayed: Mapping[str, np.ndarray]) -> bool:
-    """An episode passes when every call passed (the env stops at the first rejection)."""
-    return bool(np.all(replayed["passed"]))
-
-
 # -- the real episode's reference commands ---------------------------------------------------------
 def load_reference_commands() -> dict[str, Any]:
     """The shipped commands consistent with the real can episode (checked against its recorded sha256).

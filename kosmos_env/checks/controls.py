@@ -24,6 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.gate.measurements import average_ranks
 from kosmos_env.worlds.shuffled import ShuffledCommandWorld  # noqa: F401  (re-exported: the controls use it)
 
 # -- recording --------------------------------------------------------------------------------
@@ -153,17 +154,7 @@ def auroc(positive: Sequence[float], negative: Sequence[float]) -> float | None:
     pos, neg = np.asarray(positive, float), np.asarray(negative, float)
     if not len(pos) or not len(neg):
         return None
-    values = np.concatenate([pos, neg])
-    order = np.argsort(values, kind="stable")
-    ranks = np.empty(len(values))
-    sorted_values = values[order]
-    i = 0
-    while i < len(values):
-        j = i
-        while j + 1 < len(values) and sorted_values[j + 1] == sorted_values[i]:
-            j += 1
-        ranks[order[i: j + 1]] = (i + j) / 2.0 + 1.0
-        i = j + 1
+    ranks = average_ranks(np.concatenate([pos, neg]))
     return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
 
 

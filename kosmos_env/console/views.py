@@ -21,8 +21,6 @@ from typing import Any, Sequence
 
 from kosmos_env.console import campaigns as cz
 
-FORMATS = ("csv", "parquet")
-
 
 def _wilson(k: int, n: int) -> tuple[float, float]:
     from kosmos_env.stats.intervals import wilson

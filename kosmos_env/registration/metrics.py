@@ -39,7 +39,6 @@ from kosmos_env.registration.expr import Call, ExprError, format_call, parse_exp
 
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 _S, _F, _D = 0, 1, 2
-INTERVALS = ("wilson", "clopper_pearson", "bootstrap")
 _REQUIRED = object()
 
 

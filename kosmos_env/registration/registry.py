@@ -23,7 +23,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from kosmos_env.hashing import canonical_json, sha256_hex
 from kosmos_env.registration.protocol import (
@@ -189,7 +189,3 @@ def load_registration(path: str | Path) -> Registration:
         raise RegistrationError(f"{p} is not a JSON registration file: {exc}") from None
     reg = registration_from_dict(data, str(p))
     return Registration(**{**reg.__dict__, "path": str(p)})
-
-
-def same_registration(stamp: Mapping[str, Any] | None, reg: Registration) -> bool:
-    return isinstance(stamp, Mapping) and stamp.get("sha256") == reg.sha256

@@ -19,7 +19,6 @@ RESULTS_SCHEMA = "kosmos-env/results"
 SUPPORTED_SCHEMA_VERSIONS = (1,)
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 STAGES = ("policy", "world", "gate", "judge", "io")
-ARTIFACT_KINDS = ("video", "actions", "log")
 _REQUIRED = ("policy", "task", "seed", "repeat", "outcome")
 
 

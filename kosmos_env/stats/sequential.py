@@ -55,7 +55,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DECISIONS = ("A better", "B better", "undecided")
 RULES = ("betting", "eb")
 BET_CAP = 1.0  # the largest bet: |X - 1/2| <= 1/2 keeps every capital factor >= 1/2
 

@@ -1,7 +1,7 @@
 """``--tiny``: run an env, a campaign, the doctor and the judge check with tiny random models.
 
-:func:`tiny_models` builds (once, then reuses) a tiny random Cosmos 3 checkpoint and a tiny
-random Qwen2.5-VL judge in a folder (``$KOSMOS_TINY_DIR``, default
+:func:`tiny_cosmos3_dir` and :func:`tiny_judge_dir` build (once, then reuse) a tiny random
+Cosmos 3 checkpoint and a tiny random Qwen2.5-VL judge in a folder (``$KOSMOS_TINY_DIR``, default
 ``~/.cache/kosmos-env/tiny-v1``), saved exactly as real downloads are laid out. :func:`apply_tiny`
 points a registered spec's world at the tiny checkpoint (through the world's weights-path
 environment variable, so worker processes inherit it) and returns the judge spec for the tiny
@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,12 +24,6 @@ TINY_JUDGE_MODEL_ID = "kosmos-env/tiny-random-qwen2.5-vl"
 _LAYOUT_VERSION = "tiny-v1"
 TINY_MAX_NEW_TOKENS = 32
 TINY_MAX_PIXELS = 28 * 28 * 16
-
-
-@dataclass(frozen=True)
-class TinyModels:
-    cosmos3: str  # folder of a saved tiny Cosmos3OmniPipeline
-    judge: str  # folder of a saved tiny Qwen2.5-VL (model + tokenizer)
 
 
 def tiny_root() -> Path:
@@ -73,11 +66,6 @@ def tiny_judge_dir(root: str | os.PathLike | None = None) -> str:
 
     base = Path(root) if root is not None else tiny_root()
     return _build_once(base / "qwen2_5_vl", lambda p: save_tiny_qwen(p, "qwen2_5_vl"))
-
-
-def tiny_models(root: str | os.PathLike | None = None) -> TinyModels:
-    """Both tiny folders under ``root`` (built on first use)."""
-    return TinyModels(cosmos3=tiny_cosmos3_dir(root), judge=tiny_judge_dir(root))
 
 
 def tiny_judge_spec(base: Mapping[str, Any] | None, judge_dir: str) -> dict[str, Any]:

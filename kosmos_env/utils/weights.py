@@ -58,7 +58,3 @@ def safetensors_bytes(path: str | os.PathLike, run_dtype: str | None = None) -> 
             per = RUN_DTYPE_BYTES[run_dtype] if run_dtype and code in _FLOAT_CODES else _DTYPE_BYTES.get(code, 4)
             total += numel * per
     return total
-
-
-def gib(n_bytes: float) -> str:
-    return f"{n_bytes / 2**30:.2f} GiB"
