@@ -156,9 +156,9 @@ def main() -> None:
                 f"lockstep {args.lanes}: {n / bestn:.3f} episodes/s (best wall {bestn:.2f} s)",
                 f"{names['control']}: {n / bestc:.3f} episodes/s (best wall {bestc:.2f} s)",
                 f"campaign throughput ratio lockstep {args.lanes} / lockstep 1: {best1 / bestn:.2f}x "
-                f"(per-round ratios: {', '.join(f'{a / b:.2f}' for a, b in zip(walls['1'], walls['N']))})",
+                f"(per-round ratios: {', '.join(f'{a / b:.2f}' for a, b in zip(walls['1'], walls['N'], strict=True))})",
                 f"control ratio (lockstep {args.lanes} without batched world calls) / lockstep 1: {best1 / bestc:.2f}x "
-                f"(per-round ratios: {', '.join(f'{a / b:.2f}' for a, b in zip(walls['1'], walls['control']))}): "
+                f"(per-round ratios: {', '.join(f'{a / b:.2f}' for a, b in zip(walls['1'], walls['control'], strict=True))}): "
                 f"what side-by-side stepping gains without the batched denoising loop",
                 f"same outcomes and steps per episode: {same_outcomes}; largest |action difference|: {max_action_diff:.1e}",
             ]
@@ -214,7 +214,7 @@ def refill_part(args, uneven, campaign, calls, summary) -> list[str]:
         f"{stats['refill'][1]} lane-steps",
         f"wall: refill {best_r:.2f} s vs whole batches {best_b:.2f} s (best of {args.rounds}; ratio "
         f"{best_r / best_b:.2f}; per-round ratios: "
-        f"{', '.join(f'{a / b:.2f}' for a, b in zip(walls['refill'], walls['whole batches']))})",
+        f"{', '.join(f'{a / b:.2f}' for a, b in zip(walls['refill'], walls['whole batches'], strict=True))})",
         f"same outcomes and steps per episode: {same}; largest |action difference|: {diff:.1e}",
     ]
     return lines

@@ -168,7 +168,7 @@ def synthetic_campaign(folder: str, seeds: int = 625) -> int:
                                                  "random"], tasks=None, seeds=seeds)
     os.makedirs(folder)
     rng = random.Random(0)
-    skill = {p.label: s for p, s in zip(config.policies, (0.9, 0.6, 0.3, 0.05))}
+    skill = {p.label: s for p, s in zip(config.policies, (0.9, 0.6, 0.3, 0.05), strict=True)}
     now = time.time()
     with Ledger(os.path.join(folder, "ledger.sqlite")) as ledger:
         ledger.initialise(config)

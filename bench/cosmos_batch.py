@@ -64,7 +64,7 @@ def main() -> None:
         t0 = time.perf_counter()
         batched, report = generate_batch(pipe, requests())
         batch_s.append(time.perf_counter() - t0)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(singles, batched))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(singles, batched, strict=True))
     lines += [
         f"{args.n} single calls: {min(single_s):.2f} s ({min(single_s) / args.n:.2f} s per request)",
         f"1 batched call (batched={report.batched}): {min(batch_s):.2f} s ({min(batch_s) / args.n:.2f} s per request)",

@@ -98,8 +98,8 @@ def main(argv=None) -> int:
     env.close()
 
     m_env, m_dir = statistics.median(t_env), statistics.median(t_direct)
-    paired = [e / i for e, i in zip(t_env, t_inner)]
-    outside = [e - i for e, i in zip(t_env, t_inner)]
+    paired = [e / i for e, i in zip(t_env, t_inner, strict=True)]
+    outside = [e - i for e, i in zip(t_env, t_inner, strict=True)]
     lines = [
         "Cosmos 3 env overhead: env.step (Kosmos-Bridge-v1, tiny random Cosmos3OmniPipeline) vs direct pipeline call",
         machine_line(),

@@ -252,7 +252,7 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
     prediction, upper = {}, {}
     for j in JUDGES:
         prediction[j], combined = _predict(list(range(len(rungs))), k_obs[j], k_boot[j], d_obs, d_boot, j)
-        for e, c in zip(table, combined):
+        for e, c in zip(table, combined, strict=True):
             e.setdefault("combined", {})[j] = float(c)
         # the upper ladder: rungs whose judge ranks at all (a constant ranking is visible without truth)
         live = [i for i, e in enumerate(table) if not e["kendall"][j]["constant"]]

@@ -117,7 +117,7 @@ def main() -> int:
     def feats(split):
         acts, ti = data[f"{split}_actions"], data[f"{split}_task"]
         return np.stack([action_features(a, tasks[k], tasks, world["home_tcp"], world["workspace"])
-                         for a, k in zip(acts, ti)]), data[f"{split}_truth"].astype(int)
+                         for a, k in zip(acts, ti, strict=True)]), data[f"{split}_truth"].astype(int)
 
     Xtr, ytr = feats("train")
     Xtu, ytu = feats("tune")
@@ -136,7 +136,7 @@ def main() -> int:
     acc_tu = int(((p_tu >= 0.5) == ytu).sum())
     rule = ActionOnlyJudge.from_world(world)
     rule_tu = int(sum(bool(analyse_log(action_log(a, rule.home, rule.workspace), rule.thresholds).success) == bool(y)
-                      for a, y in zip(data["tune_actions"], ytu)))
+                      for a, y in zip(data["tune_actions"], ytu, strict=True)))
     n_tu = len(ytu)
     features = list(BASE_FEATURES) + [f"task={t}" for t in tasks]
     fit = {"policies": policies, "tasks": tasks, "training_seeds": "50000 + 1000 * task_index + i, i < %d" % args.train_seeds,

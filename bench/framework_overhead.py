@@ -60,7 +60,7 @@ def tabletop(n_steps: int) -> list[str]:
         t_inner.append(base.last_step_timings["world"])
         t0 = time.perf_counter(); world.step(a[None]); t_raw.append(time.perf_counter() - t0)
     env.close(); twin.close()
-    paired = [e / i for e, i in zip(t_env, t_inner)]
+    paired = [e / i for e, i in zip(t_env, t_inner, strict=True)]
     return [
         f"tabletop (MuJoCo, 64x64, {len(t_env)} steps, gate on, judging deferred):",
         f"  env.step median {statistics.median(t_env) * 1e3:.3f} ms; world.step inside it {statistics.median(t_inner) * 1e3:.3f} ms; "
@@ -68,7 +68,7 @@ def tabletop(n_steps: int) -> list[str]:
         f"  RATIO env.step / world.step: paired median {statistics.median(paired):.3f}, "
         f"unpaired medians {statistics.median(t_env) / statistics.median(t_raw):.3f}, "
         f"sums {sum(t_env) / sum(t_raw):.3f}",
-        f"  time outside the world call per step: median {statistics.median([e - i for e, i in zip(t_env, t_inner)]) * 1e3:.3f} ms "
+        f"  time outside the world call per step: median {statistics.median([e - i for e, i in zip(t_env, t_inner, strict=True)]) * 1e3:.3f} ms "
         "(validation, the consistency gate, frame checks, episode bookkeeping)",
     ]
 
@@ -92,12 +92,12 @@ def cosmos(n_steps: int) -> list[str]:
         if base._episode_over:  # the gate may discard a random model's frames: start a new episode
             env.reset()
     env.close()
-    paired = [e / i for e, i in zip(t_env, t_inner)]
+    paired = [e / i for e, i in zip(t_env, t_inner, strict=True)]
     return [
         f"Cosmos 3 (tiny random Cosmos3OmniPipeline, 64x64, chunk 4, 2 sampling steps, {len(t_env)} steps):",
         f"  env.step median {statistics.median(t_env) * 1e3:.1f} ms; world.step inside it {statistics.median(t_inner) * 1e3:.1f} ms",
         f"  RATIO env.step / world.step: paired median {statistics.median(paired):.4f} (max {max(paired):.4f}); "
-        f"outside the world call median {statistics.median([e - i for e, i in zip(t_env, t_inner)]) * 1e3:.1f} ms",
+        f"outside the world call median {statistics.median([e - i for e, i in zip(t_env, t_inner, strict=True)]) * 1e3:.1f} ms",
         "  (env.step vs a direct pipeline call: see bench/results/cosmos_overhead.txt)",
     ]
 

@@ -167,7 +167,7 @@ def rejudge(result: dict, frames_path: str, vision_weights: str | None) -> dict:
             if len(frames) != len(rows):
                 raise ValueError(f"{frames_path}: {len(frames)} frames for {key}, the rows hold {len(rows)}")
             probs = predict(model, frames, task_index)
-            for r, p in zip(rows, probs):
+            for r, p in zip(rows, probs, strict=True):
                 r[f"{key.replace('_at_', '@')}/vision"] = bool(p >= 0.5)
     return result
 
@@ -256,7 +256,7 @@ def _summarise_setting(result: dict, n: int, n_boot: int) -> str:
         boot_truth = [_rates(rows, pols, "truth", b) for b in boots]
         for ev in EVALUATORS:
             point = kendall_value(_rates(rows, pols, ev), _rates(rows, pols, "truth"))
-            vals = np.array([kendall_value(_rates(rows, pols, ev, b), bt) for b, bt in zip(boots, boot_truth)])
+            vals = np.array([kendall_value(_rates(rows, pols, ev, b), bt) for b, bt in zip(boots, boot_truth, strict=True)])
             ok = vals[~np.isnan(vals)]
             lo, hi = (np.quantile(ok, [0.025, 0.975]) if len(ok) else (np.nan, np.nan))
             out.append(f"  {ev:24s} {point:6.3f}  [{lo:.3f}, {hi:.3f}]  (undefined in {int(np.isnan(vals).sum())} of {n_boot})")

@@ -60,7 +60,7 @@ def plot(table: dict, path: str, title: str) -> None:
     for stage in STAGES:
         vals = [table[k][stage] * 1e3 for k in labels]
         ax.barh(labels, vals, left=left, label=stage)
-        left = [a + b for a, b in zip(left, vals)]
+        left = [a + b for a, b in zip(left, vals, strict=True)]
     ax.set_xlabel("milliseconds per rollout (mean)")
     ax.set_title(title, fontsize=9)
     ax.legend(ncol=len(STAGES), fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25))

@@ -62,7 +62,7 @@ results = analyze(study)
 # units and a permutation p-value against a random ranking.
 from kosmos_env.stats.uncertainty import format_difference, format_metric  # noqa: E402
 
-print("truth (simulator success rates):", dict(zip(results["policies"], results["truth"]["rates"])))
+print("truth (simulator success rates):", dict(zip(results["policies"], results["truth"]["rates"], strict=True)))
 agr = results["agreement"]
 for name, ev in agr["evaluators"].items():
     print(f"{name:32s} Kendall {format_metric(ev['kendall'])}")
