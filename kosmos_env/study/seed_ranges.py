@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from importlib import resources
+from itertools import pairwise
 from typing import Iterable
 
 STAGES = ("training", "tuning", "evaluation")
@@ -38,7 +39,7 @@ def validate_ranges(raw: dict) -> dict[str, tuple[tuple[int, int], ...]]:
             pairs.append((span[0], span[1]))
         out[stage] = tuple(pairs)
     flat = sorted((a, b, s) for s, spans in out.items() for a, b in spans)
-    for (a1, b1, s1), (a2, b2, s2) in zip(flat, flat[1:]):
+    for (a1, b1, s1), (a2, b2, s2) in pairwise(flat):
         if a2 <= b1:
             raise ValueError(f"seed ranges overlap: {s1} [{a1}, {b1}] and {s2} [{a2}, {b2}]")
     return out
