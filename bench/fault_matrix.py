@@ -35,7 +35,7 @@ ROWS = [
      ["tests/test_verify_rederive.py::test_a_forged_log_is_caught_by_replaying_the_stored_actions"]),
     ("two episodes' artifact references swapped", "replay / policy re-run catches it",
      ["tests/test_verify_rederive.py::test_swapped_artifact_references_do_not_replay",
-      "tests/test_verify_rederive.py::test_swapped_artifacts_the_world_cannot_tell_apart_are_caught_by_rerunning_the_policy"]),
+      "tests/test_verify_rederive.py::test_swapped_artifacts_are_caught_by_the_replay_and_by_rerunning_the_policy"]),
     ("env_id / world / judge edited in results.json with the manifest recomputed", "verify refuses",
      ["tests/test_verify_rederive.py::test_editing_env_world_or_judge_in_results_json_is_caught"]),
     ("leaderboard: random at 100 % from the same actions, every hash recomputed", "not listed",

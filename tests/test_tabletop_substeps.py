@@ -154,16 +154,19 @@ class UntrimmedStepWorld(TabletopWorld):
         return self.renderer.render().copy()
 
     def step(self, actions):
-        frames, ee, cmd, measured, truth = [], [], [], [], []
+        frames, ee, cmd, measured, truth, objects = [], [], [], [], [], []
         for action in np.asarray(actions, dtype=np.float64).reshape(-1, 7):
             self._control(action)
             frames.append(self._render())
             ee.append(self.tcp_position())
             cmd.append(self._gripper_cmd)
             measured.append(self.measured_gripper())
-            truth.append(self.evaluate()["success"])
+            report = self.evaluate()
+            truth.append(report["success"])
+            objects.append(self._object_xpos.copy())
         log = {"ee_pos": np.asarray(ee, dtype=np.float32), "gripper_cmd": np.asarray(cmd, dtype=np.float32),
-               "gripper_measured": np.asarray(measured, dtype=np.float32), "gt_success": np.asarray(truth, dtype=bool)}
+               "gripper_measured": np.asarray(measured, dtype=np.float32), "gt_success": np.asarray(truth, dtype=bool),
+               "object_pos": np.asarray(objects, dtype=np.float32)}
         return WorldStep(frames=np.stack(frames), state=self._state(), log=log)
 
 

@@ -31,7 +31,8 @@ class WorldStep:
     observation. ``log`` holds one row per action of the robot's own log (``ee_pos`` (k, 3),
     ``gripper_cmd`` (k,), ``gripper_measured`` (k,)) where the world has one; generated worlds
     leave it empty. Simulators add ``gt_success`` (k,), the ground truth after each action,
-    for horizon studies; judges of the robot log never read it.
+    for horizon studies, and ``object_pos`` (k, 3), the task object's position after each action;
+    judges of the robot log never read either.
     """
 
     frames: np.ndarray  # (n, H, W, 3) uint8
