@@ -110,6 +110,7 @@ def test_scene_keeps_4_3_inside_the_tier_canvas():
 
 
 # -- bad input ----------------------------------------------------------------------------------
+@requires_extra("models")  # make checks the world's packages before it opens the folder
 def test_wrong_architecture_is_one_clear_error(tmp_path):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
     with pytest.raises(cosmos3.WrongArchitectureError, match="'StableDiffusionPipeline' checkpoint, not a Cosmos3OmniPipeline"):

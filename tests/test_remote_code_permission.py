@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from kosmos_env.plugins import TRUST_REMOTE_CODE_ENV
+from tests.conftest import requires_extra
 
 EVIL = """
 import pathlib
@@ -46,6 +47,7 @@ def test_a_protocol_asking_for_remote_code_is_refused_and_runs_nothing(tmp_path,
     assert not marker.exists() and not (tmp_path / "reg.json").exists()
 
 
+@requires_extra("models")  # without transformers eval refuses the VLM judge earlier, naming the extra
 def test_a_judge_spec_asking_for_remote_code_is_refused_before_any_episode(tmp_path, capsys):
     from kosmos_env.cli import main
 
