@@ -7,7 +7,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", reason="needs the models extra (pip install -e '.[models]')")
 
 from kosmos_env.judges import make_judge  # noqa: E402
 from kosmos_env.judges.base import Rollout  # noqa: E402

@@ -7,7 +7,7 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
+pytest.importorskip("transformers", reason="needs the models extra (pip install -e '.[models]')")
 
 from kosmos_env.judges.base import Rollout  # noqa: E402
 from kosmos_env.judges.vlm import VLMJudge, rollout_seed  # noqa: E402
@@ -91,7 +91,7 @@ def test_batched_verdicts_and_scores_equal_one_by_one(family, qwen25):
     assert len({len(judge._inputs(r)["ids"]) for r in rolls}) > 1  # padding is exercised
     together = judge.judge_batch(rolls)
     assert [j.extras["batch_rollouts"] for j in together] == [4] * 4
-    for r, batched in zip(rolls, together):
+    for r, batched in zip(rolls, together, strict=True):
         alone = judge.judge(r)
         assert alone.extras["batch_rollouts"] == 1
         assert (batched.success, batched.score, batched.votes) == (alone.success, alone.score, alone.votes)
@@ -130,7 +130,7 @@ def test_prefill_once_per_rollout_samples_what_generate_samples_over_the_whole_p
     items = [judge._inputs(r) for r in rolls]
     seeds = [rollout_seed(judge.seed, r) for r in rolls]
     texts, _ = judge._generate(items, seeds)
-    reference = [t for it, s in zip(items, seeds) for t in generate_over_whole_prompt(judge, it, s)]
+    reference = [t for it, s in zip(items, seeds, strict=True) for t in generate_over_whole_prompt(judge, it, s)]
     assert texts == reference
     assert len(set(texts)) > judge.k  # the rows differ: nothing constant passes this
 

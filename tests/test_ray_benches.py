@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import requires_extra
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
+@requires_extra("models")  # the speed script builds the tiny Cosmos 3 pipeline
 def test_gpu_speed_script_runs_in_smoke_mode(tmp_path):
     out = tmp_path / "speed"
     proc = subprocess.run([sys.executable, "bench/gpu/cosmos3_speed.py", "--smoke", "--options", "baseline",
@@ -41,6 +44,7 @@ def test_gpu_speed_script_refuses_to_run_without_a_gpu_unless_smoke():
 
 
 @pytest.mark.slow
+@requires_extra("results")  # the breakdown plot is drawn with matplotlib
 def test_time_breakdown_table_and_png_from_a_campaign(tmp_path):
     from kosmos_env.campaign import make_config, run_campaign
 

@@ -140,7 +140,7 @@ def test_eval_cli_accepts_the_ray_flags():
 @pytest.mark.slow
 def test_ray_campaign_matches_in_process_and_shares_the_ledger(tmp_path, monkeypatch):
     """Same seeds, same outcomes and artifacts; a local worker runs beside the Ray actors."""
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # Ray workers import tests.test_campaign_support
     cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:skill=1.0,delay=0.005", "scripted:skill=0.3"], tasks=TASKS,
                       seeds=3, image_size=(64, 64), video=True)
@@ -208,7 +208,7 @@ def _eval_argv(out, address):
 @pytest.mark.slow
 def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
     """kill -9 the driver (Ray keeps running), then resume with Ray: exactly the missing episodes run."""
-    ray = pytest.importorskip("ray")
+    ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:skill=1.0,delay=0.02"], tasks=TASKS, seeds=4,

@@ -257,8 +257,8 @@ def test_judge_stage_timings():
 # -- the Bridge section's Python block --------------------------------------------------------------------
 @pytest.mark.slow
 def test_the_bridge_python_block_runs_as_written(tmp_path, monkeypatch):
-    pytest.importorskip("diffusers")
-    pytest.importorskip("transformers")
+    pytest.importorskip("diffusers", reason="needs the models extra (pip install -e '.[models]')")
+    pytest.importorskip("transformers", reason="needs the models extra (pip install -e '.[models]')")
     block = next(b for b in re.findall(r"```python\n(.*?)```", README, re.S) if "apply_tiny(" in b)
     monkeypatch.setenv("KOSMOS_TINY_DIR", str(tmp_path / "tiny"))
     monkeypatch.setenv("KOSMOS_COSMOS3_NANO_PATH", "")  # restored afterwards: apply_tiny sets it
