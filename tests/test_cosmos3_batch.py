@@ -19,7 +19,7 @@ def _requests(world, prompts, seeds):
 
     rng = np.random.default_rng(0)
     out = []
-    for prompt, seed in zip(prompts, seeds):
+    for prompt, seed in zip(prompts, seeds, strict=True):
         image = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
         actions = rng.normal(0.0, 0.3, (4, 10)).astype(np.float32)
         out.append(lambda image=image, actions=actions, prompt=prompt, seed=seed:
@@ -42,7 +42,7 @@ def test_batched_call_equals_single_calls_per_request():
     singles = [np.asarray(pipe(**m()).video) for m in make]
     batched, report = generate_batch(pipe, [m() for m in make])
     assert report.batched and report.size == 2
-    for single, batch in zip(singles, batched):
+    for single, batch in zip(singles, batched, strict=True):
         assert batch.shape == single.shape
         np.testing.assert_allclose(batch, single, atol=1e-4)
     # the requests differ (seeds and inputs matter), so equality above is not trivial
