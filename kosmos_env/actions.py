@@ -210,7 +210,7 @@ def env_to_bridge10(
         raise ValueError(f"gripper must be one of {BRIDGE_GRIPPER_MODES}, got {gripper!r}")
     rows = np.asarray(actions, dtype=np.float64).reshape(-1, ACTION_DIM)
     positions, rotations = integrate_env_actions(rows, position, state_rotation, rotation_delta)
-    poses = [bridge_cosmos_pose(p, r) for p, r in zip(positions, rotations)]
+    poses = [bridge_cosmos_pose(p, r) for p, r in zip(positions, rotations, strict=True)]
     out = np.empty((len(rows), BRIDGE_ACTION_DIM))
     for i in range(len(rows)):
         delta = np.linalg.inv(poses[i]) @ poses[i + 1]

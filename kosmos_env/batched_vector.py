@@ -109,7 +109,7 @@ class WorldCallBatcher:
             try:
                 videos, report = run(pipe, [kw for _, _, kw in items])
                 self.batches.append((len(items), bool(getattr(report, "batched", True))))
-                for (ticket, _, _), video in zip(items, videos):
+                for (ticket, _, _), video in zip(items, videos, strict=True):
                     self._results[ticket] = video
             except Exception as exc:  # every waiting participant sees the failure
                 for ticket, _, _ in items:

@@ -154,7 +154,7 @@ def manifest_sha256(entries: Sequence[tuple[str, str]], sizes: Sequence[int] | N
     else:
         if len(sizes) != len(entries):
             raise ValueError(f"manifest_sha256: {len(sizes)} sizes for {len(entries)} entries")
-        lines = "".join(f"{name}\0{size}\0{sha}\n" for (name, sha), size in zip(entries, sizes))
+        lines = "".join(f"{name}\0{size}\0{sha}\n" for (name, sha), size in zip(entries, sizes, strict=True))
     return sha256_hex(lines)
 
 

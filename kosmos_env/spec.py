@@ -144,7 +144,7 @@ class EnvSpec:
         for name, bound in (("low", low), ("high", high)):
             if not isinstance(bound, list) or len(bound) != ACTION_DIM or not all(_is_number(v) for v in bound):
                 raise SpecError(f"spec field 'action.{name}' must be a list of {ACTION_DIM} numbers, got {bound!r}")
-        if any(lo >= hi for lo, hi in zip(low, high)):
+        if any(lo >= hi for lo, hi in zip(low, high, strict=True)):
             raise SpecError(f"spec field 'action.low' must be below 'action.high' in every dimension: {low} vs {high}")
         if not isinstance(action.get("clip", False), bool):
             raise SpecError("spec field 'action.clip' must be true or false")
