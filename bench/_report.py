@@ -1,4 +1,5 @@
 """What every bench script prints around its numbers: the load on the machine, and the saved copy."""
+
 from __future__ import annotations
 
 import os

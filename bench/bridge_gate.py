@@ -29,6 +29,7 @@ Bridge spec ran before) is reported beside it as the baseline.
     python bench/bridge_gate.py --seeds 2 --seed 200 --skip-learned --print-pan-passes \\
         --gate-set pan_blur_px=0 --gate-set pan_explained=0.6  (which pans got through before)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -95,7 +96,9 @@ def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan
     permuted, swapped = shuffles(episodes, rng)
     runs = {"true": [], "permuted": [], "swapped": []}
     for i, ep in enumerate(episodes):
-        runs["true"].append(replay_gate(gate_spec, ep["frames"], ep["actions"], calibration, start, controls=True, rng=rng))
+        runs["true"].append(
+            replay_gate(gate_spec, ep["frames"], ep["actions"], calibration, start, controls=True, rng=rng)
+        )
         runs["permuted"].append(replay_gate(gate_spec, ep["frames"], permuted[i], calibration, start))
         runs["swapped"].append(replay_gate(gate_spec, ep["frames"], swapped[i], calibration, start))
 
@@ -118,7 +121,7 @@ def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan
         for name, fn in (("steps", step_auroc), ("episodes", ep_auroc)):
             point = fn(kind, idx_all)
             values = [v for v in (fn(kind, s) for s in samples) if v is not None]
-            lo, hi = (np.percentile(values, [2.5, 97.5]) if values else (np.nan, np.nan))
+            lo, hi = np.percentile(values, [2.5, 97.5]) if values else (np.nan, np.nan)
             out[f"auroc_{kind}_{name}"] = (point, float(lo), float(hi))
     for kind in runs:
         passed = np.concatenate([r["passed"] for r in runs[kind]])
@@ -129,7 +132,8 @@ def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan
         out[f"{kind}_episode_pass"] = float(np.mean([r["passed"].all() for r in runs[kind]]))
     out["true_episode_pass_by_policy"] = {
         p: float(np.mean([runs["true"][i]["passed"].all() for i, ep in enumerate(episodes) if ep["policy"] == p]))
-        for p in dict.fromkeys(ep["policy"] for ep in episodes)}
+        for p in dict.fromkeys(ep["policy"] for ep in episodes)
+    }
     for ctrl in ("frozen", "pan"):
         passed = np.concatenate([r[f"{ctrl}_passed"] for r in runs["true"]])
         dem = np.concatenate([r[f"{ctrl}_passed"][r[f"{ctrl}_demanded"]] for r in runs["true"]])
@@ -137,9 +141,12 @@ def measure(gate_spec, episodes, calibration, start, seed: int, n_boot: int, pan
         out[f"{ctrl}_demanded_steps"] = int(dem.size)
         out[f"{ctrl}_rejected_all"] = float(1 - passed.mean())
     if pan_passes:  # panned steps that demanded motion and still passed, with what the pan measure saw
-        out["pan_passes"] = [dict(d, episode=f"{episodes[i]['policy']} {episodes[i]['task']} seed {episodes[i]['seed']}", step=t)
-                             for i, r in enumerate(runs["true"]) for t, d in enumerate(r["pan_detail"])
-                             if r["pan_passed"][t] and r["pan_demanded"][t]]
+        out["pan_passes"] = [
+            dict(d, episode=f"{episodes[i]['policy']} {episodes[i]['task']} seed {episodes[i]['seed']}", step=t)
+            for i, r in enumerate(runs["true"])
+            for t, d in enumerate(r["pan_detail"])
+            if r["pan_passed"][t] and r["pan_demanded"][t]
+        ]
     return out
 
 
@@ -152,19 +159,28 @@ def fmt(name: str, m: dict) -> list[str]:
 
     lines = [f"[{name}] {m['episodes']} episodes"]
     for kind in ("true", "permuted", "swapped"):
-        lines.append(f"  {kind:<9} steps pass {pct(m[f'{kind}_step_pass']):>7}, checkable steps pass "
-                     f"{pct(m[f'{kind}_checkable_pass']):>7} ({m[f'{kind}_checkable_steps']}), episodes pass "
-                     f"{pct(m[f'{kind}_episode_pass']):>7}")
+        lines.append(
+            f"  {kind:<9} steps pass {pct(m[f'{kind}_step_pass']):>7}, checkable steps pass "
+            f"{pct(m[f'{kind}_checkable_pass']):>7} ({m[f'{kind}_checkable_steps']}), episodes pass "
+            f"{pct(m[f'{kind}_episode_pass']):>7}"
+        )
     for kind in ("permuted", "swapped"):
-        lines.append(f"  AUROC true vs {kind:<8}: checkable steps {ci(m[f'auroc_{kind}_steps'])}; "
-                     f"episodes {ci(m[f'auroc_{kind}_episodes'])}")
+        lines.append(
+            f"  AUROC true vs {kind:<8}: checkable steps {ci(m[f'auroc_{kind}_steps'])}; "
+            f"episodes {ci(m[f'auroc_{kind}_episodes'])}"
+        )
     for ctrl in ("frozen", "pan"):
-        lines.append(f"  {ctrl:<6} rejected: {pct(m[f'{ctrl}_rejected_demanded'])} of {m[f'{ctrl}_demanded_steps']} "
-                     f"steps whose command demands motion, {pct(m[f'{ctrl}_rejected_all'])} of all steps")
+        lines.append(
+            f"  {ctrl:<6} rejected: {pct(m[f'{ctrl}_rejected_demanded'])} of {m[f'{ctrl}_demanded_steps']} "
+            f"steps whose command demands motion, {pct(m[f'{ctrl}_rejected_all'])} of all steps"
+        )
     if "pan_passes" in m:
         lines.append(f"  panned steps demanding motion that passed: {len(m['pan_passes'])}")
         lines += [f"    {d}" for d in m["pan_passes"]]
-    lines.append("  true episodes pass by policy: " + ", ".join(f"{p} {pct(v)}" for p, v in m["true_episode_pass_by_policy"].items()))
+    lines.append(
+        "  true episodes pass by policy: "
+        + ", ".join(f"{p} {pct(v)}" for p, v in m["true_episode_pass_by_policy"].items())
+    )
     return lines
 
 
@@ -197,10 +213,18 @@ def main() -> int:
     p.add_argument("--boot", type=int, default=1000, help="bootstrap resamples")
     p.add_argument("--skip-learned", action="store_true", help="skip the learned tabletop")
     p.add_argument("--gate-json", default=None, help="gate thresholds to use instead of the Bridge spec's")
-    p.add_argument("--gate-set", action="append", default=[], metavar="NAME=VALUE",
-                   help="override one gate threshold (JSON value), e.g. pan_blur_px=0 (repeatable)")
-    p.add_argument("--print-pan-passes", action="store_true",
-                   help="list the panned steps that demanded motion and still passed (tabletop measurement)")
+    p.add_argument(
+        "--gate-set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override one gate threshold (JSON value), e.g. pan_blur_px=0 (repeatable)",
+    )
+    p.add_argument(
+        "--print-pan-passes",
+        action="store_true",
+        help="list the panned steps that demanded motion and still passed (tabletop measurement)",
+    )
     p.add_argument("--out", default=None, help="also write the report to this file")
     args = p.parse_args()
     import torch
@@ -222,11 +246,14 @@ def main() -> int:
     size = tuple(int(v) for v in args.image_size.split(","))
     seeds = list(range(args.seed, args.seed + args.seeds))
     t0 = time.perf_counter()
-    lines = [f"command: python bench/{os.path.basename(__file__)} " + " ".join(sys.argv[1:]),
-             f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load {load_average()}",
-             f"gate: Kosmos-Bridge-v1 spec gate section{' (from ' + args.gate_json + ')' if args.gate_json else ''}"
-             f"{' with ' + ', '.join(args.gate_set) if args.gate_set else ''}; "
-             f"camera {block['setup']}; seeds {seeds[0]}..{seeds[-1]}; policies {', '.join(POLICIES)}", ""]
+    lines = [
+        f"command: python bench/{os.path.basename(__file__)} " + " ".join(sys.argv[1:]),
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, load {load_average()}",
+        f"gate: Kosmos-Bridge-v1 spec gate section{' (from ' + args.gate_json + ')' if args.gate_json else ''}"
+        f"{' with ' + ', '.join(args.gate_set) if args.gate_set else ''}; "
+        f"camera {block['setup']}; seeds {seeds[0]}..{seeds[-1]}; policies {', '.join(POLICIES)}",
+        "",
+    ]
 
     tab = load_spec("Kosmos-Tabletop-v1")
     world = dict(tab.world, camera=lookat_camera(block))
@@ -235,17 +262,26 @@ def main() -> int:
     # the tabletop's home pose is its start pose, given as a Bridge task gives initial_ee_pos
     cal = bridge_calibration(dict(block, start_ee_pos=list(home)), size)
     gate_tab = with_floor(gate, tab)
-    lines.insert(3, f"workspace: {gate_tab['workspace']} (Bridge spec's, floor = the tabletop's table)"
-                 if gate_tab.get("workspace") is not None else "workspace: none (the integrated pose is not clipped)")
+    lines.insert(
+        3,
+        f"workspace: {gate_tab['workspace']} (Bridge spec's, floor = the tabletop's table)"
+        if gate_tab.get("workspace") is not None
+        else "workspace: none (the integrated pose is not clipped)",
+    )
     m = measure(gate_tab, episodes, cal, home, args.seed, args.boot, pan_passes=args.print_pan_passes)
-    lines += fmt(f"tabletop, Bridge camera, {size[0]}x{size[1]}, calibration from the camera model + integrated commanded pose", m)
+    lines += fmt(
+        f"tabletop, Bridge camera, {size[0]}x{size[1]}, calibration from the camera model + integrated commanded pose",
+        m,
+    )
     base = measure(gate_tab, episodes, None, None, args.seed, args.boot)
     lines += ["", *fmt("baseline: same episodes, calibration-free mode (the Bridge gate before)", base)]
     # sensitivity to what a Bridge world can get wrong: the camera model (pitch 5 degrees off)
     # and the start pose (3 cm off sideways); same episodes, same shuffles
     off = {k: v for k, v in block.items() if k != "quaternion_wxyz"}
     off["look_direction"] = _pitched(block, 5.0).tolist()
-    m_off = measure(gate_tab, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot)
+    m_off = measure(
+        gate_tab, episodes, bridge_calibration(dict(off, start_ee_pos=list(home)), size), home, args.seed, args.boot
+    )
     lines += ["", *fmt("robustness: the calibration's pitch 5 degrees off (camera model error)", m_off)]
     shifted = home + np.array([0.0, 0.03, 0.0])
     m_start = measure(gate_tab, episodes, cal, shifted, args.seed, args.boot)
@@ -258,7 +294,10 @@ def main() -> int:
         lhome = np.asarray(learned.world["home_tcp"], float)
         gate_learned = with_floor(gate, learned)
         ml = measure(gate_learned, eps, lcal, lhome, args.seed, args.boot)
-        lines += ["", *fmt("learned tabletop (generated frames), its own camera's model + integrated commanded pose, 64x64", ml)]
+        lines += [
+            "",
+            *fmt("learned tabletop (generated frames), its own camera's model + integrated commanded pose, 64x64", ml),
+        ]
         bl = measure(gate_learned, eps, None, None, args.seed, args.boot)
         lines += ["", *fmt("baseline: learned tabletop, calibration-free mode", bl)]
     lines += ["", f"total {time.perf_counter() - t0:.0f} s"]

@@ -28,6 +28,7 @@ CPU numbers say nothing about a GPU.
                                       [--rounds 2] [--parts throughput,refill,ray]
                                       [--out bench/results/campaign_lockstep.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -58,9 +59,12 @@ def main() -> None:
     parser.add_argument("--size", type=int, default=48, help="model input height (width 4:3)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--long-horizon", type=int, default=6, help="horizon of the unequal-length campaign")
-    parser.add_argument("--parts", default="throughput,refill,ray",
-                        help="comma-separated: throughput (lockstep N vs 1), refill (vs whole batches), ray "
-                             "(Ray actor vs process pool)")
+    parser.add_argument(
+        "--parts",
+        default="throughput,refill,ray",
+        help="comma-separated: throughput (lockstep N vs 1), refill (vs whole batches), ray "
+        "(Ray actor vs process pool)",
+    )
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     import torch
@@ -75,20 +79,40 @@ def main() -> None:
     torch.set_num_threads(1)
     os.environ[load_spec("Kosmos-Bridge-v1").world["local_path_env"]] = tiny_cosmos3_dir()
     width = max(16, int(round(args.size * 4 / 3 / 16)) * 16)
-    overrides = {"image_size": [args.size, width], "horizon": args.horizon, "gate": {"enabled": False},
-                 "world": {"device": "cpu", "dtype": "float32", "num_inference_steps": args.steps, "chunk_size": 4,
-                           "input_size": [args.size, width]}}
-    config = make_config("Kosmos-Bridge-v1", ["random:chunk=4"], seeds=args.seeds, judge="action_only",
-                         spec_overrides=overrides, video=False)
+    overrides = {
+        "image_size": [args.size, width],
+        "horizon": args.horizon,
+        "gate": {"enabled": False},
+        "world": {
+            "device": "cpu",
+            "dtype": "float32",
+            "num_inference_steps": args.steps,
+            "chunk_size": 4,
+            "input_size": [args.size, width],
+        },
+    }
+    config = make_config(
+        "Kosmos-Bridge-v1",
+        ["random:chunk=4"],
+        seeds=args.seeds,
+        judge="action_only",
+        spec_overrides=overrides,
+        video=False,
+    )
     n = config.n_episodes
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     unknown = parts - {"throughput", "refill", "ray"}
     if unknown:
         parser.error(f"--parts: unknown part(s) {sorted(unknown)}")
     # unequal lengths: the gate ends most episodes after one step (as in tests/test_campaign_lockstep.py)
-    uneven = make_config("Kosmos-Bridge-v1", ["random:chunk=4"], seeds=args.seeds, judge="action_only",
-                         spec_overrides={**overrides, "horizon": args.long_horizon, "gate": {"collapse_ratio": 0.2}},
-                         video=False)
+    uneven = make_config(
+        "Kosmos-Bridge-v1",
+        ["random:chunk=4"],
+        seeds=args.seeds,
+        judge="action_only",
+        spec_overrides={**overrides, "horizon": args.long_horizon, "gate": {"collapse_ratio": 0.2}},
+        video=False,
+    )
     tmp = tempfile.mkdtemp(prefix="kosmos-lockstep-bench-")
 
     import kosmos_env.batched_vector as batched_vector
@@ -98,6 +122,7 @@ def main() -> None:
     def one_by_one(pipe, requests):  # the control: same lockstep worker, world calls not batched
         class Report:
             batched = False
+
         return [np.asarray(pipe(**kw).video) for kw in requests], Report()
 
     calls: list[int] = []  # sizes of the batched world calls of the running campaign
@@ -106,8 +131,9 @@ def main() -> None:
         calls.append(len(requests))
         return batched_call(pipe, requests)
 
-    def campaign(lanes: int, tag: str, batch_world: bool = True, cfg=config, refill: bool = True,
-                 executor=None) -> tuple[float, str]:
+    def campaign(
+        lanes: int, tag: str, batch_world: bool = True, cfg=config, refill: bool = True, executor=None
+    ) -> tuple[float, str]:
         out = os.path.join(tmp, tag)
         calls.clear()
         batched_vector._generate_batch = counted if batch_world else one_by_one
@@ -125,18 +151,23 @@ def main() -> None:
         per = {r["episode_id"]: (r["outcome"], r["steps"], np.load(os.path.join(out, r["actions"]))) for r in rows}
         return total, per
 
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads 1, python {platform.python_version()}",
-             f"load average before: {load_average()}",
-             f"Kosmos-Bridge-v1 with the tiny random Cosmos 3 checkpoint (kosmos_env.testing.tiny_run), input "
-             f"{args.size}x{width}, {args.steps} denoising steps, model chunk 4, horizon {args.horizon}, gate off, "
-             f"no video; 1 policy (random:chunk=4) x 3 tasks x {args.seeds} seeds = {n} episodes "
-             f"({n * args.horizon} world calls); best of {args.rounds} interleaved rounds after a warm-up campaign"]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads 1, python {platform.python_version()}",
+        f"load average before: {load_average()}",
+        f"Kosmos-Bridge-v1 with the tiny random Cosmos 3 checkpoint (kosmos_env.testing.tiny_run), input "
+        f"{args.size}x{width}, {args.steps} denoising steps, model chunk 4, horizon {args.horizon}, gate off, "
+        f"no video; 1 policy (random:chunk=4) x 3 tasks x {args.seeds} seeds = {n} episodes "
+        f"({n * args.horizon} world calls); best of {args.rounds} interleaved rounds after a warm-up campaign",
+    ]
     try:
         campaign(1, "warm-up")
         if "throughput" in parts:
             arms = {"1": (1, True), "N": (args.lanes, True), "control": (args.lanes, False)}
-            names = {"1": "lockstep 1", "N": f"lockstep {args.lanes}",
-                     "control": f"lockstep {args.lanes}, world calls one by one (control)"}
+            names = {
+                "1": "lockstep 1",
+                "N": f"lockstep {args.lanes}",
+                "control": f"lockstep {args.lanes}, world calls one by one (control)",
+            }
             walls: dict[str, list[float]] = {a: [] for a in arms}
             outs: dict[str, str] = {}
             for r in range(args.rounds):
@@ -144,8 +175,10 @@ def main() -> None:
                     wall, outs[arm] = campaign(lanes, f"{arm}-r{r}", batch_world)
                     walls[arm].append(wall)
                     total, _ = summary(outs[arm])
-                    lines.append(f"round {r + 1} {names[arm]}: wall {wall:.2f} s, {n / wall:.3f} episodes/s, "
-                                 f"sum of recorded per-episode totals {total:.2f} s")
+                    lines.append(
+                        f"round {r + 1} {names[arm]}: wall {wall:.2f} s, {n / wall:.3f} episodes/s, "
+                        f"sum of recorded per-episode totals {total:.2f} s"
+                    )
             best1, bestn, bestc = min(walls["1"]), min(walls["N"]), min(walls["control"])
             _, per1 = summary(outs["1"])
             _, pern = summary(outs["N"])
@@ -179,29 +212,36 @@ def main() -> None:
 def same_episodes(a: dict, b: dict) -> tuple[bool, float]:
     """Whether two campaigns recorded the same outcomes and steps per episode, and the largest action difference."""
     same = sorted(a) == sorted(b) and all(a[k][:2] == b[k][:2] for k in a)
-    diff = max((float(np.abs(a[k][2] - b[k][2]).max()) for k in a if k in b and a[k][2].shape == b[k][2].shape),
-               default=float("nan"))
+    diff = max(
+        (float(np.abs(a[k][2] - b[k][2]).max()) for k in a if k in b and a[k][2].shape == b[k][2].shape),
+        default=float("nan"),
+    )
     return same, diff
 
 
 def refill_part(args, uneven, campaign, calls, summary) -> list[str]:
     """Refill vs whole batches on episodes of unequal length, interleaved rounds."""
     n = uneven.n_episodes
-    lines = [f"-- refill vs whole batches: lockstep {args.lanes}, horizon {args.long_horizon}, gate on (collapse "
-             f"threshold 0.2: one task's episodes run the whole horizon, the others end after one step), {n} episodes"]
+    lines = [
+        f"-- refill vs whole batches: lockstep {args.lanes}, horizon {args.long_horizon}, gate on (collapse "
+        f"threshold 0.2: one task's episodes run the whole horizon, the others end after one step), {n} episodes"
+    ]
     arms = {"refill": True, "whole batches": False}
     walls: dict[str, list[float]] = {a: [] for a in arms}
     stats: dict[str, tuple[int, int]] = {}
     outs: dict[str, str] = {}
     for r in range(args.rounds):
         for arm, refill in arms.items():
-            wall, outs[arm] = campaign(args.lanes, f"uneven-{'refill' if refill else 'batch'}-r{r}", cfg=uneven,
-                                       refill=refill)
+            wall, outs[arm] = campaign(
+                args.lanes, f"uneven-{'refill' if refill else 'batch'}-r{r}", cfg=uneven, refill=refill
+            )
             walls[arm].append(wall)
             stats[arm] = (len(calls), sum(calls))
-            lines.append(f"round {r + 1} {arm}: wall {wall:.2f} s, {len(calls)} batched world calls holding "
-                         f"{sum(calls)} lane-steps ({sum(calls) / max(1, len(calls)):.2f} per call), "
-                         f"{n / wall:.3f} episodes/s")
+            lines.append(
+                f"round {r + 1} {arm}: wall {wall:.2f} s, {len(calls)} batched world calls holding "
+                f"{sum(calls)} lane-steps ({sum(calls) / max(1, len(calls)):.2f} per call), "
+                f"{n / wall:.3f} episodes/s"
+            )
     _, per_r = summary(outs["refill"])
     _, per_b = summary(outs["whole batches"])
     steps = sorted(v[1] for v in per_r.values())
@@ -230,11 +270,13 @@ def ray_part(args, uneven, campaign, summary) -> list[str]:
     _, per_p = summary(pool_out)
     _, per_y = summary(ray_out)
     same, diff = same_episodes(per_p, per_y)
-    return [f"-- Ray vs process pool: lockstep {args.lanes}, 1 worker each, the unequal-length campaign "
-            f"({uneven.n_episodes} episodes), walls include start-up (a fresh process; a local Ray instance "
-            f"and its actor)",
-            f"process pool: wall {pool_wall:.2f} s; Ray: wall {ray_wall:.2f} s (ratio {ray_wall / pool_wall:.2f})",
-            f"same outcomes and steps per episode: {same}; largest |action difference|: {diff:.1e}"]
+    return [
+        f"-- Ray vs process pool: lockstep {args.lanes}, 1 worker each, the unequal-length campaign "
+        f"({uneven.n_episodes} episodes), walls include start-up (a fresh process; a local Ray instance "
+        f"and its actor)",
+        f"process pool: wall {pool_wall:.2f} s; Ray: wall {ray_wall:.2f} s (ratio {ray_wall / pool_wall:.2f})",
+        f"same outcomes and steps per episode: {same}; largest |action difference|: {diff:.1e}",
+    ]
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ ray, ... so machine-load drift hits both; medians are compared.
     python bench/campaign_ray_vs_pool.py [--seeds 3] [--workers 2] [--rounds 2] [--keep DIR] \
         [--out bench/results/campaign_ray_vs_pool.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,24 @@ POLICIES = ["scripted:skill=1.0", "scripted:skill=0.6", "random"]
 
 
 def run(out: str, executor: str, workers: int, seeds: int) -> dict:
-    argv = [sys.executable, "-m", "kosmos_env.cli", "eval", "--image-size", "64", "64", "--seeds", str(seeds),
-            "--workers", str(workers), "--executor", executor, "--no-progress", "--out", out]
+    argv = [
+        sys.executable,
+        "-m",
+        "kosmos_env.cli",
+        "eval",
+        "--image-size",
+        "64",
+        "64",
+        "--seeds",
+        str(seeds),
+        "--workers",
+        str(workers),
+        "--executor",
+        executor,
+        "--no-progress",
+        "--out",
+        out,
+    ]
     if executor == "ray":
         argv += ["--ray-num-cpus", str(workers)]
     for p in POLICIES:
@@ -44,12 +61,17 @@ def run(out: str, executor: str, workers: int, seeds: int) -> dict:
         raise RuntimeError(f"{executor} eval failed:\n{proc.stderr[-3000:]}")
     con = sqlite3.connect(os.path.join(out, "ledger.sqlite"))
     n, first_start, first_done, last_done = con.execute(
-        "SELECT COUNT(*), MIN(started), MIN(finished), MAX(finished) FROM episodes WHERE status = 'done'").fetchone()
+        "SELECT COUNT(*), MIN(started), MIN(finished), MAX(finished) FROM episodes WHERE status = 'done'"
+    ).fetchone()
     run_start = con.execute("SELECT MIN(started) FROM runs").fetchone()[0]
     con.close()
-    return {"n": n, "wall": wall, "per_min_wall": n / wall * 60,
-            "per_min_steady": (n - 1) / (last_done - first_done) * 60,
-            "to_first_episode": first_done - run_start}
+    return {
+        "n": n,
+        "wall": wall,
+        "per_min_wall": n / wall * 60,
+        "per_min_steady": (n - 1) / (last_done - first_done) * 60,
+        "to_first_episode": first_done - run_start,
+    }
 
 
 def main(argv=None) -> int:
@@ -63,12 +85,14 @@ def main(argv=None) -> int:
     import ray
 
     n_eps = len(POLICIES) * 4 * args.seeds
-    lines = [f"campaign throughput, Ray executor vs process pool, {time.strftime('%Y-%m-%d %H:%M:%S')}",
-             f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
-             f"python {platform.python_version()}, ray {ray.__version__}",
-             f"load average before: {load_average()}",
-             f"campaign: Kosmos-Tabletop-v1 64x64, {len(POLICIES)} policies x 4 tasks x {args.seeds} seeds = {n_eps} "
-             f"episodes (MP4 kept), {args.workers} workers each"]
+    lines = [
+        f"campaign throughput, Ray executor vs process pool, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
+        f"python {platform.python_version()}, ray {ray.__version__}",
+        f"load average before: {load_average()}",
+        f"campaign: Kosmos-Tabletop-v1 64x64, {len(POLICIES)} policies x 4 tasks x {args.seeds} seeds = {n_eps} "
+        f"episodes (MP4 kept), {args.workers} workers each",
+    ]
     print("\n".join(lines), flush=True)
     tmp = tempfile.mkdtemp(prefix="kosmos-ray-bench-")
     res = {"process": [], "ray": []}
@@ -78,19 +102,25 @@ def main(argv=None) -> int:
                 out = os.path.join(tmp, f"{ex}{r}")
                 m = run(out, ex, args.workers, args.seeds)
                 res[ex].append(m)
-                line = (f"round {r} {ex:7s}: {m['n']} episodes in {m['wall']:.1f} s wall = {m['per_min_wall']:.0f} rollouts/min "
-                        f"incl. start-up ({m['to_first_episode']:.1f} s to the first finished episode); steady state "
-                        f"{m['per_min_steady']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}")
+                line = (
+                    f"round {r} {ex:7s}: {m['n']} episodes in {m['wall']:.1f} s wall = {m['per_min_wall']:.0f} rollouts/min "
+                    f"incl. start-up ({m['to_first_episode']:.1f} s to the first finished episode); steady state "
+                    f"{m['per_min_steady']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}"
+                )
                 print(line, flush=True)
                 lines.append(line)
                 if ex == "ray" and args.keep and r == args.rounds - 1:
                     shutil.rmtree(args.keep, ignore_errors=True)
                     shutil.copytree(out, args.keep)
-        med = {ex: {k: statistics.median(m[k] for m in ms) for k in ("per_min_wall", "per_min_steady", "to_first_episode")}
-               for ex, ms in res.items()}
-        lines.append(f"RATIO ray / process pool (medians over {args.rounds} rounds): wall {med['ray']['per_min_wall'] / med['process']['per_min_wall']:.2f}x, "
-                     f"steady state {med['ray']['per_min_steady'] / med['process']['per_min_steady']:.2f}x; time to first "
-                     f"episode {med['ray']['to_first_episode']:.1f} s (ray) vs {med['process']['to_first_episode']:.1f} s (pool)")
+        med = {
+            ex: {k: statistics.median(m[k] for m in ms) for k in ("per_min_wall", "per_min_steady", "to_first_episode")}
+            for ex, ms in res.items()
+        }
+        lines.append(
+            f"RATIO ray / process pool (medians over {args.rounds} rounds): wall {med['ray']['per_min_wall'] / med['process']['per_min_wall']:.2f}x, "
+            f"steady state {med['ray']['per_min_steady'] / med['process']['per_min_steady']:.2f}x; time to first "
+            f"episode {med['ray']['to_first_episode']:.1f} s (ray) vs {med['process']['to_first_episode']:.1f} s (pool)"
+        )
         lines.append(f"load average after: {load_average()}")
         print("\n".join(lines[-2:]), flush=True)
     finally:

@@ -13,6 +13,7 @@ The machine's load average is recorded before and after, since its 2 cores are s
 
     python bench/campaign_scaling.py [--speed-seeds 8] [--no-video-speed] [--out bench/results/campaign_scaling.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,24 @@ POLICIES = ["scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.6", "s
 
 def run_eval(out: str, policies: list[str], seeds: int, workers: int, video: bool) -> dict:
     """Run one campaign in a child process; return wall time, rates and peak memory."""
-    argv = [sys.executable, "-m", "kosmos_env.cli", "eval", "--image-size", "64", "64", "--seeds", str(seeds),
-            "--workers", str(workers), "--executor", "process", "--no-progress", "--out", out]
+    argv = [
+        sys.executable,
+        "-m",
+        "kosmos_env.cli",
+        "eval",
+        "--image-size",
+        "64",
+        "64",
+        "--seeds",
+        str(seeds),
+        "--workers",
+        str(workers),
+        "--executor",
+        "process",
+        "--no-progress",
+        "--out",
+        out,
+    ]
     for p in policies:
         argv += ["--policy", p]
     if not video:
@@ -69,13 +86,20 @@ def run_eval(out: str, policies: list[str], seeds: int, workers: int, video: boo
     child_max_rss_kb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss  # max over every child so far
     con = sqlite3.connect(os.path.join(out, "ledger.sqlite"))
     started, finished, n = con.execute(
-        "SELECT MIN(started), MAX(finished), COUNT(*) FROM episodes WHERE status = 'done'").fetchone()
+        "SELECT MIN(started), MAX(finished), COUNT(*) FROM episodes WHERE status = 'done'"
+    ).fetchone()
     first_done = con.execute("SELECT MIN(finished) FROM episodes").fetchone()[0]
     con.close()
     steady = (n - 1) / (finished - first_done) * 60 if finished > first_done else float("nan")
-    return {"episodes": n, "wall_s": wall, "per_min_wall": n / wall * 60, "per_min_steady": steady,
-            "busy_s": finished - started, "peak_rss_sum_mb": peak_sum / 2**20,
-            "max_child_rss_mb_so_far": child_max_rss_kb / 1024}
+    return {
+        "episodes": n,
+        "wall_s": wall,
+        "per_min_wall": n / wall * 60,
+        "per_min_steady": steady,
+        "busy_s": finished - started,
+        "peak_rss_sum_mb": peak_sum / 2**20,
+        "max_child_rss_mb_so_far": child_max_rss_kb / 1024,
+    }
 
 
 def main() -> int:
@@ -88,46 +112,58 @@ def main() -> int:
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "campaign_scaling.txt"))
     args = ap.parse_args()
 
-    lines = [f"campaign scaling bench, {time.strftime('%Y-%m-%d %H:%M:%S')}",
-             f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other "
-             f"jobs), python {platform.python_version()}",
-             f"load average before: {load_average()}"]
+    lines = [
+        f"campaign scaling bench, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other "
+        f"jobs), python {platform.python_version()}",
+        f"load average before: {load_average()}",
+    ]
     print("\n".join(lines), flush=True)
     tmp = tempfile.mkdtemp(prefix="kosmos-campaign-bench-")
     try:
         speed = {}
         n_speed = len(POLICIES) * 4 * args.speed_seeds
         for workers in (1, 2):
-            r = run_eval(os.path.join(tmp, f"speed{workers}"), POLICIES, args.speed_seeds, workers,
-                         video=not args.no_video_speed)
+            r = run_eval(
+                os.path.join(tmp, f"speed{workers}"), POLICIES, args.speed_seeds, workers, video=not args.no_video_speed
+            )
             speed[workers] = r
-            line = (f"speed, {workers} worker(s): {r['episodes']} episodes (64x64, 40 steps, "
-                    f"{'no video' if args.no_video_speed else 'MP4 kept'}) in {r['wall_s']:.1f} s wall "
-                    f"= {r['per_min_wall']:.0f} rollouts/min including start-up; steady state "
-                    f"{r['per_min_steady']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}")
+            line = (
+                f"speed, {workers} worker(s): {r['episodes']} episodes (64x64, 40 steps, "
+                f"{'no video' if args.no_video_speed else 'MP4 kept'}) in {r['wall_s']:.1f} s wall "
+                f"= {r['per_min_wall']:.0f} rollouts/min including start-up; steady state "
+                f"{r['per_min_steady']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}"
+            )
             print(line, flush=True)
             lines.append(line)
         assert speed[1]["episodes"] == speed[2]["episodes"] == n_speed
         su_wall = speed[2]["per_min_wall"] / speed[1]["per_min_wall"]
         su_steady = speed[2]["per_min_steady"] / speed[1]["per_min_steady"]
-        lines.append(f"speed-up 2 vs 1 workers: {su_wall:.2f}x wall (incl. start-up), {su_steady:.2f}x steady state "
-                     f"(target >= 1.6x): {'PASS' if su_steady >= 1.6 else 'MISS'}")
+        lines.append(
+            f"speed-up 2 vs 1 workers: {su_wall:.2f}x wall (incl. start-up), {su_steady:.2f}x steady state "
+            f"(target >= 1.6x): {'PASS' if su_steady >= 1.6 else 'MISS'}"
+        )
         print(lines[-1], flush=True)
 
         mem = {}
         for label, seeds in (("small", args.small_seeds), ("large", args.large_seeds)):
             r = run_eval(os.path.join(tmp, f"mem-{label}"), POLICIES, seeds, args.memory_workers, video=True)
             mem[label] = r
-            line = (f"memory, {r['episodes']} episodes ({args.memory_workers} workers, MP4 kept): peak RSS summed over "
-                    f"eval + workers {r['peak_rss_sum_mb']:.0f} MiB, {r['wall_s']:.1f} s wall, "
-                    f"{r['per_min_wall']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}")
+            line = (
+                f"memory, {r['episodes']} episodes ({args.memory_workers} workers, MP4 kept): peak RSS summed over "
+                f"eval + workers {r['peak_rss_sum_mb']:.0f} MiB, {r['wall_s']:.1f} s wall, "
+                f"{r['per_min_wall']:.0f} rollouts/min; load now {os.getloadavg()[0]:.2f}"
+            )
             print(line, flush=True)
             lines.append(line)
         ratio = mem["large"]["peak_rss_sum_mb"] / mem["small"]["peak_rss_sum_mb"]
-        lines.append(f"peak memory {mem['large']['episodes']} vs {mem['small']['episodes']} episodes: {ratio:.3f}x "
-                     f"(target within 20%, i.e. <= 1.20x): {'PASS' if ratio <= 1.2 else 'MISS'}")
-        lines.append(f"largest single-process peak (ru_maxrss of any child): "
-                     f"{mem['large']['max_child_rss_mb_so_far']:.0f} MiB")
+        lines.append(
+            f"peak memory {mem['large']['episodes']} vs {mem['small']['episodes']} episodes: {ratio:.3f}x "
+            f"(target within 20%, i.e. <= 1.20x): {'PASS' if ratio <= 1.2 else 'MISS'}"
+        )
+        lines.append(
+            f"largest single-process peak (ru_maxrss of any child): {mem['large']['max_child_rss_mb_so_far']:.0f} MiB"
+        )
         lines.append(f"load average after: {load_average()}")
         print("\n".join(lines[-3:]), flush=True)
     finally:

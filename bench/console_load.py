@@ -16,6 +16,7 @@
 
     python bench/console_load.py [--pairs 2] [--seeds 4] [--clients 2] [--out bench/results/console_load.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,24 @@ TOKEN = "bench-console-token-0123456789"
 def run_eval(out: str, seeds: int) -> tuple[float, float]:
     """One 2-worker campaign in a child process; returns (episodes per hour of its eval run,
     CPU seconds of the eval process and its workers)."""
-    argv = [sys.executable, "-m", "kosmos_env.cli", "eval", "--image-size", "64", "64", "--seeds", str(seeds),
-            "--workers", "2", "--executor", "process", "--no-progress", "--out", out]
+    argv = [
+        sys.executable,
+        "-m",
+        "kosmos_env.cli",
+        "eval",
+        "--image-size",
+        "64",
+        "64",
+        "--seeds",
+        str(seeds),
+        "--workers",
+        "2",
+        "--executor",
+        "process",
+        "--no-progress",
+        "--out",
+        out,
+    ]
     for p in POLICIES:
         argv += ["--policy", p]
     env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1")
@@ -69,8 +86,14 @@ class Watcher:
 
     def __init__(self, runs: str, campaign: str, clients: int):
         env = dict(os.environ, KOSMOS_CONSOLE_TOKEN=TOKEN)
-        self.proc = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", "serve", runs, "--port", "0"], cwd=ROOT,
-                                     env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "kosmos_env.cli", "serve", runs, "--port", "0"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stderr.readline()
         m = re.search(r"http://127\.0\.0\.1:(\d+)/", line)
         if not m:
@@ -147,9 +170,11 @@ def throughput(pairs: int, seeds: int, clients: int) -> tuple[list[float], list[
                 if watcher:
                     console_cpu = watcher.cpu_seconds() - idle
                     shares.append(console_cpu / cpu)
-                    notes.append(f"pair {i + 1}: console pushed {watcher.events} live updates to {clients} client(s), "
-                                 f"served {watcher.pages} page loads, used {console_cpu:.2f} CPU s while the campaign "
-                                 f"used {cpu:.1f} CPU s ({100 * console_cpu / cpu:.2f}%)")
+                    notes.append(
+                        f"pair {i + 1}: console pushed {watcher.events} live updates to {clients} client(s), "
+                        f"served {watcher.pages} page loads, used {console_cpu:.2f} CPU s while the campaign "
+                        f"used {cpu:.1f} CPU s ({100 * console_cpu / cpu:.2f}%)"
+                    )
             finally:
                 if watcher:
                     watcher.close()
@@ -164,8 +189,12 @@ def synthetic_campaign(folder: str, seeds: int = 625) -> int:
     from kosmos_env.campaign.design import make_config
     from kosmos_env.campaign.ledger import Ledger
 
-    config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "scripted:skill=0.6", "scripted:skill=0.3",
-                                                 "random"], tasks=None, seeds=seeds)
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0", "scripted:skill=0.6", "scripted:skill=0.3", "random"],
+        tasks=None,
+        seeds=seeds,
+    )
     os.makedirs(folder)
     rng = random.Random(0)
     skill = {p.label: s for p, s in zip(config.policies, (0.9, 0.6, 0.3, 0.05), strict=True)}
@@ -182,13 +211,30 @@ def synthetic_campaign(folder: str, seeds: int = 625) -> int:
                 success = None if outcome == "discarded" else int(outcome == "success")
                 t = {"policy": 0.01, "world": 0.05 + 0.01 * rng.random(), "gate": 0.005, "judge": 0.002, "io": 0.01}
                 t["total"] = sum(t.values()) + 0.003
-                judgment = None if success is None else json.dumps({"success": bool(success), "score": float(success),
-                                                                    "rationale": "synthetic", "votes": []})
-                updates.append((outcome, success, None if success is None else float(success), judgment,
-                                json.dumps(t), 40, now - 3600 + ord_ * 0.3, eid))
-            conn.executemany("UPDATE episodes SET status = 'done', outcome = ?, success = ?, score = ?, judgment = ?, "
-                             "judge = 'state', timings = ?, steps = ?, finished = ?, attempts = 1 WHERE episode_id = ?",
-                             updates)
+                judgment = (
+                    None
+                    if success is None
+                    else json.dumps(
+                        {"success": bool(success), "score": float(success), "rationale": "synthetic", "votes": []}
+                    )
+                )
+                updates.append(
+                    (
+                        outcome,
+                        success,
+                        None if success is None else float(success),
+                        judgment,
+                        json.dumps(t),
+                        40,
+                        now - 3600 + ord_ * 0.3,
+                        eid,
+                    )
+                )
+            conn.executemany(
+                "UPDATE episodes SET status = 'done', outcome = ?, success = ?, score = ?, judgment = ?, "
+                "judge = 'state', timings = ?, steps = ?, finished = ?, attempts = 1 WHERE episode_id = ?",
+                updates,
+            )
             conn.execute("UPDATE runs SET finished = ?", (now,))
     return len(rows)
 
@@ -215,15 +261,20 @@ def scale() -> list[str]:
         key = folder_key(__import__("pathlib").Path(folder))
         lines = [f"synthetic campaign: {n} finished episodes"]
         try:
-            for label, path in (("campaigns list page", "/"), ("live view page", f"/c/{key}"),
-                                ("live numbers (live.json)", f"/c/{key}/live.json"),
-                                ("episode browser, page 1", f"/c/{key}/episodes"),
-                                ("episode browser, page 80, filtered", f"/c/{key}/episodes?outcome=success&page=40"),
-                                ("episode page", f"/c/{key}/episodes/9999")):
+            for label, path in (
+                ("campaigns list page", "/"),
+                ("live view page", f"/c/{key}"),
+                ("live numbers (live.json)", f"/c/{key}/live.json"),
+                ("episode browser, page 1", f"/c/{key}/episodes"),
+                ("episode browser, page 80, filtered", f"/c/{key}/episodes?outcome=success&page=40"),
+                ("episode page", f"/c/{key}/episodes/9999"),
+            ):
                 first, status, size = timed_get(server.port, path)
                 rest = [timed_get(server.port, path)[0] for _ in range(5)]
-                lines.append(f"{label:38s} HTTP {status}  {size / 1024:7.1f} KiB  first {first * 1000:7.1f} ms  "
-                             f"median of 5 {statistics.median(rest) * 1000:7.1f} ms")
+                lines.append(
+                    f"{label:38s} HTTP {status}  {size / 1024:7.1f} KiB  first {first * 1000:7.1f} ms  "
+                    f"median of 5 {statistics.median(rest) * 1000:7.1f} ms"
+                )
         finally:
             server.stop()
         return lines
@@ -239,20 +290,25 @@ def main() -> None:
     ap.add_argument("--skip-throughput", action="store_true")
     ap.add_argument("--out", default=None, help="also write the report here")
     args = ap.parse_args()
-    lines = [f"# console load bench: {platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
-             f"load average before: {load_average()}"]
+    lines = [
+        f"# console load bench: {platform.node()}, {os.cpu_count()} CPUs, {platform.processor() or platform.machine()}",
+        f"load average before: {load_average()}",
+    ]
     print("\n".join(lines), flush=True)
     if not args.skip_throughput:
         off, on, notes, shares = throughput(args.pairs, args.seeds, args.clients)
         ratio = statistics.mean(on) / statistics.mean(off)
-        lines += [f"2-worker campaign, {len(POLICIES)} policies x 4 tasks x {args.seeds} seeds, videos on; "
-                  f"{args.pairs} alternating pairs",
-                  "without console (rollouts/hour): " + ", ".join(f"{x:.0f}" for x in off),
-                  "with console open (rollouts/hour): " + ", ".join(f"{x:.0f}" for x in on), *notes,
-                  f"throughput ratio with/without console: {ratio:.3f} (target >= 0.95; run-to-run spread without "
-                  f"console: {min(off) / max(off):.3f} min/max: on a shared machine the ratio carries that noise)",
-                  f"console CPU share of the watched campaigns: {100 * max(shares):.2f}% at most (the throughput a "
-                  f"CPU-bound campaign can lose to it; target <= 5%)"]
+        lines += [
+            f"2-worker campaign, {len(POLICIES)} policies x 4 tasks x {args.seeds} seeds, videos on; "
+            f"{args.pairs} alternating pairs",
+            "without console (rollouts/hour): " + ", ".join(f"{x:.0f}" for x in off),
+            "with console open (rollouts/hour): " + ", ".join(f"{x:.0f}" for x in on),
+            *notes,
+            f"throughput ratio with/without console: {ratio:.3f} (target >= 0.95; run-to-run spread without "
+            f"console: {min(off) / max(off):.3f} min/max: on a shared machine the ratio carries that noise)",
+            f"console CPU share of the watched campaigns: {100 * max(shares):.2f}% at most (the throughput a "
+            f"CPU-bound campaign can lose to it; target <= 5%)",
+        ]
         print("\n".join(lines[-2:]), flush=True)
     scale_lines = scale()
     print("\n".join(scale_lines), flush=True)

@@ -11,6 +11,7 @@ The tiny model's numbers say nothing about a GPU (see bench/gpu/cosmos3_speed.py
 
     python bench/cosmos_batch.py [--n 4] [--reps 2] [--out bench/results/cosmos_batch.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,17 +45,28 @@ def main() -> None:
     world = Cosmos3World(tiny_bridge_spec(), pipeline=pipe)
     world.load()
     rng = np.random.default_rng(0)
-    inputs = [(rng.integers(0, 255, (64, 64, 3), dtype=np.uint8), rng.normal(0, 0.3, (4, 10)).astype(np.float32),
-               PROMPTS[i % len(PROMPTS)], 100 + i) for i in range(args.n)]
+    inputs = [
+        (
+            rng.integers(0, 255, (64, 64, 3), dtype=np.uint8),
+            rng.normal(0, 0.3, (4, 10)).astype(np.float32),
+            PROMPTS[i % len(PROMPTS)],
+            100 + i,
+        )
+        for i in range(args.n)
+    ]
 
     def requests():
-        return [world.call_kwargs(img, act, prompt, torch.Generator().manual_seed(seed))
-                for img, act, prompt, seed in inputs]
+        return [
+            world.call_kwargs(img, act, prompt, torch.Generator().manual_seed(seed))
+            for img, act, prompt, seed in inputs
+        ]
 
-    lines = [f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads 1, python {platform.python_version()}",
-             f"load average before: {load_average()}",
-             f"tiny Cosmos3OmniPipeline (kosmos_env/testing/cosmos_tiny.py), {args.n} requests, chunk 4, 2 steps, 64x64 input; "
-             f"best of {args.reps} interleaved rounds"]
+    lines = [
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch threads 1, python {platform.python_version()}",
+        f"load average before: {load_average()}",
+        f"tiny Cosmos3OmniPipeline (kosmos_env/testing/cosmos_tiny.py), {args.n} requests, chunk 4, 2 steps, 64x64 input; "
+        f"best of {args.reps} interleaved rounds",
+    ]
     pipe(**requests()[0])  # warm-up
     single_s, batch_s = [], []
     for _ in range(args.reps):

@@ -8,6 +8,7 @@ so drifts in machine load hit both; the medians are compared.
 
     python bench/cosmos_overhead.py [--reps 10] [--size 64] [--steps 2] [--out bench/results/cosmos_overhead.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,9 +38,11 @@ def machine_line() -> str:
                     break
     except OSError:
         pass
-    return (f"machine: {platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs visible "
-            f"(shared with other jobs), torch {torch.__version__} threads={torch.get_num_threads()}, "
-            f"python {platform.python_version()}")
+    return (
+        f"machine: {platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} logical CPUs visible "
+        f"(shared with other jobs), torch {torch.__version__} threads={torch.get_num_threads()}, "
+        f"python {platform.python_version()}"
+    )
 
 
 def main(argv=None) -> int:
@@ -60,8 +63,9 @@ def main(argv=None) -> int:
 
     pipe = tiny_pipeline()
     spec = tiny_bridge_spec(size=args.size, steps=args.steps, horizon=10_000)
-    env = gym.make("Kosmos-Bridge-v1", env_spec=spec, judge="state", defer_judging=True,
-                   world_kwargs={"pipeline": pipe})
+    env = gym.make(
+        "Kosmos-Bridge-v1", env_spec=spec, judge="state", defer_judging=True, world_kwargs={"pipeline": pipe}
+    )
     env.reset(seed=0)
     world = env.unwrapped.world
     cfg = world.config
@@ -72,16 +76,28 @@ def main(argv=None) -> int:
     image = world._cond_frame.copy()
     raw, _, _ = env_to_bridge10(act, np.zeros(3), np.eye(3))
     norm = cfg["bridge"]["normalization"]
-    model_actions = torch.as_tensor(normalize_bridge10(raw, norm["method"], norm["q01"], norm["q99"]), dtype=torch.float32)
+    model_actions = torch.as_tensor(
+        normalize_bridge10(raw, norm["method"], norm["q01"], norm["q99"]), dtype=torch.float32
+    )
 
     def direct():
         return pipe(
             prompt="put carrot on plate",
-            action=CosmosActionCondition(mode="forward_dynamics", chunk_size=cfg["chunk_size"],
-                                         domain_name="bridge_orig_lerobot", resolution_tier=cfg["resolution_tier"],
-                                         raw_actions=model_actions, image=image, view_point="ego_view"),
-            fps=5.0, num_inference_steps=cfg["num_inference_steps"], guidance_scale=cfg["guidance_scale"],
-            use_system_prompt=False, generator=torch.Generator().manual_seed(1), output_type="np",
+            action=CosmosActionCondition(
+                mode="forward_dynamics",
+                chunk_size=cfg["chunk_size"],
+                domain_name="bridge_orig_lerobot",
+                resolution_tier=cfg["resolution_tier"],
+                raw_actions=model_actions,
+                image=image,
+                view_point="ego_view",
+            ),
+            fps=5.0,
+            num_inference_steps=cfg["num_inference_steps"],
+            guidance_scale=cfg["guidance_scale"],
+            use_system_prompt=False,
+            generator=torch.Generator().manual_seed(1),
+            output_type="np",
         )
 
     direct()

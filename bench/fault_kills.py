@@ -9,6 +9,7 @@ reference) and the wall-clock of the killed runs against the reference's as a ra
 
     python bench/fault_kills.py [--kills 30] [--seeds 6] [--out bench/results/fault_kills.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,8 +26,15 @@ sys.path.insert(0, str(ROOT))
 
 from _report import load_average, save  # noqa: E402  bench/_report.py: the script's folder is on sys.path
 
-from tests.faults_support import (alive, attempt_counts, descendants, eval_argv, ledger_rows, runs_started,  # noqa: E402
-                                  spawn_cli, wait_gone)
+from tests.faults_support import (  # noqa: E402
+    attempt_counts,
+    descendants,
+    eval_argv,
+    ledger_rows,
+    runs_started,  # noqa: E402
+    spawn_cli,
+    wait_gone,
+)
 
 POLICY = "tests.test_campaign_support:SlowScripted:delay=0.0"
 os.environ.setdefault("KOSMOS_ENV_ALLOW_IMPORT", "1")  # POLICY is a module:Class name: the explicit opt-in
@@ -40,8 +48,15 @@ def main() -> int:
     ap.add_argument("--out", default=None, help="also write the report to this file")
     args = ap.parse_args()
     lines = [f"load average before: {load_average()}"]
-    argv = lambda out: eval_argv(out, "--workers", "2", "--executor", "process", policies=(POLICY,),  # noqa: E731
-                                 seeds=args.seeds)
+    argv = lambda out: eval_argv(  # noqa: E731
+        out,
+        "--workers",
+        "2",
+        "--executor",
+        "process",
+        policies=(POLICY,),  # noqa: E731
+        seeds=args.seeds,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         ref_dir, out = Path(tmp) / "reference", Path(tmp) / "killed"
         t0 = time.time()

@@ -27,6 +27,7 @@ Definitions: ``kosmos_env/study/trust.py``.
 Episodes of each rung are saved in OUT/episodes/ as they finish; a second run resumes from them
 (``--analyze-only`` redoes only the numbers).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,12 +44,28 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _report import load_average  # noqa: E402
 
 POLICIES = (
-    "scripted:skill=1.0", "scripted:skill=0.7", "scripted:skill=0.45", "random",
-    "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=knock_away,rate=0.7",
-    "ckpt:shipped=bc_clone_2000", "ckpt:shipped=sim_judge_ppo_9216", "ckpt:shipped=world_judge_ppo_12288",
+    "scripted:skill=1.0",
+    "scripted:skill=0.7",
+    "scripted:skill=0.45",
+    "random",
+    "deceptive:mode=grasp_miss,rate=0.7",
+    "deceptive:mode=knock_away,rate=0.7",
+    "ckpt:shipped=bc_clone_2000",
+    "ckpt:shipped=sim_judge_ppo_9216",
+    "ckpt:shipped=world_judge_ppo_12288",
 )
-RUNGS = ("grey", "copy_first_frame", "rules_only", "learned_05", "learned_15", "learned_40", "learned_55", "learned_70",
-         "learned_full", "simulator")
+RUNGS = (
+    "grey",
+    "copy_first_frame",
+    "rules_only",
+    "learned_05",
+    "learned_15",
+    "learned_40",
+    "learned_55",
+    "learned_70",
+    "learned_full",
+    "simulator",
+)
 BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40", "learned_55": "w55", "learned_70": "w70"}
 JUDGES = ("vision", "robot_log")
 REFERENCE = "Kosmos-Tabletop-v1"
@@ -106,14 +123,21 @@ def run_reference(args, ctx, out: Path) -> None:
     f = out / "episodes" / "reference.json"
     if f.is_file():
         return
-    from kosmos_env.study.trust import DRIFT_HORIZON, gate_spec_for, replay_frames, run_world
-    from kosmos_env.spec import load_spec
+    from kosmos_env.study.trust import DRIFT_HORIZON, replay_frames, run_world
 
     actions: dict = {}
-    spec = load_spec(REFERENCE)
-    rows = run_world("reference", _env(*make_rung_world("simulator", args.weights_dir)), ctx["policies"], ctx["jobs"],
-                     ctx["seed_of"], ctx["judges"], gate_spec=ctx["gate"], truth=True, keep_actions=actions,
-                     progress=True)
+    rows = run_world(
+        "reference",
+        _env(*make_rung_world("simulator", args.weights_dir)),
+        ctx["policies"],
+        ctx["jobs"],
+        ctx["seed_of"],
+        ctx["judges"],
+        gate_spec=ctx["gate"],
+        truth=True,
+        keep_actions=actions,
+        progress=True,
+    )
     env = _env(*make_rung_world("simulator", args.weights_dir))
     frames = {}
     try:
@@ -122,7 +146,9 @@ def run_reference(args, ctx, out: Path) -> None:
                 frames[f"{p}|{t}|{i}"] = replay_frames(env, ctx["seed_of"](t, i), t, a, DRIFT_HORIZON).astype(np.uint8)
     finally:
         env.close()
-    np.savez_compressed(out / "episodes" / "reference_actions.npz", **{f"{p}|{t}|{i}": a for (p, t, i), a in actions.items()})
+    np.savez_compressed(
+        out / "episodes" / "reference_actions.npz", **{f"{p}|{t}|{i}": a for (p, t, i), a in actions.items()}
+    )
     np.savez_compressed(out / "episodes" / "reference_frames.npz", **frames)
     f.write_text(json.dumps(rows, default=float))
 
@@ -136,9 +162,7 @@ def run_rung(name: str, args, ctx, out: Path) -> None:
     f = out / "episodes" / f"{name}.json"
     if f.is_file():
         return
-    from kosmos_env.study.trust import (DRIFT_HORIZON, drift_row, gate_spec_for, replay_frames, run_world,
-                                        shuffled_source)
-    from kosmos_env.spec import load_spec
+    from kosmos_env.study.trust import DRIFT_HORIZON, drift_row, replay_frames, run_world, shuffled_source
     from kosmos_env.worlds.shuffled import ShuffledCommandWorld
 
     t0 = time.perf_counter()
@@ -150,13 +174,30 @@ def run_rung(name: str, args, ctx, out: Path) -> None:
         actions = _load_actions(out)
         world.close()
     else:
-        rows = run_world(name, _env(env_id, world), ctx["policies"], ctx["jobs"], ctx["seed_of"], ctx["judges"],
-                         gate_spec=ctx["gate"], keep_actions=actions, progress=True)
+        rows = run_world(
+            name,
+            _env(env_id, world),
+            ctx["policies"],
+            ctx["jobs"],
+            ctx["seed_of"],
+            ctx["judges"],
+            gate_spec=ctx["gate"],
+            keep_actions=actions,
+            progress=True,
+        )
     inner = make_rung_world(name, args.weights_dir)[1]
     sw = ShuffledCommandWorld(inner)
     hook = shuffled_source(actions, args.seeds, args.seed_offset + 7919)
-    shuffled = run_world(f"{name}:shuffled", _env(env_id, sw), ctx["policies"], ctx["jobs"], ctx["seed_of"],
-                         ctx["judges"], before=lambda p, t, i: hook(sw, p, t, i), progress=True)
+    shuffled = run_world(
+        f"{name}:shuffled",
+        _env(env_id, sw),
+        ctx["policies"],
+        ctx["jobs"],
+        ctx["seed_of"],
+        ctx["judges"],
+        before=lambda p, t, i: hook(sw, p, t, i),
+        progress=True,
+    )
     ref_actions = _load_actions(out)
     real = np.load(out / "episodes" / "reference_frames.npz")
     drift = []
@@ -171,8 +212,11 @@ def run_rung(name: str, args, ctx, out: Path) -> None:
                 drift.append({"policy": p, "task": t, "seed": ctx["seed_of"](t, i), **r})
     finally:
         env.close()
-    f.write_text(json.dumps({"world": rows, "shuffled": shuffled, "drift": drift,
-                             "seconds": time.perf_counter() - t0}, default=float))
+    f.write_text(
+        json.dumps(
+            {"world": rows, "shuffled": shuffled, "drift": drift, "seconds": time.perf_counter() - t0}, default=float
+        )
+    )
     print(f"rung {name}: {time.perf_counter() - t0:.0f} s", flush=True)
 
 
@@ -210,7 +254,6 @@ def _kendall(E, T):
 
 
 def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
-    from kosmos_env.stats.agreement import rowwise
     from kosmos_env.study.trust import DIAGNOSTICS, DRIFT_HORIZON, _interval, diagnostics_from_rows
 
     ref = json.loads((out / "episodes" / "reference.json").read_text())
@@ -235,10 +278,22 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
             kb, _ = _kendall(_rates(m, idx), t_boot)
             k_obs[j].append(ko[0])
             k_boot[j].append(kb)
-            entry["kendall"][j] = {"value": float(ko[0]), "interval": _interval(kb), "constant": bool(const[0]),
-                                   "rates": [None if not np.isfinite(x) else float(x) for x in _rates(m, all_idx)[0]]}
-            diag = diagnostics_from_rows(rec["world"], judge=j, shuffled_rows=rec["shuffled"], drift_rows=rec["drift"],
-                                         units=units, n_boot=n_boot, seed=seed, world=name)
+            entry["kendall"][j] = {
+                "value": float(ko[0]),
+                "interval": _interval(kb),
+                "constant": bool(const[0]),
+                "rates": [None if not np.isfinite(x) else float(x) for x in _rates(m, all_idx)[0]],
+            }
+            diag = diagnostics_from_rows(
+                rec["world"],
+                judge=j,
+                shuffled_rows=rec["shuffled"],
+                drift_rows=rec["drift"],
+                units=units,
+                n_boot=n_boot,
+                seed=seed,
+                world=name,
+            )
             entry["diagnostics"][j] = {"shuffled_gap": diag["shuffled_gap"]}
             entry["diagnostics"]["gate_discard"] = diag["gate_discard"]
             entry["diagnostics"]["drift_ratio"] = diag["drift_ratio"]
@@ -259,9 +314,18 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
         upper[j] = _predict(live, k_obs[j], k_boot[j], d_obs, d_boot, j)[0] if len(live) >= 3 else None
         if upper[j] is not None:
             upper[j]["rungs_named"] = [table[i]["name"] for i in live]
-    return {"rungs": table, "prediction": prediction, "prediction_upper": upper, "judges": list(JUDGES), "policies": list(policies),
-            "units": [list(u) for u in units], "n_boot": n_boot, "alpha": 0.05, "drift_horizon": DRIFT_HORIZON,
-            "truth_rates": [float(x) for x in t_obs[0]]}
+    return {
+        "rungs": table,
+        "prediction": prediction,
+        "prediction_upper": upper,
+        "judges": list(JUDGES),
+        "policies": list(policies),
+        "units": [list(u) for u in units],
+        "n_boot": n_boot,
+        "alpha": 0.05,
+        "drift_horizon": DRIFT_HORIZON,
+        "truth_rates": [float(x) for x in t_obs[0]],
+    }
 
 
 def _predict(sel, k_obs, k_boot, d_obs, d_boot, j):
@@ -279,17 +343,24 @@ def _predict(sel, k_obs, k_boot, d_obs, d_boot, j):
         ok = np.isfinite(Do[0])
         rho_o = rowwise("spearman", Do[:, ok], Ko[:, ok])[0]
         Db = np.where(np.isfinite(D[:, ok]), D[:, ok], np.nanmedian(D[:, ok], axis=0))
-        out[d] = {"value": None if not np.isfinite(rho_o) else float(rho_o),
-                  "interval": _interval(rowwise("spearman", Db, K[:, ok])), "rungs": int(ok.sum()),
-                  "expected_sign": "+" if d == "shuffled_gap" else "-"}
+        out[d] = {
+            "value": None if not np.isfinite(rho_o) else float(rho_o),
+            "interval": _interval(rowwise("spearman", Db, K[:, ok])),
+            "rungs": int(ok.sum()),
+            "expected_sign": "+" if d == "shuffled_gap" else "-",
+        }
         sign = 1 if d == "shuffled_gap" else -1
         comb_obs.append(_standing(sign * Do))
         comb_boot.append(_standing(sign * np.where(np.isfinite(D), D, np.nanmedian(D, axis=0))))
     co = np.nanmean(np.stack(comb_obs), axis=0)
     cb = np.nanmean(np.stack(comb_boot), axis=0)
     rho = rowwise("spearman", co, Ko)[0]
-    out["combined"] = {"value": None if not np.isfinite(rho) else float(rho),
-                       "interval": _interval(rowwise("spearman", cb, K)), "rungs": len(sel), "expected_sign": "+"}
+    out["combined"] = {
+        "value": None if not np.isfinite(rho) else float(rho),
+        "interval": _interval(rowwise("spearman", cb, K)),
+        "rungs": len(sel),
+        "expected_sign": "+",
+    }
     return out, co[0]
 
 
@@ -330,28 +401,42 @@ def _iv(e, pct=False, signed=False):
 
 
 def format_table(res: dict) -> str:
-    lines = ["| rung | Kendall vision | Kendall robot_log | gate discard | gap vision | gap robot_log | drift ratio H=20 |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| rung | Kendall vision | Kendall robot_log | gate discard | gap vision | gap robot_log | drift ratio H=20 |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for e in res["rungs"]:
         kv, kr = e["kendall"]["vision"], e["kendall"]["robot_log"]
-        lines.append(f"| {e['name']} | {_iv(kv, signed=True)}{' (constant)' if kv['constant'] else ''} | "
-                     f"{_iv(kr, signed=True)}{' (constant)' if kr['constant'] else ''} | "
-                     f"{_iv(e['diagnostics']['gate_discard'], pct=True)} | "
-                     f"{_iv(e['diagnostics']['vision']['shuffled_gap'], signed=True)} | "
-                     f"{_iv(e['diagnostics']['robot_log']['shuffled_gap'], signed=True)} | "
-                     f"{_iv(e['diagnostics']['drift_ratio'])} |")
-    lines += ["", "| diagnostic | expected sign | Spearman vs Kendall (vision) | Spearman vs Kendall (robot_log) |",
-              "|---|---|---|---|"]
+        lines.append(
+            f"| {e['name']} | {_iv(kv, signed=True)}{' (constant)' if kv['constant'] else ''} | "
+            f"{_iv(kr, signed=True)}{' (constant)' if kr['constant'] else ''} | "
+            f"{_iv(e['diagnostics']['gate_discard'], pct=True)} | "
+            f"{_iv(e['diagnostics']['vision']['shuffled_gap'], signed=True)} | "
+            f"{_iv(e['diagnostics']['robot_log']['shuffled_gap'], signed=True)} | "
+            f"{_iv(e['diagnostics']['drift_ratio'])} |"
+        )
+    lines += [
+        "",
+        "| diagnostic | expected sign | Spearman vs Kendall (vision) | Spearman vs Kendall (robot_log) |",
+        "|---|---|---|---|",
+    ]
     for d in ("gate_discard", "shuffled_gap", "drift_ratio", "combined"):
         pv, pr = res["prediction"]["vision"][d], res["prediction"]["robot_log"][d]
-        lines.append(f"| {d} | {pv['expected_sign']} | {_iv(pv, signed=True)} over {pv['rungs']} rungs | "
-                     f"{_iv(pr, signed=True)} over {pr['rungs']} rungs |")
+        lines.append(
+            f"| {d} | {pv['expected_sign']} | {_iv(pv, signed=True)} over {pv['rungs']} rungs | "
+            f"{_iv(pr, signed=True)} over {pr['rungs']} rungs |"
+        )
     for j in JUDGES:
         up = res.get("prediction_upper", {}).get(j)
         if up is None:
             continue
-        lines += ["", f"upper ladder ({j} judge: rungs whose judge ranks at all: {', '.join(up['rungs_named'])})", "",
-                  "| diagnostic | expected sign | Spearman vs Kendall |", "|---|---|---|"]
+        lines += [
+            "",
+            f"upper ladder ({j} judge: rungs whose judge ranks at all: {', '.join(up['rungs_named'])})",
+            "",
+            "| diagnostic | expected sign | Spearman vs Kendall |",
+            "|---|---|---|",
+        ]
         for d in ("gate_discard", "shuffled_gap", "drift_ratio", "combined"):
             lines.append(f"| {d} | {up[d]['expected_sign']} | {_iv(up[d], signed=True)} over {up[d]['rungs']} rungs |")
     return "\n".join(lines)
@@ -360,8 +445,11 @@ def format_table(res: dict) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="bench/results/fidelity_ladder")
-    p.add_argument("--weights-dir", default="bench/results/fidelity_ladder/weights",
-                   help="folder with w05/ w15/ w40/ world.safetensors from train-world")
+    p.add_argument(
+        "--weights-dir",
+        default="bench/results/fidelity_ladder/weights",
+        help="folder with w05/ w15/ w40/ world.safetensors from train-world",
+    )
     p.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
     p.add_argument("--policies", nargs="+", default=list(POLICIES))
     p.add_argument("--seeds", type=int, default=4)
@@ -369,8 +457,11 @@ def main() -> int:
     p.add_argument("--drift-seeds", type=int, default=2)
     p.add_argument("--n-boot", type=int, default=1000)
     p.add_argument("--analyze-only", action="store_true")
-    p.add_argument("--package-json", default="kosmos_env/study/fidelity_ladder.json",
-                   help="where the reference numbers for `kosmos-env trust` go ('' to skip)")
+    p.add_argument(
+        "--package-json",
+        default="kosmos_env/study/fidelity_ladder.json",
+        help="where the reference numbers for `kosmos-env trust` go ('' to skip)",
+    )
     args = p.parse_args()
     os.environ.setdefault("MUJOCO_GL", "egl")
     out = Path(args.out)
@@ -387,22 +478,33 @@ def main() -> int:
         torch.set_num_threads(1)
         tasks = _tasks()
         judges = {k: v for k, v in _judges(None, load_spec(REFERENCE).world).items() if k in JUDGES}
-        ctx = {"policies": {q: make_policy(n, **kw) for q, (n, kw) in ((q, parse_policy_arg(q)) for q in args.policies)},
-               "jobs": [(q, t, i) for q in args.policies for t in tasks for i in range(args.seeds)],
-               "seed_of": lambda t, i: args.seed_offset + tasks.index(t) * 1000 + i, "judges": judges,
-               # one gate for every rung: the simulator spec's validated gate (the same camera and workspace)
-               "gate": gate_spec_for(load_spec(REFERENCE))}
+        ctx = {
+            "policies": {q: make_policy(n, **kw) for q, (n, kw) in ((q, parse_policy_arg(q)) for q in args.policies)},
+            "jobs": [(q, t, i) for q in args.policies for t in tasks for i in range(args.seeds)],
+            "seed_of": lambda t, i: args.seed_offset + tasks.index(t) * 1000 + i,
+            "judges": judges,
+            # one gate for every rung: the simulator spec's validated gate (the same camera and workspace)
+            "gate": gate_spec_for(load_spec(REFERENCE)),
+        }
         run_reference(args, ctx, out)
         for name in args.rungs:
             run_rung(name, args, ctx, out)
     done = [n for n in RUNGS if (out / "episodes" / f"{n}.json").is_file()]
     res = analyze(out, done, args.policies, args.n_boot)
-    res.update({"source": "bench/results/fidelity_ladder (python bench/fidelity_ladder.py)",
-                "command": "python bench/fidelity_ladder.py " + " ".join(sys.argv[1:]),
-                "seeds": {"offset": args.seed_offset, "per_policy_task": args.seeds, "drift_seeds": args.drift_seeds,
-                          "rule": "seed_offset + 1000 * task_index + i"},
-                "machine": f"{platform.machine()}, {os.cpu_count()} cpus, load {load_average()}",
-                "analysis_seconds": time.perf_counter() - t0})
+    res.update(
+        {
+            "source": "bench/results/fidelity_ladder (python bench/fidelity_ladder.py)",
+            "command": "python bench/fidelity_ladder.py " + " ".join(sys.argv[1:]),
+            "seeds": {
+                "offset": args.seed_offset,
+                "per_policy_task": args.seeds,
+                "drift_seeds": args.drift_seeds,
+                "rule": "seed_offset + 1000 * task_index + i",
+            },
+            "machine": f"{platform.machine()}, {os.cpu_count()} cpus, load {load_average()}",
+            "analysis_seconds": time.perf_counter() - t0,
+        }
+    )
     text = json.dumps(res, indent=1, default=float)
     (out / "ladder.json").write_text(text + "\n")
     if args.package_json and len(done) >= 3:

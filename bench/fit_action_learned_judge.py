@@ -13,6 +13,7 @@ LogisticRegression (lbfgs) on standardised features; the judge itself predicts w
 Writes judges/action_learned_coefficients.json (the shipped file) and
 bench/results/action_learned_judge/{episodes.npz, README.md, fit.json}.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,14 @@ def record(policies, tasks, seeds_of, progress=True):
             assert n == len(r.rollout.actions), "episodes longer than 40 steps: raise the buffer"
     finally:
         env.close()
-    return {"actions": np.asarray(acts), "n_steps": np.asarray([40] * len(acts)), "task": np.asarray(task_i),
-            "policy": np.asarray(pol_i), "seed": np.asarray(seeds), "truth": np.asarray(truth)}
+    return {
+        "actions": np.asarray(acts),
+        "n_steps": np.asarray([40] * len(acts)),
+        "task": np.asarray(task_i),
+        "policy": np.asarray(pol_i),
+        "seed": np.asarray(seeds),
+        "truth": np.asarray(truth),
+    }
 
 
 def wilson(k, n, z=1.959964):
@@ -116,8 +123,12 @@ def main() -> int:
 
     def feats(split):
         acts, ti = data[f"{split}_actions"], data[f"{split}_task"]
-        return np.stack([action_features(a, tasks[k], tasks, world["home_tcp"], world["workspace"])
-                         for a, k in zip(acts, ti, strict=True)]), data[f"{split}_truth"].astype(int)
+        return np.stack(
+            [
+                action_features(a, tasks[k], tasks, world["home_tcp"], world["workspace"])
+                for a, k in zip(acts, ti, strict=True)
+            ]
+        ), data[f"{split}_truth"].astype(int)
 
     Xtr, ytr = feats("train")
     Xtu, ytu = feats("tune")
@@ -128,45 +139,92 @@ def main() -> int:
     for C in C_GRID:
         m = LogisticRegression(C=C, max_iter=5000).fit(Ztr, ytr)
         p = m.predict_proba(Ztu)[:, 1]
-        grid.append({"C": C, "tune_log_loss": float(log_loss(ytu, p, labels=[0, 1])),
-                     "tune_accuracy": float(((p >= 0.5) == ytu).mean())})
+        grid.append(
+            {
+                "C": C,
+                "tune_log_loss": float(log_loss(ytu, p, labels=[0, 1])),
+                "tune_accuracy": float(((p >= 0.5) == ytu).mean()),
+            }
+        )
     best = min(grid, key=lambda g: (round(g["tune_log_loss"], 4), g["C"]))
     model = LogisticRegression(C=best["C"], max_iter=5000).fit(Ztr, ytr)
     p_tu = model.predict_proba(Ztu)[:, 1]
     acc_tu = int(((p_tu >= 0.5) == ytu).sum())
     rule = ActionOnlyJudge.from_world(world)
-    rule_tu = int(sum(bool(analyse_log(action_log(a, rule.home, rule.workspace), rule.thresholds).success) == bool(y)
-                      for a, y in zip(data["tune_actions"], ytu, strict=True)))
+    rule_tu = int(
+        sum(
+            bool(analyse_log(action_log(a, rule.home, rule.workspace), rule.thresholds).success) == bool(y)
+            for a, y in zip(data["tune_actions"], ytu, strict=True)
+        )
+    )
     n_tu = len(ytu)
     features = list(BASE_FEATURES) + [f"task={t}" for t in tasks]
-    fit = {"policies": policies, "tasks": tasks, "training_seeds": "50000 + 1000 * task_index + i, i < %d" % args.train_seeds,
-           "tuning_seeds": "250000 + 1000 * task_index + i, i < %d" % args.tune_seeds,
-           "n_training_episodes": int(len(ytr)), "training_success_rate": float(ytr.mean()),
-           "n_tuning_episodes": n_tu, "tuning_success_rate": float(ytu.mean()),
-           "C_grid": grid, "chosen_C": best["C"], "decision_rule": "lowest tuning log loss (rounded to 1e-4); ties: smaller C",
-           "tuning_accuracy": acc_tu / n_tu, "tuning_accuracy_wilson95": wilson(acc_tu, n_tu),
-           "rule_action_only_tuning_accuracy": rule_tu / n_tu, "rule_action_only_tuning_wilson95": wilson(rule_tu, n_tu),
-           "sklearn": sk_version, "record_seconds": record_s}
-    coefficients = {"about": "kosmos_env.judges.action_learned: logistic regression on command-stream features; "
-                             "fitted by bench/fit_action_learned_judge.py on simulator episodes from training seeds",
-                    "features": features, "tasks": tasks, "mean": mean.tolist(), "scale": scale.tolist(),
-                    "coef": model.coef_[0].tolist(), "intercept": float(model.intercept_[0]), "threshold": 0.5,
-                    "fit": {k: fit[k] for k in ("training_seeds", "tuning_seeds", "n_training_episodes", "chosen_C",
-                                                "decision_rule", "tuning_accuracy", "sklearn")}}
+    fit = {
+        "policies": policies,
+        "tasks": tasks,
+        "training_seeds": "50000 + 1000 * task_index + i, i < %d" % args.train_seeds,
+        "tuning_seeds": "250000 + 1000 * task_index + i, i < %d" % args.tune_seeds,
+        "n_training_episodes": int(len(ytr)),
+        "training_success_rate": float(ytr.mean()),
+        "n_tuning_episodes": n_tu,
+        "tuning_success_rate": float(ytu.mean()),
+        "C_grid": grid,
+        "chosen_C": best["C"],
+        "decision_rule": "lowest tuning log loss (rounded to 1e-4); ties: smaller C",
+        "tuning_accuracy": acc_tu / n_tu,
+        "tuning_accuracy_wilson95": wilson(acc_tu, n_tu),
+        "rule_action_only_tuning_accuracy": rule_tu / n_tu,
+        "rule_action_only_tuning_wilson95": wilson(rule_tu, n_tu),
+        "sklearn": sk_version,
+        "record_seconds": record_s,
+    }
+    coefficients = {
+        "about": "kosmos_env.judges.action_learned: logistic regression on command-stream features; "
+        "fitted by bench/fit_action_learned_judge.py on simulator episodes from training seeds",
+        "features": features,
+        "tasks": tasks,
+        "mean": mean.tolist(),
+        "scale": scale.tolist(),
+        "coef": model.coef_[0].tolist(),
+        "intercept": float(model.intercept_[0]),
+        "threshold": 0.5,
+        "fit": {
+            k: fit[k]
+            for k in (
+                "training_seeds",
+                "tuning_seeds",
+                "n_training_episodes",
+                "chosen_C",
+                "decision_rule",
+                "tuning_accuracy",
+                "sklearn",
+            )
+        },
+    }
     (ROOT / "judges" / "action_learned_coefficients.json").write_text(json.dumps(coefficients, indent=1) + "\n")
     (OUT_DIR / "fit.json").write_text(json.dumps(fit, indent=1) + "\n")
-    lines = ["# Learned action-only judge: fit", "",
-             "Command: `python bench/fit_action_learned_judge.py` (1 torch thread, MUJOCO_GL=egl).", "",
-             f"- Population: the study's {len(policies)} default policies on {len(tasks)} tasks of Kosmos-Tabletop-v1.",
-             f"- Training: {len(ytr)} episodes, seeds {fit['training_seeds']} (training range); success rate {ytr.mean():.3f}.",
-             f"- Tuning: {n_tu} episodes, seeds {fit['tuning_seeds']} (tuning range); success rate {ytu.mean():.3f}.",
-             f"- Decision rule for C: {fit['decision_rule']}. Chosen C = {best['C']}.",
-             f"- Tuning accuracy: learned {acc_tu / n_tu:.3f} [{fit['tuning_accuracy_wilson95'][0]:.3f}, "
-             f"{fit['tuning_accuracy_wilson95'][1]:.3f}] vs the action-only rule {rule_tu / n_tu:.3f} "
-             f"[{fit['rule_action_only_tuning_wilson95'][0]:.3f}, {fit['rule_action_only_tuning_wilson95'][1]:.3f}] "
-             "(Wilson 95 %).", "", "| C | tuning log loss | tuning accuracy |", "|---|---|---|"]
+    lines = [
+        "# Learned action-only judge: fit",
+        "",
+        "Command: `python bench/fit_action_learned_judge.py` (1 torch thread, MUJOCO_GL=egl).",
+        "",
+        f"- Population: the study's {len(policies)} default policies on {len(tasks)} tasks of Kosmos-Tabletop-v1.",
+        f"- Training: {len(ytr)} episodes, seeds {fit['training_seeds']} (training range); success rate {ytr.mean():.3f}.",
+        f"- Tuning: {n_tu} episodes, seeds {fit['tuning_seeds']} (tuning range); success rate {ytu.mean():.3f}.",
+        f"- Decision rule for C: {fit['decision_rule']}. Chosen C = {best['C']}.",
+        f"- Tuning accuracy: learned {acc_tu / n_tu:.3f} [{fit['tuning_accuracy_wilson95'][0]:.3f}, "
+        f"{fit['tuning_accuracy_wilson95'][1]:.3f}] vs the action-only rule {rule_tu / n_tu:.3f} "
+        f"[{fit['rule_action_only_tuning_wilson95'][0]:.3f}, {fit['rule_action_only_tuning_wilson95'][1]:.3f}] "
+        "(Wilson 95 %).",
+        "",
+        "| C | tuning log loss | tuning accuracy |",
+        "|---|---|---|",
+    ]
     lines += [f"| {g['C']} | {g['tune_log_loss']:.4f} | {g['tune_accuracy']:.3f} |" for g in grid]
-    lines += ["", "Evaluation seeds were not used. Episodes are kept in episodes.npz (actions, task, policy, seed, truth)."]
+    lines += [
+        "",
+        "Evaluation seeds were not used. Episodes are kept in episodes.npz (actions, task, policy, seed, truth).",
+    ]
     (OUT_DIR / "README.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

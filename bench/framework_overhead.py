@@ -9,6 +9,7 @@ call costs seconds on this CPU; bench/cosmos_overhead.py compares env.step with 
 
     python bench/framework_overhead.py [--steps 400] [--cosmos-steps 4] [--out bench/results/framework_overhead.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,8 +29,10 @@ sys.path.insert(0, ROOT)
 
 
 def machine() -> str:
-    return (f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
-            f"python {platform.python_version()}, load average {load_average()}")
+    return (
+        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared with other jobs), "
+        f"python {platform.python_version()}, load average {load_average()}"
+    )
 
 
 def actions(space, n, seed=0):
@@ -53,13 +56,19 @@ def tabletop(n_steps: int) -> list[str]:
     acts = actions(env.action_space, n_steps)
     env.reset(seed=0)
     twin.reset(seed=0)
-    env.step(acts[0]); world.step(acts[0][None])  # warm-up (renderer, caches)
+    env.step(acts[0])
+    world.step(acts[0][None])  # warm-up (renderer, caches)
     t_env, t_inner, t_raw = [], [], []
     for a in acts[1:]:
-        t0 = time.perf_counter(); env.step(a); t_env.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        env.step(a)
+        t_env.append(time.perf_counter() - t0)
         t_inner.append(base.last_step_timings["world"])
-        t0 = time.perf_counter(); world.step(a[None]); t_raw.append(time.perf_counter() - t0)
-    env.close(); twin.close()
+        t0 = time.perf_counter()
+        world.step(a[None])
+        t_raw.append(time.perf_counter() - t0)
+    env.close()
+    twin.close()
     paired = [e / i for e, i in zip(t_env, t_inner, strict=True)]
     return [
         f"tabletop (MuJoCo, 64x64, {len(t_env)} steps, gate on, judging deferred):",
@@ -79,15 +88,22 @@ def cosmos(n_steps: int) -> list[str]:
     import kosmos_env  # noqa: F401
     from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
-    env = gym.make("Kosmos-Bridge-v1", env_spec=tiny_bridge_spec(size=64, steps=2, horizon=10**6), judge="state",
-                   defer_judging=True, world_kwargs={"pipeline": tiny_pipeline()})
+    env = gym.make(
+        "Kosmos-Bridge-v1",
+        env_spec=tiny_bridge_spec(size=64, steps=2, horizon=10**6),
+        judge="state",
+        defer_judging=True,
+        world_kwargs={"pipeline": tiny_pipeline()},
+    )
     base = env.unwrapped
     acts = actions(env.action_space, n_steps + 1)
     env.reset(seed=0)
     env.step(acts[0])
     t_env, t_inner = [], []
     for a in acts[1:]:
-        t0 = time.perf_counter(); env.step(a); t_env.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        env.step(a)
+        t_env.append(time.perf_counter() - t0)
         t_inner.append(base.last_step_timings["world"])
         if base._episode_over:  # the gate may discard a random model's frames: start a new episode
             env.reset()

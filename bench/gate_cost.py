@@ -7,6 +7,7 @@ and their ratio (the acceptance bar is < 10%).
 
     python bench/gate_cost.py [--episodes 8] [--image-size 128] [--out bench/results/gate_cost.txt]
 """
+
 from __future__ import annotations
 
 import argparse

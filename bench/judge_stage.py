@@ -24,6 +24,7 @@ Same run, tiny random Qwen2.5-VL judge (``kosmos_env.testing``, the ``--tiny`` j
 
 Ratios are measured within one run; the machine's load is printed with them.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,7 +72,7 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
         """``some_rows`` judged by the batch-``b`` runner, ``b`` at a time."""
         out = []
         for i in range(0, len(some_rows), b):
-            out += runners[b].judge_rows(some_rows[i:i + b])
+            out += runners[b].judge_rows(some_rows[i : i + b])
         return out
 
     for b in runners:  # untimed warm-up pass: one-time costs are not judging
@@ -80,7 +81,7 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
     # arm goes first alternates): a shared machine's speed drifts over seconds (on the 2-core
     # machine of bench/results, one batch of 8 took 0.71-1.01 s in 15 repeats at load < 1), so
     # arms timed a whole pass apart would measure the drift as much as the batching.
-    chunks = [rows[i:i + 8] for i in range(0, len(rows), 8)]
+    chunks = [rows[i : i + 8] for i in range(0, len(rows), 8)]
     units: list[tuple[float, float, float, float]] = []  # per (round, chunk): wall 1, wall 8, cpu 1, cpu 8
     wall: dict[int, list[float]] = {1: [], 8: []}
     cpu: dict[int, list[float]] = {1: [], 8: []}
@@ -90,7 +91,7 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
         outs: dict[int, list] = {1: [], 8: []}
         for i, chunk in enumerate(chunks):
             unit = {}
-            for b in ((1, 8) if (r + i) % 2 == 0 else (8, 1)):
+            for b in (1, 8) if (r + i) % 2 == 0 else (8, 1):
                 t0, c0 = time.perf_counter(), time.process_time()
                 outs[b] += judge(b, chunk)
                 unit[b] = (time.perf_counter() - t0, time.process_time() - c0)
@@ -101,21 +102,29 @@ def batched_vs_single(config, folder: str, rounds: int, lines: list[str]) -> flo
             wall[b].append(took[b][0])
             cpu[b].append(took[b][1])
             verdicts[b] = [(rec["outcome"], rec["judgment"]["score"], rec["judgment"]["votes"]) for rec, _ in outs[b]]
-            lines.append(f"    round {r + 1}, batch {b}: {took[b][0]:.2f} s = {len(rows) / took[b][0]:.2f} rollouts/s "
-                         f"(process CPU {took[b][1]:.2f} s)")
+            lines.append(
+                f"    round {r + 1}, batch {b}: {took[b][0]:.2f} s = {len(rows) / took[b][0]:.2f} rollouts/s "
+                f"(process CPU {took[b][1]:.2f} s)"
+            )
     wall_1, wall_8 = statistics.median(wall[1]), statistics.median(wall[8])
     ratio = wall_1 / wall_8
-    lines.append(f"(a) judge throughput, batches of 8 vs one by one (median of {rounds} rounds, wall): "
-                 f"{len(rows) / wall_8:.2f} / {len(rows) / wall_1:.2f} rollouts/s = {ratio:.2f}x (target >= 2x); "
-                 f"verdicts and scores identical: {verdicts[8] == verdicts[1]}")
+    lines.append(
+        f"(a) judge throughput, batches of 8 vs one by one (median of {rounds} rounds, wall): "
+        f"{len(rows) / wall_8:.2f} / {len(rows) / wall_1:.2f} rollouts/s = {ratio:.2f}x (target >= 2x); "
+        f"verdicts and scores identical: {verdicts[8] == verdicts[1]}"
+    )
     # the judge runs in this process on one thread: its CPU seconds are what the machine's load inflates least
     cpu_1, cpu_8 = statistics.median(cpu[1]), statistics.median(cpu[8])
-    lines.append(f"(a) judge CPU seconds per rollout (median of rounds), one by one vs batches of 8: "
-                 f"{cpu_1 / len(rows):.3f} / {cpu_8 / len(rows):.3f} s = {cpu_1 / cpu_8:.2f}x")
+    lines.append(
+        f"(a) judge CPU seconds per rollout (median of rounds), one by one vs batches of 8: "
+        f"{cpu_1 / len(rows):.3f} / {cpu_8 / len(rows):.3f} s = {cpu_1 / cpu_8:.2f}x"
+    )
     for name, one, eight in (("wall", 0, 1), ("process CPU", 2, 3)):
         pooled, low, high = pooled_ratio(units, one, eight)
-        lines.append(f"(a) pooled over all {len(units)} (round, batch) pairs, {name}: total one by one / total batched = "
-                     f"{pooled:.2f}x [{low:.2f}, {high:.2f}] (95 % bootstrap interval over the pairs)")
+        lines.append(
+            f"(a) pooled over all {len(units)} (round, batch) pairs, {name}: total one by one / total batched = "
+            f"{pooled:.2f}x [{low:.2f}, {high:.2f}] (95 % bootstrap interval over the pairs)"
+        )
     return ratio
 
 
@@ -138,11 +147,14 @@ def campaigns(config, base: str, lines: list[str]) -> float:
     from kosmos_env.campaign.worker import WorkSettings
 
     runs = {}
-    for i, (name, executor, settings) in enumerate((
+    for i, (name, executor, settings) in enumerate(
+        (
             ("in-line, 1 worker", make_executor(1, "process"), WorkSettings()),
             (STAGED, make_executor(1, "process", judge_workers=1), WorkSettings()),
             (STAGED_1, make_executor(1, "process", judge_workers=1), WorkSettings(judge_batch=1)),
-            ("in-line, 2 workers", make_executor(2, "process"), WorkSettings()))):
+            ("in-line, 2 workers", make_executor(2, "process"), WorkSettings()),
+        )
+    ):
         folder = os.path.join(base, f"campaign-{i}")
         t0 = time.perf_counter()
         results = run_campaign(config, folder, executor, settings, progress=False)
@@ -152,18 +164,25 @@ def campaigns(config, base: str, lines: list[str]) -> float:
     judge_s = sum(t["judge"] for t in per) / len(per)
     total_s = sum(t["total"] for t in per) / len(per)
     share = judge_s / total_s
-    lines.append(f"(b) in-line per rollout: judge {judge_s:.3f} s of {total_s:.3f} s total -> judge share {share:.2f} "
-                 "(the target applies where it is >= 0.33)")
+    lines.append(
+        f"(b) in-line per rollout: judge {judge_s:.3f} s of {total_s:.3f} s total -> judge share {share:.2f} "
+        "(the target applies where it is >= 0.33)"
+    )
     for name, (wall, results) in runs.items():
-        same = [(e["outcome"], e["score"]) for e in results["per_episode"]] == \
-            [(e["outcome"], e["score"]) for e in base_results["per_episode"]]
-        lines.append(f"    {name}: wall {wall:.1f} s ({len(results['per_episode'])} episodes, same outcomes as "
-                     f"in-line-1: {same}, queue at the end {results['campaign']['queue']})")
+        same = [(e["outcome"], e["score"]) for e in results["per_episode"]] == [
+            (e["outcome"], e["score"]) for e in base_results["per_episode"]
+        ]
+        lines.append(
+            f"    {name}: wall {wall:.1f} s ({len(results['per_episode'])} episodes, same outcomes as "
+            f"in-line-1: {same}, queue at the end {results['campaign']['queue']})"
+        )
     staged, staged_1 = runs[STAGED][0], runs[STAGED_1][0]
     ratio = staged / base_wall
-    lines.append(f"(b) wall, two stages vs in-line judging (1 rollout worker each): {staged:.1f} / {base_wall:.1f} s "
-                 f"= {ratio:.2f}x (target <= 0.8x); with --judge-batch 1: {staged_1 / base_wall:.2f}x; two stages vs "
-                 f"in-line with 2 workers: {staged / runs['in-line, 2 workers'][0]:.2f}x")
+    lines.append(
+        f"(b) wall, two stages vs in-line judging (1 rollout worker each): {staged:.1f} / {base_wall:.1f} s "
+        f"= {ratio:.2f}x (target <= 0.8x); with --judge-batch 1: {staged_1 / base_wall:.2f}x; two stages vs "
+        f"in-line with 2 workers: {staged / runs['in-line, 2 workers'][0]:.2f}x"
+    )
     return ratio
 
 
@@ -180,11 +199,15 @@ def main() -> None:
     torch.set_num_threads(1)
     from kosmos_env.campaign.design import make_config
 
-    config = make_config("Kosmos-Tabletop-v1", POLICIES, tasks=TASKS, seeds=args.seeds, image_size=(64, 64),
-                         judge=judge_spec())
-    lines = [f"judge stage bench: {config.n_episodes} episodes ({len(POLICIES)} policies x {len(TASKS)} tasks x "
-             f"{args.seeds} seeds), tabletop 64x64, tiny random VLM judge (k={config.judge.get('k', 5)}), "
-             f"1 torch thread per process", f"load average before: {load_average()}"]
+    config = make_config(
+        "Kosmos-Tabletop-v1", POLICIES, tasks=TASKS, seeds=args.seeds, image_size=(64, 64), judge=judge_spec()
+    )
+    lines = [
+        f"judge stage bench: {config.n_episodes} episodes ({len(POLICIES)} policies x {len(TASKS)} tasks x "
+        f"{args.seeds} seeds), tabletop 64x64, tiny random VLM judge (k={config.judge.get('k', 5)}), "
+        f"1 torch thread per process",
+        f"load average before: {load_average()}",
+    ]
     base = tempfile.mkdtemp(prefix="kosmos-judge-stage-")
     try:
         batched_vs_single(config, os.path.join(base, "stored"), args.rounds, lines)

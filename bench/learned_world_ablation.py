@@ -26,6 +26,7 @@ The episodes run through the study's own machinery (:mod:`kosmos_env.study.run`:
 Writes ``results.json`` (every number), ``episodes.json`` (every episode row) and ``table.md`` in
 ``--out``; the folder's README.md holds the table, command, seeds, wall time and the reading.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,8 +53,9 @@ FRAME_H = 20
 JUDGES = ("vision", "robot_log")
 
 
-def replay_frames(env_id: str, overrides: dict | None, keys: list, actions: dict, seeds: dict, h: int,
-                  prepare=None) -> dict:
+def replay_frames(
+    env_id: str, overrides: dict | None, keys: list, actions: dict, seeds: dict, h: int, prepare=None
+) -> dict:
     """Frame ``h`` (after h commands) and frame 0 of each key's commands replayed open loop
     (``prepare(env)``, when given, adjusts the env before the first episode)."""
     from kosmos_env.study.run import _make_env
@@ -130,23 +132,29 @@ def judge_table(rows: list, policies, variants: list, n_boot: int) -> tuple[dict
         judged[judge] = {}
         for v in [*variants, "simulator"]:
             acc = accuracy_boot(mats[v], truth, np.arange(len(units))[None])[0]
-            entry = {"accuracy": float(acc), "accuracy_interval": interval(accuracy_boot(mats[v], truth, uidx)),
-                     "kendall": kend["evaluators"][v]["kendall"]["value"],
-                     "kendall_interval": kend["evaluators"][v]["kendall"]["interval"],
-                     "kendall_undefined_reason": kend["evaluators"][v]["kendall"].get("reason"), "subgroups": {}}
+            entry = {
+                "accuracy": float(acc),
+                "accuracy_interval": interval(accuracy_boot(mats[v], truth, uidx)),
+                "kendall": kend["evaluators"][v]["kendall"]["value"],
+                "kendall_interval": kend["evaluators"][v]["kendall"]["interval"],
+                "kendall_undefined_reason": kend["evaluators"][v]["kendall"].get("reason"),
+                "subgroups": {},
+            }
             for g, idx in groups.items():
-                sub = {"policies": len(idx),
-                       "accuracy": float(accuracy_boot(mats[v][idx], truth[idx], np.arange(len(units))[None])[0]),
-                       "accuracy_interval": interval(accuracy_boot(mats[v][idx], truth[idx], uidx))}
+                sub = {
+                    "policies": len(idx),
+                    "accuracy": float(accuracy_boot(mats[v][idx], truth[idx], np.arange(len(units))[None])[0]),
+                    "accuracy_interval": interval(accuracy_boot(mats[v][idx], truth[idx], uidx)),
+                }
                 if v not in ("full", "simulator"):
-                    d = difference_to_best(mats[v], {"full": mats["full"]}, truth, metric="accuracy", rows=idx,
-                                           n_boot=n_boot, seed=2)
+                    d = difference_to_best(
+                        mats[v], {"full": mats["full"]}, truth, metric="accuracy", rows=idx, n_boot=n_boot, seed=2
+                    )
                     sub["accuracy_minus_full"], sub["accuracy_minus_full_interval"] = d["estimate"], d["interval"]
                 entry["subgroups"][g] = sub
             if v not in ("full", "simulator"):
                 for metric in ("accuracy", "kendall"):
-                    d = difference_to_best(mats[v], {"full": mats["full"]}, truth, metric=metric,
-                                           n_boot=n_boot, seed=2)
+                    d = difference_to_best(mats[v], {"full": mats["full"]}, truth, metric=metric, n_boot=n_boot, seed=2)
                     entry[f"{metric}_minus_full"] = d["estimate"]
                     entry[f"{metric}_minus_full_interval"] = d["interval"]
             judged[judge][v] = entry
@@ -176,11 +184,16 @@ def main(argv=None) -> int:
     ap.add_argument("--policies", default="default", help="'default' (the study's population) or a ';'-list")
     ap.add_argument("--tasks", default=None, help="comma list (default: every task)")
     ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--frame-seeds", type=int, default=1, help="seed indices per (policy, task) replayed for frame error")
+    ap.add_argument(
+        "--frame-seeds", type=int, default=1, help="seed indices per (policy, task) replayed for frame error"
+    )
     ap.add_argument("--n-boot", type=int, default=1000)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--from-episodes", action="store_true",
-                    help="recompute the judge numbers and table from --out's episodes.json (no episodes run)")
+    ap.add_argument(
+        "--from-episodes",
+        action="store_true",
+        help="recompute the judge numbers and table from --out's episodes.json (no episodes run)",
+    )
     args = ap.parse_args(argv)
     if args.from_episodes:
         return reanalyse(Path(args.out), args.n_boot)
@@ -197,8 +210,16 @@ def main(argv=None) -> int:
         print(f"--variants must include 'full' and name only {list(VARIANTS)}; got {variants}", file=sys.stderr)
         return 2
     policies = DEFAULT_POLICIES if args.policies == "default" else tuple(p for p in args.policies.split(";") if p)
-    cfg = StudyConfig(world=WORLD, reference=REFERENCE, policies=policies, seeds=args.seeds, seed_offset=SEED_OFFSET,
-                      null_world=False, frame_error_seeds=args.frame_seeds, threads=args.threads)
+    cfg = StudyConfig(
+        world=WORLD,
+        reference=REFERENCE,
+        policies=policies,
+        seeds=args.seeds,
+        seed_offset=SEED_OFFSET,
+        null_world=False,
+        frame_error_seeds=args.frame_seeds,
+        threads=args.threads,
+    )
     t_all = time.perf_counter()
     ref_spec = load_spec(REFERENCE)
     judges = _judges(None, ref_spec.world)
@@ -210,8 +231,18 @@ def main(argv=None) -> int:
     seconds: dict[str, float] = {}
     ref_actions: dict = {}
     t0 = time.perf_counter()
-    rows = _run("reference", _make_env(REFERENCE), cfg, judges, jobs, tasks, is_reference=True, progress=False,
-                examples={}, keep_actions=ref_actions)
+    rows = _run(
+        "reference",
+        _make_env(REFERENCE),
+        cfg,
+        judges,
+        jobs,
+        tasks,
+        is_reference=True,
+        progress=False,
+        examples={},
+        keep_actions=ref_actions,
+    )
     seconds["reference episodes"] = time.perf_counter() - t0
     hashes = {}
     for v in variants:
@@ -242,8 +273,13 @@ def main(argv=None) -> int:
     for v in variants:
         ratio = float(world_err[v].mean() / copy_err.mean())
         boot = bootstrap_ratio(world_err[v], copy_err, eidx)
-        entry = {"error": float(world_err[v].mean()), "copy_first_frame": float(copy_err.mean()), "ratio": ratio,
-                 "ratio_interval": interval(boot), "n_episodes": len(keys)}
+        entry = {
+            "error": float(world_err[v].mean()),
+            "copy_first_frame": float(copy_err.mean()),
+            "ratio": ratio,
+            "ratio_interval": interval(boot),
+            "n_episodes": len(keys),
+        }
         if v != "full":
             d = boot - bootstrap_ratio(world_err["full"], copy_err, eidx)
             entry["ratio_minus_full"] = ratio - frame["full"]["ratio"]
@@ -253,11 +289,24 @@ def main(argv=None) -> int:
     judged, truth_rates, units = judge_table(rows, policies, variants, args.n_boot)
     wall = time.perf_counter() - t_all
     command = "python bench/learned_world_ablation.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    results = {"command": command.strip(), "variants": {v: VARIANTS[v] for v in variants}, "spec_hashes": hashes,
-               "policies": list(policies), "tasks": tasks, "seeds": sorted({r["seed"] for r in rows}),
-               "seed_rule": f"{SEED_OFFSET} + 1000 * task_index + i, i < {args.seeds}", "n_units": len(units),
-               "frame_error_h": FRAME_H, "frame_error": frame, "judges": judged, "truth_rates": truth_rates,
-               "seconds": seconds, "wall_seconds": wall, "torch_threads": args.threads, "n_boot": args.n_boot}
+    results = {
+        "command": command.strip(),
+        "variants": {v: VARIANTS[v] for v in variants},
+        "spec_hashes": hashes,
+        "policies": list(policies),
+        "tasks": tasks,
+        "seeds": sorted({r["seed"] for r in rows}),
+        "seed_rule": f"{SEED_OFFSET} + 1000 * task_index + i, i < {args.seeds}",
+        "n_units": len(units),
+        "frame_error_h": FRAME_H,
+        "frame_error": frame,
+        "judges": judged,
+        "truth_rates": truth_rates,
+        "seconds": seconds,
+        "wall_seconds": wall,
+        "torch_threads": args.threads,
+        "n_boot": args.n_boot,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
@@ -277,12 +326,15 @@ def _iv(x, iv, digits=3, signed=False) -> str:
 
 def table(res: dict) -> str:
     variants = list(res["variants"])
-    lines = [f"Frame error at H={res['frame_error_h']} (ratio to copy-first-frame; < 1 beats copying the first "
-             f"frame), judge episode accuracy and Kendall vs simulator truth; 95 % bootstrap intervals "
-             f"({res['n_units']} (task, seed) units for the judges, {res['frame_error'][variants[0]]['n_episodes']} "
-             f"replayed episodes for the frame error).", "",
-             "| variant | frame err ratio | vision acc | vision Kendall | robot_log acc | robot_log Kendall |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"Frame error at H={res['frame_error_h']} (ratio to copy-first-frame; < 1 beats copying the first "
+        f"frame), judge episode accuracy and Kendall vs simulator truth; 95 % bootstrap intervals "
+        f"({res['n_units']} (task, seed) units for the judges, {res['frame_error'][variants[0]]['n_episodes']} "
+        f"replayed episodes for the frame error).",
+        "",
+        "| variant | frame err ratio | vision acc | vision Kendall | robot_log acc | robot_log Kendall |",
+        "|---|---|---|---|---|---|",
+    ]
     for v in [*variants, "simulator"]:
         f = res["frame_error"].get(v)
         fr = "0 (is the truth)" if v == "simulator" else _iv(f["ratio"], f["ratio_interval"])
@@ -291,9 +343,13 @@ def table(res: dict) -> str:
             e = res["judges"][j][v]
             cells += [_iv(e["accuracy"], e["accuracy_interval"]), _iv(e["kendall"], e["kendall_interval"], 2)]
         lines.append(f"| {v} | " + " | ".join(cells) + " |")
-    lines += ["", "Paired differences, variant - full (same units / episodes resampled together):", "",
-              "| variant | frame err ratio | vision acc | vision Kendall | robot_log acc | robot_log Kendall |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Paired differences, variant - full (same units / episodes resampled together):",
+        "",
+        "| variant | frame err ratio | vision acc | vision Kendall | robot_log acc | robot_log Kendall |",
+        "|---|---|---|---|---|---|",
+    ]
     for v in variants:
         if v == "full":
             continue
@@ -301,15 +357,24 @@ def table(res: dict) -> str:
         cells = [_iv(f["ratio_minus_full"], f["ratio_minus_full_interval"], signed=True)]
         for j in JUDGES:
             e = res["judges"][j][v]
-            cells += [_iv(e["accuracy_minus_full"], e["accuracy_minus_full_interval"], signed=True),
-                      _iv(e["kendall_minus_full"], e["kendall_minus_full_interval"], 2, signed=True)]
+            cells += [
+                _iv(e["accuracy_minus_full"], e["accuracy_minus_full_interval"], signed=True),
+                _iv(e["kendall_minus_full"], e["kendall_minus_full_interval"], 2, signed=True),
+            ]
         lines.append(f"| {v} - full | " + " | ".join(cells) + " |")
     groups = list(res["judges"][JUDGES[0]]["full"].get("subgroups", {}))
     if groups:
-        lines += ["", "Episode accuracy per subgroup of policies (value; paired difference to full):", "",
-                  "| variant | " + " | ".join(f"{j} {g} ({res['judges'][j]['full']['subgroups'][g]['policies']})"
-                                                for j in JUDGES for g in groups) + " |",
-                  "|---|" + "---|" * (len(JUDGES) * len(groups))]
+        lines += [
+            "",
+            "Episode accuracy per subgroup of policies (value; paired difference to full):",
+            "",
+            "| variant | "
+            + " | ".join(
+                f"{j} {g} ({res['judges'][j]['full']['subgroups'][g]['policies']})" for j in JUDGES for g in groups
+            )
+            + " |",
+            "|---|" + "---|" * (len(JUDGES) * len(groups)),
+        ]
         for v in [*variants, "simulator"]:
             cells = []
             for j in JUDGES:
@@ -320,8 +385,12 @@ def table(res: dict) -> str:
                         c += "; " + _iv(e["accuracy_minus_full"], e["accuracy_minus_full_interval"], signed=True)
                     cells.append(c)
             lines.append(f"| {v} | " + " | ".join(cells) + " |")
-    lines += ["", "Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in res["seconds"].items())
-              + f"; wall {res['wall_seconds']:.0f} s at {res['torch_threads']} torch thread(s)."]
+    lines += [
+        "",
+        "Seconds: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in res["seconds"].items())
+        + f"; wall {res['wall_seconds']:.0f} s at {res['torch_threads']} torch thread(s).",
+    ]
     return "\n".join(lines) + "\n"
 
 

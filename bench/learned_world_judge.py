@@ -25,6 +25,7 @@ Seeds start at 100000 (the validity study's), far from the training seeds (< 400
 ``--rejudge ROWS FRAMES.npz --vision-weights W`` scores another frame classifier on the very
 same rollouts (no episode is run again).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,14 @@ import numpy as np
 
 os.environ.setdefault("MUJOCO_GL", "egl")
 
-STUDY_POLICIES = ("scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.6", "scripted:skill=0.45",
-                  "scripted:skill=0.3", "random")
+STUDY_POLICIES = (
+    "scripted:skill=1.0",
+    "scripted:skill=0.8",
+    "scripted:skill=0.6",
+    "scripted:skill=0.45",
+    "scripted:skill=0.3",
+    "random",
+)
 GRASP_MISS = "grasp_miss"
 MISS_OFFSET = 0.07  # m along the object's long axis: beyond its end by more than a finger's width
 
@@ -87,8 +94,15 @@ def run(args) -> dict:
     rows, last_frames, tasks, settings = parts[0]
     if args.frames_out:
         np.savez_compressed(args.frames_out, **{w.replace("@", "_at_"): np.stack(f) for w, f in last_frames.items()})
-    return {"rows": rows, "policies": policies, "tasks": tasks, "seeds": args.seeds, "settings": list(settings),
-            "seed_offset": args.seed_offset, "wall_seconds": time.perf_counter() - t_start}
+    return {
+        "rows": rows,
+        "policies": policies,
+        "tasks": tasks,
+        "seeds": args.seeds,
+        "settings": list(settings),
+        "seed_offset": args.seed_offset,
+        "wall_seconds": time.perf_counter() - t_start,
+    }
 
 
 def _run_policies(args, policies):
@@ -115,8 +129,11 @@ def _run_policies(args, policies):
     settings = args.actions_per_call or [base.world.get("actions_per_call", 1)]
     envs = {"reference": gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64))}
     for n in settings:
-        envs[f"learned@{n}"] = gymnasium.make("Kosmos-TabletopLearned-v1", world_kwargs=kwargs,
-                                              env_spec=base.with_overrides(world={"actions_per_call": n}))
+        envs[f"learned@{n}"] = gymnasium.make(
+            "Kosmos-TabletopLearned-v1",
+            world_kwargs=kwargs,
+            env_spec=base.with_overrides(world={"actions_per_call": n}),
+        )
     tasks = list(envs["reference"].unwrapped.task_names)
     vision = FrameVisionJudge(args.vision_weights)
     robot_log = make_judge("robot_log")
@@ -208,14 +225,18 @@ def summarise(result: dict, n_boot: int = 2000) -> str:
 
 def _cost_table(result: dict) -> str:
     rows = result["rows"]
-    out = ["cost against fidelity (learned world, per episode of 40 steps):",
-           "  actions_per_call  world_s  vision_judge_s  vision_accuracy  kendall(study policies)"]
+    out = [
+        "cost against fidelity (learned world, per episode of 40 steps):",
+        "  actions_per_call  world_s  vision_judge_s  vision_accuracy  kendall(study policies)",
+    ]
     for n in result["settings"]:
         key = f"learned@{n}"
         acc = np.mean([r[f"{key}/vision"] == r["truth"] for r in rows])
-        out.append(f"  {n:16d}  {np.mean([r[f'{key}/world_seconds'] for r in rows]):7.3f}  "
-                   f"{np.mean([r[f'{key}/vision_seconds'] for r in rows]):14.4f}  {acc:15.3f}  "
-                   f"{result.get('kendall', {}).get(n, float('nan')):.3f}")
+        out.append(
+            f"  {n:16d}  {np.mean([r[f'{key}/world_seconds'] for r in rows]):7.3f}  "
+            f"{np.mean([r[f'{key}/vision_seconds'] for r in rows]):14.4f}  {acc:15.3f}  "
+            f"{result.get('kendall', {}).get(n, float('nan')):.3f}"
+        )
     out.append(f"  reference (simulator) world_s {np.mean([r['reference/world_seconds'] for r in rows]):.3f}")
     return "\n".join(out) + "\n"
 
@@ -228,11 +249,16 @@ def _summarise_setting(result: dict, n: int, n_boot: int) -> str:
     units = sorted({(r["task"], r["seed"]) for r in rows})
     rng = np.random.default_rng(0)
     boots = [[units[j] for j in rng.integers(0, len(units), len(units))] for _ in range(n_boot)]
-    out = [f"== learned tabletop, actions per model call = {n}; {len(units)} (task, seed) units "
-           f"per policy, seeds {result['seed_offset']}..{result['seed_offset'] + result['seeds'] - 1}; "
-           f"wall {result['wall_seconds']:.0f} s", ""]
-    out.append("episode accuracy against simulator truth (all policies | study policies only), "
-               "95 % bootstrap interval over (task, seed) units:")
+    out = [
+        f"== learned tabletop, actions per model call = {n}; {len(units)} (task, seed) units "
+        f"per policy, seeds {result['seed_offset']}..{result['seed_offset'] + result['seeds'] - 1}; "
+        f"wall {result['wall_seconds']:.0f} s",
+        "",
+    ]
+    out.append(
+        "episode accuracy against simulator truth (all policies | study policies only), "
+        "95 % bootstrap interval over (task, seed) units:"
+    )
     study = [r for r in rows if r["policy"] != GRASP_MISS]
     for ev in EVALUATORS:
         cells = []
@@ -240,8 +266,11 @@ def _summarise_setting(result: dict, n: int, n_boot: int) -> str:
             point, (lo, hi) = _accuracy(subset, ev, boots)
             cells.append(f"{point:.3f} [{lo:.3f}, {hi:.3f}]")
         out.append(f"  {ev:24s} {cells[0]} | {cells[1]}")
-    out += ["", "per-policy success rates:",
-            "  " + f"{'policy':22s} {'truth':>6s} " + " ".join(f"{ev:>20s}" for ev in EVALUATORS)]
+    out += [
+        "",
+        "per-policy success rates:",
+        "  " + f"{'policy':22s} {'truth':>6s} " + " ".join(f"{ev:>20s}" for ev in EVALUATORS),
+    ]
     truth = _rates(rows, policies, "truth")
     table = {ev: _rates(rows, policies, ev) for ev in EVALUATORS}
     for i, p in enumerate(policies):
@@ -256,16 +285,23 @@ def _summarise_setting(result: dict, n: int, n_boot: int) -> str:
         boot_truth = [_rates(rows, pols, "truth", b) for b in boots]
         for ev in EVALUATORS:
             point = kendall_value(_rates(rows, pols, ev), _rates(rows, pols, "truth"))
-            vals = np.array([kendall_value(_rates(rows, pols, ev, b), bt) for b, bt in zip(boots, boot_truth, strict=True)])
+            vals = np.array(
+                [kendall_value(_rates(rows, pols, ev, b), bt) for b, bt in zip(boots, boot_truth, strict=True)]
+            )
             ok = vals[~np.isnan(vals)]
-            lo, hi = (np.quantile(ok, [0.025, 0.975]) if len(ok) else (np.nan, np.nan))
-            out.append(f"  {ev:24s} {point:6.3f}  [{lo:.3f}, {hi:.3f}]  (undefined in {int(np.isnan(vals).sum())} of {n_boot})")
+            lo, hi = np.quantile(ok, [0.025, 0.975]) if len(ok) else (np.nan, np.nan)
+            out.append(
+                f"  {ev:24s} {point:6.3f}  [{lo:.3f}, {hi:.3f}]  (undefined in {int(np.isnan(vals).sum())} of {n_boot})"
+            )
             if label == "study policies" and ev == EVALUATORS[0]:
                 result.setdefault("kendall", {})[n] = point
     miss = [r for r in rows if r["policy"] == GRASP_MISS]
     if miss:
-        out += ["", f"grasp_miss ({len(miss)} episodes; truth success {np.mean([r['truth'] for r in miss]):.2f}): "
-                    "share of episodes whose log shows >= 1 empty grasp / judged success by the robot-log judge"]
+        out += [
+            "",
+            f"grasp_miss ({len(miss)} episodes; truth success {np.mean([r['truth'] for r in miss]):.2f}): "
+            "share of episodes whose log shows >= 1 empty grasp / judged success by the robot-log judge",
+        ]
         for world in ("reference", f"learned@{n}"):
             empty = np.mean([r[f"{world}/empty_grasps"] > 0 for r in miss])
             succ = np.mean([r[f"{world}/robot_log"] for r in miss])
@@ -278,15 +314,25 @@ def main(argv=None) -> int:
     p.add_argument("--seeds", type=int, default=10, help="seeds per (policy, task) (default 10)")
     p.add_argument("--seed-offset", type=int, default=100000)
     p.add_argument("--policies", nargs="+", default=list(STUDY_POLICIES))
-    p.add_argument("--actions-per-call", type=int, nargs="+", default=None,
-                   help="learned-world settings to run (default: the spec's world.actions_per_call)")
+    p.add_argument(
+        "--actions-per-call",
+        type=int,
+        nargs="+",
+        default=None,
+        help="learned-world settings to run (default: the spec's world.actions_per_call)",
+    )
     p.add_argument("--weights", default=None, help="another world.safetensors (bound by its own sha256)")
     p.add_argument("--vision-weights", default=None)
     p.add_argument("--workers", type=int, default=1, help="processes, each running a share of the policies (default 1)")
     p.add_argument("--json", default=None, help="also write the per-episode rows here")
     p.add_argument("--frames-out", default=None, help="also save every rollout's last frame here (.npz)")
-    p.add_argument("--rejudge", nargs=2, metavar=("ROWS_JSON", "FRAMES_NPZ"), default=None,
-                   help="run no episode: re-judge a saved run's last frames with --vision-weights and summarise")
+    p.add_argument(
+        "--rejudge",
+        nargs=2,
+        metavar=("ROWS_JSON", "FRAMES_NPZ"),
+        default=None,
+        help="run no episode: re-judge a saved run's last frames with --vision-weights and summarise",
+    )
     p.add_argument("--out", default=None, help="write the summary here too")
     args = p.parse_args(argv)
     if args.seeds < 1 or args.workers < 1:

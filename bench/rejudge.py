@@ -8,6 +8,7 @@ after (re-judging must add none).
 
     python bench/rejudge.py [--out /tmp/rejudge-80] [--save bench/results/rejudge.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,24 @@ def main() -> None:
 
     lines = [f"load average before: {load_average()}"]
     t0 = time.perf_counter()
-    argv = ["eval", "--policy", "scripted:skill=1.0", "--policy", "scripted:skill=0.6", "--policy", "scripted:skill=0.3",
-            "--policy", "random", "--seeds", "5", "--workers", "2", "--no-progress", "--out", args.out]
+    argv = [
+        "eval",
+        "--policy",
+        "scripted:skill=1.0",
+        "--policy",
+        "scripted:skill=0.6",
+        "--policy",
+        "scripted:skill=0.3",
+        "--policy",
+        "random",
+        "--seeds",
+        "5",
+        "--workers",
+        "2",
+        "--no-progress",
+        "--out",
+        args.out,
+    ]
     if cli.main(argv) != 0:
         raise SystemExit("the campaign failed")
     campaign_s = time.perf_counter() - t0

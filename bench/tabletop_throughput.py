@@ -35,6 +35,7 @@ Targets: tabletop at most 1.5x the floor's time per step; at least 5x Pusher-v5'
 
     python bench/tabletop_throughput.py [--steps 100] [--rounds 5] [--sizes 64 128] [--out bench/results/tabletop_throughput.txt]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -136,6 +137,7 @@ class _Timed:
             finally:
                 self.seconds += time.perf_counter() - start
                 self.cpu += time.process_time() - start_cpu
+
         return timed
 
 
@@ -243,10 +245,12 @@ def main() -> None:
         def per_round(num: str, den: str, fmt: str) -> str:
             return ", ".join(format(np.median(r[num]) / np.median(r[den]), fmt) + "x" for r in rounds)
 
-        rounds_text.append(f"{size}x{size} per round: step/floor {per_round('step', 'floor', '.2f')}; "
-                           f"world/floor {per_round('world', 'floor', '.2f')}; "
-                           f"tabletop/Pusher {per_round('pusher', 'step', '.1f')}; "
-                           f"tabletop/lite {per_round('lite', 'step', '.2f')}")
+        rounds_text.append(
+            f"{size}x{size} per round: step/floor {per_round('step', 'floor', '.2f')}; "
+            f"world/floor {per_round('world', 'floor', '.2f')}; "
+            f"tabletop/Pusher {per_round('pusher', 'step', '.1f')}; "
+            f"tabletop/lite {per_round('lite', 'step', '.2f')}"
+        )
     pusher_pool.close()
     pusher_pool.join()
     lines.extend(rounds_text)

@@ -8,6 +8,7 @@ OUT.png (stacked bars per policy). "overhead" is total minus the named stages: c
 lease bookkeeping, env reset, the policy's reset, and, for the Ray executor, dispatch and
 result transfer.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -72,7 +73,9 @@ def plot(table: dict, path: str, title: str) -> None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("campaign", help="a campaign folder with results.json")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "time_breakdown"))
+    ap.add_argument(
+        "--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "time_breakdown")
+    )
     ap.add_argument("--title", default=None)
     args = ap.parse_args(argv)
     with open(os.path.join(args.campaign, "results.json")) as fh:
@@ -88,17 +91,21 @@ def main(argv=None) -> int:
         con.close()
     except Exception:
         pass
-    title = args.title or (f"{camp['env_id']} campaign {camp['id']}: {len(results['per_episode'])} rollouts, "
-                           f"executor {','.join(runs_executor or ['?'])}")
-    text = "\n".join([
-        f"time per rollout by stage, {time.strftime('%Y-%m-%d %H:%M:%S')}",
-        f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared), "
-        f"load average {load_average()} (when this table was made; the campaign ran earlier)",
-        title,
-        "mean milliseconds per rollout (share of the rollout's total)",
-        format_table(table),
-        f"rollouts/hour over the campaign's wall clock: {results['aggregated']['cost'].get('rollouts_per_hour')}",
-    ])
+    title = args.title or (
+        f"{camp['env_id']} campaign {camp['id']}: {len(results['per_episode'])} rollouts, "
+        f"executor {','.join(runs_executor or ['?'])}"
+    )
+    text = "\n".join(
+        [
+            f"time per rollout by stage, {time.strftime('%Y-%m-%d %H:%M:%S')}",
+            f"machine: {platform.system()} {platform.machine()}, {os.cpu_count()} logical CPUs (shared), "
+            f"load average {load_average()} (when this table was made; the campaign ran earlier)",
+            title,
+            "mean milliseconds per rollout (share of the rollout's total)",
+            format_table(table),
+            f"rollouts/hour over the campaign's wall clock: {results['aggregated']['cost'].get('rollouts_per_hour')}",
+        ]
+    )
     print(text)
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     with open(args.out + ".txt", "w") as fh:

@@ -28,6 +28,7 @@ seeds choose nothing: not the threshold, not a hyper-parameter, not a checkpoint
 Every stage writes its output into ``--out`` and is skipped when that output exists, so a killed
 run resumes where it stopped (delete a file to redo its stage).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,19 +57,36 @@ def arm_configs(threshold: float, patience: int) -> dict[str, dict]:
     """Each arm's training env: env id and the ``gymnasium.make`` keywords (spec overrides)."""
     from kosmos_env.spec import load_spec
 
-    progress = {"mode": "progress", "step_judge": {"type": "vision_frame"}, "terminate_on_success": True,
-                "success_threshold": threshold, "success_patience": patience}
+    progress = {
+        "mode": "progress",
+        "step_judge": {"type": "vision_frame"},
+        "terminate_on_success": True,
+        "success_threshold": threshold,
+        "success_patience": patience,
+    }
     oracle = {"mode": "oracle", "terminate_on_success": True}
     learned_workspace = load_spec(LEARNED).world["workspace"]
     return {
-        "A": {"env_id": SIM, "kwargs": {"image_size": (64, 64), "reward": progress, "gate": {"enabled": False}},
-              "label": "simulator, frame-judge reward"},
-        "B": {"env_id": LEARNED, "kwargs": {"reward": progress, "gate": {"enabled": False}},
-              "label": "learned world, frame-judge reward, gate off"},
-        "C": {"env_id": LEARNED, "kwargs": {"reward": progress, "gate": {"enabled": True, "workspace": learned_workspace}},
-              "label": "learned world, frame-judge reward, gate on"},
-        "D": {"env_id": SIM, "kwargs": {"image_size": (64, 64), "reward": oracle, "gate": {"enabled": False}},
-              "label": "simulator, ORACLE reward (ground truth; upper bound)"},
+        "A": {
+            "env_id": SIM,
+            "kwargs": {"image_size": (64, 64), "reward": progress, "gate": {"enabled": False}},
+            "label": "simulator, frame-judge reward",
+        },
+        "B": {
+            "env_id": LEARNED,
+            "kwargs": {"reward": progress, "gate": {"enabled": False}},
+            "label": "learned world, frame-judge reward, gate off",
+        },
+        "C": {
+            "env_id": LEARNED,
+            "kwargs": {"reward": progress, "gate": {"enabled": True, "workspace": learned_workspace}},
+            "label": "learned world, frame-judge reward, gate on",
+        },
+        "D": {
+            "env_id": SIM,
+            "kwargs": {"image_size": (64, 64), "reward": oracle, "gate": {"enabled": False}},
+            "label": "simulator, ORACLE reward (ground truth; upper bound)",
+        },
     }
 
 
@@ -96,11 +114,19 @@ def stage_tuning(out: Path, args) -> tuple[float, int]:
             episodes += record_tuning_episodes(TUNING_POLICIES, [task], task_seeds, progress_bar=not args.quiet)
         table = threshold_table(episodes)
         threshold, patience = choose_threshold(table)
-        _json(path, {"rule": "highest F1 of the first crossing against simulator truth; ties: higher patience, "
-                             "then higher threshold (kosmos_env.training.threshold)",
-                     "policies": list(TUNING_POLICIES), "tasks": list(TASKS), "seeds": seeds,
-                     "episodes": len(episodes), "table": table,
-                     "chosen": {"success_threshold": threshold, "success_patience": patience}})
+        _json(
+            path,
+            {
+                "rule": "highest F1 of the first crossing against simulator truth; ties: higher patience, "
+                "then higher threshold (kosmos_env.training.threshold)",
+                "policies": list(TUNING_POLICIES),
+                "tasks": list(TASKS),
+                "seeds": seeds,
+                "episodes": len(episodes),
+                "table": table,
+                "chosen": {"success_threshold": threshold, "success_patience": patience},
+            },
+        )
     chosen = json.loads(path.read_text())["chosen"]
     return float(chosen["success_threshold"]), int(chosen["success_patience"])
 
@@ -116,8 +142,14 @@ def stage_start(out: Path, args) -> Path:
     if demo_path.is_file():
         demos = Demos.load(demo_path)
     else:
-        demos = record_demos(SIM, policy=args.demo_policy, seeds_per_task=args.demos, seed_start=DEMO_SEED,
-                             out=demo_path, progress=not args.quiet)
+        demos = record_demos(
+            SIM,
+            policy=args.demo_policy,
+            seeds_per_task=args.demos,
+            seed_start=DEMO_SEED,
+            out=demo_path,
+            progress=not args.quiet,
+        )
     behaviour_clone(demos, bc_path, BCConfig(steps=args.bc_steps, seed=args.seed, threads=2), progress=not args.quiet)
     return bc_path
 
@@ -132,9 +164,19 @@ def stage_arm(out: Path, name: str, cfg: dict, start: Path, args) -> list[Path]:
     kwargs = dict(cfg["kwargs"])
     reward = kwargs.pop("reward")
     t0 = time.perf_counter()
-    paths = finetune_ppo(cfg["env_id"], start, reward=reward, total_steps=args.steps, n_envs=args.n_envs,
-                         seed=args.seed, out_dir=arm_dir, checkpoint_every=args.checkpoint_every, env_kwargs=kwargs,
-                         config=PPOConfig(init_log_std=args.init_log_std), progress=not args.quiet)
+    paths = finetune_ppo(
+        cfg["env_id"],
+        start,
+        reward=reward,
+        total_steps=args.steps,
+        n_envs=args.n_envs,
+        seed=args.seed,
+        out_dir=arm_dir,
+        checkpoint_every=args.checkpoint_every,
+        env_kwargs=kwargs,
+        config=PPOConfig(init_log_std=args.init_log_std),
+        progress=not args.quiet,
+    )
     _json(done, {"checkpoints": [p.name for p in paths], "seconds": round(time.perf_counter() - t0, 1)})
     return paths
 
@@ -159,8 +201,15 @@ def stage_evaluate(out: Path, name: str, cfg: dict, checkpoints: list[Path], uni
                 truth = json.loads(truth_path.read_text())
             else:
                 truth = rollout_units(build, TRUTH, units)
-            _json(path, {"checkpoint": ckpt.name, "step": int(meta.get("env_steps", 0)) if meta["stage"] == "ppo" else 0,
-                         "truth": truth, "world": rollout_units(build, world, units)})
+            _json(
+                path,
+                {
+                    "checkpoint": ckpt.name,
+                    "step": int(meta.get("env_steps", 0)) if meta["stage"] == "ppo" else 0,
+                    "truth": truth,
+                    "world": rollout_units(build, world, units),
+                },
+            )
         evals.append(json.loads(path.read_text()))
     return evals
 
@@ -171,9 +220,13 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=12_288, help="PPO env steps per arm (default run: about 30 min)")
     p.add_argument("--n-envs", type=int, default=4)
     p.add_argument("--checkpoint-every", type=int, default=12, help="PPO updates between checkpoints")
-    p.add_argument("--init-log-std", type=float, default=-2.3,
-                   help="PPO's exploration log-std at the start (default -2.3, std 0.1 of the [-1, 1] range: with "
-                        "the cloned -1.0 the first tuning-seed pilot collapsed the start to 0 successes)")
+    p.add_argument(
+        "--init-log-std",
+        type=float,
+        default=-2.3,
+        help="PPO's exploration log-std at the start (default -2.3, std 0.1 of the [-1, 1] range: with "
+        "the cloned -1.0 the first tuning-seed pilot collapsed the start to 0 successes)",
+    )
     p.add_argument("--demos", type=int, default=100, help="demonstrations per task")
     p.add_argument("--demo-policy", default="scripted:skill=0.8")
     p.add_argument("--bc-steps", type=int, default=6000)
@@ -182,9 +235,12 @@ def main(argv=None) -> int:
     p.add_argument("--arms", default="ABCD")
     p.add_argument("--seed", type=int, default=0, help="training seed (BC and PPO)")
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--no-report", action="store_true",
-                   help="train and evaluate the named arms only (run arms in parallel processes on one --out, "
-                        "then once more with all arms to report)")
+    p.add_argument(
+        "--no-report",
+        action="store_true",
+        help="train and evaluate the named arms only (run arms in parallel processes on one --out, "
+        "then once more with all arms to report)",
+    )
     args = p.parse_args(argv)
     for name in ("steps", "n_envs", "checkpoint_every", "demos", "bc_steps", "tune_seeds", "eval_seeds"):
         if getattr(args, name) < 1:
@@ -222,19 +278,26 @@ def main(argv=None) -> int:
     from train_in_world_report import write_report
 
     results = analyse(arms, units)
-    results.update({
-        "command": "python bench/train_in_world.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "arms_config": {k: {"env_id": v["env_id"], "label": v["label"], "kwargs": v["kwargs"]} for k, v in configs.items()},
-        "seeds": {"demonstrations": f"{DEMO_SEED}+1000*task+[0, {args.demos})",
-                  "tuning": f"{TUNE_SEED}+1000*task+[0, {args.tune_seeds})",
-                  "evaluation": f"{EVAL_SEED}+1000*task+[0, {args.eval_seeds})",
-                  "training": f"SB3 seeds env i with {args.seed}+i; tasks drawn per reset from seed {args.seed}*1000+i"},
-        "settings": {k: v for k, v in vars(args).items() if k not in ("quiet", "no_report")},
-        "success_threshold": threshold, "success_patience": patience,
-        "wall_seconds_cumulative": {k: round(v, 1) for k, v in stamps.items()},
-        "train_seconds": {k: json.loads((out / f"arm_{k}" / "done.json").read_text())["seconds"] for k in configs},
-        "machine": f"{os.cpu_count()} cores, load average at start {load_at_start}",
-    })
+    results.update(
+        {
+            "command": "python bench/train_in_world.py " + " ".join(sys.argv[1:] if argv is None else argv),
+            "arms_config": {
+                k: {"env_id": v["env_id"], "label": v["label"], "kwargs": v["kwargs"]} for k, v in configs.items()
+            },
+            "seeds": {
+                "demonstrations": f"{DEMO_SEED}+1000*task+[0, {args.demos})",
+                "tuning": f"{TUNE_SEED}+1000*task+[0, {args.tune_seeds})",
+                "evaluation": f"{EVAL_SEED}+1000*task+[0, {args.eval_seeds})",
+                "training": f"SB3 seeds env i with {args.seed}+i; tasks drawn per reset from seed {args.seed}*1000+i",
+            },
+            "settings": {k: v for k, v in vars(args).items() if k not in ("quiet", "no_report")},
+            "success_threshold": threshold,
+            "success_patience": patience,
+            "wall_seconds_cumulative": {k: round(v, 1) for k, v in stamps.items()},
+            "train_seconds": {k: json.loads((out / f"arm_{k}" / "done.json").read_text())["seconds"] for k in configs},
+            "machine": f"{os.cpu_count()} cores, load average at start {load_at_start}",
+        }
+    )
     write_report(out, results, arms)
     print((out / "results.md").read_text())
     return 0

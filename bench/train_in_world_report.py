@@ -1,5 +1,6 @@
 """Pages of ``bench/train_in_world.py``: results.json, results.md (tables and their reading) and one
 learning-curve plot per arm (true and world-judged success against env steps, with intervals)."""
+
 from __future__ import annotations
 
 import json
@@ -28,42 +29,56 @@ def write_report(out: Path, results: Mapping[str, Any], arms: Mapping[str, list]
 
 
 def _markdown(r: Mapping[str, Any]) -> str:
-    L = ["# Training inside the world: lift, exploitability, transfer", "",
-         f"Command: `{r['command']}`  ", f"Machine: {r['machine']}; this invocation's wall time "
-         f"{max(r['wall_seconds_cumulative'].values()) / 60:.1f} min (stages found on disk are not rerun); PPO seconds "
-         f"per arm: " + ", ".join(f"{k} {v:.0f}" for k, v in r["train_seconds"].items()) + "; "
-         f"{r['settings']['steps']} PPO env steps per arm, "
-         f"{r['units']} held-out evaluation units (tasks x seeds); 95 % bootstrap intervals over units "
-         f"({r['n_boot']} draws, shared by every number).  ",
-         f"Terminate on success: threshold {r['success_threshold']}, patience {r['success_patience']} "
-         "(chosen on tuning seeds, `tuning.json`).  ",
-         "Seeds: " + "; ".join(f"{k} {v}" for k, v in r["seeds"].items()) + ".", "",
-         "| arm | trained in | true success: start -> last | optimization lift | world-judged success (last) | "
-         "exploitability (last) | exploitability growth | transfer ratio (lift / lift A) |",
-         "|---|---|---|---|---|---|---|---|"]
+    L = [
+        "# Training inside the world: lift, exploitability, transfer",
+        "",
+        f"Command: `{r['command']}`  ",
+        f"Machine: {r['machine']}; this invocation's wall time "
+        f"{max(r['wall_seconds_cumulative'].values()) / 60:.1f} min (stages found on disk are not rerun); PPO seconds "
+        f"per arm: " + ", ".join(f"{k} {v:.0f}" for k, v in r["train_seconds"].items()) + "; "
+        f"{r['settings']['steps']} PPO env steps per arm, "
+        f"{r['units']} held-out evaluation units (tasks x seeds); 95 % bootstrap intervals over units "
+        f"({r['n_boot']} draws, shared by every number).  ",
+        f"Terminate on success: threshold {r['success_threshold']}, patience {r['success_patience']} "
+        "(chosen on tuning seeds, `tuning.json`).  ",
+        "Seeds: " + "; ".join(f"{k} {v}" for k, v in r["seeds"].items()) + ".",
+        "",
+        "| arm | trained in | true success: start -> last | optimization lift | world-judged success (last) | "
+        "exploitability (last) | exploitability growth | transfer ratio (lift / lift A) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for name, arm in r["arms"].items():
         first, last = arm["checkpoints"][0], arm["checkpoints"][-1]
         ratio = arm.get("transfer_ratio")
         ratio_s = "—" if ratio is None else (_ci(ratio) if ratio["defined"] else f"undefined ({_ci(ratio)})")
-        L.append(f"| {name} | {r['arms_config'][name]['label']} | {first['true_success']['estimate']:.2f} -> "
-                 f"{_ci(last['true_success'], signed=False)} | {_ci(arm['lift'])} | "
-                 f"{_ci(last['world_success'], signed=False)} | {_ci(last['exploitability'])} | "
-                 f"{_ci(arm['exploitability_growth'])} | {ratio_s} |")
+        L.append(
+            f"| {name} | {r['arms_config'][name]['label']} | {first['true_success']['estimate']:.2f} -> "
+            f"{_ci(last['true_success'], signed=False)} | {_ci(arm['lift'])} | "
+            f"{_ci(last['world_success'], signed=False)} | {_ci(last['exploitability'])} | "
+            f"{_ci(arm['exploitability_growth'])} | {ratio_s} |"
+        )
     L += ["", "Per checkpoint (env steps: true success / world-judged success / exploitability):", ""]
     for name, arm in r["arms"].items():
-        cells = [f"{c['step']}: {c['true_success']['estimate']:.2f} / {c['world_success']['estimate']:.2f} / "
-                 f"{c['exploitability']['estimate']:+.2f}" for c in arm["checkpoints"]]
+        cells = [
+            f"{c['step']}: {c['true_success']['estimate']:.2f} / {c['world_success']['estimate']:.2f} / "
+            f"{c['exploitability']['estimate']:+.2f}"
+            for c in arm["checkpoints"]
+        ]
         L.append(f"- **{name}**: " + "; ".join(cells))
     L += ["", "## Reading", ""]
     for name, arm in r["arms"].items():
-        L.append(f"- Arm {name} ({r['arms_config'][name]['label']}): lift {_ci(arm['lift'])}, {_verdict(arm['lift'])}; "
-                 f"exploitability at the last checkpoint {_ci(arm['checkpoints'][-1]['exploitability'])} "
-                 f"({_verdict(arm['checkpoints'][-1]['exploitability'])}), growth from the start "
-                 f"{_ci(arm['exploitability_growth'])} ({_verdict(arm['exploitability_growth'])}).")
+        L.append(
+            f"- Arm {name} ({r['arms_config'][name]['label']}): lift {_ci(arm['lift'])}, {_verdict(arm['lift'])}; "
+            f"exploitability at the last checkpoint {_ci(arm['checkpoints'][-1]['exploitability'])} "
+            f"({_verdict(arm['checkpoints'][-1]['exploitability'])}), growth from the start "
+            f"{_ci(arm['exploitability_growth'])} ({_verdict(arm['exploitability_growth'])})."
+        )
     for pair, x in r.get("gate_effect", {}).items():
         a, b = pair.split("-")
-        L.append(f"- Gate: exploitability of {a} minus {b} at the last checkpoints {_ci(x)} ({_verdict(x)}; "
-                 f"above 0 would mean the gate reduced it).")
+        L.append(
+            f"- Gate: exploitability of {a} minus {b} at the last checkpoints {_ci(x)} ({_verdict(x)}; "
+            f"above 0 would mean the gate reduced it)."
+        )
     for name, arm in r["arms"].items():
         ratio = arm.get("transfer_ratio")
         if ratio is not None and not ratio["defined"]:
@@ -80,8 +95,10 @@ def _plot_arm(path: Path, name: str, label: str, arm: Mapping[str, Any]) -> None
 
     steps = [c["step"] for c in arm["checkpoints"]]
     fig, ax = plt.subplots(figsize=(6.5, 4))
-    for key, colour, text in (("true_success", "tab:green", "true success (simulator, held-out seeds)"),
-                              ("world_success", "tab:orange", "success as the training world judges it")):
+    for key, colour, text in (
+        ("true_success", "tab:green", "true success (simulator, held-out seeds)"),
+        ("world_success", "tab:orange", "success as the training world judges it"),
+    ):
         est = [c[key]["estimate"] for c in arm["checkpoints"]]
         lo = [c[key]["lower"] for c in arm["checkpoints"]]
         hi = [c[key]["upper"] for c in arm["checkpoints"]]

@@ -21,6 +21,7 @@ A bench prints ratios; it asserts nothing about timings. Run from the repository
 
     nice -n 10 python bench/train_throughput.py --out bench/results/train_throughput.txt
 """
+
 from __future__ import annotations
 
 import argparse
@@ -104,8 +105,16 @@ def ppo_rate(name: str, n_envs: int, n_steps: int, rollouts: int, seed: int = 0)
 
     vec = DummyVecEnv([lambda: make_ppo_env(name) for _ in range(n_envs)])
     try:
-        model = PPO("MultiInputPolicy", vec, n_steps=n_steps, batch_size=n_steps * n_envs // 2, n_epochs=2,
-                    seed=seed, device="cpu", verbose=0)
+        model = PPO(
+            "MultiInputPolicy",
+            vec,
+            n_steps=n_steps,
+            batch_size=n_steps * n_envs // 2,
+            n_epochs=2,
+            seed=seed,
+            device="cpu",
+            verbose=0,
+        )
         model.learn(n_steps * n_envs)  # warm-up: first rollout and update, not timed
         t0 = time.perf_counter()
         model.learn(rollouts * n_steps * n_envs, reset_num_timesteps=False)
@@ -125,8 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ppo-steps", type=int, default=32, help="PPO n_steps (rollout length per env)")
     parser.add_argument("--ppo-rollouts", type=int, default=3, help="timed PPO rollouts (each followed by an update)")
     parser.add_argument("--no-ppo", action="store_true")
-    parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch intra-op threads per process (read before torch is imported)")
+    parser.add_argument(
+        "--torch-threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads per process (read before torch is imported)",
+    )
     parser.add_argument("--out", help="also write the output here")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.torch_threads)
@@ -140,13 +153,19 @@ def main(argv: list[str] | None = None) -> int:
     load = os.getloadavg()
     emit("# bench/train_throughput.py")
     emit(f"# date: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}")
-    emit(f"# machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), shared with other "
-         f"jobs; load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    emit(
+        f"# machine: {os.cpu_count()} cores ({platform.processor() or platform.machine()}), shared with other "
+        f"jobs; load average at start {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     emit(f"# command: {' '.join([os.path.relpath(sys.argv[0])] + (argv if argv is not None else sys.argv[1:]))}")
-    emit(f"# torch {torch.__version__} ({args.torch_threads} intra-op thread(s) per process), gymnasium "
-         f"{gymnasium.__version__}, python {platform.python_version()}")
-    emit(f"# vector: {args.warmup} warm-up + {args.steps} timed vector steps, median of {args.repeats} repeats, "
-         f"64x64 frames, fixed random actions, default horizon (autoresets included)")
+    emit(
+        f"# torch {torch.__version__} ({args.torch_threads} intra-op thread(s) per process), gymnasium "
+        f"{gymnasium.__version__}, python {platform.python_version()}"
+    )
+    emit(
+        f"# vector: {args.warmup} warm-up + {args.steps} timed vector steps, median of {args.repeats} repeats, "
+        f"64x64 frames, fixed random actions, default horizon (autoresets included)"
+    )
     emit()
 
     single: dict[str, float] = {}
@@ -169,14 +188,18 @@ def main(argv: list[str] | None = None) -> int:
     key = (learned, "vector_entry_point", 8)
     if key in rates and learned in single:
         ratio = rates[key] / single[learned]
-        emit(f"learned world, batched 8 envs / single env: {ratio:.2f}x (target {TARGET:.0f}x: "
-             f"{'met' if ratio >= TARGET else 'NOT met'})")
+        emit(
+            f"learned world, batched 8 envs / single env: {ratio:.2f}x (target {TARGET:.0f}x: "
+            f"{'met' if ratio >= TARGET else 'NOT met'})"
+        )
         emit()
 
     if not args.no_ppo:
-        emit(f"## PPO (stable-baselines3 MultiInputPolicy, DummyVecEnv of {args.ppo_envs} envs, n_steps "
-             f"{args.ppo_steps}, batch {args.ppo_steps * args.ppo_envs // 2}, 2 epochs; {args.ppo_rollouts} timed "
-             f"rollouts + updates)")
+        emit(
+            f"## PPO (stable-baselines3 MultiInputPolicy, DummyVecEnv of {args.ppo_envs} envs, n_steps "
+            f"{args.ppo_steps}, batch {args.ppo_steps * args.ppo_envs // 2}, 2 epochs; {args.ppo_rollouts} timed "
+            f"rollouts + updates)"
+        )
         emit(f"{'env':<28} {'env-steps/s':>12} {'x Pusher-v5':>12}")
         ppo = {}
         for name in ("Pusher-v5", "Kosmos-Tabletop-v1", learned):

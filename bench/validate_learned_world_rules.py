@@ -29,6 +29,7 @@ Decision rule (fixed before the run, written into the README with the result):
 
     python bench/validate_learned_world_rules.py --out bench/results/learned_world_rules
 """
+
 from __future__ import annotations
 
 import argparse
@@ -82,8 +83,15 @@ def main(argv=None) -> int:
 
     thresholds = [t if t == "off" else float(t) for t in args.thresholds.split(",") if t]
     policies = DEFAULT_POLICIES if args.policies == "default" else tuple(p for p in args.policies.split(";") if p)
-    cfg = StudyConfig(world=WORLD, reference=REFERENCE, policies=policies, seeds=args.seeds, seed_offset=SEED_OFFSET,
-                      null_world=False, threads=args.threads)
+    cfg = StudyConfig(
+        world=WORLD,
+        reference=REFERENCE,
+        policies=policies,
+        seeds=args.seeds,
+        seed_offset=SEED_OFFSET,
+        null_world=False,
+        threads=args.threads,
+    )
     t_all = time.perf_counter()
     judges = _judges(None, load_spec(REFERENCE).world)
     probe = _make_env(REFERENCE)
@@ -94,8 +102,18 @@ def main(argv=None) -> int:
     ref_actions: dict = {}
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    rows = _run("reference", _make_env(REFERENCE), cfg, judges, jobs, tasks, is_reference=True, progress=False,
-                examples={}, keep_actions=ref_actions)
+    rows = _run(
+        "reference",
+        _make_env(REFERENCE),
+        cfg,
+        judges,
+        jobs,
+        tasks,
+        is_reference=True,
+        progress=False,
+        examples={},
+        keep_actions=ref_actions,
+    )
     seconds["reference"] = time.perf_counter() - t0
     keys = [k for k in ref_actions if k[2] == 0]
     seeds = {k: _seed(cfg, tasks, k[1], k[2]) for k in keys}
@@ -156,22 +174,39 @@ def main(argv=None) -> int:
     paired = {}
     if chosen != current and current in mats:
         for j in JUDGES:
-            d = difference_to_best(mats[chosen][j], {"current": mats[current][j]}, truth, metric="accuracy",
-                                   n_boot=args.n_boot, seed=2)
+            d = difference_to_best(
+                mats[chosen][j], {"current": mats[current][j]}, truth, metric="accuracy", n_boot=args.n_boot, seed=2
+            )
             paired[j] = {"estimate": d["estimate"], "interval": d["interval"]}
     wall = time.perf_counter() - t_all
-    results = {"command": ("python bench/validate_learned_world_rules.py "
-                           + " ".join(argv if argv is not None else sys.argv[1:])).strip(),
-               "seed_rule": f"{SEED_OFFSET} + 1000 * task_index + i, i < {args.seeds}",
-               "seeds": sorted({r["seed"] for r in rows}), "policies": list(policies), "tasks": tasks,
-               "n_units": len(units), "frame_error_episodes": len(keys),
-               "decision_rule": ("score = mean of the vision and robot_log judges' episode accuracy vs simulator "
-                                 f"truth; settings within {TIE} of the best score are tied; among tied settings the "
-                                 "simplest wins: push rule off before on, then no slip predictor before a threshold, "
-                                 "then the highest threshold"),
-               "settings": table, "best_score": best_score, "tied": tied, "chosen": chosen, "current": current,
-               "current_would_be_chosen": chosen == current, "chosen_minus_current": paired,
-               "seconds": seconds, "wall_seconds": wall, "torch_threads": args.threads, "n_boot": args.n_boot}
+    results = {
+        "command": (
+            "python bench/validate_learned_world_rules.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        ).strip(),
+        "seed_rule": f"{SEED_OFFSET} + 1000 * task_index + i, i < {args.seeds}",
+        "seeds": sorted({r["seed"] for r in rows}),
+        "policies": list(policies),
+        "tasks": tasks,
+        "n_units": len(units),
+        "frame_error_episodes": len(keys),
+        "decision_rule": (
+            "score = mean of the vision and robot_log judges' episode accuracy vs simulator "
+            f"truth; settings within {TIE} of the best score are tied; among tied settings the "
+            "simplest wins: push rule off before on, then no slip predictor before a threshold, "
+            "then the highest threshold"
+        ),
+        "settings": table,
+        "best_score": best_score,
+        "tied": tied,
+        "chosen": chosen,
+        "current": current,
+        "current_would_be_chosen": chosen == current,
+        "chosen_minus_current": paired,
+        "seconds": seconds,
+        "wall_seconds": wall,
+        "torch_threads": args.threads,
+        "n_boot": args.n_boot,
+    }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "results.json").write_text(json.dumps(results, indent=1, default=float))
@@ -187,24 +222,39 @@ def _iv(x, iv, d=3):
 
 
 def render(res: dict) -> str:
-    lines = [f"Tuning seeds ({res['seed_rule']}; {res['n_units']} (task, seed) units, {len(res['policies'])} policies; "
-             f"frame error on {res['frame_error_episodes']} replayed episodes). 95 % bootstrap intervals.", "",
-             "| setting | vision acc | robot_log acc | score (mean) | frame err ratio H=20 |", "|---|---|---|---|---|"]
+    lines = [
+        f"Tuning seeds ({res['seed_rule']}; {res['n_units']} (task, seed) units, {len(res['policies'])} policies; "
+        f"frame error on {res['frame_error_episodes']} replayed episodes). 95 % bootstrap intervals.",
+        "",
+        "| setting | vision acc | robot_log acc | score (mean) | frame err ratio H=20 |",
+        "|---|---|---|---|---|",
+    ]
     for name, e in sorted(res["settings"].items(), key=lambda kv: -kv[1]["score"]):
         mark = " **chosen**" if name == res["chosen"] else ""
         mark += " (current)" if name == res["current"] else ""
-        lines.append(f"| {name}{mark} | {_iv(e['vision_accuracy'], e['vision_accuracy_interval'])} | "
-                     f"{_iv(e['robot_log_accuracy'], e['robot_log_accuracy_interval'])} | "
-                     f"{_iv(e['score'], e['score_interval'])} | "
-                     f"{_iv(e['frame_error_ratio'], e['frame_error_ratio_interval'])} |")
-    lines += ["", f"Decision rule: {res['decision_rule']}.", f"Best score {res['best_score']:.3f}; tied: "
-              f"{', '.join(res['tied'])}; chosen: {res['chosen']}; current (0.3, push on) would be chosen: "
-              f"{'yes' if res['current_would_be_chosen'] else 'no'}."]
+        lines.append(
+            f"| {name}{mark} | {_iv(e['vision_accuracy'], e['vision_accuracy_interval'])} | "
+            f"{_iv(e['robot_log_accuracy'], e['robot_log_accuracy_interval'])} | "
+            f"{_iv(e['score'], e['score_interval'])} | "
+            f"{_iv(e['frame_error_ratio'], e['frame_error_ratio_interval'])} |"
+        )
+    lines += [
+        "",
+        f"Decision rule: {res['decision_rule']}.",
+        f"Best score {res['best_score']:.3f}; tied: "
+        f"{', '.join(res['tied'])}; chosen: {res['chosen']}; current (0.3, push on) would be chosen: "
+        f"{'yes' if res['current_would_be_chosen'] else 'no'}.",
+    ]
     for j, d in res["chosen_minus_current"].items():
-        lines.append(f"Chosen - current, {j} accuracy (paired over units): "
-                     + ("undefined" if d["estimate"] is None else _iv(d["estimate"], d["interval"])))
-    lines.append("Seconds: " + ", ".join(f"{k} {v:.0f}" for k, v in res["seconds"].items())
-                 + f"; wall {res['wall_seconds']:.0f} s at {res['torch_threads']} torch thread(s).")
+        lines.append(
+            f"Chosen - current, {j} accuracy (paired over units): "
+            + ("undefined" if d["estimate"] is None else _iv(d["estimate"], d["interval"]))
+        )
+    lines.append(
+        "Seconds: "
+        + ", ".join(f"{k} {v:.0f}" for k, v in res["seconds"].items())
+        + f"; wall {res['wall_seconds']:.0f} s at {res['torch_threads']} torch thread(s)."
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -16,6 +16,7 @@ fixed before this script first ran and are not tuned on its outcomes.
     python examples/judge_agreement.py --out agreement.json            # 448 episodes, about 1 min on 2 CPU cores
     python examples/judge_agreement.py --episodes-per-cell 2 --out quick.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,7 +26,15 @@ from collections import defaultdict
 
 import numpy as np
 
-DEFAULT_POLICIES = ("scripted:1.0", "scripted:0.85", "scripted:0.7", "scripted:0.55", "scripted:0.4", "scripted:0.2", "random")
+DEFAULT_POLICIES = (
+    "scripted:1.0",
+    "scripted:0.85",
+    "scripted:0.7",
+    "scripted:0.55",
+    "scripted:0.4",
+    "scripted:0.2",
+    "random",
+)
 
 
 def spearman(x, y) -> float:
@@ -94,10 +103,16 @@ def main(argv=None) -> dict:
     for name, task, rollout in run_episodes(args.policies, args.episodes_per_cell, args.image_size, args.seed):
         truth = state.judge(rollout).success
         lj = log_judge.judge(rollout)
-        rows.append({
-            "policy": name, "task": task, "truth": truth,
-            "log": lj, "optimistic": optimistic.judge(rollout), "veto": vetoed.judge(rollout),
-        })
+        rows.append(
+            {
+                "policy": name,
+                "task": task,
+                "truth": truth,
+                "log": lj,
+                "optimistic": optimistic.judge(rollout),
+                "veto": vetoed.judge(rollout),
+            }
+        )
     elapsed = time.perf_counter() - t0
 
     truth = [r["truth"] for r in rows]
@@ -130,10 +145,14 @@ def main(argv=None) -> dict:
         "log_judge": make_judge("robot_log").spec,
         "log_balanced_accuracy": balanced_accuracy([r["log"] for r in rows], truth),
         "log_confusion": confusion,
-        "spearman_mean_z_vs_true_success": spearman([policy_table[p]["mean_z"] for p in names], [policy_table[p]["true_success_rate"] for p in names]),
+        "spearman_mean_z_vs_true_success": spearman(
+            [policy_table[p]["mean_z"] for p in names], [policy_table[p]["true_success_rate"] for p in names]
+        ),
         "optimistic_false_pass_rate": fpr_before,
         "vetoed_optimistic_false_pass_rate": fpr_after,
-        "veto_true_pass_rate": float(np.mean([r["veto"].success is True for r in rows if r["truth"]])) if any(truth) else float("nan"),
+        "veto_true_pass_rate": float(np.mean([r["veto"].success is True for r in rows if r["truth"]]))
+        if any(truth)
+        else float("nan"),
         "per_policy": policy_table,
         "targets": {"log_balanced_accuracy": 0.85, "spearman": 0.9, "veto_false_pass_cut": 0.5},
     }
@@ -147,9 +166,15 @@ def main(argv=None) -> dict:
     print(f"{'policy':<16}{'n':>5}{'true SR':>9}{'log SR':>9}{'mean Z':>9}")
     for p in names:
         t = policy_table[p]
-        print(f"{p:<16}{t['episodes']:>5}{t['true_success_rate']:>9.3f}{t['log_success_rate']:>9.3f}{t['mean_z']:>9.2f}")
-    print(f"robot-log judge balanced accuracy vs state judge: {results['log_balanced_accuracy']:.3f} (target >= 0.85) confusion {confusion}")
-    print(f"Spearman(per-policy mean Z, true success rate): {results['spearman_mean_z_vs_true_success']:.3f} (target >= 0.9)")
+        print(
+            f"{p:<16}{t['episodes']:>5}{t['true_success_rate']:>9.3f}{t['log_success_rate']:>9.3f}{t['mean_z']:>9.2f}"
+        )
+    print(
+        f"robot-log judge balanced accuracy vs state judge: {results['log_balanced_accuracy']:.3f} (target >= 0.85) confusion {confusion}"
+    )
+    print(
+        f"Spearman(per-policy mean Z, true success rate): {results['spearman_mean_z_vs_true_success']:.3f} (target >= 0.9)"
+    )
     print(f"optimistic judge false-pass rate: {fpr_before:.3f} -> with log veto {fpr_after:.3f} (target: at most half)")
     if args.out:
         with open(args.out, "w") as fh:

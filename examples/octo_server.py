@@ -21,6 +21,7 @@ as a (4, 7) float32 action. The evaluator feeds chunks to a 1-action env with
 Octo's Bridge head emits base-frame deltas + roll/pitch/yaw + gripper in [0, 1] with 1 = open
 (Open X-Embodiment standardisation), which is the env contract; the gripper is clipped to [0, 1].
 """
+
 from __future__ import annotations
 
 import argparse
@@ -90,15 +91,21 @@ class OctoAdapter:
             "name": "octo",
             "action_convention": "Octo (Bridge, Open X-Embodiment): base-frame deltas + roll/pitch/yaw + gripper 1=open; chunk of 4",
             # identify the weights: Octo checkpoints are loaded by name; hash the name + config + statistics
-            "content_hash": hashlib.sha256(json.dumps({"config": config, "stats": {k: np.asarray(v).tolist() for k, v in self.stats.items()}},
-                                                      sort_keys=True).encode()).hexdigest(),
+            "content_hash": hashlib.sha256(
+                json.dumps(
+                    {"config": config, "stats": {k: np.asarray(v).tolist() for k, v in self.stats.items()}},
+                    sort_keys=True,
+                ).encode()
+            ).hexdigest(),
             "config": config,
         }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="hf://rail-berkeley/octo-small-1.5", help="Octo checkpoint (local path or hf://)")
+    parser.add_argument(
+        "--model", default="hf://rail-berkeley/octo-small-1.5", help="Octo checkpoint (local path or hf://)"
+    )
     parser.add_argument("--dataset", default="bridge_dataset", help="un-normalisation statistics to use")
     parser.add_argument("--host", default="127.0.0.1", help="bind address (default: this machine only)")
     parser.add_argument("--port", type=int, default=8766)

@@ -1,17 +1,23 @@
 """PPO (Stable-Baselines3) inside the learned tabletop world, with the frame judge's progress reward.
 
-    pip install -e ".[rl]" && MUJOCO_GL=egl python examples/train_sb3.py
+pip install -e ".[rl]" && MUJOCO_GL=egl python examples/train_sb3.py
 """
+
 import gymnasium
 from stable_baselines3 import PPO
 
 import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env.wrappers import wrap_rl_env
 
-reward = {"mode": "progress", "step_judge": {"type": "vision_frame"},       # P(success) of each new frame
-          "terminate_on_success": True, "success_threshold": 0.5, "success_patience": 3}
+reward = {
+    "mode": "progress",
+    "step_judge": {"type": "vision_frame"},  # P(success) of each new frame
+    "terminate_on_success": True,
+    "success_threshold": 0.5,
+    "success_patience": 3,
+}
 env = gymnasium.make("Kosmos-TabletopLearned-v1", reward=reward, task="carrot_on_plate")
-env = wrap_rl_env(env)            # Dict of Boxes: image (64, 64, 3) uint8, state (7,), task one-hot; actions in [-1, 1]
+env = wrap_rl_env(env)  # Dict of Boxes: image (64, 64, 3) uint8, state (7,), task one-hot; actions in [-1, 1]
 print("spec hash:", env.unwrapped.spec_hash)  # the reward settings are part of it
 
 model = PPO("MultiInputPolicy", env, n_steps=128, batch_size=64, seed=0, verbose=1)

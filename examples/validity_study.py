@@ -9,6 +9,7 @@ The idea: ``Kosmos-TabletopLearned-v1`` is a *learned* video world model of the 
 the truth for every episode it imagines, so we can measure how far policy rankings made inside
 the world model agree with the real ones — the question every world-model evaluator has to answer.
 """
+
 # %% 1. Two worlds, one seed: the same first frame, then the simulator vs the model's imagination
 import os
 
@@ -40,8 +41,13 @@ from kosmos_env.judges.vision_frame import FrameVisionJudge  # noqa: E402
 
 vision = FrameVisionJudge()
 for name, result in (("simulator", a), ("learned", b)):
-    print(name, "| robot_log:", make_judge("robot_log").judge(result.rollout).outcome,
-          "| vision:", vision.judge(result.rollout).outcome)
+    print(
+        name,
+        "| robot_log:",
+        make_judge("robot_log").judge(result.rollout).outcome,
+        "| vision:",
+        vision.judge(result.rollout).outcome,
+    )
 
 # %% 3. The study: policies of known order (and deceptive ones), paired seeds, every judge, the
 # world, the simulator and the baselines that model nothing: the copy-first-frame world, the null
@@ -51,9 +57,17 @@ from kosmos_env.study.analyze import analyze  # noqa: E402
 from kosmos_env.study.report import write_report  # noqa: E402
 from kosmos_env.study.run import StudyConfig, run_study  # noqa: E402
 
-cfg = StudyConfig(policies=("scripted:skill=1.0", "scripted:skill=0.6", "scripted:skill=0.3", "random",
-                            "deceptive:mode=grasp_miss,rate=1.0"),
-                  seeds=int(os.environ.get("KOSMOS_STUDY_SEEDS", "4")), horizons=(10, 20, 30, 40))
+cfg = StudyConfig(
+    policies=(
+        "scripted:skill=1.0",
+        "scripted:skill=0.6",
+        "scripted:skill=0.3",
+        "random",
+        "deceptive:mode=grasp_miss,rate=1.0",
+    ),
+    seeds=int(os.environ.get("KOSMOS_STUDY_SEEDS", "4")),
+    horizons=(10, 20, 30, 40),
+)
 study = run_study(cfg)
 results = analyze(study)
 
@@ -70,8 +84,10 @@ for name, ev in agr["evaluators"].items():
 # policies apart: the deceptive ones are built to fool any judge that reads only the commands
 for name, groups in agr["vs_best_baseline"].items():
     for group, d in groups.items():
-        print(f"{name:20s} {group:10s} Kendall minus best baseline: {format_difference(d['kendall'])} "
-              f"(best: {d['kendall']['best_baseline']})")
+        print(
+            f"{name:20s} {group:10s} Kendall minus best baseline: {format_difference(d['kendall'])} "
+            f"(best: {d['kendall']['best_baseline']})"
+        )
 
 # %% 5. Where does it drift? Each episode cut at H, judged at H, against the simulator's state at H.
 for h, a in results["horizon"]["agreement"].items():

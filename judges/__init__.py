@@ -2,6 +2,7 @@
 
 Imported as ``kosmos_env.judges``. Heavy judges (VLM) import transformers only when built.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -53,8 +54,10 @@ def _check_settings(cls: type, kind: str, params: Mapping[str, Any]) -> None:
     known = [n for n, p in sig.parameters.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     unknown = sorted(set(params) - set(known))
     if unknown:
-        raise ValueError(f"unknown setting(s) {unknown} for judge type {kind!r}; it takes "
-                         f"{', '.join(known) if known else 'no settings'}")
+        raise ValueError(
+            f"unknown setting(s) {unknown} for judge type {kind!r}; it takes "
+            f"{', '.join(known) if known else 'no settings'}"
+        )
 
 
 def resolve_judge(kind: str) -> type:

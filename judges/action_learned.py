@@ -19,6 +19,7 @@ the action-only rule's verdict and score, and a one-hot of the task.
 The coefficients file is data (JSON: names, means, scales, weights, intercept, tasks and how
 they were fitted), read with ``json``; its sha256 is what a study registration binds.
 """
+
 from __future__ import annotations
 
 import json
@@ -35,17 +36,35 @@ from kosmos_env.judges.base import Judgment, Rollout
 from kosmos_env.judges.robot_log import LogThresholds, _runs, analyse_log
 
 COEFFICIENTS_FILE = "action_learned_coefficients.json"
-BASE_FEATURES = ("closed_share", "n_closed_runs", "first_close_at", "close_height", "max_rise_closed",
-                 "max_travel_closed", "released", "release_x", "release_y", "release_height", "final_height",
-                 "path_length", "rule_success", "rule_score")
+BASE_FEATURES = (
+    "closed_share",
+    "n_closed_runs",
+    "first_close_at",
+    "close_height",
+    "max_rise_closed",
+    "max_travel_closed",
+    "released",
+    "release_x",
+    "release_y",
+    "release_height",
+    "final_height",
+    "path_length",
+    "rule_success",
+    "rule_score",
+)
 
 
 def shipped_coefficients_path() -> Path:
     return Path(str(resources.files("kosmos_env.judges") / COEFFICIENTS_FILE))
 
 
-def action_features(actions: np.ndarray, task: str, tasks: Sequence[str], home: Sequence[float] = DEFAULT_HOME,
-                    workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE) -> np.ndarray:
+def action_features(
+    actions: np.ndarray,
+    task: str,
+    tasks: Sequence[str],
+    home: Sequence[float] = DEFAULT_HOME,
+    workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE,
+) -> np.ndarray:
     """The feature vector of one command stream: :data:`BASE_FEATURES` then a one-hot of ``task``
     over ``tasks`` (all zeros for a task not in the list)."""
     log = action_log(actions, home, workspace)
@@ -71,7 +90,9 @@ def action_features(actions: np.ndarray, task: str, tasks: Sequence[str], home: 
         rise,
         travel,
         1.0 if released else 0.0,
-        float(rel[0]), float(rel[1]), float(rel[2] - home_z),
+        float(rel[0]),
+        float(rel[1]),
+        float(rel[2] - home_z),
         float(ee[-1, 2] - home_z) if n else 0.0,
         float(np.linalg.norm(np.diff(ee, axis=0), axis=1).sum()) if n > 1 else 0.0,
         1.0 if (rule is not None and rule.success) else 0.0,
@@ -85,8 +106,10 @@ def load_coefficients(path: str | Path | None = None) -> dict[str, Any]:
     """Read and check a coefficients file; one ValueError line if it is not one."""
     path = Path(path) if path else shipped_coefficients_path()
     if not path.is_file():
-        raise FileNotFoundError(f"no learned action-only judge coefficients at {path}; fit them with "
-                                f"`python bench/fit_action_learned_judge.py`")
+        raise FileNotFoundError(
+            f"no learned action-only judge coefficients at {path}; fit them with "
+            f"`python bench/fit_action_learned_judge.py`"
+        )
     text = path.read_text()
     try:
         data = json.loads(text)
@@ -96,11 +119,15 @@ def load_coefficients(path: str | Path | None = None) -> dict[str, Any]:
     if not isinstance(data, dict) or any(k not in data for k in need):
         raise ValueError(f"{path} is not a learned action-only judge file: it needs keys {list(need)}")
     k = len(data["features"])
-    if (list(data["features"][:len(BASE_FEATURES)]) != list(BASE_FEATURES)
-            or k != len(BASE_FEATURES) + len(data["tasks"])
-            or any(len(data[f]) != k for f in ("mean", "scale", "coef"))):
-        raise ValueError(f"{path}: features, mean, scale and coef must list {len(BASE_FEATURES)} base features "
-                         f"plus one per task, in this module's order")
+    if (
+        list(data["features"][: len(BASE_FEATURES)]) != list(BASE_FEATURES)
+        or k != len(BASE_FEATURES) + len(data["tasks"])
+        or any(len(data[f]) != k for f in ("mean", "scale", "coef"))
+    ):
+        raise ValueError(
+            f"{path}: features, mean, scale and coef must list {len(BASE_FEATURES)} base features "
+            f"plus one per task, in this module's order"
+        )
     arrays = [np.asarray(data[f], dtype=np.float64) for f in ("mean", "scale", "coef")]
     if not all(np.isfinite(a).all() for a in arrays) or (arrays[1] <= 0).any():
         raise ValueError(f"{path}: mean, scale and coef must be finite and scale > 0")
@@ -117,8 +144,12 @@ class LearnedActionJudge:
 
     name = "action_learned"
 
-    def __init__(self, coefficients: str | None = None, home: Sequence[float] = DEFAULT_HOME,
-                 workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE):
+    def __init__(
+        self,
+        coefficients: str | None = None,
+        home: Sequence[float] = DEFAULT_HOME,
+        workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE,
+    ):
         self.coefficients = load_coefficients(coefficients)
         self.home = tuple(float(x) for x in home)
         self.workspace = tuple(tuple(float(x) for x in pair) for pair in workspace)
@@ -145,8 +176,13 @@ class LearnedActionJudge:
             raise ValueError("the learned action-only judge needs at least 2 actions")
         p = self.probability(rollout.actions, rollout.task)
         ok = p >= self.threshold
-        return Judgment(success=ok, score=p,
-                        rationale=f"{'success' if ok else 'failure'} from the commands alone: fitted P(success) "
-                                  f"{p:.2f} (threshold {self.threshold:.2f})",
-                        judge=self.name, model_id=self.model_id, seconds=time.perf_counter() - start,
-                        extras={"probability": p})
+        return Judgment(
+            success=ok,
+            score=p,
+            rationale=f"{'success' if ok else 'failure'} from the commands alone: fitted P(success) "
+            f"{p:.2f} (threshold {self.threshold:.2f})",
+            judge=self.name,
+            model_id=self.model_id,
+            seconds=time.perf_counter() - start,
+            extras={"probability": p},
+        )

@@ -12,6 +12,7 @@ better than this judge, the world adds nothing the action stream did not already
 whose gripper closes beside the object, or that places on the wrong target, fools this judge and
 must not fool a world that models the scene.
 """
+
 from __future__ import annotations
 
 import time
@@ -28,8 +29,9 @@ DEFAULT_WORKSPACE = ((0.1, 0.6), (-0.3, 0.3), (0.004, 0.3))
 HELD_OPENING = 0.5  # the synthetic measured opening while commanded closed: "something between the fingers"
 
 
-def action_log(actions: np.ndarray, home: Sequence[float] = DEFAULT_HOME,
-               workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE) -> dict[str, np.ndarray]:
+def action_log(
+    actions: np.ndarray, home: Sequence[float] = DEFAULT_HOME, workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE
+) -> dict[str, np.ndarray]:
     """The robot log the commands alone imply: integrated, clipped positions after every action,
     the commanded gripper, and a measured gripper that holds whenever the command is closed."""
     a = np.asarray(actions, dtype=np.float64).reshape(-1, 7)
@@ -56,8 +58,12 @@ class ActionOnlyJudge:
     name = "action_only"
     model_id = "action-only-v1"
 
-    def __init__(self, home: Sequence[float] = DEFAULT_HOME, workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE,
-                 **thresholds: Any):
+    def __init__(
+        self,
+        home: Sequence[float] = DEFAULT_HOME,
+        workspace: Sequence[Sequence[float]] = DEFAULT_WORKSPACE,
+        **thresholds: Any,
+    ):
         unknown = set(thresholds) - set(LogThresholds.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown action-only judge setting(s) {sorted(unknown)}")
@@ -76,8 +82,12 @@ class ActionOnlyJudge:
         start = time.perf_counter()
         ev = analyse_log(action_log(rollout.actions, self.home, self.workspace), self.thresholds)
         parts = [k for k in ("held", "lifted", "carried", "released") if getattr(ev, k)]
-        return Judgment(success=ev.success, score=ev.score,
-                        rationale=f"{'success' if ev.success else 'failure'} from the commands alone: "
-                                  f"events {parts or ['none']}",
-                        judge=self.name, model_id=self.model_id, seconds=time.perf_counter() - start,
-                        extras=ev.to_dict())
+        return Judgment(
+            success=ev.success,
+            score=ev.score,
+            rationale=f"{'success' if ev.success else 'failure'} from the commands alone: events {parts or ['none']}",
+            judge=self.name,
+            model_id=self.model_id,
+            seconds=time.perf_counter() - start,
+            extras=ev.to_dict(),
+        )

@@ -14,6 +14,7 @@ surrounding whitespace); what remains must be exactly one JSON object with exact
 and types. Anything else is a parse failure, never a guess: a random or confused model must
 end as an abstention, not as a success read out of stray text.
 """
+
 from __future__ import annotations
 
 import json
@@ -153,9 +154,19 @@ def quorum(texts: Sequence[str], min_valid: int) -> QuorumResult:
     n_no = len(usable) - n_yes
     tally = f"{n_valid}/{len(texts)} answers valid, {n_yes} success, {n_no} failure, {n_broken} broken video"
     if n_valid < min_valid:
-        return QuorumResult(None, 0.0, f"abstain: fewer than {min_valid} valid answers ({tally})", tuple(votes), n_valid, n_yes, n_broken)
+        return QuorumResult(
+            None,
+            0.0,
+            f"abstain: fewer than {min_valid} valid answers ({tally})",
+            tuple(votes),
+            n_valid,
+            n_yes,
+            n_broken,
+        )
     if 2 * n_broken > n_valid:
-        return QuorumResult(None, 0.0, f"abstain: the video looks broken ({tally})", tuple(votes), n_valid, n_yes, n_broken)
+        return QuorumResult(
+            None, 0.0, f"abstain: the video looks broken ({tally})", tuple(votes), n_valid, n_yes, n_broken
+        )
     if n_yes == n_no:
         return QuorumResult(None, 0.0, f"abstain: tie ({tally})", tuple(votes), n_valid, n_yes, n_broken)
     success = n_yes > n_no
@@ -164,4 +175,12 @@ def quorum(texts: Sequence[str], min_valid: int) -> QuorumResult:
     # keep success and failure on opposite sides of 0.5 whatever progress the model claims
     score = max(score, 0.5) if success else min(score, FAILURE_SCORE_CAP)
     reason = side[0].reason
-    return QuorumResult(success, float(score), f"{'success' if success else 'failure'} by majority ({tally}): {reason}", tuple(votes), n_valid, n_yes, n_broken)
+    return QuorumResult(
+        success,
+        float(score),
+        f"{'success' if success else 'failure'} by majority ({tally}): {reason}",
+        tuple(votes),
+        n_valid,
+        n_yes,
+        n_broken,
+    )

@@ -3,6 +3,7 @@
 Abstention (``success is None``) is a first-class outcome: reports count it separately and
 never fold it silently into successes or failures.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -110,7 +111,12 @@ class Judgment:
         )
 
 
-PENDING = {"pending": True, "success": None, "score": 0.0, "rationale": "judging deferred to the campaign's judge stage"}
+PENDING = {
+    "pending": True,
+    "success": None,
+    "score": 0.0,
+    "rationale": "judging deferred to the campaign's judge stage",
+}
 
 
 @runtime_checkable
@@ -119,8 +125,7 @@ class Judge(Protocol):
 
     name: str
 
-    def judge(self, rollout: Rollout) -> Judgment:
-        ...
+    def judge(self, rollout: Rollout) -> Judgment: ...
 
 
 @runtime_checkable
@@ -136,8 +141,7 @@ class StepJudge(Protocol):
     frame_size: tuple[int, int] | None
     tasks: tuple[str, ...] | None
 
-    def score_frames(self, frames: np.ndarray, task: str) -> np.ndarray:
-        ...
+    def score_frames(self, frames: np.ndarray, task: str) -> np.ndarray: ...
 
 
 def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -145,8 +149,10 @@ def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[st
     ``spec`` property when it has one, else the given spec mapping) and, for model judges, the model
     that actually runs (``model_identity``: path or repo, revision, weights sha256)."""
     cls = type(judge)
-    ident: dict[str, Any] = {"name": str(getattr(judge, "name", cls.__name__)),
-                             "class": f"{cls.__module__}.{cls.__qualname__}"}
+    ident: dict[str, Any] = {
+        "name": str(getattr(judge, "name", cls.__name__)),
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+    }
     own = getattr(judge, "spec", None)
     if isinstance(own, Mapping):
         ident["spec"] = dict(own)

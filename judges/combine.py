@@ -8,6 +8,7 @@
 - :class:`OptimisticJudge` calls every rollout a success. It is the worst-case judge the
   evaluation uses to measure what the veto buys.
 """
+
 from __future__ import annotations
 
 import time
@@ -29,7 +30,13 @@ class OptimisticJudge:
     name = "optimistic"
 
     def judge(self, rollout: Rollout) -> Judgment:
-        return Judgment(success=True, score=1.0, rationale="optimistic baseline: always success", judge=self.name, model_id="optimistic")
+        return Judgment(
+            success=True,
+            score=1.0,
+            rationale="optimistic baseline: always success",
+            judge=self.name,
+            model_id="optimistic",
+        )
 
 
 class VetoJudge:
@@ -92,7 +99,13 @@ class FusionJudge:
 
     name = "fusion"
 
-    def __init__(self, judges: Sequence[Any], weights: Sequence[float] | None = None, threshold: float = 0.5, max_abstain_weight: float = 0.5):
+    def __init__(
+        self,
+        judges: Sequence[Any],
+        weights: Sequence[float] | None = None,
+        threshold: float = 0.5,
+        max_abstain_weight: float = 0.5,
+    ):
         if not judges:
             raise ValueError("the fusion judge needs at least one judge")
         self.judges = [_build(j) for j in judges]
@@ -123,18 +136,31 @@ class FusionJudge:
         """Fuse one rollout's judgments (in the order of ``self.judges``)."""
         if len(parts) != len(self.judges):
             raise ValueError(f"{len(parts)} judgments for {len(self.judges)} judges")
-        votes = tuple({"judge": p.judge, "success": p.success, "score": float(p.score), "weight": w} for p, w in zip(parts, self.weights, strict=True))
+        votes = tuple(
+            {"judge": p.judge, "success": p.success, "score": float(p.score), "weight": w}
+            for p, w in zip(parts, self.weights, strict=True)
+        )
         seconds = sum(p.seconds for p in parts)
         abstain_w = sum(w for p, w in zip(parts, self.weights, strict=True) if p.abstained)
         if abstain_w > self.max_abstain_weight or abstain_w >= 1.0 - 1e-12:
-            return Judgment(None, 0.0, f"abstain: judges holding {abstain_w:.2f} of the weight abstained", votes, self.name, seconds=seconds)
+            return Judgment(
+                None,
+                0.0,
+                f"abstain: judges holding {abstain_w:.2f} of the weight abstained",
+                votes,
+                self.name,
+                seconds=seconds,
+            )
         live = [(p, w) for p, w in zip(parts, self.weights, strict=True) if not p.abstained]
         score = sum(p.score * w for p, w in live) / sum(w for _, w in live)
         success = score >= self.threshold
         return Judgment(
-            success, float(min(max(score, 0.0), 1.0)),
+            success,
+            float(min(max(score, 0.0), 1.0)),
             f"fused score {score:.3f} {'>=' if success else '<'} {self.threshold} over {len(live)} judge(s)",
-            votes, self.name, seconds=seconds,
+            votes,
+            self.name,
+            seconds=seconds,
         )
 
 

@@ -12,6 +12,7 @@ repeats each item's row ``k`` times and allocates the room for the tokens to com
 decoding writes in place instead of concatenating every row's keys and values at each step.
 transformers is imported on first use only.
 """
+
 from __future__ import annotations
 
 import functools
@@ -23,8 +24,9 @@ def prompt_keys_values(output: Any) -> list[tuple[Any, Any]]:
     return [(layer.keys, layer.values) for layer in cache_of(output).layers]
 
 
-def decode_cache(model_config: Any, per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int,
-                 room: int) -> Any:
+def decode_cache(
+    model_config: Any, per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int, room: int
+) -> Any:
     """A ``DynamicCache`` for ``generate`` whose layers are :func:`preallocated_layers` of the items'
     prompt caches (see there for ``width``, ``repeats`` and ``room``)."""
     from transformers import DynamicCache
@@ -40,8 +42,9 @@ def cache_of(output: Any) -> Any:
     return cache if cache is not None else output.past_key_values
 
 
-def preallocated_layers(per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int,
-                        room: int) -> list[Any]:
+def preallocated_layers(
+    per_item: Sequence[Sequence[tuple[Any, Any]]], width: int, repeats: int, room: int
+) -> list[Any]:
     """Per layer, a preallocated cache layer (:func:`preallocated_layer_class`) holding the items' ``(1, heads, length, dim)`` keys and
     values left-padded with zeros to ``width`` positions, each item's row repeated ``repeats`` times
     (its k samples), with ``room`` more positions allocated for the tokens to come.

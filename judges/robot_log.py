@@ -38,6 +38,7 @@ Verdict: success iff one and the same grasp was held, lifted, carried and releas
 shape of every pick-and-place task). The judge never abstains on a well-formed log; a log
 that is missing, too short or malformed raises ``ValueError``.
 """
+
 from __future__ import annotations
 
 import re
@@ -164,20 +165,29 @@ def analyse_log(log: Mapping[str, Any], th: LogThresholds = LogThresholds()) -> 
 
     motion = np.linalg.norm(np.diff(ee, axis=0), axis=1)
     still = (
-        (motion < th.idle_motion)
-        & (np.abs(np.diff(cmd)) < th.idle_gripper)
-        & (np.abs(np.diff(meas)) < th.idle_gripper)
+        (motion < th.idle_motion) & (np.abs(np.diff(cmd)) < th.idle_gripper) & (np.abs(np.diff(meas)) < th.idle_gripper)
     )
     idle_fraction = float(still.mean())
     idle = idle_fraction > th.idle_fraction
     z = (
-        float(held) + float(lifted) + float(carried) + float(released)
+        float(held)
+        + float(lifted)
+        + float(carried)
+        + float(released)
         - th.empty_penalty * min(empty, int(th.max_empty_counted))
         - float(idle)
     )
     return LogEvents(
-        held=held, lifted=lifted, carried=carried, released=released, empty_grasps=empty,
-        idle_fraction=idle_fraction, idle=idle, success=success, z=z, n_grasps=len(grasps),
+        held=held,
+        lifted=lifted,
+        carried=carried,
+        released=released,
+        empty_grasps=empty,
+        idle_fraction=idle_fraction,
+        idle=idle,
+        success=success,
+        z=z,
+        n_grasps=len(grasps),
     )
 
 
@@ -194,7 +204,9 @@ class RobotLogJudge:
     def __init__(self, **thresholds: Any):
         unknown = set(thresholds) - set(LogThresholds.__dataclass_fields__)
         if unknown:
-            raise ValueError(f"unknown robot-log judge setting(s) {sorted(unknown)}; known: {sorted(LogThresholds.__dataclass_fields__)}")
+            raise ValueError(
+                f"unknown robot-log judge setting(s) {sorted(unknown)}; known: {sorted(LogThresholds.__dataclass_fields__)}"
+            )
         self.thresholds = LogThresholds(**thresholds)
 
     @property
@@ -207,9 +219,14 @@ class RobotLogJudge:
         if 0 < steps < 2:
             # an episode can end after one step (terminate_on_success): one pose shows no event,
             # so the judge abstains rather than call it a failure (a malformed log still raises)
-            return Judgment(success=None, score=0.0, judge=self.name, model_id=self.model_id,
-                            rationale=f"abstained: the log has {steps} step; the robot-log judge needs at least 2",
-                            seconds=time.perf_counter() - start)
+            return Judgment(
+                success=None,
+                score=0.0,
+                judge=self.name,
+                model_id=self.model_id,
+                rationale=f"abstained: the log has {steps} step; the robot-log judge needs at least 2",
+                seconds=time.perf_counter() - start,
+            )
         ev = analyse_log(rollout.log, self.thresholds)
         parts = [k for k in ("held", "lifted", "carried", "released") if getattr(ev, k)]
         rationale = (
@@ -302,5 +319,7 @@ def log_from_lerobot(
     return {
         "ee_pos": ee,
         "gripper_cmd": normalise_gripper(_select(table, columns["gripper_cmd"]).reshape(-1), *gripper_cmd_range),
-        "gripper_measured": normalise_gripper(_select(table, columns["gripper_measured"]).reshape(-1), *gripper_measured_range),
+        "gripper_measured": normalise_gripper(
+            _select(table, columns["gripper_measured"]).reshape(-1), *gripper_measured_range
+        ),
     }

@@ -1,4 +1,5 @@
 """The state judge: the simulator's own task evaluation. On the tabletop it is the ground truth."""
+
 from __future__ import annotations
 
 import time

@@ -11,6 +11,7 @@ error comes from this judge (apply it to simulator frames too) and how much from
 The verdict for a rollout is the classifier's probability on its last frame (``score``) and
 ``success = score >= threshold``; it never abstains.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,10 +42,18 @@ def _build(n_tasks: int = len(TASKS), width: int = 16):
             super().__init__()
             c = width
             self.features = nn.Sequential(
-                nn.Conv2d(3, c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
-                nn.Conv2d(c, 2 * c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
-                nn.Conv2d(2 * c, 2 * c, 3, padding=1), nn.SiLU(), nn.MaxPool2d(2),
-                nn.Conv2d(2 * c, 4 * c, 3, padding=1), nn.SiLU(), nn.AdaptiveMaxPool2d(1),
+                nn.Conv2d(3, c, 3, padding=1),
+                nn.SiLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(c, 2 * c, 3, padding=1),
+                nn.SiLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(2 * c, 2 * c, 3, padding=1),
+                nn.SiLU(),
+                nn.MaxPool2d(2),
+                nn.Conv2d(2 * c, 4 * c, 3, padding=1),
+                nn.SiLU(),
+                nn.AdaptiveMaxPool2d(1),
             )
             self.task = nn.Embedding(n_tasks, 4 * c)
             self.head = nn.Sequential(nn.Linear(8 * c, 4 * c), nn.SiLU(), nn.Linear(4 * c, 1))
@@ -68,8 +77,9 @@ def _pool(episodes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return e, t, episodes.success[e, t].astype(np.float32)
 
 
-def train_classifier(train_eps, held_eps, steps: int = 600, batch: int = 64, seed: int = 0, lr: float = 2e-3,
-                     progress: bool = True):
+def train_classifier(
+    train_eps, held_eps, steps: int = 600, batch: int = 64, seed: int = 0, lr: float = 2e-3, progress: bool = True
+):
     """Train on every post-action frame of ``train_eps`` (balanced batches); evaluate on ``held_eps``."""
     import torch
     from tqdm import tqdm
@@ -105,7 +115,9 @@ def predict(model, frames: np.ndarray, tasks: Sequence[int]) -> np.ndarray:
     out = []
     with torch.no_grad():
         for i in range(0, len(frames), 256):
-            logits = model(_images(frames[i:i + 256]), torch.as_tensor(np.asarray(tasks[i:i + 256]), dtype=torch.long))
+            logits = model(
+                _images(frames[i : i + 256]), torch.as_tensor(np.asarray(tasks[i : i + 256]), dtype=torch.long)
+            )
             out.append(torch.sigmoid(logits).numpy())
     return np.concatenate(out) if out else np.zeros(0, np.float32)
 
@@ -181,8 +193,10 @@ class FrameVisionJudge:
 
                 actual = sha256_file(path)
                 if actual != self.weights_sha256:
-                    raise ValueError(f"vision-judge weights {path} have sha256 {actual[:16]}..., the judge is bound "
-                                     f"to {str(self.weights_sha256)[:16]}...")
+                    raise ValueError(
+                        f"vision-judge weights {path} have sha256 {actual[:16]}..., the judge is bound "
+                        f"to {str(self.weights_sha256)[:16]}..."
+                    )
             self._model = load_classifier(path)
 
     def _task_index(self, rollout: Rollout) -> int:
@@ -213,6 +227,14 @@ class FrameVisionJudge:
             raise ValueError(f"the tabletop vision judge reads 64x64 RGB frames, got {frames.shape[1:]}")
         probs = predict(self._model, frames, [self._task_index(r) for r in rollouts])
         seconds = (time.perf_counter() - t0) / max(len(rollouts), 1)
-        return [Judgment(success=bool(p >= self.threshold), score=float(p),
-                         rationale=f"frame classifier: P(solved in last frame) = {p:.2f}", judge=self.name,
-                         model_id="kosmos-tabletop-vision-judge-v1", seconds=seconds) for p in probs]
+        return [
+            Judgment(
+                success=bool(p >= self.threshold),
+                score=float(p),
+                rationale=f"frame classifier: P(solved in last frame) = {p:.2f}",
+                judge=self.name,
+                model_id="kosmos-tabletop-vision-judge-v1",
+                seconds=seconds,
+            )
+            for p in probs
+        ]

@@ -23,6 +23,7 @@ Every judgment names the model that actually ran (``extras["model"]``, also :att
 the folder it was loaded from (or ``"injected"``), the revision asked for, and a sha256 of the
 weights (of the folder's files, or of the tensors of an injected model), computed once per judge.
 """
+
 from __future__ import annotations
 
 import os
@@ -154,11 +155,22 @@ class VLMJudge:
     def spec(self) -> dict[str, Any]:
         """The settings that can change a verdict (for env specs and ledgers)."""
         return {
-            "type": self.name, "model_id": self.model_id, "revision": self.revision, "family": self.family,
-            "sample_fps": self.sample_fps, "max_frames": self.max_frames, "k": self.k, "min_valid": self.min_valid,
-            "temperature": self.temperature, "top_p": self.top_p, "max_new_tokens": self.max_new_tokens,
-            "seed": self.seed, "min_pixels": self.video.min_pixels, "max_pixels": self.video.max_pixels,
-            "prompt_sha256": PROMPT_SHA256, "seeding": SEEDING,
+            "type": self.name,
+            "model_id": self.model_id,
+            "revision": self.revision,
+            "family": self.family,
+            "sample_fps": self.sample_fps,
+            "max_frames": self.max_frames,
+            "k": self.k,
+            "min_valid": self.min_valid,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "max_new_tokens": self.max_new_tokens,
+            "seed": self.seed,
+            "min_pixels": self.video.min_pixels,
+            "max_pixels": self.video.max_pixels,
+            "prompt_sha256": PROMPT_SHA256,
+            "seeding": SEEDING,
             # only present with an adapter, so the spec of a plain judge is unchanged
             **({"adapter_sha256": self.adapter_sha256} if self.adapter else {}),
         }
@@ -188,14 +200,18 @@ class VLMJudge:
             ) from None
         cls_name = _MODEL_CLASSES.get(config.model_type)
         if cls_name is None:
-            raise ValueError(f"{source} is a {config.model_type!r} model; the VLM judge supports {sorted(_MODEL_CLASSES)}")
+            raise ValueError(
+                f"{source} is a {config.model_type!r} model; the VLM judge supports {sorted(_MODEL_CLASSES)}"
+            )
         model_cls = getattr(transformers, cls_name)
         if not hasattr(model_cls, "_prepare_position_ids_for_generation"):
             # the prefill-once decode (_generate) computes the multimodal positions as generate does
             from kosmos_env.errors import dependency_floor, install_hint  # the floor is pyproject.toml's
 
-            raise RuntimeError(f"the VLM judge needs transformers>={dependency_floor('transformers')} (installed: "
-                               f"{transformers.__version__}); {install_hint('models', upgrade=True)}")
+            raise RuntimeError(
+                f"the VLM judge needs transformers>={dependency_floor('transformers')} (installed: "
+                f"{transformers.__version__}); {install_hint('models', upgrade=True)}"
+            )
         model = model_cls.from_pretrained(source, dtype=dtype, **common)
         if device:
             model = model.to(device)
@@ -244,8 +260,9 @@ class VLMJudge:
             if self._loaded_from is not None:
                 from kosmos_env.hashing import folder_digest
 
-                ident.update(source="folder", path=self._loaded_from,
-                             weights_sha256=folder_digest(self._loaded_from)["sha256"])
+                ident.update(
+                    source="folder", path=self._loaded_from, weights_sha256=folder_digest(self._loaded_from)["sha256"]
+                )
             else:
                 from kosmos_env.utils.weights import module_digest
 
@@ -284,13 +301,28 @@ class VLMJudge:
                 tokens = n_tokens[pos * self.k : (pos + 1) * self.k]
                 res = quorum(answers, self.min_valid)
                 out[i] = Judgment(
-                    success=res.success, score=res.score, rationale=res.rationale, votes=res.votes,
-                    judge=self.name, model_id=self.model_id + (f"@{self.revision}" if self.revision else ""),
-                    prompt_sha256=PROMPT_SHA256, seconds=seconds + items[i]["prep_seconds"],
-                    extras={"n_valid": res.n_valid, "k": self.k, "min_valid": self.min_valid, "family": self.family,
-                            "frames_shown": items[i]["frames_shown"], "video_grid_thw": list(items[i]["grid"]),
-                            "raw_answers": list(answers), "generated_tokens": tokens, "generate_seconds": seconds,
-                            "batch_rollouts": len(batch), "sample_seed": seeds[i], "model": model_identity},
+                    success=res.success,
+                    score=res.score,
+                    rationale=res.rationale,
+                    votes=res.votes,
+                    judge=self.name,
+                    model_id=self.model_id + (f"@{self.revision}" if self.revision else ""),
+                    prompt_sha256=PROMPT_SHA256,
+                    seconds=seconds + items[i]["prep_seconds"],
+                    extras={
+                        "n_valid": res.n_valid,
+                        "k": self.k,
+                        "min_valid": self.min_valid,
+                        "family": self.family,
+                        "frames_shown": items[i]["frames_shown"],
+                        "video_grid_thw": list(items[i]["grid"]),
+                        "raw_answers": list(answers),
+                        "generated_tokens": tokens,
+                        "generate_seconds": seconds,
+                        "batch_rollouts": len(batch),
+                        "sample_seed": seeds[i],
+                        "model": model_identity,
+                    },
                 )
         return out  # type: ignore[return-value]
 
@@ -344,11 +376,16 @@ class VLMJudge:
         patches, grid = patchify_video(frames[idx], self.video)
         messages = [
             {"role": "system", "content": [{"type": "text", "text": SYSTEM_PROMPT}]},
-            {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": render_user_text(rollout.instruction)}]},
+            {
+                "role": "user",
+                "content": [{"type": "video"}, {"type": "text", "text": render_user_text(rollout.instruction)}],
+            },
         ]
         text = self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         if text.count(VIDEO_BLOCK) != 1:
-            raise ValueError(f"the chat template must render exactly one video placeholder {VIDEO_BLOCK!r}; got {text.count(VIDEO_BLOCK)}")
+            raise ValueError(
+                f"the chat template must render exactly one video placeholder {VIDEO_BLOCK!r}; got {text.count(VIDEO_BLOCK)}"
+            )
         timestamps = None
         if self.family == "qwen3_vl":
             # stamps are the source times of the frames shown (as the Qwen3-VL processor computes them)
@@ -359,9 +396,14 @@ class VLMJudge:
         expected = grid[0] * grid[1] * grid[2] // self.video.merge_size**2
         if n_video != expected:
             raise RuntimeError(f"tokenised prompt has {n_video} video tokens, the video needs {expected}")
-        return {"ids": ids, "patches": patches, "grid": grid, "frames_shown": len(idx),
-                "second_per_grid": self.video.temporal_patch_size / self.sample_fps,
-                "prep_seconds": time.perf_counter() - t0}
+        return {
+            "ids": ids,
+            "patches": patches,
+            "grid": grid,
+            "frames_shown": len(idx),
+            "second_per_grid": self.video.temporal_patch_size / self.sample_fps,
+            "prep_seconds": time.perf_counter() - t0,
+        }
 
     def _generate(self, items: Sequence[dict[str, Any]], seeds: Sequence[int]) -> tuple[list[str], list[int]]:
         """Sample ``k`` answers for each item: one prompt prefill per item, one batched decoding loop.
@@ -397,23 +439,29 @@ class VLMJudge:
         video_kwargs: dict[str, Any] = {"video_grid_thw": grids}
         if self.family == "qwen2_5_vl":
             video_kwargs["second_per_grid_ts"] = torch.tensor(
-                [r["second_per_grid"] for r in items], dtype=torch.float32, device=device)
+                [r["second_per_grid"] for r in items], dtype=torch.float32, device=device
+            )
         input_ids, attention, mm_types = input_ids.to(device), attention.to(device), mm_types.to(device)
         sampler = _SeededSampler([s + j for s in seeds for j in range(self.k)], self.temperature, self.top_p)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.inference_mode():
             # the model's own multimodal (mRoPE) positions of the padded batch, as generate computes them
             positions = self.model._prepare_position_ids_for_generation(
-                input_ids, {"attention_mask": attention, "mm_token_type_ids": mm_types, **video_kwargs})
+                input_ids, {"attention_mask": attention, "mm_token_type_ids": mm_types, **video_kwargs}
+            )
             per_layer: list[list[tuple[Any, Any]]] = []
             for i, r in enumerate(items):
                 # the prompt but its last token, which generate feeds to produce the first sample token
                 span = slice(width - lengths[i], width - 1)
                 video = {key: v[i : i + 1] for key, v in video_kwargs.items()}
                 out = self.model(
-                    input_ids=input_ids[i : i + 1, span], position_ids=positions[:, i : i + 1, span],
-                    mm_token_type_ids=mm_types[i : i + 1, span], use_cache=True, logits_to_keep=1,
-                    pixel_values_videos=torch.from_numpy(r["patches"]).to(device, vision_dtype), **video,
+                    input_ids=input_ids[i : i + 1, span],
+                    position_ids=positions[:, i : i + 1, span],
+                    mm_token_type_ids=mm_types[i : i + 1, span],
+                    use_cache=True,
+                    logits_to_keep=1,
+                    pixel_values_videos=torch.from_numpy(r["patches"]).to(device, vision_dtype),
+                    **video,
                 )
                 per_layer.append(prompt_keys_values(out))
             # the decode cache is allocated once at its final width and written in place: growing a
@@ -425,12 +473,19 @@ class VLMJudge:
                 input_ids=input_ids.repeat_interleave(self.k, dim=0),
                 attention_mask=attention.repeat_interleave(self.k, dim=0),
                 position_ids=positions.repeat_interleave(self.k, dim=1),
-                cache=cache, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                logits_processor=LogitsProcessorList([sampler]), max_new_tokens=self.max_new_tokens,
+                cache=cache,
+                do_sample=True,
+                temperature=1.0,
+                top_p=1.0,
+                top_k=0,
+                logits_processor=LogitsProcessorList([sampler]),
+                max_new_tokens=self.max_new_tokens,
                 pad_token_id=pad_id,
             )
         new = generated[:, width:]
-        return self.tokenizer.batch_decode(new, skip_special_tokens=True), _generated_lengths(new, self._eos_ids(pad_id))
+        return self.tokenizer.batch_decode(new, skip_special_tokens=True), _generated_lengths(
+            new, self._eos_ids(pad_id)
+        )
 
     def _eos_ids(self, pad_id: int) -> set[int]:
         """Token ids that end generation (generation config and tokenizer); padding follows them."""
@@ -519,8 +574,13 @@ def _apply_adapter(model: Any, adapter: str) -> tuple[Any, str, str]:
     except ImportError as exc:  # pragma: no cover - peft is in the models extra
         raise RuntimeError("loading a judge adapter needs peft: pip install peft") from exc
     # the adapter's own files (adapter_config.json, adapter_model.safetensors), by name
-    sha = files_sha256([os.path.join(adapter, n) for n in os.listdir(adapter)
-                        if n.startswith("adapter_") and os.path.isfile(os.path.join(adapter, n))])
+    sha = files_sha256(
+        [
+            os.path.join(adapter, n)
+            for n in os.listdir(adapter)
+            if n.startswith("adapter_") and os.path.isfile(os.path.join(adapter, n))
+        ]
+    )
     wrapped = PeftModel.from_pretrained(model, adapter, is_trainable=False).eval()
     return wrapped, os.path.abspath(adapter), sha
 

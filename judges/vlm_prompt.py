@@ -4,6 +4,7 @@ Changing one character of the system text, the user template or the answer schem
 :data:`PROMPT_SHA256`; an env spec that pins the old hash then refuses to build the judge, so
 a prompt change always means a new env version.
 """
+
 from __future__ import annotations
 
 from kosmos_env.hashing import canonical_hash
@@ -18,12 +19,12 @@ SYSTEM_PROMPT = (
 )
 
 USER_TEMPLATE = (
-    "Instruction given to the robot: \"{instruction}\"\n"
+    'Instruction given to the robot: "{instruction}"\n'
     "Did the robot complete the instruction by the end of the video?\n"
     "Answer with exactly one JSON object and nothing else, with these fields:\n"
-    "{{\"success\": true or false, \"progress\": a number from 0 to 1 (how much of the task was done), "
-    "\"video_ok\": true or false (false if the video itself is broken), "
-    "\"reason\": one sentence of visual evidence}}"
+    '{{"success": true or false, "progress": a number from 0 to 1 (how much of the task was done), '
+    '"video_ok": true or false (false if the video itself is broken), '
+    '"reason": one sentence of visual evidence}}'
 )
 
 ANSWER_SCHEMA = {
@@ -42,7 +43,8 @@ ANSWER_SCHEMA = {
 def prompt_sha256() -> str:
     """sha256 over the canonical JSON of version, system text, user template and answer schema."""
     return canonical_hash(
-        {"version": PROMPT_VERSION, "system": SYSTEM_PROMPT, "user": USER_TEMPLATE, "schema": ANSWER_SCHEMA})
+        {"version": PROMPT_VERSION, "system": SYSTEM_PROMPT, "user": USER_TEMPLATE, "schema": ANSWER_SCHEMA}
+    )
 
 
 PROMPT_SHA256 = prompt_sha256()

@@ -17,6 +17,7 @@ placeholder expansion):
    ``<|vision_start|><|video_pad|><|vision_end|>`` (Qwen2.5-VL: one pad token per merged
    patch; Qwen3-VL: per temporal group a ``<t seconds>`` stamp and its own vision block).
 """
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,9 @@ class VideoSettings:
 # family defaults (Qwen2.5-VL: CLIP statistics, 14 px patches; Qwen3-VL: 0.5/0.5, 16 px patches)
 FAMILY_SETTINGS = {
     "qwen2_5_vl": VideoSettings(),
-    "qwen3_vl": VideoSettings(patch_size=16, image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), min_pixels=128 * 32 * 32),
+    "qwen3_vl": VideoSettings(
+        patch_size=16, image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5), min_pixels=128 * 32 * 32
+    ),
 }
 
 
@@ -135,7 +138,9 @@ def resize_frames(frames: np.ndarray, h: int, w: int) -> np.ndarray:
     return x
 
 
-def video_placeholder(family: str, grid: tuple[int, int, int], merge_size: int, timestamps: list[float] | None = None) -> str:
+def video_placeholder(
+    family: str, grid: tuple[int, int, int], merge_size: int, timestamps: list[float] | None = None
+) -> str:
     """The text that replaces :data:`VIDEO_BLOCK` for one video."""
     gt, gh, gw = grid
     per_frame = gh * gw // (merge_size**2)
@@ -144,7 +149,9 @@ def video_placeholder(family: str, grid: tuple[int, int, int], merge_size: int, 
     if family == "qwen3_vl":
         if timestamps is None or len(timestamps) != gt:
             raise ValueError(f"Qwen3-VL needs one timestamp per temporal group ({gt}), got {timestamps}")
-        return "".join(f"<{ts:.1f} seconds><|vision_start|>" + "<|video_pad|>" * per_frame + "<|vision_end|>" for ts in timestamps)
+        return "".join(
+            f"<{ts:.1f} seconds><|vision_start|>" + "<|video_pad|>" * per_frame + "<|vision_end|>" for ts in timestamps
+        )
     raise ValueError(f"unknown model family {family!r}; known: qwen2_5_vl, qwen3_vl")
 
 

@@ -4,6 +4,7 @@ Importing this package registers every env id with Gymnasium, built-in and from 
 plug-ins (``kosmos_env.envs`` entry points; see :mod:`kosmos_env.plugins`), as string entry
 points: nothing heavy is imported until an env is made.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,8 +29,12 @@ def _register_builtin_envs() -> None:
 
     frozen = json.loads((resources.files("kosmos_env.envs_registry") / "spec_hashes.json").read_text(encoding="utf-8"))
     for env_id in sorted(frozen):
-        register(id=env_id, entry_point="kosmos_env.env:KosmosEnv", kwargs={"spec_id": env_id},
-                 vector_entry_point="kosmos_env.batched_vector:make_batched_vec")
+        register(
+            id=env_id,
+            entry_point="kosmos_env.env:KosmosEnv",
+            kwargs={"spec_id": env_id},
+            vector_entry_point="kosmos_env.batched_vector:make_batched_vec",
+        )
 
 
 _register_builtin_envs()

@@ -72,6 +72,7 @@ Not established here, so they are explicit spec fields (``world.bridge`` in the 
   spec whose statistics are ``null`` is refused with the fix named (:func:`require_action_stats`).
 - ``gripper``: ``"identity"`` (default, bridge_orig convention) or ``"invert"``.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -97,9 +98,7 @@ def validate_action(
     if isinstance(action, (list, tuple)):
         action = np.asarray(action, dtype=np.float32)
     if not isinstance(action, np.ndarray):
-        raise ValueError(
-            f"action must be a numpy array of shape {_expected_shape(chunk)}, got {type(action).__name__}"
-        )
+        raise ValueError(f"action must be a numpy array of shape {_expected_shape(chunk)}, got {type(action).__name__}")
     if action.dtype.kind != "f":
         raise ValueError(f"action dtype must be floating point (float32), got {action.dtype}")
     expected = _expected_shape(chunk)
@@ -316,10 +315,14 @@ def check_action_stats(q01, q99, where: str = "statistics") -> tuple[list[float]
     for name, values in (("q01", q01), ("q99", q99)):
         if values is None:
             raise ActionStatsError(f"{where}: {name} is null")
-        if not isinstance(values, (list, tuple)) or len(values) != BRIDGE_ACTION_DIM or not all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values
+        if (
+            not isinstance(values, (list, tuple))
+            or len(values) != BRIDGE_ACTION_DIM
+            or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in values)
         ):
-            raise ActionStatsError(f"{where}: {name} must be a list of {BRIDGE_ACTION_DIM} finite numbers, got {values!r}")
+            raise ActionStatsError(
+                f"{where}: {name} must be a list of {BRIDGE_ACTION_DIM} finite numbers, got {values!r}"
+            )
     lo, hi = [float(v) for v in q01], [float(v) for v in q99]
     bad = [i for i in range(BRIDGE_ACTION_DIM) if lo[i] > hi[i]]
     if bad:
@@ -336,8 +339,10 @@ def read_action_stats(path, domain: str = BRIDGE_STATS_DOMAIN) -> dict:
     import json
     import os
 
-    fix = ("get NVIDIA's cosmos-framework statistics (normalizer_stats/bridge_orig_lerobot_stats.json) or a "
-           "file with {\"" + domain + "\": {\"q01\": [10 numbers], \"q99\": [10 numbers]}}")
+    fix = (
+        "get NVIDIA's cosmos-framework statistics (normalizer_stats/bridge_orig_lerobot_stats.json) or a "
+        'file with {"' + domain + '": {"q01": [10 numbers], "q99": [10 numbers]}}'
+    )
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise ActionStatsError(f"action statistics file {path} not found: {fix}")
@@ -361,8 +366,9 @@ def require_action_stats(normalization, spec_id: str = "the spec") -> None:
     if method == "none":
         return
     try:
-        check_action_stats(normalization.get("q01"), normalization.get("q99"),
-                           where=f"{spec_id}: world.bridge.normalization")
+        check_action_stats(
+            normalization.get("q01"), normalization.get("q99"), where=f"{spec_id}: world.bridge.normalization"
+        )
     except ActionStatsError as exc:
         raise ActionStatsError(
             f"{exc}. Normalisation {method!r} needs the Bridge action statistics (10 numbers each for q01 and q99). "

@@ -26,6 +26,7 @@ worker thread), and resets (also autoresets) always run in the calling thread.
                               world_kwargs={...})
     envs = gymnasium.make_vec("Kosmos-TabletopLearned-v1", num_envs=8, vectorization_mode="vector_entry_point")
 """
+
 from __future__ import annotations
 
 import threading
@@ -33,7 +34,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium
-import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 from gymnasium.vector.utils import iterate
 
@@ -157,7 +157,8 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
 
     def step(self, actions):
         stepping = [
-            i for i in range(self.num_envs)
+            i
+            for i in range(self.num_envs)
             if not (self.autoreset_mode == AutoresetMode.NEXT_STEP and self._autoreset_envs[i])
         ]
         per_env = list(iterate(self.action_space, actions))

@@ -1,5 +1,6 @@
 """The ``kosmos-env`` command. Each subcommand lives in ``kosmos_env/commands/<name>.py`` with
 ``add_parser(subparsers)`` (which sets ``func``) so this file stays a thin dispatcher."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,12 +11,28 @@ import sys
 # subcommand modules under kosmos_env.commands, in the order `--help` lists them
 COMMANDS = [
     # run and inspect campaigns
-    "eval", "verify", "report", "analyze", "compare", "rollout", "serve",
+    "eval",
+    "verify",
+    "report",
+    "analyze",
+    "compare",
+    "rollout",
+    "serve",
     "judge",  # re-judge a campaign's stored rollouts with another judge
     # studies, publishing, leaderboard
-    "register", "publish", "leaderboard",
+    "register",
+    "publish",
+    "leaderboard",
     # the evaluator itself: gate, learned world, judges
-    "doctor", "judge_check", "gate_check", "train_world", "study", "judge_label", "judge_distill", "judge_audit", "trust",
+    "doctor",
+    "judge_check",
+    "gate_check",
+    "train_world",
+    "study",
+    "judge_label",
+    "judge_distill",
+    "judge_audit",
+    "trust",
     # policies trained inside the envs (behaviour cloning, PPO)
     "train_policy",
     # policies served out of process
@@ -31,12 +48,18 @@ def build_parser() -> argparse.ArgumentParser:
         description="Rank robot manipulation policies inside world models, and measure the evaluator itself.",
     )
     parser.add_argument("--version", action="version", version=f"kosmos-env {__version__}")
-    parser.add_argument("--allow-import", action="store_true",
-                        help="let a policy be named as 'module:Class' (imports that module; only for code you trust). "
-                             "Without it only registered policies (built-in or installed plug-ins) are accepted")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="let checkpoints that ask for trust_remote_code run their own Python code (only for code "
-                             "you trust); without it a policy, judge, protocol or registration asking for it is refused")
+    parser.add_argument(
+        "--allow-import",
+        action="store_true",
+        help="let a policy be named as 'module:Class' (imports that module; only for code you trust). "
+        "Without it only registered policies (built-in or installed plug-ins) are accepted",
+    )
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="let checkpoints that ask for trust_remote_code run their own Python code (only for code "
+        "you trust); without it a policy, judge, protocol or registration asking for it is refused",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         importlib.import_module(f"kosmos_env.commands.{name}").add_parser(sub)

@@ -1,4 +1,5 @@
 """KosmosEnv: one Gymnasium env class over any :class:`~kosmos_env.worlds.base.WorldModel`."""
+
 from __future__ import annotations
 
 import string
@@ -329,7 +330,9 @@ class KosmosEnv(gymnasium.Env):
         h, w = spec.image_size
         shape = (7,) if spec.action_chunk == 1 else (spec.action_chunk, 7)
         low, high = spec.action_low_array, spec.action_high_array
-        self.action_space = spaces.Box(np.broadcast_to(low, shape).copy(), np.broadcast_to(high, shape).copy(), dtype=np.float32)
+        self.action_space = spaces.Box(
+            np.broadcast_to(low, shape).copy(), np.broadcast_to(high, shape).copy(), dtype=np.float32
+        )
         obs_spaces: dict[str, spaces.Space] = {
             "image": spaces.Box(0, 255, (h, w, 3), dtype=np.uint8),
             "instruction": spaces.Text(max_length=INSTRUCTION_MAX_LENGTH, min_length=1, charset=INSTRUCTION_CHARSET),
@@ -378,14 +381,27 @@ class KosmosEnv(gymnasium.Env):
 
             kind = str(self.kosmos_spec.world.get("type"))
             own = getattr(self.world, "identity", None)
-            world = dict(own()) if callable(own) else {
-                "type": kind, "version": WORLD_VERSIONS.get(kind, "1"),
-                "class": f"{type(self.world).__module__}.{type(self.world).__qualname__}"}
+            world = (
+                dict(own())
+                if callable(own)
+                else {
+                    "type": kind,
+                    "version": WORLD_VERSIONS.get(kind, "1"),
+                    "class": f"{type(self.world).__module__}.{type(self.world).__qualname__}",
+                }
+            )
             world["injected"] = bool(self._world_injected)
             arg = self._judge_arg
             # the settings the judge was built from; a judge object passed in describes itself
-            judge_spec = (arg if isinstance(arg, Mapping) else {"type": arg} if isinstance(arg, str)
-                          else self.kosmos_spec.judge if arg is None else None)
+            judge_spec = (
+                arg
+                if isinstance(arg, Mapping)
+                else {"type": arg}
+                if isinstance(arg, str)
+                else self.kosmos_spec.judge
+                if arg is None
+                else None
+            )
             judge = None if self._judge is None else judge_identity(self._judge, judge_spec)
             if judge is not None:
                 judge["spec_default"] = self._judge_arg is None
@@ -441,7 +457,9 @@ class KosmosEnv(gymnasium.Env):
         if self._episode_over:
             raise RuntimeError("the episode is over (or reset() was never called): call reset() first")
         spec = self.kosmos_spec
-        rows = validate_action(action, spec.action_low_array, spec.action_high_array, spec.action_chunk, spec.clip_actions)
+        rows = validate_action(
+            action, spec.action_low_array, spec.action_high_array, spec.action_chunk, spec.clip_actions
+        )
         timings: dict[str, float] = {}
 
         t0 = time.perf_counter()
@@ -475,8 +493,9 @@ class KosmosEnv(gymnasium.Env):
                 self._potential = potential
                 info["progress"] = potential
                 self._over_threshold = self._over_threshold + 1 if potential >= reward_spec["success_threshold"] else 0
-                succeeded = (reward_spec["terminate_on_success"]
-                             and self._over_threshold >= reward_spec["success_patience"])
+                succeeded = (
+                    reward_spec["terminate_on_success"] and self._over_threshold >= reward_spec["success_patience"]
+                )
         terminated = discarded or succeeded
 
         self._frames.extend(frames)
@@ -539,8 +558,12 @@ class KosmosEnv(gymnasium.Env):
             task=self._task.name,
             log={k: np.stack(v) for k, v in self._log.items()},
             ground_truth=self._ground_truth,
-            meta={"env_id": self.kosmos_spec.id, "spec_hash": self.spec_hash, "outcome": self._outcome,
-                  "identity_sha256": self.provenance["identity_sha256"]},
+            meta={
+                "env_id": self.kosmos_spec.id,
+                "spec_hash": self.spec_hash,
+                "outcome": self._outcome,
+                "identity_sha256": self.provenance["identity_sha256"],
+            },
         )
 
     @property
@@ -583,7 +606,8 @@ class KosmosEnv(gymnasium.Env):
                 raise SpecError(
                     f"reward.mode 'oracle' reads a simulator's ground truth after every step, and the "
                     f"{spec.world.get('type')!r} world of {spec.id} has none; use reward.mode 'progress' with a "
-                    f"step judge (e.g. {{'type': 'vision_frame'}})")
+                    f"step judge (e.g. {{'type': 'vision_frame'}})"
+                )
             return None
         if mode != "progress":
             return None
@@ -592,18 +616,24 @@ class KosmosEnv(gymnasium.Env):
         judge = make_judge(spec.reward["step_judge"])
         name = getattr(judge, "name", type(judge).__name__)
         if not callable(getattr(judge, "score_frames", None)):
-            raise SpecError(f"reward.step_judge {name!r} cannot score single frames, so {spec.id} has no step "
-                            f"judge for reward.mode 'progress' (or terminate_on_success); a frame judge such as "
-                            f"'vision_frame' can")
+            raise SpecError(
+                f"reward.step_judge {name!r} cannot score single frames, so {spec.id} has no step "
+                f"judge for reward.mode 'progress' (or terminate_on_success); a frame judge such as "
+                f"'vision_frame' can"
+            )
         size = getattr(judge, "frame_size", None)
         if size is not None and tuple(size) != tuple(spec.image_size):
-            raise SpecError(f"reward.step_judge {name!r} reads {size[0]}x{size[1]} frames but {spec.id} renders "
-                            f"{spec.image_size[0]}x{spec.image_size[1]}: make the env with image_size=({size[0]}, {size[1]})")
+            raise SpecError(
+                f"reward.step_judge {name!r} reads {size[0]}x{size[1]} frames but {spec.id} renders "
+                f"{spec.image_size[0]}x{spec.image_size[1]}: make the env with image_size=({size[0]}, {size[1]})"
+            )
         known = getattr(judge, "tasks", None)
         missing = [t for t in self.task_names if known is not None and t not in known]
         if missing:
-            raise SpecError(f"reward.step_judge {name!r} knows tasks {list(known)}, not {missing} of {spec.id}: "
-                            f"there is no step judge for this world's tasks")
+            raise SpecError(
+                f"reward.step_judge {name!r} knows tasks {list(known)}, not {missing} of {spec.id}: "
+                f"there is no step judge for this world's tasks"
+            )
         return judge
 
     def _reset_potential(self, frame: np.ndarray) -> float:
@@ -625,7 +655,9 @@ class KosmosEnv(gymnasium.Env):
     def _check_frame(self, frame: np.ndarray) -> np.ndarray:
         h, w = self.kosmos_spec.image_size
         if frame.shape != (h, w, 3) or frame.dtype != np.uint8:
-            raise RuntimeError(f"world returned a frame of shape {frame.shape} {frame.dtype}; expected ({h}, {w}, 3) uint8")
+            raise RuntimeError(
+                f"world returned a frame of shape {frame.shape} {frame.dtype}; expected ({h}, {w}, 3) uint8"
+            )
         return frame
 
 

@@ -11,6 +11,7 @@ and :func:`dependency_floor` / :func:`require_version` read the minimum versions
 place they are declared, ``pyproject.toml`` (in a clone) or the installed package's metadata, so
 the doctor, the Cosmos 3 world and the VLM judge can never disagree about a floor.
 """
+
 from __future__ import annotations
 
 import functools
@@ -34,8 +35,13 @@ class PluginError(ValueError):
 # Import names that differ from the distribution that provides them (everything else: the import
 # name with "_" read as "-").
 _IMPORT_TO_DIST = {
-    "PIL": "pillow", "sklearn": "scikit-learn", "yaml": "pyyaml", "cv2": "opencv-python-headless",
-    "stable_baselines3": "stable-baselines3", "importlinter": "import-linter", "imageio_ffmpeg": "imageio-ffmpeg",
+    "PIL": "pillow",
+    "sklearn": "scikit-learn",
+    "yaml": "pyyaml",
+    "cv2": "opencv-python-headless",
+    "stable_baselines3": "stable-baselines3",
+    "importlinter": "import-linter",
+    "imageio_ffmpeg": "imageio-ffmpeg",
     "pytest_timeout": "pytest-timeout",
 }
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(?:>=\s*([0-9][^,;\s]*))?")
@@ -163,9 +169,20 @@ def require_version(dist: str, installed: str, what: str) -> None:
     if floor is not None and not version_at_least(installed, floor):
         found = extra_for_module(dist)
         extra = found[1] if found else None
-        raise RuntimeError(f"{what} needs {dist}>={floor} (installed: {installed}); "
-                           f"{install_hint(extra, upgrade=True)}")
+        raise RuntimeError(
+            f"{what} needs {dist}>={floor} (installed: {installed}); {install_hint(extra, upgrade=True)}"
+        )
 
 
-__all__ = ["MissingWeightsError", "PluginError", "SpecError", "dependency_floor", "extra_for_module", "install_hint",
-           "missing_module_message", "require_version", "requirement_table", "version_at_least"]
+__all__ = [
+    "MissingWeightsError",
+    "PluginError",
+    "SpecError",
+    "dependency_floor",
+    "extra_for_module",
+    "install_hint",
+    "missing_module_message",
+    "require_version",
+    "requirement_table",
+    "version_at_least",
+]

@@ -25,6 +25,7 @@ content hash) stream tensors through torch, which this module must not import.
 
 Imports nothing of the package (the bottom layer), nothing heavy at import time.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,9 @@ _COMPACT = (",", ":")
 _SPACED = (", ", ": ")  # json.dumps's own default separators
 
 
-def canonical_json(data: Any, *, spaced: bool = False, allow_nan: bool = False,
-                   default: Callable[[Any], Any] | None = None) -> str:
+def canonical_json(
+    data: Any, *, spaced: bool = False, allow_nan: bool = False, default: Callable[[Any], Any] | None = None
+) -> str:
     """Canonical JSON: sorted keys, ASCII only (``\\uXXXX`` escapes), floats as Python's ``repr``.
 
     Same data, same text, on any machine. The defaults are the form of every spec, task-suite,
@@ -75,12 +77,19 @@ def canonical_json(data: Any, *, spaced: bool = False, allow_nan: bool = False,
     - ``default``: called on an object JSON cannot encode (``str``: paths and dtypes in distilled
       judge identities and in checkpoint adapters' settings) instead of a TypeError.
     """
-    return json.dumps(data, sort_keys=True, separators=_SPACED if spaced else _COMPACT, ensure_ascii=True,
-                      allow_nan=allow_nan, default=default)
+    return json.dumps(
+        data,
+        sort_keys=True,
+        separators=_SPACED if spaced else _COMPACT,
+        ensure_ascii=True,
+        allow_nan=allow_nan,
+        default=default,
+    )
 
 
-def canonical_hash(data: Any, *, spaced: bool = False, allow_nan: bool = False,
-                   default: Callable[[Any], Any] | None = None) -> str:
+def canonical_hash(
+    data: Any, *, spaced: bool = False, allow_nan: bool = False, default: Callable[[Any], Any] | None = None
+) -> str:
     """sha256 (hex) of :func:`canonical_json` with the same options."""
     return sha256_hex(canonical_json(data, spaced=spaced, allow_nan=allow_nan, default=default))
 
@@ -137,8 +146,9 @@ def folder_digest(path: str | os.PathLike) -> dict[str, Any]:
         files = {rel: sha256_file(root / rel) for rel, _, _ in entries}
         _FOLDER_CACHE[key] = {
             "path": str(root),
-            "sha256": manifest_sha256([(rel, files[rel]) for rel, _, _ in entries],
-                                      sizes=[size for _, size, _ in entries]),
+            "sha256": manifest_sha256(
+                [(rel, files[rel]) for rel, _, _ in entries], sizes=[size for _, size, _ in entries]
+            ),
             "files": files,
             "bytes": sum(size for _, size, _ in entries),
         }
@@ -188,8 +198,9 @@ def files_sha256(paths: Iterable[str | os.PathLike], suffixes: tuple[str, ...] |
     return digest.hexdigest()
 
 
-def _update_from_file(digest: Any, path: Path, progress: Callable[[int], Any] | None = None,
-                      block: int = BLOCK) -> None:
+def _update_from_file(
+    digest: Any, path: Path, progress: Callable[[int], Any] | None = None, block: int = BLOCK
+) -> None:
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(block), b""):
             digest.update(chunk)

@@ -25,6 +25,7 @@ object is the spec as data (a ``dict``), a path to a JSON file, or a zero-argume
 returning either. ``import kosmos_env`` registers those ids with Gymnasium from the installed
 packages' metadata alone; the entry point itself is loaded only when the env is made.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -62,9 +63,11 @@ def check_remote_code(requested: bool, who: str) -> bool:
     a data file must never make this process execute code it names. Returns ``requested`` or
     raises one ValueError line saying how to allow it."""
     if requested and not remote_code_allowed():
-        raise ValueError(f"{who} asks for trust_remote_code=true (running the checkpoint's own code); settings and "
-                         f"files cannot turn that on: rerun with `kosmos-env --trust-remote-code ...` (or "
-                         f"{TRUST_REMOTE_CODE_ENV}=1) if you trust that code")
+        raise ValueError(
+            f"{who} asks for trust_remote_code=true (running the checkpoint's own code); settings and "
+            f"files cannot turn that on: rerun with `kosmos-env --trust-remote-code ...` (or "
+            f"{TRUST_REMOTE_CODE_ENV}=1) if you trust that code"
+        )
     return bool(requested)
 
 
@@ -87,8 +90,14 @@ def registered_names(kind: str, builtins: Mapping[str, str]) -> list[str]:
     return sorted(set(builtins) | set(entry_points(kind)))
 
 
-def resolve_class(kind: str, name: str, builtins: Mapping[str, str], check: Callable[[type], str | None],
-                  allow_import: bool | None = None, names_only: bool = False) -> type:
+def resolve_class(
+    kind: str,
+    name: str,
+    builtins: Mapping[str, str],
+    check: Callable[[type], str | None],
+    allow_import: bool | None = None,
+    names_only: bool = False,
+) -> type:
     """The class ``name`` stands for, checked to be of ``kind`` before anything calls it.
 
     ``check(cls)`` returns ``None`` for a class of the right kind, else what is wrong with it.
@@ -106,25 +115,32 @@ def resolve_class(kind: str, name: str, builtins: Mapping[str, str], check: Call
         if name in plugins:
             target, origin = plugins[name].value, f"plug-in (entry point {GROUPS[kind]})"
         elif ":" in name and names_only:
-            raise PluginError(f"{label} {name!r} is not registered; a {label} is a registered name (built-in or a "
-                              f"{GROUPS[kind]} entry point), never 'module:attr'; registered: "
-                              f"{', '.join(registered_names(kind, builtins))}")
+            raise PluginError(
+                f"{label} {name!r} is not registered; a {label} is a registered name (built-in or a "
+                f"{GROUPS[kind]} entry point), never 'module:attr'; registered: "
+                f"{', '.join(registered_names(kind, builtins))}"
+            )
         elif ":" in name:
             if not import_allowed(allow_import):
                 raise PluginError(
                     f"{label} {name!r} is not a registered {label} ({', '.join(registered_names(kind, builtins))}); "
                     f"importing 'module:attr' names needs an explicit opt-in: kosmos-env --allow-import "
-                    f"(or {ALLOW_IMPORT_ENV}=1, or allow_import=True)")
+                    f"(or {ALLOW_IMPORT_ENV}=1, or allow_import=True)"
+                )
             target, origin = name, "import"
         else:
             raise PluginError(f"unknown {label} {name!r}; registered: {', '.join(registered_names(kind, builtins))}")
     obj = load_target(kind, name, target)
     if not inspect.isclass(obj):
-        raise PluginError(f"{label} {name!r} ({origin}: {target}) is a {_describe(obj)}, not a class; nothing was called")
+        raise PluginError(
+            f"{label} {name!r} ({origin}: {target}) is a {_describe(obj)}, not a class; nothing was called"
+        )
     problem = check(obj)
     if problem:
-        raise PluginError(f"{label} {name!r} ({origin}: {target}) is the class {obj.__module__}.{obj.__qualname__}, "
-                          f"which {problem}; nothing was called")
+        raise PluginError(
+            f"{label} {name!r} ({origin}: {target}) is the class {obj.__module__}.{obj.__qualname__}, "
+            f"which {problem}; nothing was called"
+        )
     return obj
 
 
@@ -146,10 +162,12 @@ def load_target(kind: str, name: str, target: str) -> Any:
 
 def subclass_of(base: type) -> Callable[[type], str | None]:
     """A kind check: a subclass of ``base``."""
+
     def check(cls: type) -> str | None:
         if issubclass(cls, base):
             return None
         return f"is not a subclass of {base.__module__}.{base.__qualname__}"
+
     return check
 
 
@@ -160,16 +178,20 @@ def implements(protocol: type) -> Callable[[type], str | None]:
     def check(cls: type) -> str | None:
         missing = [m for m in methods if not callable(inspect.getattr_static(cls, m, None))]
         if missing:
-            return (f"does not implement {protocol.__module__}.{protocol.__qualname__} "
-                    f"(missing method{'s' if len(missing) > 1 else ''} {', '.join(missing)})")
+            return (
+                f"does not implement {protocol.__module__}.{protocol.__qualname__} "
+                f"(missing method{'s' if len(missing) > 1 else ''} {', '.join(missing)})"
+            )
         return None
+
     return check
 
 
 def protocol_methods(protocol: type) -> list[str]:
     """Names of the methods a Protocol class declares (its own, not ``object``'s or Protocol's)."""
-    return sorted(name for name, value in vars(protocol).items()
-                  if not name.startswith("_") and inspect.isfunction(value))
+    return sorted(
+        name for name, value in vars(protocol).items() if not name.startswith("_") and inspect.isfunction(value)
+    )
 
 
 def _describe(obj: Any) -> str:
@@ -202,8 +224,10 @@ def load_plugin_spec_data(env_id: str) -> dict[str, Any] | None:
     obj = load_target("env", env_id, ep.value)
     if inspect.isfunction(obj):
         if inspect.signature(obj).parameters:
-            raise PluginError(f"env {env_id!r} (entry point {ep.value}) is a function with parameters; "
-                              f"it must be a spec dict, a JSON path, or a function taking no argument")
+            raise PluginError(
+                f"env {env_id!r} (entry point {ep.value}) is a function with parameters; "
+                f"it must be a spec dict, a JSON path, or a function taking no argument"
+            )
         obj = obj()
     if isinstance(obj, Mapping):
         return dict(obj)
@@ -216,8 +240,10 @@ def load_plugin_spec_data(env_id: str) -> dict[str, Any] | None:
         if not isinstance(raw, dict):
             raise PluginError(f"env {env_id!r} (entry point {ep.value}): spec must be a JSON object")
         return raw
-    raise PluginError(f"env {env_id!r} (entry point {ep.value}) is a {_describe(obj)}; "
-                      f"it must be a spec dict, a JSON path, or a function taking no argument")
+    raise PluginError(
+        f"env {env_id!r} (entry point {ep.value}) is a {_describe(obj)}; "
+        f"it must be a spec dict, a JSON path, or a function taking no argument"
+    )
 
 
 def register_plugin_envs() -> list[str]:

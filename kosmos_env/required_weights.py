@@ -14,6 +14,7 @@ tabletop, the frame judge) are always present and need no check.
 core install, but its world and judge need the ``models`` extra): a missing one is a
 ``ModuleNotFoundError`` whose message names the extra, raised by ``make`` before anything loads.
 """
+
 from __future__ import annotations
 
 import os
@@ -38,10 +39,12 @@ def _world_missing(spec: Any, world_kwargs: Mapping[str, Any]) -> list[str]:
         folder = cfg["model_id"].split("/")[-1]
         given = world_kwargs.get("weights_path") or os.environ.get(cfg["local_path_env"])
         where = f" ({given} holds no diffusers checkpoint)" if given else ""
-        return [f"world weights {cfg['model_id']} at revision {cfg['revision']!r}{where}: "
-                f"hf download {cfg['model_id']} --revision {cfg['revision']} --local-dir ~/models/{folder} (older "
-                f"clients: huggingface-cli download with the same arguments), then "
-                f"export {cfg['local_path_env']}=~/models/{folder} (or world_kwargs={{'weights_path': ...}})"]
+        return [
+            f"world weights {cfg['model_id']} at revision {cfg['revision']!r}{where}: "
+            f"hf download {cfg['model_id']} --revision {cfg['revision']} --local-dir ~/models/{folder} (older "
+            f"clients: huggingface-cli download with the same arguments), then "
+            f"export {cfg['local_path_env']}=~/models/{folder} (or world_kwargs={{'weights_path': ...}})"
+        ]
     return []
 
 
@@ -81,7 +84,8 @@ def _in_hf_cache(repo_id: str, filename: str, revision: str | None) -> bool:
     """The Hugging Face cache layout (hub/models--ORG--NAME/{refs,snapshots}), read without
     huggingface_hub, so a core install still lists the judge's weights with the world's."""
     hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
-        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub")
+        os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface"), "hub"
+    )
     repo = os.path.join(hub, "models--" + repo_id.replace("/", "--"))
     rev = revision or "main"
     ref = os.path.join(repo, "refs", rev)
@@ -101,9 +105,11 @@ def _judge_missing(judge: Any) -> list[str]:
         local = spec.get("local_path") or os.environ.get(VLM_LOCAL_PATH_ENV)
         where = f" ({local} holds no config.json)" if local else ""
         rev = f" --revision {spec['revision']}" if spec.get("revision") else ""
-        out.append(f"judge weights {model_id}{where}: hf download {model_id}{rev} --local-dir ~/models/{folder}, "
-                   f"then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge '{{\"type\": \"vlm\", "
-                   f"\"local_path\": ...}}')")
+        out.append(
+            f"judge weights {model_id}{where}: hf download {model_id}{rev} --local-dir ~/models/{folder}, "
+            f'then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge \'{{"type": "vlm", '
+            f'"local_path": ...}}\')'
+        )
     return out
 
 
@@ -137,8 +143,9 @@ def reads_video(judge: Any) -> bool:
     return bool(_vlm_specs({"type": judge} if isinstance(judge, str) else judge))
 
 
-def missing_packages(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
-                     check_world: bool = True) -> list[str]:
+def missing_packages(
+    spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None, check_world: bool = True
+) -> list[str]:
     """Top-level modules the env's world and judges import that are not installed (without importing
     them: ``find_spec`` only)."""
     needed = list(_world_packages(spec, dict(world_kwargs or {}))) if check_world else []
@@ -146,14 +153,16 @@ def missing_packages(spec: Any, world_kwargs: Mapping[str, Any] | None = None, j
         judge = spec.judge
     if isinstance(judge, str):
         judge = {"type": judge}
-    if _vlm_specs(judge) and any(s.get("model") is None or isinstance(s.get("model"), (str, os.PathLike))
-                                 for s in _vlm_specs(judge)):
+    if _vlm_specs(judge) and any(
+        s.get("model") is None or isinstance(s.get("model"), (str, os.PathLike)) for s in _vlm_specs(judge)
+    ):
         needed.append("transformers")
     return [m for m in dict.fromkeys(needed) if not _installed(m)]
 
 
-def require_ready(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
-                  check_world: bool = True) -> None:
+def require_ready(
+    spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None, check_world: bool = True
+) -> None:
     """The packages, then every weight, ``spec`` needs with this judge: ``ModuleNotFoundError`` naming
     the extra (the first missing package), or :class:`MissingWeightsError` naming every missing weight."""
     missing = missing_packages(spec, world_kwargs, judge, check_world)
@@ -161,13 +170,15 @@ def require_ready(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judg
         from kosmos_env.errors import missing_module_message
 
         exc = ModuleNotFoundError(f"No module named {missing[0]!r}", name=missing[0])
-        raise ModuleNotFoundError(f"{spec.id} needs {', '.join(missing)}: {missing_module_message(exc) or exc}",
-                                  name=missing[0])
+        raise ModuleNotFoundError(
+            f"{spec.id} needs {', '.join(missing)}: {missing_module_message(exc) or exc}", name=missing[0]
+        )
     require_weights(spec, world_kwargs, judge, check_world)
 
 
-def missing_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
-                    check_world: bool = True) -> list[str]:
+def missing_weights(
+    spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None, check_world: bool = True
+) -> list[str]:
     """One line per weight ``spec`` needs that is not on disk (world first, then each judge), each
     with the command that fetches it and how to point the env at it; ``[]`` when all are there.
 
@@ -184,12 +195,15 @@ def missing_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, ju
     return problems
 
 
-def require_weights(spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None,
-                    check_world: bool = True) -> None:
+def require_weights(
+    spec: Any, world_kwargs: Mapping[str, Any] | None = None, judge: Any = None, check_world: bool = True
+) -> None:
     """Raise :class:`MissingWeightsError` naming every missing weight of ``spec`` at once."""
     problems = missing_weights(spec, world_kwargs, judge, check_world)
     if problems:
         raise MissingWeightsError(
             f"{spec.id} needs {len(problems)} weight folder(s) that are not on disk: "
             + "; ".join(f"({i}) {p}" for i, p in enumerate(problems, 1))
-            + " — `kosmos-env doctor --env " + f"{spec.id}` checks them all, `--tiny` runs without them")
+            + " — `kosmos-env doctor --env "
+            + f"{spec.id}` checks them all, `--tiny` runs without them"
+        )

@@ -14,6 +14,7 @@ RLinf picks env classes from a closed enum (``rlinf.envs.SupportedEnvType`` in `
 and ``prepare_actions``), so a run needs those two functions to map a new ``env_type`` to this
 class with actions passed through unchanged (as RLinf does for ``robotwin``/``realworld``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -73,8 +74,9 @@ class KosmosRLinfEnv:
     last observation with reward 0 (a Kosmos episode cannot be stepped once it is over).
     """
 
-    def __init__(self, cfg: Any, num_envs: int, seed_offset: int = 0, total_num_processes: int = 1,
-                 worker_info: Any = None):
+    def __init__(
+        self, cfg: Any, num_envs: int, seed_offset: int = 0, total_num_processes: int = 1, worker_info: Any = None
+    ):
         import torch  # noqa: F401  (fail here, not mid-rollout, when torch is missing)
 
         env_id = _cfg_get(cfg, "env_id")
@@ -100,7 +102,9 @@ class KosmosRLinfEnv:
         missing = [k for k in ("ee_pos", "ee_euler", "gripper") if k not in base.observation_space.spaces]
         if missing:
             self.close()
-            raise ValueError(f"{env_id} observations have no {missing}; RLinf's 'states' needs the tabletop worlds' extras")
+            raise ValueError(
+                f"{env_id} observations have no {missing}; RLinf's 'states' needs the tabletop worlds' extras"
+            )
         suite = load_suite(base.kosmos_spec.tasks["suite"])
         self.task_names: tuple[str, ...] = tuple(base.task_names)
         self.instructions = {name: suite.tasks[name].instruction for name in self.task_names}
@@ -210,7 +214,11 @@ class KosmosRLinfEnv:
             rewards.append(reward)
             terms.append(term)
             truncs.append(trunc)
-        rewards_t, terms_t, truncs_t = (torch.stack(rewards, dim=1), torch.stack(terms, dim=1), torch.stack(truncs, dim=1))
+        rewards_t, terms_t, truncs_t = (
+            torch.stack(rewards, dim=1),
+            torch.stack(terms, dim=1),
+            torch.stack(truncs, dim=1),
+        )
         past_term, past_trunc = terms_t.any(dim=1), truncs_t.any(dim=1)
         past_done = past_term | past_trunc
         if self.auto_reset and past_done.any():
@@ -232,8 +240,15 @@ class KosmosRLinfEnv:
         final_obs, final_info = copy.deepcopy(final_obs), copy.deepcopy(infos)
         obs, infos = self.reset(env_idx=np.flatnonzero(dones))
         mask = torch.as_tensor(np.asarray(dones, dtype=bool))
-        infos.update({"final_observation": final_obs, "final_info": final_info,
-                      "_final_observation": mask, "_final_info": mask, "_elapsed_steps": mask})
+        infos.update(
+            {
+                "final_observation": final_obs,
+                "final_info": final_info,
+                "_final_observation": mask,
+                "_final_info": mask,
+                "_elapsed_steps": mask,
+            }
+        )
         return obs, infos
 
     def _episode_info(self) -> dict[str, Any]:

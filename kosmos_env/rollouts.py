@@ -4,6 +4,7 @@
 env step taken out, so a caller can step several episodes side by side (the lockstep campaign
 worker steps them through one vector env) and still get exactly the single-episode bookkeeping.
 """
+
 from __future__ import annotations
 
 import time
@@ -65,9 +66,10 @@ class EpisodeLoop:
         self.timings["policy"] += seconds
         rows = np.asarray(output, dtype=np.float32).reshape(-1, 7)
         if len(rows) % self.chunk:
-            raise ValueError(f"policy {self.policy.name!r} returned {len(rows)} actions; "
-                             f"the env consumes chunks of {self.chunk}")
-        self.pending = [rows[i: i + self.chunk] for i in range(0, len(rows), self.chunk)]
+            raise ValueError(
+                f"policy {self.policy.name!r} returned {len(rows)} actions; the env consumes chunks of {self.chunk}"
+            )
+        self.pending = [rows[i : i + self.chunk] for i in range(0, len(rows), self.chunk)]
 
     def next_action(self) -> np.ndarray:
         """The action for the next env step (the policy is asked when nothing is planned)."""
@@ -88,9 +90,15 @@ class EpisodeLoop:
             self.timings[key] = self.timings.get(key, 0.0) + seconds * share
         if info.get("gate") is not None:
             g = info["gate"]
-            self.gate_calls.append({"step": self.steps, "passed": bool(g.get("passed")),
-                                    "score": float(g.get("score", 0.0)),
-                                    "check": g.get("check", ""), "reason": g.get("reason", "")})
+            self.gate_calls.append(
+                {
+                    "step": self.steps,
+                    "passed": bool(g.get("passed")),
+                    "score": float(g.get("score", 0.0)),
+                    "check": g.get("check", ""),
+                    "reason": g.get("reason", ""),
+                }
+            )
         self.steps += 1
         self.done = bool(terminated or truncated)
         return self.done

@@ -20,6 +20,7 @@ to something several versions share (a task suite, a world's code version in
 :data:`WORLD_VERSIONS`) must leave the old versions' hashes as they are (a new suite file, a
 switch the new spec sets), or the test fails for them too.
 """
+
 from __future__ import annotations
 
 import copy
@@ -117,7 +118,9 @@ class EnvSpec:
             if key in data and (not isinstance(value, typ) or isinstance(value, bool)):
                 raise SpecError(f"spec field {key!r} must be {_type_name(typ)}, got {type(data[key]).__name__}")
         if data["schema_version"] != SPEC_SCHEMA_VERSION:
-            raise SpecError(f"spec schema_version {data['schema_version']} is not supported (expected {SPEC_SCHEMA_VERSION})")
+            raise SpecError(
+                f"spec schema_version {data['schema_version']} is not supported (expected {SPEC_SCHEMA_VERSION})"
+            )
         size = data["image_size"]
         if len(size) != 2 or not all(isinstance(v, int) and not isinstance(v, bool) and 8 <= v <= 4096 for v in size):
             raise SpecError(f"spec field 'image_size' must be [height, width] integers in [8, 4096], got {size}")
@@ -226,8 +229,10 @@ class EnvSpec:
         data = self.to_dict()
         for key, value in overrides.items():
             if key not in _TOP_LEVEL or key in ("schema_version", "id"):
-                raise SpecError(f"cannot override spec field {key!r}; overridable: "
-                                f"{sorted(set(_TOP_LEVEL) - {'schema_version', 'id'})}")
+                raise SpecError(
+                    f"cannot override spec field {key!r}; overridable: "
+                    f"{sorted(set(_TOP_LEVEL) - {'schema_version', 'id'})}"
+                )
             if isinstance(value, tuple):
                 value = list(value)
             if isinstance(data.get(key), dict) and isinstance(value, Mapping):
@@ -252,8 +257,9 @@ VERSIONED_ID = re.compile(r"(?P<name>[A-Za-z0-9][A-Za-z0-9._-]*?)-v(?P<version>[
 def builtin_spec_ids() -> list[str]:
     """Every env id with a spec file in ``envs_registry/`` (deprecated versions included)."""
     root = _registry_root()
-    return sorted(p.name[: -len(".json")] for p in root.iterdir()
-                  if p.name.endswith(".json") and p.name != FROZEN_HASHES_FILE)
+    return sorted(
+        p.name[: -len(".json")] for p in root.iterdir() if p.name.endswith(".json") and p.name != FROZEN_HASHES_FILE
+    )
 
 
 def registered_spec_ids() -> list[str]:
@@ -270,7 +276,9 @@ def frozen_spec_hashes() -> dict[str, str]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise SpecError(f"envs_registry/{FROZEN_HASHES_FILE} is missing or not JSON ({exc}); reinstall kosmos-env") from None
+        raise SpecError(
+            f"envs_registry/{FROZEN_HASHES_FILE} is missing or not JSON ({exc}); reinstall kosmos-env"
+        ) from None
     if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
         raise SpecError(f"envs_registry/{FROZEN_HASHES_FILE} must map env ids to spec hashes")
     return data
@@ -282,15 +290,16 @@ def newer_versions(env_id: str, ids: list[str] | None = None) -> list[str]:
     if match is None:
         return []
     out = []
-    for other in (builtin_spec_ids() if ids is None else ids):
+    for other in builtin_spec_ids() if ids is None else ids:
         m = VERSIONED_ID.fullmatch(other)
         if m and m["name"] == match["name"] and int(m["version"]) > int(match["version"]):
             out.append((int(m["version"]), other))
     return [other for _, other in sorted(out)]
 
 
-def check_frozen_hashes(specs: Mapping[str, "EnvSpec"] | None = None,
-                        frozen: Mapping[str, str] | None = None) -> list[str]:
+def check_frozen_hashes(
+    specs: Mapping[str, "EnvSpec"] | None = None, frozen: Mapping[str, str] | None = None
+) -> list[str]:
     """What breaks the versioning rule (empty when nothing does); one sentence per problem.
 
     ``specs`` (default: every built-in spec file, loaded) is compared with ``frozen`` (default:
@@ -306,12 +315,16 @@ def check_frozen_hashes(specs: Mapping[str, "EnvSpec"] | None = None,
         if VERSIONED_ID.fullmatch(env_id) is None:
             problems.append(f"{env_id}: an env id must end in a version, Name-vN (N >= 1)")
         if env_id not in frozen:
-            problems.append(f"{env_id}: no frozen hash; add \"{env_id}\": \"{specs[env_id].hash}\" to "
-                            f"envs_registry/{FROZEN_HASHES_FILE}")
+            problems.append(
+                f'{env_id}: no frozen hash; add "{env_id}": "{specs[env_id].hash}" to '
+                f"envs_registry/{FROZEN_HASHES_FILE}"
+            )
             continue
         if env_id not in specs:
-            problems.append(f"{env_id}: frozen in envs_registry/{FROZEN_HASHES_FILE} but has no spec file; a "
-                            f"released version is never removed (mark it deprecated instead)")
+            problems.append(
+                f"{env_id}: frozen in envs_registry/{FROZEN_HASHES_FILE} but has no spec file; a "
+                f"released version is never removed (mark it deprecated instead)"
+            )
             continue
         spec = specs[env_id]
         if spec.hash != frozen[env_id]:
@@ -320,8 +333,9 @@ def check_frozen_hashes(specs: Mapping[str, "EnvSpec"] | None = None,
             problems.append(
                 f"{env_id}: spec hash {spec.hash[:12]}... is not its frozen hash {frozen[env_id][:12]}...: a "
                 f"changed spec is a new version. Restore {env_id} and add the change as {bump} "
-                f"(envs_registry/{bump}.json and its hash in {FROZEN_HASHES_FILE}), with \"deprecated\" in "
-                f"{env_id}.json naming {bump}")
+                f'(envs_registry/{bump}.json and its hash in {FROZEN_HASHES_FILE}), with "deprecated" in '
+                f"{env_id}.json naming {bump}"
+            )
         if spec.deprecated and not newer_versions(env_id, list(specs)):
             problems.append(f"{env_id}: deprecated, but no newer version of it is registered")
     return problems
@@ -331,8 +345,10 @@ def load_spec(env_id: str) -> EnvSpec:
     """Load the frozen spec of a registered env id (built-in, else a ``kosmos_env.envs`` plug-in)."""
     if not isinstance(env_id, str) or not _ENV_ID.fullmatch(env_id):
         # an id names a registered spec, never a path: "../x" would read a file outside the registry
-        raise SpecError(f"{env_id!r} is not an env id (letters, digits, '.', '_', '-'; no path); registered: "
-                        f"{registered_spec_ids()}")
+        raise SpecError(
+            f"{env_id!r} is not an env id (letters, digits, '.', '_', '-'; no path); registered: "
+            f"{registered_spec_ids()}"
+        )
     root = _registry_root()
     path = root / f"{env_id}.json"
     if path.is_file():
@@ -363,8 +379,9 @@ def _normalise_learned_tabletop(world: dict) -> None:
     """
     dynamics = world.get("learned_dynamics", "learned")
     if not isinstance(dynamics, str) or dynamics not in LEARNED_TABLETOP_DYNAMICS:
-        raise SpecError(f"spec field 'world.learned_dynamics' must be one of {list(LEARNED_TABLETOP_DYNAMICS)}, "
-                        f"got {dynamics!r}")
+        raise SpecError(
+            f"spec field 'world.learned_dynamics' must be one of {list(LEARNED_TABLETOP_DYNAMICS)}, got {dynamics!r}"
+        )
     if dynamics == "learned":
         world.pop("learned_dynamics", None)
     if "rules" not in world:
@@ -373,8 +390,9 @@ def _normalise_learned_tabletop(world: dict) -> None:
     if isinstance(rules, tuple):
         rules = list(rules)
     if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
-        raise SpecError(f"spec field 'world.rules' must be a list of rule names from {list(LEARNED_TABLETOP_RULES)}, "
-                        f"got {rules!r}")
+        raise SpecError(
+            f"spec field 'world.rules' must be a list of rule names from {list(LEARNED_TABLETOP_RULES)}, got {rules!r}"
+        )
     unknown = [r for r in rules if r not in LEARNED_TABLETOP_RULES]
     if unknown or len(set(rules)) != len(rules):
         what = f"unknown rule(s) {unknown}" if unknown else f"a rule listed twice in {rules}"
@@ -383,8 +401,10 @@ def _normalise_learned_tabletop(world: dict) -> None:
         world.pop("rules")
         return
     if dynamics == "none":
-        raise SpecError("spec field 'world.rules' has no effect with world.learned_dynamics 'none' (nothing moves "
-                        "the object); leave world.rules out")
+        raise SpecError(
+            "spec field 'world.rules' has no effect with world.learned_dynamics 'none' (nothing moves "
+            "the object); leave world.rules out"
+        )
     world["rules"] = [r for r in LEARNED_TABLETOP_RULES if r in rules]
 
 
@@ -416,14 +436,18 @@ def _validated_reward(raw: Any) -> dict[str, Any]:
     if mode == "progress":
         judge = raw.get("step_judge")
         if not isinstance(judge, Mapping) or not isinstance(judge.get("type"), str):
-            raise SpecError("reward.mode 'progress' needs reward.step_judge naming a judge that scores single "
-                            "frames, e.g. {\"type\": \"vision_frame\"}")
+            raise SpecError(
+                "reward.mode 'progress' needs reward.step_judge naming a judge that scores single "
+                'frames, e.g. {"type": "vision_frame"}'
+            )
         out["step_judge"] = copy.deepcopy(dict(judge))
     elif "step_judge" in raw:
         raise SpecError(f"reward.step_judge is used by reward.mode 'progress' only, not {mode!r}")
     if terminate and mode == "terminal":
-        raise SpecError("reward.terminate_on_success needs a per-step success signal: set reward.mode to "
-                        "'progress' (a step judge) or 'oracle' (the simulator's ground truth)")
+        raise SpecError(
+            "reward.terminate_on_success needs a per-step success signal: set reward.mode to "
+            "'progress' (a step judge) or 'oracle' (the simulator's ground truth)"
+        )
     for key in ("success_threshold", "success_patience"):
         if mode == "terminal" and key in raw:
             raise SpecError(f"reward.{key} is used by reward.mode 'progress' or 'oracle' only")

@@ -15,6 +15,7 @@ Gymnasium's own :class:`~gymnasium.wrappers.RescaleAction` maps actions onto [-1
 Gymnasium 1.x wrappers do not forward attribute reads to inner wrappers: read ``instructions``
 (and ``task_encoding``, ``image_size``) with ``env.get_wrapper_attr(name)``.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -55,23 +56,28 @@ class KosmosObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordCons
     Actions, rewards and infos pass through unchanged.
     """
 
-    def __init__(self, env: gymnasium.Env, *, task_encoding: str = "onehot",
-                 image_size: Sequence[int] | None = None):
+    def __init__(self, env: gymnasium.Env, *, task_encoding: str = "onehot", image_size: Sequence[int] | None = None):
         task_encoding = _check_task_encoding(task_encoding)
         size = _check_image_size(image_size)
         source = env.observation_space
         name = _env_name(env)
         if not isinstance(source, spaces.Dict) or "image" not in source.spaces or "instruction" not in source.spaces:
-            raise ValueError(f"KosmosObservation needs a Kosmos env (Dict observation with 'image' and 'instruction'); {name} observes {source}")
+            raise ValueError(
+                f"KosmosObservation needs a Kosmos env (Dict observation with 'image' and 'instruction'); {name} observes {source}"
+            )
         missing = [key for key in STATE_KEYS if key not in source.spaces]
         if missing:
-            raise ValueError(f"{name} observations have no {missing}: the state vector needs {list(STATE_KEYS)}, which only the tabletop worlds provide")
+            raise ValueError(
+                f"{name} observations have no {missing}: the state vector needs {list(STATE_KEYS)}, which only the tabletop worlds provide"
+            )
         not_box = [key for key in STATE_KEYS if not isinstance(source.spaces[key], spaces.Box)]
         if not_box:
             raise ValueError(f"{name} observation extras {not_box} are not Box spaces; the state vector needs Boxes")
         base = env.unwrapped
         if not hasattr(base, "task_names") or not hasattr(base, "kosmos_spec"):
-            raise ValueError(f"KosmosObservation needs a Kosmos env (env.unwrapped with task_names and kosmos_spec); got {type(base).__name__}")
+            raise ValueError(
+                f"KosmosObservation needs a Kosmos env (env.unwrapped with task_names and kosmos_spec); got {type(base).__name__}"
+            )
         # recorded so that env.spec can remake the wrapped env (Gymnasium's check_env does)
         gymnasium.utils.RecordConstructorArgs.__init__(self, task_encoding=task_encoding, image_size=size)
         gymnasium.ObservationWrapper.__init__(self, env)
@@ -95,12 +101,14 @@ class KosmosObservation(gymnasium.ObservationWrapper, gymnasium.utils.RecordCons
         low = np.concatenate([np.asarray(source.spaces[k].low, np.float32).reshape(-1) for k in STATE_KEYS])
         high = np.concatenate([np.asarray(source.spaces[k].high, np.float32).reshape(-1) for k in STATE_KEYS])
         k = len(self.instructions)
-        task_space: spaces.Space = (spaces.Box(0.0, 1.0, (k,), dtype=np.float32) if self._onehot else spaces.Discrete(k))
-        self.observation_space = spaces.Dict({
-            "image": spaces.Box(0, 255, (*self.image_size, 3), dtype=np.uint8),
-            "state": spaces.Box(low, high, low.shape, dtype=np.float32),
-            "task": task_space,
-        })
+        task_space: spaces.Space = spaces.Box(0.0, 1.0, (k,), dtype=np.float32) if self._onehot else spaces.Discrete(k)
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (*self.image_size, 3), dtype=np.uint8),
+                "state": spaces.Box(low, high, low.shape, dtype=np.float32),
+                "task": task_space,
+            }
+        )
 
     def observation(self, observation: dict[str, Any]) -> dict[str, np.ndarray]:
         return {
@@ -146,12 +154,18 @@ class StackFrames(FrameStackObservation):
         super().__init__(env, stack_size, padding_type="reset")
         image, state = inner.spaces["image"], inner.spaces["state"]
         h, w, c = image.shape
-        self.observation_space = spaces.Dict({
-            "image": spaces.Box(0, 255, (h, w, c * stack_size), dtype=np.uint8),
-            "state": spaces.Box(np.tile(state.low, stack_size), np.tile(state.high, stack_size),
-                                (state.shape[0] * stack_size,), dtype=np.float32),
-            "task": inner.spaces["task"],
-        })
+        self.observation_space = spaces.Dict(
+            {
+                "image": spaces.Box(0, 255, (h, w, c * stack_size), dtype=np.uint8),
+                "state": spaces.Box(
+                    np.tile(state.low, stack_size),
+                    np.tile(state.high, stack_size),
+                    (state.shape[0] * stack_size,),
+                    dtype=np.float32,
+                ),
+                "task": inner.spaces["task"],
+            }
+        )
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = super().reset(seed=seed, options=options)
@@ -171,8 +185,14 @@ class StackFrames(FrameStackObservation):
         }
 
 
-def wrap_rl_env(env: gymnasium.Env, *, task_encoding: str = "onehot", image_size: Sequence[int] | None = None,
-                frame_stack: int = 1, rescale_actions: bool = True) -> gymnasium.Env:
+def wrap_rl_env(
+    env: gymnasium.Env,
+    *,
+    task_encoding: str = "onehot",
+    image_size: Sequence[int] | None = None,
+    frame_stack: int = 1,
+    rescale_actions: bool = True,
+) -> gymnasium.Env:
     """Wrap a made Kosmos env for RL libraries (see :func:`make_rl_env` for the arguments).
 
     Use this instead of :func:`make_rl_env` when the env must be made differently, e.g. rendered
@@ -195,8 +215,15 @@ def wrap_rl_env(env: gymnasium.Env, *, task_encoding: str = "onehot", image_size
     return env
 
 
-def make_rl_env(env_id: str, *, task_encoding: str = "onehot", image_size: Sequence[int] | None = None,
-                frame_stack: int = 1, rescale_actions: bool = True, **make_kwargs: Any) -> gymnasium.Env:
+def make_rl_env(
+    env_id: str,
+    *,
+    task_encoding: str = "onehot",
+    image_size: Sequence[int] | None = None,
+    frame_stack: int = 1,
+    rescale_actions: bool = True,
+    **make_kwargs: Any,
+) -> gymnasium.Env:
     """``gymnasium.make(env_id, **make_kwargs)`` wrapped for RL libraries.
 
     - ``task_encoding``: ``"onehot"`` (a float32 Box) or ``"index"`` (a ``Discrete``) for ``task``;
@@ -219,8 +246,13 @@ def make_rl_env(env_id: str, *, task_encoding: str = "onehot", image_size: Seque
         raise ValueError(f"rescale_actions must be True or False, got {rescale_actions!r}")
     env = gymnasium.make(env_id, **make_kwargs)
     try:
-        return wrap_rl_env(env, task_encoding=task_encoding, image_size=image_size,
-                           frame_stack=frame_stack, rescale_actions=rescale_actions)
+        return wrap_rl_env(
+            env,
+            task_encoding=task_encoding,
+            image_size=image_size,
+            frame_stack=frame_stack,
+            rescale_actions=rescale_actions,
+        )
     except Exception:
         env.close()  # a refused env still holds its world (a simulator, loaded weights)
         raise
@@ -239,7 +271,9 @@ def _check_image_size(image_size: Any) -> tuple[int, int] | None:
     try:
         size = tuple(image_size)
     except TypeError:
-        raise ValueError(f"image_size must be None or (height, width) of two positive ints, got {image_size!r}") from None
+        raise ValueError(
+            f"image_size must be None or (height, width) of two positive ints, got {image_size!r}"
+        ) from None
     if len(size) != 2 or not all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) and v > 0 for v in size):
         raise ValueError(f"image_size must be None or (height, width) of two positive ints, got {image_size!r}")
     return int(size[0]), int(size[1])

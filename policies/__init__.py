@@ -7,6 +7,7 @@ as ``make_policy("my_pkg.module:MyPolicy", allow_import=True, **kwargs)`` (CLI: 
 Whatever the name, the object is checked to be a :class:`Policy` subclass before it is called
 (:mod:`kosmos_env.plugins`). Adapters with heavy stacks import them only when built.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -38,8 +39,7 @@ def make_policy(name: str, allow_import: bool | None = None, **kwargs: Any) -> P
     return resolve_policy(name, allow_import)(**kwargs)
 
 
-def policy_hash_from_files(name: str, kwargs: Mapping[str, Any] | None = None,
-                           allow_import: bool | None = None) -> str:
+def policy_hash_from_files(name: str, kwargs: Mapping[str, Any] | None = None, allow_import: bool | None = None) -> str:
     """``make_policy(name, **kwargs).content_hash()`` without loading a model: adapters that load
     checkpoints (openvla, minivla, ckpt) hash the checkpoint's files and their settings
     (:meth:`Policy.content_hash_from_files`), so registering a protocol never loads weights or runs

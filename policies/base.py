@@ -4,6 +4,7 @@ A policy returns actions in the env's contract (``[dx, dy, dz, droll, dpitch, dy
 gripper]``, base-frame deltas, gripper 1 = open): an adapter converts from its model's own
 convention and declares which one that was in ``action_convention``.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

@@ -16,11 +16,12 @@ encodes a raw env observation exactly as the wrapper does (:mod:`kosmos_env.util
 the mean (or a seeded sample), clips it to [-1, 1] as stable-baselines3's ``predict`` does, maps it
 back to the env's bounds and clips to them.
 """
+
 from __future__ import annotations
 
 import json
 from collections import deque
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -35,8 +36,22 @@ FORMAT_VERSION = 1
 ACTION_DIM = 7
 STAGES = ("bc", "ppo")
 #: fields every checkpoint's ``kosmos_policy`` metadata carries
-REQUIRED_META = ("env_id", "spec_hash", "reward", "seed", "stage", "env_steps", "update", "instructions",
-                 "image_size", "frame_stack", "action_low", "action_high", "net", "kosmos_env_version")
+REQUIRED_META = (
+    "env_id",
+    "spec_hash",
+    "reward",
+    "seed",
+    "stage",
+    "env_steps",
+    "update",
+    "instructions",
+    "image_size",
+    "frame_stack",
+    "action_low",
+    "action_high",
+    "net",
+    "kosmos_env_version",
+)
 
 
 @dataclass(frozen=True)
@@ -186,6 +201,7 @@ def _net_class():
 
 # -- observation encoding -------------------------------------------------------------------
 
+
 def image_to_input(images: np.ndarray):
     """uint8 (B, H, W, C) -> float tensor (B, C, H, W) in [0, 1], as stable-baselines3 preprocesses images."""
     torch = _torch()
@@ -193,17 +209,23 @@ def image_to_input(images: np.ndarray):
     return t.float() / 255.0
 
 
-def encode_observation(obs: Mapping[str, Any], instructions: Sequence[str], image_size: Sequence[int]) -> dict[str, np.ndarray]:
+def encode_observation(
+    obs: Mapping[str, Any], instructions: Sequence[str], image_size: Sequence[int]
+) -> dict[str, np.ndarray]:
     """One raw env observation as the RL wrapper encodes it (before frame stacking):
     ``image`` uint8 (H, W, 3) at ``image_size``, ``state`` float32 (7,), ``task`` one-hot float32.
 
     Raises ``ValueError`` (one line) for an observation of the wrong kind.
     """
     if not isinstance(obs, Mapping):
-        raise ValueError(f"a checkpoint policy needs a dict observation (image, instruction, {', '.join(STATE_KEYS)}), "
-                         f"got {type(obs).__name__}")
+        raise ValueError(
+            f"a checkpoint policy needs a dict observation (image, instruction, {', '.join(STATE_KEYS)}), "
+            f"got {type(obs).__name__}"
+        )
     if "image" not in obs:
-        raise ValueError(f"observation has no 'image'; a checkpoint policy reads image, instruction and {list(STATE_KEYS)}")
+        raise ValueError(
+            f"observation has no 'image'; a checkpoint policy reads image, instruction and {list(STATE_KEYS)}"
+        )
     image = np.asarray(obs["image"])
     if image.ndim != 3 or image.shape[2] != 3 or image.dtype != np.uint8:
         raise ValueError(f"observation 'image' must be uint8 (H, W, 3), got {image.dtype} {image.shape}")
@@ -212,7 +234,9 @@ def encode_observation(obs: Mapping[str, Any], instructions: Sequence[str], imag
     except KeyError as exc:
         raise ValueError(str(exc.args[0])) from None
     if state.shape != (STATE_DIM,) or not np.all(np.isfinite(state)):
-        raise ValueError(f"observation state {list(STATE_KEYS)} must be {STATE_DIM} finite numbers, got shape {state.shape}")
+        raise ValueError(
+            f"observation state {list(STATE_KEYS)} must be {STATE_DIM} finite numbers, got shape {state.shape}"
+        )
     out = {"image": resize_image(image, image_size), "state": state}
     if "instruction" in obs:
         out["task"] = encode_task(obs["instruction"], instructions)
@@ -220,6 +244,7 @@ def encode_observation(obs: Mapping[str, Any], instructions: Sequence[str], imag
 
 
 # -- file format ----------------------------------------------------------------------------
+
 
 def save_checkpoint(net, path: str | Path, meta: Mapping[str, Any]) -> Path:
     """Write ``net``'s tensors and ``meta`` (every field of :data:`REQUIRED_META` but ``net``,
@@ -239,8 +264,15 @@ def save_checkpoint(net, path: str | Path, meta: Mapping[str, Any]) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"format": FORMAT, "format_version": str(FORMAT_VERSION),
-                                           "kosmos_policy": json.dumps(jsonable(meta), sort_keys=True)})
+    save_file(
+        tensors,
+        str(tmp),
+        metadata={
+            "format": FORMAT,
+            "format_version": str(FORMAT_VERSION),
+            "kosmos_policy": json.dumps(jsonable(meta), sort_keys=True),
+        },
+    )
     tmp.replace(path)  # a reader never sees a half-written checkpoint
     return path
 
@@ -256,15 +288,21 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
     except Exception as exc:  # safetensors raises its own (non-OSError) error type for a bad file
-        raise ValueError(f"policy checkpoint {path}: not a safetensors file or corrupt "
-                         f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") from None
+        raise ValueError(
+            f"policy checkpoint {path}: not a safetensors file or corrupt "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
     if header.get("format") != FORMAT:
-        raise ValueError(f"policy checkpoint {path}: a safetensors file but not a Kosmos policy checkpoint "
-                         f"(metadata format {header.get('format')!r}, expected {FORMAT!r})")
+        raise ValueError(
+            f"policy checkpoint {path}: a safetensors file but not a Kosmos policy checkpoint "
+            f"(metadata format {header.get('format')!r}, expected {FORMAT!r})"
+        )
     version = header.get("format_version")
     if version != str(FORMAT_VERSION):
-        raise ValueError(f"policy checkpoint {path}: unknown format version {version!r} "
-                         f"(this kosmos-env reads version {FORMAT_VERSION})")
+        raise ValueError(
+            f"policy checkpoint {path}: unknown format version {version!r} "
+            f"(this kosmos-env reads version {FORMAT_VERSION})"
+        )
     try:
         meta = json.loads(header.get("kosmos_policy", ""))
     except json.JSONDecodeError:
@@ -292,13 +330,16 @@ def load_checkpoint(path: str | Path):
     try:
         net.load_state_dict(tensors, strict=True)
     except RuntimeError as exc:
-        raise ValueError(f"policy checkpoint {path}: tensors do not fit its network settings "
-                         f"({str(exc).splitlines()[0]})") from None
+        raise ValueError(
+            f"policy checkpoint {path}: tensors do not fit its network settings ({str(exc).splitlines()[0]})"
+        ) from None
     low, high = np.asarray(meta["action_low"], np.float32), np.asarray(meta["action_high"], np.float32)
     if low.shape != (ACTION_DIM,) or high.shape != (ACTION_DIM,) or not np.all(high > low):
         raise ValueError(f"policy checkpoint {path}: action bounds must be 7 numbers with high > low")
     if len(meta["instructions"]) != cfg.n_tasks or tuple(meta["image_size"]) != cfg.image_size:
-        raise ValueError(f"policy checkpoint {path}: instruction list or image size disagrees with its network settings")
+        raise ValueError(
+            f"policy checkpoint {path}: instruction list or image size disagrees with its network settings"
+        )
     net.eval()
     return net, meta
 
@@ -315,8 +356,15 @@ def rescale_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.
     return np.clip(2.0 * (a - low) / (high - low) - 1.0, -1.0, 1.0).astype(np.float32)
 
 
-def checkpoint_fit_problem(meta: Mapping[str, Any], *, action_low, action_high, instructions: Sequence[str],
-                           image_size: Sequence[int] | None = None, frame_stack: int | None = None) -> str | None:
+def checkpoint_fit_problem(
+    meta: Mapping[str, Any],
+    *,
+    action_low,
+    action_high,
+    instructions: Sequence[str],
+    image_size: Sequence[int] | None = None,
+    frame_stack: int | None = None,
+) -> str | None:
     """Why a checkpoint cannot drive an env with these settings (None when it can)."""
     low, high = np.asarray(action_low, np.float32).reshape(-1), np.asarray(action_high, np.float32).reshape(-1)
     if not (np.allclose(meta["action_low"], low) and np.allclose(meta["action_high"], high)):
@@ -390,8 +438,10 @@ class CheckpointPolicy(Policy):
 
     def __init__(self, path: str = "", sample: bool = False, seed: int | None = None, shipped: str = ""):
         if bool(path) == bool(shipped):
-            raise ValueError("the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
-                             "train-policy) or shipped=NAME (a checkpoint shipped with the package)")
+            raise ValueError(
+                "the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
+                "train-policy) or shipped=NAME (a checkpoint shipped with the package)"
+            )
         self.path = shipped_checkpoint_path(shipped) if shipped else Path(path)
         self.net, self.meta = load_checkpoint(self.path)
         self.sha256 = sha256_file(self.path)
@@ -412,9 +462,15 @@ class CheckpointPolicy(Policy):
             self._gen = torch.Generator().manual_seed(int(seed) if seed is not None else 0)
 
     def config(self) -> dict[str, Any]:
-        return {"path": str(self.path), "weights_sha256": self.sha256, "sample": self.sample,
-                "seed": self.seed if self.sample else None, "stage": self.meta["stage"],
-                "env_id": self.meta["env_id"], "env_steps": self.meta["env_steps"]}
+        return {
+            "path": str(self.path),
+            "weights_sha256": self.sha256,
+            "sample": self.sample,
+            "seed": self.seed if self.sample else None,
+            "stage": self.meta["stage"],
+            "env_id": self.meta["env_id"],
+            "env_steps": self.meta["env_steps"],
+        }
 
     def content_hash(self) -> str:
         return self._hash(self.sha256, self.sample, self.seed)
@@ -422,17 +478,24 @@ class CheckpointPolicy(Policy):
     @classmethod
     def _hash(cls, sha256: str, sample: bool, seed: int | None) -> str:
         # the weights decide the actions, not where the file lies: the path stays out of the hash
-        payload = {"class": f"{cls.__module__}.{cls.__qualname__}", "weights_sha256": sha256,
-                   "sample": bool(sample), "seed": seed if sample else None}
+        payload = {
+            "class": f"{cls.__module__}.{cls.__qualname__}",
+            "weights_sha256": sha256,
+            "sample": bool(sample),
+            "seed": seed if sample else None,
+        }
         return policy_hash(payload)
 
     @classmethod
-    def content_hash_from_files(cls, path: str = "", sample: bool = False, seed: int | None = None,
-                                shipped: str = "") -> str | None:
+    def content_hash_from_files(
+        cls, path: str = "", sample: bool = False, seed: int | None = None, shipped: str = ""
+    ) -> str | None:
         """The built policy's ``content_hash()`` from the checkpoint file's bytes (nothing unpickled)."""
         if bool(path) == bool(shipped):
-            raise ValueError("the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
-                             "train-policy) or shipped=NAME (a checkpoint shipped with the package)")
+            raise ValueError(
+                "the ckpt policy needs exactly one of path=FILE (a checkpoint written by kosmos-env "
+                "train-policy) or shipped=NAME (a checkpoint shipped with the package)"
+            )
         file = shipped_checkpoint_path(shipped) if shipped else Path(path)
         if not Path(file).is_file():
             raise FileNotFoundError(f"policy ckpt: no checkpoint file at {str(file)!r} to hash")

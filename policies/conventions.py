@@ -16,6 +16,7 @@ the ``sxyz`` convention of transforms3d, which Bridge data and SimplerEnv use.
 :class:`ActionConvention` bundles one model's choices and converts its rows to the env contract
 (``to_env``) and back (``from_env``); each adapter declares its own.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -91,7 +92,9 @@ def unnormalize_bounds(normalized: Any, low: Any, high: Any, mask: Any = None) -
     low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
     mask = np.ones(n.shape[-1], dtype=bool) if mask is None else np.asarray(mask, dtype=bool)
     if not (low.shape == high.shape == mask.shape == (n.shape[-1],)):
-        raise ValueError(f"bounds and mask must have shape ({n.shape[-1]},), got {low.shape}, {high.shape}, {mask.shape}")
+        raise ValueError(
+            f"bounds and mask must have shape ({n.shape[-1]},), got {low.shape}, {high.shape}, {mask.shape}"
+        )
     return np.where(mask, 0.5 * (n + 1.0) * (high - low) + low, n)
 
 
@@ -130,11 +133,17 @@ class ActionConvention:
             raise ValueError("translation_scale and rotation_scale must be > 0")
 
     def describe(self) -> str:
-        grip = {"unit_open": "gripper [0,1] 1=open", "signed_open": "gripper [-1,1] +1=open/-1=close",
-                "unit_closed": "gripper [0,1] 1=closed"}[self.gripper]
+        grip = {
+            "unit_open": "gripper [0,1] 1=open",
+            "signed_open": "gripper [-1,1] +1=open/-1=close",
+            "unit_closed": "gripper [0,1] 1=closed",
+        }[self.gripper]
         rot = "roll/pitch/yaw (static xyz)" if self.rotation == "euler" else "axis-angle"
-        scale = "" if (self.translation_scale, self.rotation_scale) == (1.0, 1.0) else \
-            f", scaled ×{self.translation_scale:g} (translation) ×{self.rotation_scale:g} (rotation)"
+        scale = (
+            ""
+            if (self.translation_scale, self.rotation_scale) == (1.0, 1.0)
+            else f", scaled ×{self.translation_scale:g} (translation) ×{self.rotation_scale:g} (rotation)"
+        )
         return f"base-frame deltas [dx,dy,dz] + {rot} + {grip}{scale}"
 
     def to_dict(self) -> dict[str, Any]:

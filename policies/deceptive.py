@@ -18,6 +18,7 @@ An action-only judge calls all three a success; the simulator does not. ``rate``
 sets the share of deceived episodes, so the true success is about (1 - rate) times the scripted
 policy's at ``skill``, and closely spaced ``rate`` values give closely spaced true success.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -41,8 +42,14 @@ class DeceptivePolicy(ScriptedPolicy):
 
     name = "deceptive"
 
-    def __init__(self, mode: str = "grasp_miss", rate: float = 1.0, skill: float = 1.0, seed: int | None = None,
-                 env_id: str = "Kosmos-Tabletop-v1"):
+    def __init__(
+        self,
+        mode: str = "grasp_miss",
+        rate: float = 1.0,
+        skill: float = 1.0,
+        seed: int | None = None,
+        env_id: str = "Kosmos-Tabletop-v1",
+    ):
         if mode not in MODES:
             raise ValueError(f"deceptive mode must be one of {MODES}, got {mode!r}")
         if not 0.0 <= float(rate) <= 1.0:
@@ -83,7 +90,11 @@ class DeceptivePolicy(ScriptedPolicy):
             start = _inside(obj_xy - PUSH_REACH * side)
             end = _inside(obj_xy + PUSH_REACH * side)
             cruise = plan[0][0][2]
-            sweep = [(np.array([*start, cruise]), 0.0, 0), (np.array([*start, low]), 0.0, 0),
-                     (np.array([*end, low]), 0.0, 0), (np.array([*end, cruise]), 1.0, 0)]
+            sweep = [
+                (np.array([*start, cruise]), 0.0, 0),
+                (np.array([*start, low]), 0.0, 0),
+                (np.array([*end, low]), 0.0, 0),
+                (np.array([*end, cruise]), 1.0, 0),
+            ]
             plan = sweep + plan
         return plan

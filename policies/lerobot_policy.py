@@ -24,6 +24,7 @@ LeRobot pins older torch releases than this project's (see the project README): 
 its own environment and serve the policy with ``kosmos-env serve-policy lerobot:path=...`` when
 it cannot share one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -39,9 +40,16 @@ from kosmos_env.policies.conventions import ActionConvention
 DEFAULT_STATE_FROM = ("ee_pos", "ee_euler", "gripper")
 
 
-def observation_to_batch(obs: Mapping[str, Any], image_key: str = "observation.image", image_shape: Sequence[int] | None = None,
-                         state_key: str | None = "observation.state", state_from: Sequence[str] = DEFAULT_STATE_FROM,
-                         state_dim: int | None = None, task_key: str | None = "task", device: str = "cpu") -> dict[str, Any]:
+def observation_to_batch(
+    obs: Mapping[str, Any],
+    image_key: str = "observation.image",
+    image_shape: Sequence[int] | None = None,
+    state_key: str | None = "observation.state",
+    state_from: Sequence[str] = DEFAULT_STATE_FROM,
+    state_dim: int | None = None,
+    task_key: str | None = "task",
+    device: str = "cpu",
+) -> dict[str, Any]:
     """Build LeRobot's batch (batch size 1, torch tensors) from one env observation."""
     import torch
 
@@ -53,7 +61,9 @@ def observation_to_batch(obs: Mapping[str, Any], image_key: str = "observation.i
         c, h, w = image_shape
         if c != 3:
             raise ValueError(f"the policy's {image_key} has {c} channels; the env gives RGB")
-        pixels = torch.nn.functional.interpolate(pixels, size=(h, w), mode="bilinear", align_corners=False, antialias=True)
+        pixels = torch.nn.functional.interpolate(
+            pixels, size=(h, w), mode="bilinear", align_corners=False, antialias=True
+        )
     batch: dict[str, Any] = {image_key: pixels.to(device)}
     if state_key:
         missing = [k for k in state_from if k not in obs]
@@ -61,7 +71,9 @@ def observation_to_batch(obs: Mapping[str, Any], image_key: str = "observation.i
             raise ValueError(f"the policy needs {state_key} from obs keys {list(state_from)}; missing {missing}")
         state = np.concatenate([np.asarray(obs[k], dtype=np.float32).reshape(-1) for k in state_from])
         if state_dim is not None and state.shape[0] != state_dim:
-            raise ValueError(f"{state_key} built from {list(state_from)} has {state.shape[0]} dims; the policy expects {state_dim}")
+            raise ValueError(
+                f"{state_key} built from {list(state_from)} has {state.shape[0]} dims; the policy expects {state_dim}"
+            )
         batch[state_key] = torch.from_numpy(state)[None].to(device)
     if task_key:
         batch[task_key] = [str(obs.get("instruction", ""))]
@@ -78,14 +90,28 @@ class LeRobotPolicy(Policy):
 
     name = "lerobot"
 
-    def __init__(self, policy: Any = None, path: str | None = None, policy_type: str | None = None,
-                 image_key: str | None = None, state_key: str | None = "observation.state",
-                 state_from: Sequence[str] = DEFAULT_STATE_FROM, task_key: str | None = "task", device: str = "cpu",
-                 rotation: str = "euler", gripper: str = "unit_open", translation_scale: float = 1.0,
-                 rotation_scale: float = 1.0, gripper_threshold: float | None = None,
-                 preprocessor: Any = None, postprocessor: Any = None):
+    def __init__(
+        self,
+        policy: Any = None,
+        path: str | None = None,
+        policy_type: str | None = None,
+        image_key: str | None = None,
+        state_key: str | None = "observation.state",
+        state_from: Sequence[str] = DEFAULT_STATE_FROM,
+        task_key: str | None = "task",
+        device: str = "cpu",
+        rotation: str = "euler",
+        gripper: str = "unit_open",
+        translation_scale: float = 1.0,
+        rotation_scale: float = 1.0,
+        gripper_threshold: float | None = None,
+        preprocessor: Any = None,
+        postprocessor: Any = None,
+    ):
         if (policy is None) == (path is None):
-            raise ValueError("LeRobotPolicy needs exactly one of policy= (a PreTrainedPolicy) or path= (a local checkpoint)")
+            raise ValueError(
+                "LeRobotPolicy needs exactly one of policy= (a PreTrainedPolicy) or path= (a local checkpoint)"
+            )
         self.path, self.device = path, device
         if policy is None:
             policy, preprocessor, postprocessor = _load(path, policy_type, device, preprocessor, postprocessor)
@@ -105,7 +131,9 @@ class LeRobotPolicy(Policy):
         self.state_key = state_key if state_key in features else None
         self.state_dim = int(features[state_key].shape[0]) if self.state_key else None
         self.state_from, self.task_key = tuple(state_from), task_key
-        self.convention = ActionConvention(rotation, gripper, float(translation_scale), float(rotation_scale), gripper_threshold)
+        self.convention = ActionConvention(
+            rotation, gripper, float(translation_scale), float(rotation_scale), gripper_threshold
+        )
         self.action_convention = f"LeRobot {self.policy_type}: {self.convention.describe()}"
         self._hash: str | None = None
 
@@ -122,8 +150,16 @@ class LeRobotPolicy(Policy):
     def act(self, obs: Mapping[str, Any]) -> np.ndarray:
         import torch
 
-        batch = observation_to_batch(obs, self.image_key, self.image_shape, self.state_key, self.state_from,
-                                     self.state_dim, self.task_key, self.device)
+        batch = observation_to_batch(
+            obs,
+            self.image_key,
+            self.image_shape,
+            self.state_key,
+            self.state_from,
+            self.state_dim,
+            self.task_key,
+            self.device,
+        )
         with torch.inference_mode():
             if self.preprocessor is not None:
                 batch = self.preprocessor(batch)
@@ -132,8 +168,10 @@ class LeRobotPolicy(Policy):
                 action = self.postprocessor(action)
         action = action.detach().float().cpu().numpy().reshape(-1)
         if action.shape != (7,):
-            raise ValueError(f"{self.name} returned a {action.shape[0]}-D action; the env contract is 7-D "
-                             f"[dx,dy,dz,droll,dpitch,dyaw,gripper]")
+            raise ValueError(
+                f"{self.name} returned a {action.shape[0]}-D action; the env contract is 7-D "
+                f"[dx,dy,dz,droll,dpitch,dyaw,gripper]"
+            )
         return self.convention.to_env(action)
 
     def config(self) -> dict[str, Any]:
@@ -144,9 +182,16 @@ class LeRobotPolicy(Policy):
             cfg_dict = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
         except TypeError:
             cfg_dict = {"repr": repr(cfg)}
-        return {"policy_type": self.policy_type, "path": self.path, "image_key": self.image_key,
-                "state_key": self.state_key, "state_from": list(self.state_from), "task_key": self.task_key,
-                "convention": self.convention.to_dict(), "policy_config": cfg_dict}
+        return {
+            "policy_type": self.policy_type,
+            "path": self.path,
+            "image_key": self.image_key,
+            "state_key": self.state_key,
+            "state_from": list(self.state_from),
+            "task_key": self.task_key,
+            "convention": self.convention.to_dict(),
+            "policy_config": cfg_dict,
+        }
 
     def content_hash(self) -> str:
         """sha256 of the weights (every tensor of the state dict, names sorted) and the adapter config."""

@@ -14,6 +14,7 @@ on token ids. The VQ action-chunk variants (Bridge: horizon 8) decode through a 
 with those checkpoints; they are served best from their own environment
 (``kosmos-env serve-policy minivla:...`` there, ``--policy remote:url=...`` here).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -25,7 +26,9 @@ from kosmos_env.policies.openvla import ActionTokenDecoder, OpenVLAPolicy, actio
 N_ACTION_TOKENS = 256
 
 
-def minivla_decoder(tokenizer: Any = None, tokenizer_len: int | None = None, n_bins: int = N_ACTION_TOKENS) -> ActionTokenDecoder:
+def minivla_decoder(
+    tokenizer: Any = None, tokenizer_len: int | None = None, n_bins: int = N_ACTION_TOKENS
+) -> ActionTokenDecoder:
     """The decoder for a tokenizer whose last ``n_bins`` entries are the appended action tokens.
 
     Pass the tokenizer (``len(tokenizer)`` is used; its last ``n_bins`` tokens must be added
@@ -57,11 +60,24 @@ class MiniVLAPolicy(OpenVLAPolicy):
     name = "minivla"
     action_convention = "MiniVLA (Bridge): base-frame deltas + roll/pitch/yaw + gripper 1=open/0=closed"
 
-    def __init__(self, model_path: str, unnorm_key: str | None = "bridge_orig", device: str = "cpu",
-                 gripper_threshold: float | None = None, hf_token: str | None = None, **kwargs: Any):
+    def __init__(
+        self,
+        model_path: str,
+        unnorm_key: str | None = "bridge_orig",
+        device: str = "cpu",
+        gripper_threshold: float | None = None,
+        hf_token: str | None = None,
+        **kwargs: Any,
+    ):
         self._hf_token = hf_token
-        super().__init__(model_path, unnorm_key=unnorm_key, device=device, gripper_threshold=gripper_threshold,
-                         empty_token_id=None, **kwargs)
+        super().__init__(
+            model_path,
+            unnorm_key=unnorm_key,
+            device=device,
+            gripper_threshold=gripper_threshold,
+            empty_token_id=None,
+            **kwargs,
+        )
         self.decoder = minivla_decoder(self.processor)
 
     @classmethod
@@ -117,12 +133,18 @@ class MiniVLAPolicy(OpenVLAPolicy):
         prompt = builder.get_prompt()
         ids = self.processor(prompt, truncation=True, return_tensors="pt").input_ids.to(self.device)
         pixels = self.model.vision_backbone.get_image_transform()(self.preprocess(obs["image"]))
-        pixels = {k: v[None].to(self.device) for k, v in pixels.items()} if isinstance(pixels, dict) else pixels[None].to(self.device)
+        pixels = (
+            {k: v[None].to(self.device) for k, v in pixels.items()}
+            if isinstance(pixels, dict)
+            else pixels[None].to(self.device)
+        )
         n = self.stats["q01"].shape[0]
         from prismatic.models.vlms.prismatic import PrismaticVLM
 
         with torch.inference_mode():  # prismatic's own predict_action calls the HF generate the same way
-            out = super(PrismaticVLM, self.model).generate(input_ids=ids, pixel_values=pixels, max_new_tokens=n, do_sample=False)
+            out = super(PrismaticVLM, self.model).generate(
+                input_ids=ids, pixel_values=pixels, max_new_tokens=n, do_sample=False
+            )
         return out[0, -n:].cpu().numpy()
 
 

@@ -22,6 +22,7 @@ never turns on by itself) and an old transformers (4.40); when that cannot share
 the evaluator, serve it from its own environment: ``kosmos-env serve-policy openvla:model_path=...``
 there and ``--policy remote:url=...`` here.
 """
+
 from __future__ import annotations
 
 import json
@@ -40,15 +41,23 @@ LLAMA2_EMPTY_TOKEN_ID = 29871
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".json", ".model", ".py", ".txt")
 
 
-def _hash_settings(unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id, gripper_threshold,
-                   norm_stats) -> dict[str, Any]:
+def _hash_settings(
+    unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id, gripper_threshold, norm_stats
+) -> dict[str, Any]:
     """The constructor settings that change actions, as given (paths of files hashed with them elsewhere)."""
     stats = norm_stats if norm_stats is None or isinstance(norm_stats, Mapping) else str(norm_stats)
     if isinstance(norm_stats, (str, Path)) and Path(norm_stats).is_file():
         stats = files_sha256([norm_stats])  # the statistics decide the actions, not the file's name
-    return {"unnorm_key": unnorm_key, "dtype": dtype, "prompt": prompt, "image_size": int(image_size),
-            "vocab_size": vocab_size, "empty_token_id": empty_token_id, "gripper_threshold": gripper_threshold,
-            "norm_stats": stats}
+    return {
+        "unnorm_key": unnorm_key,
+        "dtype": dtype,
+        "prompt": prompt,
+        "image_size": int(image_size),
+        "vocab_size": vocab_size,
+        "empty_token_id": empty_token_id,
+        "gripper_threshold": gripper_threshold,
+        "norm_stats": stats,
+    }
 
 
 def _files_hash(class_name: str, model_path: str, settings: Mapping[str, Any]) -> str:
@@ -66,9 +75,16 @@ def _hash_from_files(cls: type, args: Mapping[str, Any]) -> str:
     path = str(args["model_path"])
     if not Path(path).is_dir():
         raise FileNotFoundError(f"policy {cls.name}: no checkpoint folder at {path!r} to hash")
-    settings = _hash_settings(args["unnorm_key"], args["dtype"], args["prompt"], args["image_size"],
-                              args["vocab_size"], args["empty_token_id"], args["gripper_threshold"],
-                              args["norm_stats"])
+    settings = _hash_settings(
+        args["unnorm_key"],
+        args["dtype"],
+        args["prompt"],
+        args["image_size"],
+        args["vocab_size"],
+        args["empty_token_id"],
+        args["gripper_threshold"],
+        args["norm_stats"],
+    )
     return _files_hash(cls.__name__, path, settings)
 
 
@@ -81,7 +97,9 @@ class ActionTokenDecoder:
 
     def __init__(self, vocab_end: int = LLAMA2_VOCAB_SIZE, n_bins: int = 256, low: float = -1.0, high: float = 1.0):
         if n_bins < 2 or vocab_end < n_bins or not low < high:
-            raise ValueError(f"need n_bins >= 2, vocab_end >= n_bins and low < high; got {n_bins}, {vocab_end}, {low}, {high}")
+            raise ValueError(
+                f"need n_bins >= 2, vocab_end >= n_bins and low < high; got {n_bins}, {vocab_end}, {low}, {high}"
+            )
         self.vocab_end, self.n_bins, self.low, self.high = int(vocab_end), int(n_bins), float(low), float(high)
         self.bins = np.linspace(low, high, n_bins)
         self.bin_centers = (self.bins[:-1] + self.bins[1:]) / 2.0
@@ -106,16 +124,22 @@ def action_stats(norm_stats: Mapping[str, Any], unnorm_key: str | None) -> dict[
     """Pick ``norm_stats[unnorm_key]["action"]`` and return q01, q99 and mask as arrays."""
     if unnorm_key is None:
         if len(norm_stats) != 1:
-            raise ValueError(f"this checkpoint has statistics for several datasets {sorted(norm_stats)}: pass unnorm_key")
+            raise ValueError(
+                f"this checkpoint has statistics for several datasets {sorted(norm_stats)}: pass unnorm_key"
+            )
         unnorm_key = next(iter(norm_stats))
     if unnorm_key not in norm_stats:
-        raise ValueError(f"unnorm_key {unnorm_key!r} is not in the checkpoint's norm_stats; available: {sorted(norm_stats)}")
+        raise ValueError(
+            f"unnorm_key {unnorm_key!r} is not in the checkpoint's norm_stats; available: {sorted(norm_stats)}"
+        )
     stats = norm_stats[unnorm_key]
     stats = stats.get("action", stats)
     q01, q99 = np.asarray(stats["q01"], dtype=np.float64), np.asarray(stats["q99"], dtype=np.float64)
     mask = np.asarray(stats.get("mask", np.ones_like(q01, dtype=bool)), dtype=bool)
     if not q01.shape == q99.shape == mask.shape or q01.ndim != 1:
-        raise ValueError(f"norm_stats[{unnorm_key!r}] q01/q99/mask shapes differ: {q01.shape}, {q99.shape}, {mask.shape}")
+        raise ValueError(
+            f"norm_stats[{unnorm_key!r}] q01/q99/mask shapes differ: {q01.shape}, {q99.shape}, {mask.shape}"
+        )
     return {"q01": q01, "q99": q99, "mask": mask}
 
 
@@ -137,20 +161,34 @@ class OpenVLAPolicy(Policy):
     """
 
     name = "openvla"
-    action_convention = "OpenVLA (Bridge, Open X-Embodiment): base-frame deltas + roll/pitch/yaw + gripper 1=open/0=closed"
+    action_convention = (
+        "OpenVLA (Bridge, Open X-Embodiment): base-frame deltas + roll/pitch/yaw + gripper 1=open/0=closed"
+    )
 
-    def __init__(self, model_path: str, unnorm_key: str | None = "bridge_orig", trust_remote_code: bool = False,
-                 device: str = "cpu", dtype: str = "float32", prompt: str = OPENVLA_PROMPT, image_size: int = 224,
-                 vocab_size: int | None = None, empty_token_id: int | None = LLAMA2_EMPTY_TOKEN_ID,
-                 gripper_threshold: float | None = None, norm_stats: str | Mapping[str, Any] | None = None,
-                 model: Any = None, processor: Any = None):
+    def __init__(
+        self,
+        model_path: str,
+        unnorm_key: str | None = "bridge_orig",
+        trust_remote_code: bool = False,
+        device: str = "cpu",
+        dtype: str = "float32",
+        prompt: str = OPENVLA_PROMPT,
+        image_size: int = 224,
+        vocab_size: int | None = None,
+        empty_token_id: int | None = LLAMA2_EMPTY_TOKEN_ID,
+        gripper_threshold: float | None = None,
+        norm_stats: str | Mapping[str, Any] | None = None,
+        model: Any = None,
+        processor: Any = None,
+    ):
         from kosmos_env.plugins import check_remote_code
 
         self.model_path = str(model_path)
         # the settings as given (not as derived from the loaded model): the hash computed from files
         # alone (content_hash_from_files) and the built policy's hash are then the same by construction
-        self._hash_settings = _hash_settings(unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id,
-                                             gripper_threshold, norm_stats)
+        self._hash_settings = _hash_settings(
+            unnorm_key, dtype, prompt, image_size, vocab_size, empty_token_id, gripper_threshold, norm_stats
+        )
         # before anything is read from model_path: a protocol naming this policy cannot run its code
         self.unnorm_key = unnorm_key
         self.trust_remote_code = check_remote_code(bool(trust_remote_code), f"policy {self.name}")
@@ -182,25 +220,39 @@ class OpenVLAPolicy(Policy):
         import torch
         import transformers
 
-        config = transformers.AutoConfig.from_pretrained(path, trust_remote_code=self.trust_remote_code, local_files_only=True)
+        config = transformers.AutoConfig.from_pretrained(
+            path, trust_remote_code=self.trust_remote_code, local_files_only=True
+        )
         auto_map = getattr(config, "auto_map", None) or {}
         if auto_map and not self.trust_remote_code:
             raise ValueError(
                 f"the checkpoint at {self.model_path} ships its own model code ({sorted(auto_map)}); pass "
                 f"trust_remote_code=true to run it (it is never enabled by default)"
             )
-        classes = [getattr(transformers, n) for n in ("AutoModelForVision2Seq", "AutoModelForImageTextToText") if hasattr(transformers, n)]
+        classes = [
+            getattr(transformers, n)
+            for n in ("AutoModelForVision2Seq", "AutoModelForImageTextToText")
+            if hasattr(transformers, n)
+        ]
         last: Exception | None = None
         for cls in classes:
             try:
-                model = cls.from_pretrained(path, trust_remote_code=self.trust_remote_code, local_files_only=True,
-                                            dtype=getattr(torch, self.dtype))
+                model = cls.from_pretrained(
+                    path,
+                    trust_remote_code=self.trust_remote_code,
+                    local_files_only=True,
+                    dtype=getattr(torch, self.dtype),
+                )
                 break
             except (ValueError, KeyError) as exc:  # this auto class does not know the architecture
                 last = exc
         else:
-            raise ValueError(f"transformers {transformers.__version__} cannot build the model at {self.model_path}: {last}")
-        processor = transformers.AutoProcessor.from_pretrained(path, trust_remote_code=self.trust_remote_code, local_files_only=True)
+            raise ValueError(
+                f"transformers {transformers.__version__} cannot build the model at {self.model_path}: {last}"
+            )
+        processor = transformers.AutoProcessor.from_pretrained(
+            path, trust_remote_code=self.trust_remote_code, local_files_only=True
+        )
         return model.to(self.device).eval(), processor
 
     def _norm_stats(self, given: str | Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -254,7 +306,9 @@ class OpenVLAPolicy(Policy):
         instruction = obs.get("instruction") or self._instruction
         if not instruction:
             raise RuntimeError("call reset(instruction) before act(), or pass obs['instruction']")
-        inputs = self.processor(text=self.prompt_for(instruction), images=self.preprocess(obs["image"]), return_tensors="pt")
+        inputs = self.processor(
+            text=self.prompt_for(instruction), images=self.preprocess(obs["image"]), return_tensors="pt"
+        )
         inputs = {k: v.to(self.device) for k, v in dict(inputs).items() if hasattr(v, "to")}
         if "pixel_values" in inputs:
             inputs["pixel_values"] = inputs["pixel_values"].to(getattr(torch, self.dtype))
@@ -277,9 +331,15 @@ class OpenVLAPolicy(Policy):
         return self.convention.to_env(raw)
 
     def config(self) -> dict[str, Any]:
-        return {"model_path": self.model_path, "unnorm_key": self.unnorm_key, "prompt": self.prompt,
-                "image_size": self.image_size, "vocab_end": self.decoder.vocab_end, "dtype": self.dtype,
-                "gripper_threshold": self.gripper_threshold}
+        return {
+            "model_path": self.model_path,
+            "unnorm_key": self.unnorm_key,
+            "prompt": self.prompt,
+            "image_size": self.image_size,
+            "vocab_end": self.decoder.vocab_end,
+            "dtype": self.dtype,
+            "gripper_threshold": self.gripper_threshold,
+        }
 
     def content_hash(self) -> str:
         """sha256 of the checkpoint files (weights, configs, code) and the decoding settings."""
@@ -288,8 +348,9 @@ class OpenVLAPolicy(Policy):
                 self._hash = _files_hash(type(self).__name__, self.model_path, self._hash_settings)
             else:  # a model handed in memory: only its derived settings identify it
                 settings = {**self._hash_settings, "vocab_end": self.decoder.vocab_end}
-                self._hash = policy_hash({"files": "in-memory", "settings": settings, "class": type(self).__name__},
-                                         default=str)
+                self._hash = policy_hash(
+                    {"files": "in-memory", "settings": settings, "class": type(self).__name__}, default=str
+                )
         return self._hash
 
     @classmethod

@@ -67,6 +67,7 @@ ended, never reset) is answered 409 ``unknown_session``: never another episode's
 built without a factory holds one instance, so ``n`` is 1 and a second concurrent episode is
 refused. Requests without a session id (older clients) share the session ``""``.
 """
+
 from __future__ import annotations
 
 import http.client
@@ -143,7 +144,9 @@ def encode_message(kind: str, arrays: Mapping[str, np.ndarray], fields: Mapping[
     fields = dict(fields or {})
     for key, value in fields.items():
         if not isinstance(value, (str, int, float, bool, type(None))):
-            raise ProtocolError(f"field {key!r} must be a JSON scalar (str, number, bool, null), got {type(value).__name__}")
+            raise ProtocolError(
+                f"field {key!r} must be a JSON scalar (str, number, bool, null), got {type(value).__name__}"
+            )
     header = json.dumps({"version": VERSION, "kind": kind, "fields": fields, "arrays": specs}).encode()
     if len(header) > MAX_HEADER_BYTES:
         raise ProtocolError(f"message header is {len(header)} bytes; at most {MAX_HEADER_BYTES}")
@@ -153,7 +156,9 @@ def encode_message(kind: str, arrays: Mapping[str, np.ndarray], fields: Mapping[
     return message
 
 
-def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+def decode_message(
+    data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Parse and validate a binary message of the expected ``kind``; returns (arrays, fields)."""
     if len(data) > max_bytes:
         raise ProtocolError(f"message is {len(data)} bytes; at most {max_bytes}")
@@ -165,7 +170,7 @@ def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -
     if header_len > MAX_HEADER_BYTES or _PREFIX.size + header_len > len(data):
         raise ProtocolError(f"header length {header_len} is too large or runs past the message ({len(data)} bytes)")
     try:
-        header = json.loads(data[_PREFIX.size:_PREFIX.size + header_len].decode("utf-8"))
+        header = json.loads(data[_PREFIX.size : _PREFIX.size + header_len].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"message header is not UTF-8 JSON: {exc}") from None
     except RecursionError:
@@ -181,7 +186,7 @@ def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -
         raise ProtocolError("header 'fields' must be an object and 'arrays' a list")
     if len(specs) > MAX_ARRAYS:
         raise ProtocolError(f"at most {MAX_ARRAYS} arrays per message, got {len(specs)}")
-    payload = memoryview(data)[_PREFIX.size + header_len:]
+    payload = memoryview(data)[_PREFIX.size + header_len :]
     arrays: dict[str, np.ndarray] = {}
     offset = 0
     for spec in specs:
@@ -193,13 +198,18 @@ def decode_message(data: bytes, kind: str, max_bytes: int = MAX_MESSAGE_BYTES) -
             raise ProtocolError(f"array {name!r} appears twice")
         if not isinstance(code, str) or code not in DTYPES:  # a list is unhashable: check the type first
             raise ProtocolError(f"array {name!r} has dtype {code!r}; the protocol carries {sorted(DTYPES)}")
-        if (not isinstance(shape, list) or len(shape) > MAX_NDIM
-                or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)):
-            raise ProtocolError(f"array {name!r} has shape {shape!r}; expected a list of at most {MAX_NDIM} non-negative ints")
+        if (
+            not isinstance(shape, list)
+            or len(shape) > MAX_NDIM
+            or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s for s in shape)
+        ):
+            raise ProtocolError(
+                f"array {name!r} has shape {shape!r}; expected a list of at most {MAX_NDIM} non-negative ints"
+            )
         nbytes = math.prod(shape) * np.dtype(DTYPES[code]).itemsize
         if offset + nbytes > len(payload):
             raise ProtocolError(f"array {name!r} needs {nbytes} bytes but the payload has {len(payload) - offset} left")
-        arrays[name] = np.frombuffer(payload[offset:offset + nbytes], dtype=DTYPES[code]).reshape(shape).copy()
+        arrays[name] = np.frombuffer(payload[offset : offset + nbytes], dtype=DTYPES[code]).reshape(shape).copy()
         offset += nbytes
     if offset != len(payload):
         raise ProtocolError(f"payload has {len(payload) - offset} bytes beyond the declared arrays")
@@ -256,9 +266,13 @@ def decode_action(data: bytes, max_bytes: int = MAX_MESSAGE_BYTES) -> np.ndarray
 def check_action(action: np.ndarray, require_float32: bool = False) -> None:
     if action.dtype.kind != "f" or (require_float32 and action.dtype != np.float32):
         raise ProtocolError(f"action must be float32, got {action.dtype}")
-    ok_shape = action.shape == (ACTION_DIM,) or (action.ndim == 2 and action.shape[1] == ACTION_DIM and 1 <= action.shape[0] <= MAX_CHUNK)
+    ok_shape = action.shape == (ACTION_DIM,) or (
+        action.ndim == 2 and action.shape[1] == ACTION_DIM and 1 <= action.shape[0] <= MAX_CHUNK
+    )
     if not ok_shape:
-        raise ProtocolError(f"action must have shape ({ACTION_DIM},) or (k, {ACTION_DIM}) with 1 <= k <= {MAX_CHUNK}, got {action.shape}")
+        raise ProtocolError(
+            f"action must have shape ({ACTION_DIM},) or (k, {ACTION_DIM}) with 1 <= k <= {MAX_CHUNK}, got {action.shape}"
+        )
     if not np.all(np.isfinite(action)):
         raise ProtocolError("action contains NaN or infinite values")
 
@@ -279,10 +293,19 @@ class PolicyServer:
     concurrent session. ``session_idle`` seconds without a request end a session.
     """
 
-    def __init__(self, policy: Any, info: Mapping[str, Any] | None = None, host: str = "127.0.0.1",
-                 port: int = 0, max_bytes: int = MAX_MESSAGE_BYTES, log: Callable[[str], None] | None = None,
-                 request_timeout: float = REQUEST_TIMEOUT, factory: Callable[[], Any] | None = None,
-                 max_sessions: int = MAX_SESSIONS, session_idle: float = SESSION_IDLE):
+    def __init__(
+        self,
+        policy: Any,
+        info: Mapping[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+        log: Callable[[str], None] | None = None,
+        request_timeout: float = REQUEST_TIMEOUT,
+        factory: Callable[[], Any] | None = None,
+        max_sessions: int = MAX_SESSIONS,
+        session_idle: float = SESSION_IDLE,
+    ):
         if not request_timeout > 0:
             raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout}")
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
@@ -378,11 +401,17 @@ class PolicyServer:
         sess = self._sessions.get(sid)
         if sess is None:
             if len(self._sessions) + self._building >= self.max_sessions:
-                why = ("this server holds one policy instance (no factory)" if self.factory is None
-                       else f"start it with a larger --max-sessions, or run fewer workers/lanes")
-                return _error(503, "too_many_sessions",
-                              f"the server already holds {len(self._sessions)} live session(s), its maximum "
-                              f"({self.max_sessions}): {why}; sessions idle for {self.session_idle:g} s are ended")
+                why = (
+                    "this server holds one policy instance (no factory)"
+                    if self.factory is None
+                    else "start it with a larger --max-sessions, or run fewer workers/lanes"
+                )
+                return _error(
+                    503,
+                    "too_many_sessions",
+                    f"the server already holds {len(self._sessions)} live session(s), its maximum "
+                    f"({self.max_sessions}): {why}; sessions idle for {self.session_idle:g} s are ended",
+                )
             if self._free:
                 policy = self._free.pop()
             else:
@@ -391,8 +420,9 @@ class PolicyServer:
                 try:
                     policy = self.factory()
                 except Exception as exc:
-                    return _error(500, "policy_error", f"building a policy for a new session raised "
-                                  f"{type(exc).__name__}: {exc}")
+                    return _error(
+                        500, "policy_error", f"building a policy for a new session raised {type(exc).__name__}: {exc}"
+                    )
                 finally:
                     self._sessions_lock.acquire()
                     self._building -= 1
@@ -408,8 +438,15 @@ class PolicyServer:
 
     # request handlers: each returns (status, content_type, body)
     def handle_info(self) -> tuple[int, str, bytes]:
-        return _json(200, {"protocol": PROTOCOL, "version": VERSION, "policy": self.info,
-                           "sessions": {"max": self.max_sessions, "idle_seconds": self.session_idle}})
+        return _json(
+            200,
+            {
+                "protocol": PROTOCOL,
+                "version": VERSION,
+                "policy": self.info,
+                "sessions": {"max": self.max_sessions, "idle_seconds": self.session_idle},
+            },
+        )
 
     def handle_end(self, body: bytes) -> tuple[int, str, bytes]:
         request = _json_request(body, "end")
@@ -471,8 +508,12 @@ class PolicyServer:
                 if not isinstance(sess, _Session):
                     return sess
             if sess is None:
-                return _error(409, "unknown_session", f"no live session {sid!r} on this server (ended, idle for "
-                              f"more than {self.session_idle:g} s, or never reset): reset starts one")
+                return _error(
+                    409,
+                    "unknown_session",
+                    f"no live session {sid!r} on this server (ended, idle for "
+                    f"more than {self.session_idle:g} s, or never reset): reset starts one",
+                )
             sess.lock.acquire()
         try:
             action = np.asarray(sess.policy.act(obs))
@@ -498,8 +539,9 @@ class _Session:
 
 def _check_session(sid: Any, allow_empty: bool = False) -> str | None:
     """None when ``sid`` is a valid session id, else why not (one line)."""
-    if isinstance(sid, str) and (sid == "" and allow_empty or
-                                 0 < len(sid) <= MAX_SESSION_ID and sid.isascii() and sid.isprintable()):
+    if isinstance(sid, str) and (
+        sid == "" and allow_empty or 0 < len(sid) <= MAX_SESSION_ID and sid.isascii() and sid.isprintable()
+    ):
         return None
     return f"'session' must be a string of 1..{MAX_SESSION_ID} printable ASCII characters, got {sid!r:.80}"
 
@@ -515,7 +557,9 @@ def _json_request(body: bytes, what: str) -> "dict[str, Any] | tuple[int, str, b
     if not isinstance(request, dict):
         return _error(400, "bad_request", f"{what} body must be a JSON object")
     if request.get("version") != VERSION:
-        return _error(400, "version_mismatch", f"request has version {request.get('version')!r}; server speaks {VERSION}")
+        return _error(
+            400, "version_mismatch", f"request has version {request.get('version')!r}; server speaks {VERSION}"
+        )
     return request
 
 
@@ -551,21 +595,36 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._send(*_error(411, "length_required", "POST needs a Content-Length header"), close=True)
                 return
             if int(length) > server.max_bytes:
-                self._send(*_error(413, "too_large", f"body of {length} bytes exceeds the limit of {server.max_bytes}"), close=True)
+                self._send(
+                    *_error(413, "too_large", f"body of {length} bytes exceeds the limit of {server.max_bytes}"),
+                    close=True,
+                )
                 return
             if route is None:
-                self._send(*_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset, /v1/act or /v1/end"), close=True)
+                self._send(
+                    *_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset, /v1/act or /v1/end"),
+                    close=True,
+                )
                 return
             content_type = self.headers.get_content_type()  # lower case, parameters dropped
             if content_type != REQUEST_TYPES[path]:
-                self._send(*_error(415, "unsupported_media_type", f"POST {path} takes Content-Type "
-                                   f"{REQUEST_TYPES[path]}, got {self.headers.get('Content-Type') or 'none'}"), close=True)
+                self._send(
+                    *_error(
+                        415,
+                        "unsupported_media_type",
+                        f"POST {path} takes Content-Type "
+                        f"{REQUEST_TYPES[path]}, got {self.headers.get('Content-Type') or 'none'}",
+                    ),
+                    close=True,
+                )
                 return
             try:
                 body = self.rfile.read(int(length))
             except TimeoutError:  # headers arrived, the body did not: do not hold the connection forever
-                self._send(*_error(408, "request_timeout", f"the body did not arrive within "
-                                   f"{server.request_timeout:g} s"), close=True)
+                self._send(
+                    *_error(408, "request_timeout", f"the body did not arrive within {server.request_timeout:g} s"),
+                    close=True,
+                )
                 return
             if len(body) != int(length):  # the client went away mid-body
                 self.close_connection = True
@@ -607,8 +666,14 @@ class PolicyClient:
     :class:`RemotePolicyError` naming the URL and the cause.
     """
 
-    def __init__(self, url: str, timeout: float = 30.0, retries: int = 2, backoff: float = 0.2,
-                 max_bytes: int = MAX_MESSAGE_BYTES):
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff: float = 0.2,
+        max_bytes: int = MAX_MESSAGE_BYTES,
+    ):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme != "http" or not parsed.hostname:
             raise ValueError(f"remote policy url must look like http://host:port, got {url!r}")
@@ -616,27 +681,39 @@ class PolicyClient:
             raise ValueError("timeout must be > 0, retries >= 0 and backoff >= 0")
         self.url = f"http://{parsed.netloc}"
         self._host, self._port = parsed.hostname, parsed.port or 80
-        self.timeout, self.retries, self.backoff, self.max_bytes = float(timeout), int(retries), float(backoff), int(max_bytes)
+        self.timeout, self.retries, self.backoff, self.max_bytes = (
+            float(timeout),
+            int(retries),
+            float(backoff),
+            int(max_bytes),
+        )
         self._conn: http.client.HTTPConnection | None = None
 
     def info(self) -> dict[str, Any]:
         answer = self._json_answer(*self._request("GET", "/v1/info", None, None))
         if answer.get("protocol") != PROTOCOL:
-            raise RemotePolicyError(f"{self.url} does not speak {PROTOCOL} (info says protocol={answer.get('protocol')!r})")
+            raise RemotePolicyError(
+                f"{self.url} does not speak {PROTOCOL} (info says protocol={answer.get('protocol')!r})"
+            )
         if answer.get("version") != VERSION:
-            raise RemotePolicyError(f"{self.url} speaks {PROTOCOL} version {answer.get('version')!r}; this client speaks {VERSION}")
+            raise RemotePolicyError(
+                f"{self.url} speaks {PROTOCOL} version {answer.get('version')!r}; this client speaks {VERSION}"
+            )
         if not isinstance(answer.get("policy"), dict):
             raise RemotePolicyError(f"{self.url} answered /v1/info without a 'policy' object")
         return answer
 
-    def reset(self, instruction: str, seed: int | None = None, session: str | None = None,
-              previous: str | None = None) -> None:
+    def reset(
+        self, instruction: str, seed: int | None = None, session: str | None = None, previous: str | None = None
+    ) -> None:
         request = {"version": VERSION, "instruction": instruction, "seed": seed}
         if session is not None:
             request["session"] = session
         if previous is not None:
             request["previous"] = previous
-        answer = self._json_answer(*self._request("POST", "/v1/reset", json.dumps(request).encode(), "application/json"))
+        answer = self._json_answer(
+            *self._request("POST", "/v1/reset", json.dumps(request).encode(), "application/json")
+        )
         if answer.get("ok") is not True:
             raise RemotePolicyError(f"{self.url} answered /v1/reset without ok=true: {answer!r:.200}")
 
@@ -675,7 +752,9 @@ class PolicyClient:
                 length = response.getheader("Content-Length")
                 if length is not None and length.isdigit() and int(length) > self.max_bytes:
                     self.close()
-                    raise RemotePolicyError(f"{self.url}{path} answered {length} bytes, over the limit of {self.max_bytes}")
+                    raise RemotePolicyError(
+                        f"{self.url}{path} answered {length} bytes, over the limit of {self.max_bytes}"
+                    )
                 data = response.read(self.max_bytes + 1)
                 if len(data) > self.max_bytes:
                     self.close()
@@ -685,8 +764,9 @@ class PolicyClient:
                 return response.status, response.getheader("Content-Type", ""), data
             except TimeoutError:
                 self.close()
-                raise RemotePolicyError(f"{self.url}{path} did not answer within {self.timeout:g} s",
-                                        transport=True) from None
+                raise RemotePolicyError(
+                    f"{self.url}{path} did not answer within {self.timeout:g} s", transport=True
+                ) from None
             except (ConnectionError, http.client.RemoteDisconnected, http.client.BadStatusLine, OSError) as exc:
                 # refused / reset / closed before an answer, or not HTTP at all: reconnect and retry
                 self.close()
@@ -700,7 +780,8 @@ class PolicyClient:
         raise RemotePolicyError(
             f"cannot reach the remote policy at {self.url}{path} after {attempt + 1} attempt(s): "
             f"{type(last).__name__}: {last}. Is `kosmos-env serve-policy` running there?",
-            transport=not isinstance(last, http.client.HTTPException) or isinstance(last, http.client.RemoteDisconnected),
+            transport=not isinstance(last, http.client.HTTPException)
+            or isinstance(last, http.client.RemoteDisconnected),
         )
 
     def _json_answer(self, status: int, content_type: str, body: bytes) -> dict[str, Any]:

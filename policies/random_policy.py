@@ -1,4 +1,5 @@
 """Uniform random actions: the floor every real policy must beat."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -21,8 +22,9 @@ class RandomPolicy(Policy):
 
     name = "random"
 
-    def __init__(self, low=_DEFAULT_LOW, high=_DEFAULT_HIGH, scale: float = 1.0, seed: int | None = None,
-                 chunk: int = 1):
+    def __init__(
+        self, low=_DEFAULT_LOW, high=_DEFAULT_HIGH, scale: float = 1.0, seed: int | None = None, chunk: int = 1
+    ):
         self.low = np.asarray(low, dtype=np.float32)
         self.high = np.asarray(high, dtype=np.float32)
         if self.low.shape != (7,) or self.high.shape != (7,):

@@ -7,6 +7,7 @@ is a policy like any other: ``reset`` and ``act`` go over HTTP to a server start
 ``remote:<served name>`` and ``content_hash()`` is the served policy's hash, so a policy ranks the
 same in-process or remote.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -32,9 +33,17 @@ class RemotePolicy(Policy):
     # another session refuses it (503 too_many_sessions) instead of mixing episodes
     side_by_side = True
 
-    def __init__(self, url: str, timeout: float = 30.0, retries: int = 2, backoff: float = 0.2,
-                 rotation: str = "euler", gripper: str = "unit_open", translation_scale: float = 1.0,
-                 rotation_scale: float = 1.0):
+    def __init__(
+        self,
+        url: str,
+        timeout: float = 30.0,
+        retries: int = 2,
+        backoff: float = 0.2,
+        rotation: str = "euler",
+        gripper: str = "unit_open",
+        translation_scale: float = 1.0,
+        rotation_scale: float = 1.0,
+    ):
         self.convention = ActionConvention(rotation, gripper, float(translation_scale), float(rotation_scale))
         self._client = PolicyClient(url, timeout=timeout, retries=retries, backoff=backoff)
         self.url = self._client.url
@@ -43,8 +52,10 @@ class RemotePolicy(Policy):
         if not isinstance(info.get("sessions"), dict):
             # a server without sessions runs every client's episode on one state: parallel workers
             # would silently corrupt each other's episodes, so it is refused rather than trusted
-            raise RemotePolicyError(f"the server at {self.url} does not keep per-episode sessions (no 'sessions' in "
-                                    f"/v1/info); serve the policy with a current `kosmos-env serve-policy`")
+            raise RemotePolicyError(
+                f"the server at {self.url} does not keep per-episode sessions (no 'sessions' in "
+                f"/v1/info); serve the policy with a current `kosmos-env serve-policy`"
+            )
         self._session: str | None = None
         self.name = f"remote:{self.remote_info.get('name', 'policy')}"
         self.action_convention = (

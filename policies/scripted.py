@@ -9,6 +9,7 @@ the end effector (``obs["ee_pos"]``) through approach, grasp, lift, carry, place
 ``1 - skill`` and the chance of a uniformly random action with ``(1 - skill)**2``. At skill 1
 it solves the tasks; at skill 0 every action is random, as for ``RandomPolicy``. Together with ``RandomPolicy`` it gives a known ground-truth ranking.
 """
+
 from __future__ import annotations
 
 import colorsys
@@ -54,7 +55,9 @@ class ScriptedPolicy(Policy):
     def reset(self, instruction: str, seed: int | None = None) -> None:
         key = instruction.strip().lower()
         if key not in self._tasks:
-            raise ValueError(f"ScriptedPolicy does not know the instruction {instruction!r}; it knows {sorted(self._tasks)}")
+            raise ValueError(
+                f"ScriptedPolicy does not know the instruction {instruction!r}; it knows {sorted(self._tasks)}"
+            )
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         self._task = self._tasks[key].params

@@ -1,4 +1,5 @@
 """Shared test settings: headless MuJoCo, no hub access, and how to build each registered env."""
+
 from __future__ import annotations
 
 import os
@@ -34,15 +35,19 @@ def requires_extra(*extras: str) -> pytest.MarkDecorator:
     importable: a core-install run then skips, by name, what needs an extra instead of failing.
     Use as a decorator, in ``pytestmark`` or in ``pytest.param(..., marks=...)``."""
     missing = {extra: missing_from_extra(extra) for extra in extras}
-    reasons = [f"needs the {extra} extra (pip install -e '.[{extra}]'): {', '.join(dists)} not installed"
-               for extra, dists in missing.items() if dists]
+    reasons = [
+        f"needs the {extra} extra (pip install -e '.[{extra}]'): {', '.join(dists)} not installed"
+        for extra, dists in missing.items()
+        if dists
+    ]
     return pytest.mark.skipif(bool(reasons), reason="; ".join(reasons) or f"the {', '.join(extras)} extra is installed")
 
 
 def kosmos_env_ids() -> list[str]:
     """Every env id this package registers (read from Gymnasium's registry, not hard-coded)."""
     return sorted(
-        env_id for env_id, spec in gymnasium.registry.items()
+        env_id
+        for env_id, spec in gymnasium.registry.items()
         if isinstance(spec.entry_point, str) and spec.entry_point.startswith("kosmos_env.")
     )
 
@@ -56,8 +61,13 @@ def make_test_env(env_id: str, **kwargs):
         from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
         size = kwargs.pop("image_size", (64, 64))
-        kwargs = {"env_spec": tiny_bridge_spec(size=size[0]), "world_kwargs": {"pipeline": tiny_pipeline()},
-                  "judge": "state", "defer_judging": True, **kwargs}
+        kwargs = {
+            "env_spec": tiny_bridge_spec(size=size[0]),
+            "world_kwargs": {"pipeline": tiny_pipeline()},
+            "judge": "state",
+            "defer_judging": True,
+            **kwargs,
+        }
     return gymnasium.make(env_id, **kwargs)
 
 

@@ -1,6 +1,7 @@
 """Helpers shared by the fault-matrix tests (tests/test_faults_*.py): a tiny tabletop campaign
 (64x64, one task, few seeds) run through the real CLI, and process-tree inspection for the
 "no stray process" checks."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,22 @@ def allow_test_policy_import():
 
 
 def eval_argv(out, *extra, policies=("scripted:skill=1.0",), seeds: int = 2) -> list[str]:
-    argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", TASK, "--seeds", str(seeds), "--image-size", "64", "64",
-            "--no-video", "--no-progress", "--out", str(out)]
+    argv = [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        TASK,
+        "--seeds",
+        str(seeds),
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     for p in policies:
         argv += ["--policy", p]
     return argv + list(extra)
@@ -55,8 +70,15 @@ def tiny_campaign(tmp_path_factory) -> Path:
 
 def spawn_cli(argv, **kwargs) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    return subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kosmos_env.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        **kwargs,
+    )
 
 
 def attempt_counts(out) -> dict[str, dict[str, int]]:
@@ -162,8 +184,14 @@ class EvalLauncher:
 
     def __init__(self):
         env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-        self.proc = subprocess.Popen([sys.executable, "-c", _LAUNCHER], cwd=ROOT, env=env, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _LAUNCHER],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self.proc.stdout.readline()
         if line.strip() != "ready":
             raise RuntimeError(f"eval launcher did not start (said {line!r})")

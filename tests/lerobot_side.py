@@ -8,6 +8,7 @@ both actions, so the main environment can check the adapter's observation/action
 real LeRobot policy. The policy protocol module is loaded from its file alone first, to show it
 needs nothing of kosmos_env (nor gymnasium).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -36,11 +37,21 @@ def build(out: str) -> None:
 
     torch.set_num_threads(1)
     config = ACTConfig(
-        input_features={"observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 64, 64)),
-                        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(7,))},
+        input_features={
+            "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, 64, 64)),
+            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(7,)),
+        },
         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(7,))},
-        pretrained_backbone_weights=None, dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1,
-        n_decoder_layers=1, chunk_size=5, n_action_steps=5, use_vae=False, device="cpu",
+        pretrained_backbone_weights=None,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        chunk_size=5,
+        n_action_steps=5,
+        use_vae=False,
+        device="cpu",
     )
     # small action statistics keep the random outputs inside the tabletop's action box
     stats = {
@@ -73,11 +84,21 @@ def check(ckpt: str, obs_path: str, out: str) -> None:
     image = torch.from_numpy(obs["image"]).permute(2, 0, 1).float().div(255.0)[None]
     state = torch.from_numpy(np.concatenate([obs["ee_pos"], obs["ee_euler"], obs["gripper"]]).astype(np.float32))[None]
     with torch.inference_mode():
-        direct = raw.select_action({"observation.image": image, "observation.state": state, "task": [obs["instruction"]]})
-    json.dump({"adapter": via_adapter.tolist(), "adapter_dtype": str(via_adapter.dtype),
-               "direct": direct.float().numpy().reshape(-1).tolist(), "name": adapter.name,
-               "image_key": adapter.image_key, "state_dim": adapter.state_dim,
-               "hash": adapter.content_hash()}, open(out, "w"))
+        direct = raw.select_action(
+            {"observation.image": image, "observation.state": state, "task": [obs["instruction"]]}
+        )
+    json.dump(
+        {
+            "adapter": via_adapter.tolist(),
+            "adapter_dtype": str(via_adapter.dtype),
+            "direct": direct.float().numpy().reshape(-1).tolist(),
+            "name": adapter.name,
+            "image_key": adapter.image_key,
+            "state_dim": adapter.state_dim,
+            "hash": adapter.content_hash(),
+        },
+        open(out, "w"),
+    )
 
 
 if __name__ == "__main__":

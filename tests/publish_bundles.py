@@ -5,6 +5,7 @@ cached per test session). Tests copy a campaign before changing it; :func:`edit_
 results.json *and* re-hashes it in the manifest, so a test of a later check (a forged aggregate,
 a forged spec hash) is not caught by the sha256 check first.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -23,8 +24,17 @@ CAMPAIGNS = {
 def run_eval(out: Path, name: str) -> Path:
     from kosmos_env.cli import main
 
-    argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--out", str(out),
-            "--no-progress", *CAMPAIGNS[name]]
+    argv = [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        "carrot_on_plate",
+        "--out",
+        str(out),
+        "--no-progress",
+        *CAMPAIGNS[name],
+    ]
     rc = main(argv)
     assert rc == 0, f"kosmos-env eval {' '.join(argv)} exited {rc}"
     assert (out / "results.json").is_file() and (out / "manifest.json").is_file()

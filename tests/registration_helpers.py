@@ -1,4 +1,5 @@
 """Protocols for the registration tests, written with the hashes the code computes now."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,18 +28,27 @@ def base_protocol(**changes) -> dict:
         "schema_version": 1,
         "name": "tiny-tabletop",
         "hypothesis": "the perfect scripted policy succeeds; random does not",
-        "env": {"id": ENV, "overrides": {"image_size": [64, 64]},
-                "spec_hash": load_spec(ENV).with_overrides(image_size=[64, 64]).hash},
+        "env": {
+            "id": ENV,
+            "overrides": {"image_size": [64, 64]},
+            "spec_hash": load_spec(ENV).with_overrides(image_size=[64, 64]).hash,
+        },
         "policies": [{"policy": p, "content_hash": policy_hash(p)} for p in POLICIES],
         "tasks": [TASK],
         "seeds": 3,
         "judge": "state",
         "analysis": {"n_boot": 500, "seed": 0},
         "metrics": [
-            {"name": "scripted_succeeds", "expr": 'success_rate(policy="scripted:skill=1.0")',
-             "bar": {"op": ">=", "value": 0.3, "bound": "lower", "interval": "wilson"}},
-            {"name": "random_succeeds", "expr": 'success_rate(policy="random")',
-             "bar": {"op": ">=", "value": 0.8, "bound": "lower", "interval": "wilson", "level": 0.95}},
+            {
+                "name": "scripted_succeeds",
+                "expr": 'success_rate(policy="scripted:skill=1.0")',
+                "bar": {"op": ">=", "value": 0.3, "bound": "lower", "interval": "wilson"},
+            },
+            {
+                "name": "random_succeeds",
+                "expr": 'success_rate(policy="random")',
+                "bar": {"op": ">=", "value": 0.8, "bound": "lower", "interval": "wilson", "level": 0.95},
+            },
         ],
     }
     proto.update(changes)

@@ -1,4 +1,5 @@
 """The learned action-only baseline judge: shipped coefficients, features, verdicts, bad files."""
+
 import json
 
 import numpy as np
@@ -22,8 +23,9 @@ def _pick_and_place(n=40):
 
 
 def _rollout(actions, task):
-    return Rollout(frames=np.zeros((len(actions) + 1, 8, 8, 3), np.uint8), instruction="", actions=actions, fps=5,
-                   task=task)
+    return Rollout(
+        frames=np.zeros((len(actions) + 1, 8, 8, 3), np.uint8), instruction="", actions=actions, fps=5, task=task
+    )
 
 
 def test_shipped_coefficients_load_and_carry_their_fit():

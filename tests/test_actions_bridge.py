@@ -5,6 +5,7 @@ absolute poses from Bridge states (xyz, extrinsic-xyz Euler), ``R @ DEFAULT_ROTA
 ``T @ TCP_TO_FLANGE``, ``R @ BRIDGE_TO_OPENCV``, then ``inv(T_i) @ T_{i+1}`` and the first two
 rotation columns.
 """
+
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
@@ -80,8 +81,9 @@ def test_known_translation_with_gripper_pointing_down():
     # state rotation I (WidowX neutral pose, gripper pointing down): the Cosmos end-effector frame
     # is D @ B, whose z axis (the approach axis) is base -z and whose y axis is base -x. So moving
     # +x (forward) in the base frame is -y in the end-effector frame, and +z (up) is -z there.
-    got, _, _ = A.env_to_bridge10(np.array([[0.01, 0, 0, 0, 0, 0, 1], [0, 0, 0.02, 0, 0, 0, 1]], np.float32),
-                                  np.zeros(3), np.eye(3))
+    got, _, _ = A.env_to_bridge10(
+        np.array([[0.01, 0, 0, 0, 0, 0, 1], [0, 0, 0.02, 0, 0, 0, 1]], np.float32), np.zeros(3), np.eye(3)
+    )
     np.testing.assert_allclose(got[0, :3], [0.0, -0.01, 0.0], atol=1e-7)
     np.testing.assert_allclose(got[1, :3], [0.0, 0.0, -0.02], atol=1e-7)
     np.testing.assert_allclose(got[:, 3:9], [[1, 0, 0, 0, 1, 0]] * 2, atol=1e-12)
@@ -110,8 +112,9 @@ def test_quantile_normalisation_values_and_inverse():
     np.testing.assert_allclose(A.normalize_bridge10(q01, "quantile", q01, q99), -np.ones(10))
     np.testing.assert_allclose(A.normalize_bridge10(q99, "quantile", q01, q99), np.ones(10))
     x = np.random.default_rng(0).normal(size=(5, 10))
-    np.testing.assert_allclose(A.denormalize_bridge10(A.normalize_bridge10(x, "quantile", q01, q99),
-                                                      "quantile", q01, q99), x, atol=1e-12)
+    np.testing.assert_allclose(
+        A.denormalize_bridge10(A.normalize_bridge10(x, "quantile", q01, q99), "quantile", q01, q99), x, atol=1e-12
+    )
     # "quantile_rot" leaves the six rotation dims untouched
     n = A.normalize_bridge10(x, "quantile_rot", q01, q99)
     np.testing.assert_allclose(n[:, 3:9], x[:, 3:9])

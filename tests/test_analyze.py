@@ -1,4 +1,5 @@
 """`kosmos-env analyze DIR`: the numbers equal direct calls into kosmos_env.stats on the same rows."""
+
 from __future__ import annotations
 
 import json
@@ -10,14 +11,31 @@ import pytest
 
 from kosmos_env import cli
 from kosmos_env.report import analyze_bundle, load_bundle, paired_diffs, seed_matrix
-from kosmos_env.stats import (agreement_table, bootstrap_ranking, clopper_pearson, detectable_summary,
-                              horizon_agreement, paired_bootstrap_diff, sequential_ab, split_half, success_matrix,
-                              summarize_rate, wilson)
+from kosmos_env.stats import (
+    agreement_table,
+    bootstrap_ranking,
+    clopper_pearson,
+    detectable_summary,
+    horizon_agreement,
+    paired_bootstrap_diff,
+    sequential_ab,
+    split_half,
+    success_matrix,
+    summarize_rate,
+    wilson,
+)
 from tests.test_report_synthetic import POLICIES, TASKS, make_bundle
 
-SECTIONS = ("success per policy", "success per policy x task", "paired bootstrap", "ranking uncertainty",
-            "split-half repeatability", "minimum detectable difference", "horizon sensitivity",
-            "anytime-valid paired A/B")
+SECTIONS = (
+    "success per policy",
+    "success per policy x task",
+    "paired bootstrap",
+    "ranking uncertainty",
+    "split-half repeatability",
+    "minimum detectable difference",
+    "horizon sensitivity",
+    "anytime-valid paired A/B",
+)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +60,7 @@ def _rows(d: Path) -> list[dict]:
 def _strict_json(text: str):
     def no_constant(c):
         raise AssertionError(f"non-standard JSON constant {c}")
+
     return json.loads(text, parse_constant=no_constant)
 
 
@@ -109,8 +128,7 @@ def test_ab_test_pairs_top_two_on_task_seed_repeat(source, analysis):
     a, b = analysis["ranking"][:2]
     score = {(r["policy"], r["task"], r["seed"], r["repeat"]): r["score"] for r in rows}
     keys = sorted({(t, s, rep) for (_, t, s, rep) in score}, key=lambda k: (k[2], k[1], k[0]))
-    diffs = [score[(a, *k)] - score[(b, *k)] for k in keys
-             if score[(a, *k)] is not None and score[(b, *k)] is not None]
+    diffs = [score[(a, *k)] - score[(b, *k)] for k in keys if score[(a, *k)] is not None and score[(b, *k)] is not None]
     res = sequential_ab(diffs, rule="eb")  # the analysis decides by its own confidence sequence
     ab = analysis["ab"]
     assert ab["rule"] == "eb" and ab["measure"] == "score"
@@ -140,13 +158,20 @@ def test_horizon_uses_gt_success_of_the_logs(source, analysis):
 
 
 def test_reference_adds_agreement_table(bundle_dir, source, analysis, capsys, tmp_path):
-    ref = {("carrot_on_plate", POLICIES[0][0]): 0.9, ("carrot_on_plate", POLICIES[1][0]): 0.3,
-           ("carrot_on_plate", POLICIES[2][0]): 0.5, ("stack_cube", POLICIES[0][0]): 0.7,
-           ("stack_cube", POLICIES[1][0]): 0.4, ("stack_cube", POLICIES[2][0]): 0.1,
-           ("stack_cube", "octo-base"): 0.2}  # not in the campaign: left out with a note
+    ref = {
+        ("carrot_on_plate", POLICIES[0][0]): 0.9,
+        ("carrot_on_plate", POLICIES[1][0]): 0.3,
+        ("carrot_on_plate", POLICIES[2][0]): 0.5,
+        ("stack_cube", POLICIES[0][0]): 0.7,
+        ("stack_cube", POLICIES[1][0]): 0.4,
+        ("stack_cube", POLICIES[2][0]): 0.1,
+        ("stack_cube", "octo-base"): 0.2,
+    }  # not in the campaign: left out with a note
     csv = tmp_path / "ref.csv"
-    csv.write_text("# provenance: made up for the test\ntask,policy,reference,evaluator\n" +
-                   "".join(f"{t},{p},{v},0.123\n" for (t, p), v in ref.items()))
+    csv.write_text(
+        "# provenance: made up for the test\ntask,policy,reference,evaluator\n"
+        + "".join(f"{t},{p},{v},0.123\n" for (t, p), v in ref.items())
+    )
     assert cli.main(["analyze", str(bundle_dir), "--reference", str(csv), "--n-boot", "200", "--n-splits", "50"]) == 0
     out = capsys.readouterr().out
     assert "agreement with reference" in out and "mmrv" in out and "octo-base" in out
@@ -158,11 +183,20 @@ def test_reference_adds_agreement_table(bundle_dir, source, analysis, capsys, tm
         if p == "octo-base":
             continue
         o = [r["outcome"] for r in rows if r["policy"] == p and r["task"] == t]
-        direct_rows.append({"task": t, "policy": p, "reference": v,
-                            "evaluator": o.count("success") / (o.count("success") + o.count("failure"))})
+        direct_rows.append(
+            {
+                "task": t,
+                "policy": p,
+                "reference": v,
+                "evaluator": o.count("success") / (o.count("success") + o.count("failure")),
+            }
+        )
     table = agreement_table(direct_rows)
-    assert [r["label"] for r in got["rows"]] == [r.label for r in table.rows] == \
-        ["carrot_on_plate", "stack_cube", "mean over tasks", "pooled"]
+    assert (
+        [r["label"] for r in got["rows"]]
+        == [r.label for r in table.rows]
+        == ["carrot_on_plate", "stack_cube", "mean over tasks", "pooled"]
+    )
     for gr, tr in zip(got["rows"], table.rows, strict=True):
         for m in ("pearson", "spearman", "kendall", "mmrv"):
             assert gr["metrics"][m]["value"] == pytest.approx(tr.metrics[m].value)
@@ -184,8 +218,9 @@ def test_bad_reference_and_bad_input(bundle_dir, tmp_path, capsys):
     assert "lacks a 'reference' column" in _error(["analyze", str(bundle_dir), "--reference", str(csv)], capsys)
     csv.write_text("task,policy,reference\ncarrot_on_plate,random,half\n")
     assert "non-numeric reference value 'half'" in _error(["analyze", str(bundle_dir), "--reference", str(csv)], capsys)
-    assert "reference CSV not found" in _error(["analyze", str(bundle_dir), "--reference", str(tmp_path / "x.csv")],
-                                                capsys)
+    assert "reference CSV not found" in _error(
+        ["analyze", str(bundle_dir), "--reference", str(tmp_path / "x.csv")], capsys
+    )
     assert "--alpha must be in (0, 1)" in _error(["analyze", str(bundle_dir), "--alpha", "2"], capsys)
     assert "campaign directory not found" in _error(["analyze", str(tmp_path / "none")], capsys)
     (bundle_dir / "results.json").write_text("{ not json")
@@ -223,10 +258,19 @@ def test_missing_logs_are_noted_and_left_out(bundle_dir, capsys):
 
 
 def test_seed_matrix_averages_repeats():
-    rows = [{"policy": p, "task": "t", "seed": s, "repeat": r, "outcome": "success" if v else "failure",
-             "success": bool(v), "score": float(v)}
-            for p, vals in (("a", [1, 0, 1, 1]), ("b", [0, 0, 1, 0])) for (s, r), v in zip(
-                [(0, 0), (0, 1), (1, 0), (1, 1)], vals, strict=True)]
+    rows = [
+        {
+            "policy": p,
+            "task": "t",
+            "seed": s,
+            "repeat": r,
+            "outcome": "success" if v else "failure",
+            "success": bool(v),
+            "score": float(v),
+        }
+        for p, vals in (("a", [1, 0, 1, 1]), ("b", [0, 0, 1, 0]))
+        for (s, r), v in zip([(0, 0), (0, 1), (1, 0), (1, 1)], vals, strict=True)
+    ]
     m = seed_matrix(rows, ["b", "a"])
     assert m.policies == ["b", "a"] and m.keys == [("t", 0), ("t", 1)]
     assert m.values.tolist() == [[0.0, 0.5], [0.5, 1.0]]

@@ -1,6 +1,7 @@
 """Bad numbers and settings get one clear line (or a 4xx page), never a traceback or an HTTP 500:
 unknown judge settings, a NaN price, a run folder that does not exist, a zero physics step, a
 negative field of view, URL integers beyond SQLite's 64 bits."""
+
 from __future__ import annotations
 
 import shutil
@@ -15,7 +16,9 @@ from tests.conftest import requires_extra
 
 
 def test_unknown_judge_settings_are_named():
-    with pytest.raises(ValueError, match=r"unknown setting\(s\) \['bogus'\] for judge type 'state'; it takes no settings"):
+    with pytest.raises(
+        ValueError, match=r"unknown setting\(s\) \['bogus'\] for judge type 'state'; it takes no settings"
+    ):
         make_judge({"type": "state", "bogus": 1})
     with pytest.raises(ValueError, match="'colour'"):
         make_judge({"type": "vision_frame", "colour": "red"})
@@ -39,10 +42,16 @@ def test_serve_on_a_missing_folder_is_one_line(tmp_path, capsys):
     assert len(err) == 1 and "run folder(s) not found" in err[0]
 
 
-@pytest.mark.parametrize("world, field", [({"physics_dt": 0}, "physics_dt"), ({"physics_dt": -0.01}, "physics_dt"),
-                                          ({"physics_dt": float("nan")}, "physics_dt"),
-                                          ({"physics_dt": 0.5}, "must not exceed"),
-                                          ({"camera": {"fovy": -5}}, "camera.fovy")])
+@pytest.mark.parametrize(
+    "world, field",
+    [
+        ({"physics_dt": 0}, "physics_dt"),
+        ({"physics_dt": -0.01}, "physics_dt"),
+        ({"physics_dt": float("nan")}, "physics_dt"),
+        ({"physics_dt": 0.5}, "must not exceed"),
+        ({"camera": {"fovy": -5}}, "camera.fovy"),
+    ],
+)
 def test_meaningless_tabletop_physics_and_camera_are_refused(world, field):
     with pytest.raises(SpecError, match=field):
         gymnasium.make("Kosmos-Tabletop-v1", world=world).reset(seed=0)
@@ -75,8 +84,26 @@ def test_nan_lease_is_refused_and_a_stored_null_lease_is_repaired(tmp_path, caps
     from kosmos_env.campaign.ledger import Ledger
     from kosmos_env.cli import main
 
-    assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--tasks", "carrot_on_plate",
-                 "--seeds", "1", "--lease-seconds", "nan", "--out", str(tmp_path / "r")]) == 2
+    assert (
+        main(
+            [
+                "eval",
+                "--env",
+                "Kosmos-Tabletop-v1",
+                "--policy",
+                "random",
+                "--tasks",
+                "carrot_on_plate",
+                "--seeds",
+                "1",
+                "--lease-seconds",
+                "nan",
+                "--out",
+                str(tmp_path / "r"),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--lease-seconds must be a finite positive number" in err[0]
     # a ledger an older version wrote with a NULL expiry: the lease is taken over, not a TypeError forever
@@ -108,8 +135,10 @@ def test_env_ids_are_names_not_paths_and_sizes_are_bounded(tmp_path, capsys):
     with pytest.raises(ValueError, match=f"at most {MAX_EPISODES}"):
         make_config("Kosmos-Tabletop-v1", ["random", "scripted"], tasks=["all"], seeds=200_000)
     out = tmp_path / "r"
-    assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--seeds", "1000000000",
-                 "--out", str(out)]) == 2
+    assert (
+        main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--seeds", "1000000000", "--out", str(out)])
+        == 2
+    )
     assert len(capsys.readouterr().err.strip().splitlines()) == 1 and not out.exists()
 
 
@@ -132,8 +161,23 @@ def test_corrupt_judge_weights_stop_the_campaign_before_any_episode_naming_the_j
     bad = tmp_path / "judge.safetensors"
     bad.write_bytes(b"\x00garbage" * 10)
     out = tmp_path / "r"
-    rc = main(["eval", "--env", "Kosmos-TabletopLearned-v1", "--policy", "random", "--tasks", "carrot_on_plate",
-               "--seeds", "1", "--judge", json.dumps({"type": "vision_frame", "weights": str(bad)}), "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-TabletopLearned-v1",
+            "--policy",
+            "random",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--judge",
+            json.dumps({"type": "vision_frame", "weights": str(bad)}),
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "judge 'vision_frame' is not usable" in err[0] and "cannot be read" in err[0]
     assert not (out / "ledger.sqlite").exists()  # nothing ran, nothing to blame on the policy

@@ -1,4 +1,5 @@
 """The shipped real Bridge episode decodes, matches its hash, and its negatives differ from it as named."""
+
 import numpy as np
 import pytest
 
@@ -17,7 +18,9 @@ def test_real_episode_and_negatives():
     assert (panned.frames[0] == ep.frames[0]).all() and not (panned.frames[-1] == ep.frames[-1]).all()
     shuffled = br.negative("shuffled", ep, seed=3)
     assert (shuffled.frames[0] == ep.frames[0]).all()
-    assert sorted(map(bytes, shuffled.frames.reshape(37, -1)[:, ::997])) == sorted(map(bytes, ep.frames.reshape(37, -1)[:, ::997]))
+    assert sorted(map(bytes, shuffled.frames.reshape(37, -1)[:, ::997])) == sorted(
+        map(bytes, ep.frames.reshape(37, -1)[:, ::997])
+    )
     assert (br.negative("shuffled", ep, seed=3).frames == shuffled.frames).all()
     with pytest.raises(ValueError, match="unknown negative"):
         br.negative("mirrored", ep)

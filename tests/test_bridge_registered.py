@@ -1,5 +1,6 @@
 """Kosmos-Bridge-v1 as registered: NVIDIA's statistics, real hash-bound frames, checks that name their fix,
 a tiny random checkpoint saved to a folder running the registered spec, and provenance."""
+
 import hashlib
 import json
 from importlib import resources
@@ -113,7 +114,9 @@ def test_scene_keeps_4_3_inside_the_tier_canvas():
 @requires_extra("models")  # make checks the world's packages before it opens the folder
 def test_wrong_architecture_is_one_clear_error(tmp_path):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
-    with pytest.raises(cosmos3.WrongArchitectureError, match="'StableDiffusionPipeline' checkpoint, not a Cosmos3OmniPipeline"):
+    with pytest.raises(
+        cosmos3.WrongArchitectureError, match="'StableDiffusionPipeline' checkpoint, not a Cosmos3OmniPipeline"
+    ):
         gym.make("Kosmos-Bridge-v1", world_kwargs={"weights_path": str(tmp_path)}, judge="state", defer_judging=True)
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "Cosmos3OmniPipeline"}))
     (tmp_path / "transformer").mkdir()
@@ -138,9 +141,11 @@ def test_gpu_without_enough_memory_is_one_clear_error(tiny_dir, monkeypatch):
     monkeypatch.setattr(cosmos3, "cuda_free_bytes", lambda device="cuda": (1 * 2**30, 24 * 2**30))  # injected figure
     env = gym.make("Kosmos-Bridge-v1", world_kwargs={"weights_path": tiny_dir}, judge="state", defer_judging=True)
     assert env.unwrapped.world.config["device"] == "cuda" and env.unwrapped.world.config["dtype"] == "bfloat16"
-    with pytest.raises(cosmos3.InsufficientMemoryError,
-                       match=r"cuda has 1.00 GiB free of 24.00 GiB, but one Cosmos 3 world call needs about 2.0\d GiB "
-                             r"\(safetensors tensors at bfloat16 .*Free the GPU"):
+    with pytest.raises(
+        cosmos3.InsufficientMemoryError,
+        match=r"cuda has 1.00 GiB free of 24.00 GiB, but one Cosmos 3 world call needs about 2.0\d GiB "
+        r"\(safetensors tensors at bfloat16 .*Free the GPU",
+    ):
         env.reset(seed=0)
     need = cosmos3.memory_need(tiny_dir, "bfloat16")
     cosmos3.check_memory(need, (need["need_bytes"], need["need_bytes"]))  # exactly enough passes
@@ -194,10 +199,16 @@ def test_injected_world_or_judge_override_changes_the_recorded_identity():
     from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
     spec = tiny_bridge_spec()
-    a = gym.make("Kosmos-Bridge-v1", env_spec=spec, world_kwargs={"pipeline": tiny_pipeline()}, defer_judging=True,
-                 judge="state").unwrapped
-    b = gym.make("Kosmos-Bridge-v1", env_spec=spec, world_kwargs={"pipeline": tiny_pipeline()}, defer_judging=True,
-                 judge="robot_log").unwrapped
+    a = gym.make(
+        "Kosmos-Bridge-v1", env_spec=spec, world_kwargs={"pipeline": tiny_pipeline()}, defer_judging=True, judge="state"
+    ).unwrapped
+    b = gym.make(
+        "Kosmos-Bridge-v1",
+        env_spec=spec,
+        world_kwargs={"pipeline": tiny_pipeline()},
+        defer_judging=True,
+        judge="robot_log",
+    ).unwrapped
     assert a.spec_hash == b.spec_hash
     pa, pb = a.provenance, b.provenance
     assert pa["world"]["source"] == "injected" and pa["world"]["injected"] is True
@@ -207,7 +218,6 @@ def test_injected_world_or_judge_override_changes_the_recorded_identity():
     tab = gym.make("Kosmos-Tabletop-v1", image_size=(64, 64)).unwrapped
     from kosmos_env.worlds.tabletop.world import TabletopWorld
 
-    injected = gym.make("Kosmos-Tabletop-v1", image_size=(64, 64),
-                        world_model=TabletopWorld(tab.kosmos_spec)).unwrapped
+    injected = gym.make("Kosmos-Tabletop-v1", image_size=(64, 64), world_model=TabletopWorld(tab.kosmos_spec)).unwrapped
     assert tab.spec_hash == injected.spec_hash
     assert tab.provenance["identity_sha256"] != injected.provenance["identity_sha256"]

@@ -1,5 +1,6 @@
 """Campaigns end to end on the tabletop: kill -9 and resume, two processes on one folder,
 verify catching tampered artifacts, retries ending in recorded errors, and the known ranking."""
+
 from __future__ import annotations
 
 import json
@@ -31,8 +32,22 @@ def _allow_test_policy_import():
 
 
 def _eval_argv(out, *extra, policies=(f"{SLOW}:skill=1.0,delay=0.01", f"{SLOW}:skill=0.3,delay=0.01")):
-    argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", *TASKS, "--seeds", "3", "--image-size", "64", "64",
-            "--no-video", "--no-progress", "--out", str(out)]
+    argv = [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        *TASKS,
+        "--seeds",
+        "3",
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     for p in policies:
         argv += ["--policy", p]
     return argv + list(extra)
@@ -40,8 +55,14 @@ def _eval_argv(out, *extra, policies=(f"{SLOW}:skill=1.0,delay=0.01", f"{SLOW}:s
 
 def _spawn(argv):
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1")
-    return subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "kosmos_env.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 _outcomes = ledger_rows
@@ -75,7 +96,9 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, reference):
             assert after[key] == value
     assert after == _outcomes(reference)  # identical outcomes, every planned episode exactly once, done
     con = sqlite3.connect(out / "ledger.sqlite")
-    ok = dict(con.execute("SELECT episode_id, COUNT(*) FROM attempts WHERE status = 'ok' GROUP BY episode_id").fetchall())
+    ok = dict(
+        con.execute("SELECT episode_id, COUNT(*) FROM attempts WHERE status = 'ok' GROUP BY episode_id").fetchall()
+    )
     abandoned = [r[0] for r in con.execute("SELECT episode_id FROM attempts WHERE status = 'abandoned'")]
     con.close()
     assert set(ok) == set(after) and set(ok.values()) == {1}
@@ -106,8 +129,14 @@ def test_two_processes_on_one_folder_share_the_campaign(tmp_path, reference):
 @pytest.mark.slow
 def test_verify_names_a_modified_and_a_deleted_artifact(tmp_path, capsys):
     out = tmp_path / "c"
-    cfg = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=2,
-                      image_size=(64, 64), video=True)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=(64, 64),
+        video=True,
+    )
     results = run_campaign(cfg, out, progress=False)
     assert len(results["per_episode"]) == 2
     assert cli.main(["verify", str(out)]) == 0
@@ -134,8 +163,14 @@ def test_verify_names_a_modified_and_a_deleted_artifact(tmp_path, capsys):
 @pytest.mark.slow
 def test_failed_episodes_are_retried_then_recorded_and_campaign_goes_on(tmp_path):
     out = tmp_path / "flaky"
-    cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:delay=0.0,fail_seed=1"], tasks=["carrot_on_plate"], seeds=3,
-                      image_size=(64, 64), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        [f"{SLOW}:delay=0.0,fail_seed=1"],
+        tasks=["carrot_on_plate"],
+        seeds=3,
+        image_size=(64, 64),
+        video=False,
+    )
     results = run_campaign(cfg, out, InProcessExecutor(), WorkSettings(max_attempts=2), progress=False)
     by_seed = {e["seed"]: e for e in results["per_episode"]}
     assert by_seed[1]["outcome"] == "error" and by_seed[1]["attempts"] == 2
@@ -148,8 +183,22 @@ def test_failed_episodes_are_retried_then_recorded_and_campaign_goes_on(tmp_path
 @pytest.mark.slow
 def test_refuses_to_mix_configs_in_one_folder(tmp_path, capsys):
     out = tmp_path / "c"
-    argv = ["eval", "--policy", "random", "--tasks", "carrot_on_plate", "--seeds", "1", "--image-size", "64", "64",
-            "--no-video", "--no-progress", "--out", str(out)]
+    argv = [
+        "eval",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "1",
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     assert cli.main(argv[:-2] + ["--image-size", "32", "32", "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -183,8 +232,14 @@ def test_tabletop_campaign_ranks_known_skill_order(tmp_path):
 def test_pool_replaces_a_worker_killed_mid_episode(tmp_path):
     out = tmp_path / "crash"
     marker = tmp_path / "crashed"
-    cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:delay=0.0,crash_once_file={marker}"], tasks=["carrot_on_plate"],
-                      seeds=3, image_size=(64, 64), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        [f"{SLOW}:delay=0.0,crash_once_file={marker}"],
+        tasks=["carrot_on_plate"],
+        seeds=3,
+        image_size=(64, 64),
+        video=False,
+    )
     results = run_campaign(cfg, out, ProcessPoolExecutor(2), progress=False)
     assert marker.exists()  # a worker really died on seed 1
     assert [e["outcome"] for e in sorted(results["per_episode"], key=lambda e: e["seed"])] == ["success"] * 3
@@ -206,8 +261,14 @@ def test_abstentions_are_their_own_outcome(tmp_path):
         def judge(self, rollout):
             return Judgment(success=None, score=0.0, rationale="cannot tell", judge=self.name)
 
-    cfg = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=1,
-                      image_size=(64, 64), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=1,
+        image_size=(64, 64),
+        video=False,
+    )
     open_campaign(cfg, tmp_path)
     with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
         runner = EpisodeRunner(cfg, tmp_path, ledger, "h:1:t")
@@ -218,8 +279,17 @@ def test_abstentions_are_their_own_outcome(tmp_path):
     assert record["ground_truth"]["success"] is True  # the truth is kept beside the judge's abstention
     assert {kind for *_, kind in artifacts} == {"actions", "log"}
     # the worker's first episode also carries the model builds it did (kept apart from the warm stage seconds)
-    assert set(record["timings"]) == {"policy", "world", "gate", "judge", "io", "total",
-                                      "load_policy", "load_world", "load_judge"}
+    assert set(record["timings"]) == {
+        "policy",
+        "world",
+        "gate",
+        "judge",
+        "io",
+        "total",
+        "load_policy",
+        "load_world",
+        "load_judge",
+    }
     rows = [{"policy": "p", "task": "t", "outcome": o} for o in ("success", "abstained", "failure", "discarded")]
     agg = aggregate(rows, ["p"], ["t"])
     s = agg["per_policy"]["p"]

@@ -1,4 +1,5 @@
 """Campaign building blocks: frozen design, ledger leases, write-once artifacts, cost accounting."""
+
 from __future__ import annotations
 
 import io
@@ -20,8 +21,13 @@ from kosmos_env.campaign.ledger import ConfigMismatchError, Ledger, make_owner, 
 
 
 def _config(**kw):
-    args = dict(policies=["scripted:skill=1.0", "random"], tasks=["carrot_on_plate", "spoon_on_towel"], seeds=3,
-                image_size=(64, 64), video=False)
+    args = dict(
+        policies=["scripted:skill=1.0", "random"],
+        tasks=["carrot_on_plate", "spoon_on_towel"],
+        seeds=3,
+        image_size=(64, 64),
+        video=False,
+    )
     args.update(kw)
     return make_config("Kosmos-Tabletop-v1", **args)
 
@@ -210,10 +216,16 @@ def test_price_table_parses_and_prices_stages(tmp_path):
 
 
 def test_cost_summary_splits_judge_money():
-    rows = [{"timings": {"policy": 1.0, "world": 10.0, "gate": 0.0, "judge": 5.0, "io": 0.0, "total": 17.0},
-             "finished": 100.0 + i} for i in range(4)]
-    table = PriceTable.from_dict({"accelerator_per_hour": {"cpu": 0.0, "h100": 3600.0},
-                                  "world": "h100", "judge": "h100", "policy": "cpu"})
+    rows = [
+        {
+            "timings": {"policy": 1.0, "world": 10.0, "gate": 0.0, "judge": 5.0, "io": 0.0, "total": 17.0},
+            "finished": 100.0 + i,
+        }
+        for i in range(4)
+    ]
+    table = PriceTable.from_dict(
+        {"accelerator_per_hour": {"cpu": 0.0, "h100": 3600.0}, "world": "h100", "judge": "h100", "policy": "cpu"}
+    )
     cost = cost_summary(rows, [{"started": 90.0, "finished": 110.0}, {"started": 95.0, "finished": 105.0}], table)
     assert cost["seconds_per_stage"]["world"] == 40.0 and cost["seconds_per_stage"]["overhead"] == 4.0
     assert cost["wall_seconds"] == 20.0  # overlapping runs are counted once

@@ -9,6 +9,7 @@ rerun, finishes every episode exactly once and keeps what was finished before th
 On the tabletop (no vector entry point) the plain sync vector env is used, and a policy that
 offers a batched ``act_many`` is asked once per step for all lanes.
 """
+
 from __future__ import annotations
 
 import os
@@ -33,7 +34,9 @@ LANES = 4
 # frames pass it on one task (those episodes run the whole horizon) and fail it on the others
 # (discarded after one step): lanes end at different steps
 BRIDGE_OVERRIDES = {
-    "image_size": [48, 64], "horizon": 3, "gate": {"collapse_ratio": 0.2},
+    "image_size": [48, 64],
+    "horizon": 3,
+    "gate": {"collapse_ratio": 0.2},
     "world": {"device": "cpu", "dtype": "float32", "num_inference_steps": 2, "chunk_size": 4, "input_size": [48, 64]},
 }
 
@@ -41,8 +44,9 @@ BRIDGE_OVERRIDES = {
 def bridge_config(seeds: int = 2):
     from kosmos_env.campaign.design import make_config
 
-    return make_config("Kosmos-Bridge-v1", ["random:chunk=4"], seeds=seeds, judge="action_only",
-                       spec_overrides=BRIDGE_OVERRIDES)
+    return make_config(
+        "Kosmos-Bridge-v1", ["random:chunk=4"], seeds=seeds, judge="action_only", spec_overrides=BRIDGE_OVERRIDES
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +112,9 @@ def assert_same_episodes(out_a, out_b, same_attempts: bool = True) -> None:
         assert warm(ra["timings"]) == warm(rb["timings"]), eid
         for kind in ("video", "actions", "log"):
             assert (ra[kind] is None) == (rb[kind] is None), (eid, kind)
-        np.testing.assert_allclose(np.load(Path(out_a) / ra["actions"]), np.load(Path(out_b) / rb["actions"]), atol=1e-6)
+        np.testing.assert_allclose(
+            np.load(Path(out_a) / ra["actions"]), np.load(Path(out_b) / rb["actions"]), atol=1e-6
+        )
         if ra["log"]:
             la, lb = np.load(Path(out_a) / ra["log"]), np.load(Path(out_b) / rb["log"])
             assert sorted(la.files) == sorted(lb.files)
@@ -176,10 +182,17 @@ def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(o
     script = (
         "import sys, torch; torch.set_num_threads(1)\n"
         "from tests.test_campaign_lockstep import bridge_config, run\n"
-        f"run(bridge_config(), sys.argv[1], lanes={LANES})\n")
+        f"run(bridge_config(), sys.argv[1], lanes={LANES})\n"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl", HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    proc = subprocess.Popen([sys.executable, "-c", script, str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script, str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 240
         seen = None
@@ -197,8 +210,9 @@ def test_sigkill_during_a_lockstep_batch_then_rerun_finishes_each_episode_once(o
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert seen is not None, f"the lockstep campaign ended (rc {proc.returncode}) before a kill could land: " \
-                             f"{proc.stderr.read()[-2000:]}"
+    assert seen is not None, (
+        f"the lockstep campaign ended (rc {proc.returncode}) before a kill could land: {proc.stderr.read()[-2000:]}"
+    )
     assert proc.returncode == -signal.SIGKILL
     planned = len(records(one_at_a_time))
     assert seen[0] < planned
@@ -252,9 +266,21 @@ def test_tabletop_lockstep_uses_a_sync_vector_env_and_a_policys_batched_call(tmp
 
     monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
     BatchedRandom.calls.clear()
-    policies = ["scripted:skill=1.0", "tests.test_campaign_lockstep:BatchedRandom", "tests.test_campaign_lockstep:FailsMidway"]
-    config = make_config("Kosmos-Tabletop-v1", policies, tasks=["carrot_on_plate"], seeds=2, judge="state",
-                         image_size=(64, 64), video=False, spec_overrides={"horizon": 12})
+    policies = [
+        "scripted:skill=1.0",
+        "tests.test_campaign_lockstep:BatchedRandom",
+        "tests.test_campaign_lockstep:FailsMidway",
+    ]
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        policies,
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        judge="state",
+        image_size=(64, 64),
+        video=False,
+        spec_overrides={"horizon": 12},
+    )
     run(config, tmp_path / "one", lanes=1)
     assert BatchedRandom.calls == []  # one at a time: plain act
     run(config, tmp_path / "six", lanes=6)
@@ -283,8 +309,17 @@ def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch
     # a served remote: policy runs in lockstep: each lane is its own server session, see
     # tests/test_policy_server_sessions.py)
     monkeypatch.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
-    argv = ["eval", "--policy", "tests.test_campaign_lockstep:SharedState", "--seeds", "1", "--out", str(out),
-            "--lockstep", "2"]
+    argv = [
+        "eval",
+        "--policy",
+        "tests.test_campaign_lockstep:SharedState",
+        "--seeds",
+        "1",
+        "--out",
+        str(out),
+        "--lockstep",
+        "2",
+    ]
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "side by side" in err[0] and "--lockstep 1" in err[0], err
@@ -292,8 +327,12 @@ def test_bad_lockstep_is_one_line_and_nothing_runs(tmp_path, capsys, monkeypatch
     assert cli.main(argv + ["--executor", "ray"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "side by side" in err[0], err
-    assert cli.main(["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "-1",
-                     "--executor", "ray"]) == 2
+    assert (
+        cli.main(
+            ["eval", "--policy", "random", "--seeds", "1", "--out", str(out), "--lockstep", "-1", "--executor", "ray"]
+        )
+        == 2
+    )
     assert "--lockstep must be at least 1" in capsys.readouterr().err
     assert not out.exists()
 
@@ -304,18 +343,51 @@ def test_lockstep_rollout_workers_feed_the_judge_stage(tmp_path):
     from kosmos_env.campaign.verify import verify_campaign
     from tests.test_campaign_support import ledger_rows
 
-    base = ["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "scripted:skill=1.0", "--policy", "random",
-            "--tasks", "carrot_on_plate", "--seeds", "2", "--image-size", "64", "64", "--no-video", "--no-progress"]
+    base = [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--policy",
+        "scripted:skill=1.0",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "2",
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+    ]
     assert cli.main(base + ["--out", str(tmp_path / "inline")]) == 0
     staged = tmp_path / "staged"
-    assert cli.main(base + ["--out", str(staged), "--executor", "process", "--workers", "1",
-                            "--judge-workers", "1", "--lockstep", "3"]) == 0
+    assert (
+        cli.main(
+            base
+            + [
+                "--out",
+                str(staged),
+                "--executor",
+                "process",
+                "--workers",
+                "1",
+                "--judge-workers",
+                "1",
+                "--lockstep",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert ledger_rows(staged) == ledger_rows(tmp_path / "inline")
     assert {r[1] for r in ledger_rows(staged).values()} == {"success", "failure"}
     assert verify_campaign(staged).ok
     # the rollout worker ran in lockstep: it leased the first 3 episodes together, the 4th after they ended
-    started = [ledger_count(staged, f"SELECT CAST(1000 * started AS INTEGER) FROM episodes WHERE ord = {i}")
-               for i in range(4)]
+    started = [
+        ledger_count(staged, f"SELECT CAST(1000 * started AS INTEGER) FROM episodes WHERE ord = {i}") for i in range(4)
+    ]
     assert started[2] - started[0] < started[3] - started[2], started
 
 
@@ -332,8 +404,9 @@ def refilled_attempts(out) -> list[str]:
     found = []
     for b in rows:
         mine = [a for a in rows if a["worker"] == b["worker"] and a is not b]
-        if (any(a["started"] < b["started"] < a["finished"] for a in mine)
-                and any(a["finished"] <= b["started"] for a in mine)):
+        if any(a["started"] < b["started"] < a["finished"] for a in mine) and any(
+            a["finished"] <= b["started"] for a in mine
+        ):
             found.append(f"{b['episode_id']}#{b['attempt']}")
     return found
 
@@ -358,10 +431,16 @@ def test_ray_actors_run_lockstep_lanes_refilled_with_the_same_records(tmp_path, 
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # the Ray worker imports this module's FailsMidway
     # 3 seeds: FailsMidway's seed-1 episode runs beside others, so its lane is refilled mid-batch
     # (the scripted policy waits 20 ms per action so that the kill below lands while lanes run)
-    config = make_config("Kosmos-Tabletop-v1", ["tests.test_campaign_support:SlowScripted:skill=1.0,delay=0.02",
-                                                "tests.test_campaign_lockstep:FailsMidway"],
-                         tasks=["carrot_on_plate"], seeds=3, judge="state", image_size=(64, 64), video=False,
-                         spec_overrides={"horizon": 12})
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        ["tests.test_campaign_support:SlowScripted:skill=1.0,delay=0.02", "tests.test_campaign_lockstep:FailsMidway"],
+        tasks=["carrot_on_plate"],
+        seeds=3,
+        judge="state",
+        image_size=(64, 64),
+        video=False,
+        spec_overrides={"horizon": 12},
+    )
     run(config, tmp_path / "one", lanes=1)
     out = tmp_path / "ray"
     killed: list[tuple[int, int, dict]] = []
@@ -421,8 +500,16 @@ def test_ray_actor_lanes_send_every_artifact_when_episodes_ending_together_share
     from kosmos_env.campaign.design import make_config
     from kosmos_env.campaign.ray_executor import EpisodeActor
 
-    config = make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate", "spoon_on_towel"], seeds=1,
-                         judge="state", image_size=(64, 64), video=False, spec_overrides={"horizon": 2})
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        ["random"],
+        tasks=["carrot_on_plate", "spoon_on_towel"],
+        seeds=1,
+        judge="state",
+        image_size=(64, 64),
+        video=False,
+        spec_overrides={"horizon": 2},
+    )
     actor = EpisodeActor(config.to_dict(), "host:1:test")
     try:
         keys = list(config.episodes())

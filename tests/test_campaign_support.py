@@ -1,5 +1,6 @@
 """Test-only policies (no tests here) for campaign tests, importable by spawned workers as
 ``tests.test_campaign_support:SlowScripted`` (a ``module:Class`` policy entry point)."""
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,12 @@ class SlowScripted(ScriptedPolicy):
         return super().act(obs)
 
     def config(self):
-        return {**super().config(), "delay": self.delay, "fail_seed": self.fail_seed,
-                "crash_once_file": self.crash_once_file}
+        return {
+            **super().config(),
+            "delay": self.delay,
+            "fail_seed": self.fail_seed,
+            "crash_once_file": self.crash_once_file,
+        }
 
 
 def ledger_count(out, sql: str) -> int:

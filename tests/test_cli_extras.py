@@ -5,6 +5,7 @@ The core install is simulated in a subprocess by a ``sitecustomize`` that puts `
 ``sys.modules`` for every package only an extra installs (``import x`` then raises
 ModuleNotFoundError exactly as when x is absent).
 """
+
 from __future__ import annotations
 
 import os
@@ -32,8 +33,11 @@ _TRANSITIVE_OF_CORE = {"pillow", "jinja2"}
 
 def _extras_only_modules() -> list[str]:
     to_import = {dist: mod for mod, dist in _IMPORT_TO_DIST.items()}
-    return sorted(to_import.get(dist, dist.replace("-", "_")) for dist, entry in requirement_table().items()
-                  if not entry["core"] and dist not in _TRANSITIVE_OF_CORE)
+    return sorted(
+        to_import.get(dist, dist.replace("-", "_"))
+        for dist, entry in requirement_table().items()
+        if not entry["core"] and dist not in _TRANSITIVE_OF_CORE
+    )
 
 
 @pytest.fixture(scope="module")
@@ -41,23 +45,31 @@ def core_install(tmp_path_factory) -> dict[str, str]:
     """Environment variables of a subprocess that sees only the core install."""
     site = tmp_path_factory.mktemp("core_site")
     (site / "sitecustomize.py").write_text(
-        "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in _extras_only_modules()))
-    env = dict(os.environ, MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"),
-               PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
-               # tiny models built here, not found in a cache a previous run left: they need the extra
-               KOSMOS_TINY_DIR=str(tmp_path_factory.mktemp("no_tiny")), OMP_NUM_THREADS="1")
+        "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in _extras_only_modules())
+    )
+    env = dict(
+        os.environ,
+        MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"),
+        PYTHONPATH=os.pathsep.join([str(site), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        # tiny models built here, not found in a cache a previous run left: they need the extra
+        KOSMOS_TINY_DIR=str(tmp_path_factory.mktemp("no_tiny")),
+        OMP_NUM_THREADS="1",
+    )
     env.pop("KOSMOS_COSMOS3_NANO_PATH", None)
     env.pop("KOSMOS_VLM_JUDGE_PATH", None)
     return env
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "kosmos_env.cli", *args], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "kosmos_env.cli", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_the_simulated_core_install_lacks_the_extras(core_install):
-    proc = subprocess.run([sys.executable, "-c", "import transformers"], env=core_install, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-c", "import transformers"], env=core_install, capture_output=True, text=True
+    )
     assert proc.returncode != 0 and "ModuleNotFoundError" in proc.stderr
     assert {"transformers", "diffusers", "matplotlib", "ray"} <= set(_extras_only_modules())
     assert "safetensors" not in _extras_only_modules()  # a core dependency: the learned tabletop loads with it
@@ -68,17 +80,51 @@ def small_campaign(tmp_path_factory) -> Path:
     from kosmos_env.cli import main
 
     out = tmp_path_factory.mktemp("c") / "run"
-    assert main(["eval", "--policy", "random", "--tasks", "carrot_on_plate", "--seeds", "1", "--no-video",
-                 "--no-progress", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--policy",
+                "random",
+                "--tasks",
+                "carrot_on_plate",
+                "--seeds",
+                "1",
+                "--no-video",
+                "--no-progress",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
-@pytest.mark.parametrize("extra, args", [
-    ("results", ["report", "{campaign}"]),
-    ("models", ["judge-check", "--tiny"]),
-    ("models", ["eval", "--env", "Kosmos-Bridge-v1", "--tiny", "--policy", "random:chunk=4", "--tasks",
-                "move_can_to_left", "--seeds", "1", "--out", "{out}"]),
-])
+@pytest.mark.parametrize(
+    "extra, args",
+    [
+        ("results", ["report", "{campaign}"]),
+        ("models", ["judge-check", "--tiny"]),
+        (
+            "models",
+            [
+                "eval",
+                "--env",
+                "Kosmos-Bridge-v1",
+                "--tiny",
+                "--policy",
+                "random:chunk=4",
+                "--tasks",
+                "move_can_to_left",
+                "--seeds",
+                "1",
+                "--out",
+                "{out}",
+            ],
+        ),
+    ],
+)
 def test_a_missing_extra_is_one_line_naming_it(core_install, small_campaign, tmp_path, extra, args):
     args = [a.format(campaign=small_campaign, out=tmp_path / "bridge") for a in args]
     proc = _cli(core_install, *args)
@@ -92,8 +138,23 @@ def test_a_missing_extra_is_one_line_naming_it(core_install, small_campaign, tmp
 
 def test_every_env_registered_on_a_core_install_runs_there(core_install, tmp_path):
     """The learned tabletop (shipped weights, frame-classifier judge) runs a campaign on the core install."""
-    proc = _cli(core_install, "eval", "--env", "Kosmos-TabletopLearned-v1", "--policy", "random", "--tasks",
-                "carrot_on_plate", "--seeds", "1", "--no-video", "--no-progress", "--json", "--out", str(tmp_path / "l"))
+    proc = _cli(
+        core_install,
+        "eval",
+        "--env",
+        "Kosmos-TabletopLearned-v1",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "1",
+        "--no-video",
+        "--no-progress",
+        "--json",
+        "--out",
+        str(tmp_path / "l"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     import json
 

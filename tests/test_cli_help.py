@@ -1,5 +1,6 @@
 """Every command's help: a description, no reStructuredText markup, no traceback; flag spellings
 shared between commands (old spellings kept as aliases)."""
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,9 @@ def test_top_level_help_has_no_markup():
 
 def test_rollout_takes_evals_spellings_and_keeps_the_old_ones():
     parser = build_parser()
-    new = parser.parse_args(["rollout", "--tasks", "carrot_on_plate", "--seeds", "3", "--seed-offset", "7", "--out", "x"])
+    new = parser.parse_args(
+        ["rollout", "--tasks", "carrot_on_plate", "--seeds", "3", "--seed-offset", "7", "--out", "x"]
+    )
     old = parser.parse_args(["rollout", "--task", "carrot_on_plate", "--episodes", "3", "--seed", "7", "--out", "x"])
     assert (new.task, new.episodes, new.seed) == (old.task, old.episodes, old.seed) == ("carrot_on_plate", 3, 7)
 

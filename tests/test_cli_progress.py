@@ -1,6 +1,7 @@
 """Campaign progress and summaries a researcher can add up: the bar's count, outcomes and queues
 agree; a discard prints the gate's reason; a resumed run's summary says what this run did; every
 file of a run folder gets the umask's mode (not mkstemp's owner-only 0600)."""
+
 from __future__ import annotations
 
 import os
@@ -14,14 +15,18 @@ from kosmos_env.campaign.progress import ProgressMonitor, discard_reason, stage_
 
 
 def _config():
-    return make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=4, image_size=(64, 64),
-                       video=False)
+    return make_config(
+        "Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=4, image_size=(64, 64), video=False
+    )
 
 
 def _finish(ledger: Ledger, outcome: str, gate=None) -> None:
     key = ledger.claim("h:1:t", 60, 3)
-    ledger.complete(key.episode_id, "h:1:t", {"outcome": outcome, "success": outcome == "success", "score": 0.0,
-                                              "gate": gate, "steps": 3})
+    ledger.complete(
+        key.episode_id,
+        "h:1:t",
+        {"outcome": outcome, "success": outcome == "success", "score": 0.0, "gate": gate, "steps": 3},
+    )
 
 
 def _fields_add_up(monitor: ProgressMonitor) -> dict:
@@ -62,16 +67,29 @@ def test_progress_counts_add_up_and_a_discard_prints_its_reason(tmp_path, capsys
 
 
 def test_discard_reason_in_words():
-    assert discard_reason({"reason": "frozen frames near the gripper", "check": "frozen"}) == \
-        "frozen frames near the gripper (frozen check)"
+    assert (
+        discard_reason({"reason": "frozen frames near the gripper", "check": "frozen"})
+        == "frozen frames near the gripper (frozen check)"
+    )
     assert "no reason recorded" in discard_reason(None)
 
 
 def test_resumed_summary_counts_only_this_run(tmp_path, capsys):
     from kosmos_env.cli import main
 
-    args = ["eval", "--policy", "random", "--tasks", "carrot_on_plate", "--seeds", "1", "--no-video", "--no-progress",
-            "--out", str(tmp_path / "c")]
+    args = [
+        "eval",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "1",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "c"),
+    ]
     assert main(args) == 0
     first = capsys.readouterr().out
     assert "this run: 1 episode(s) in " in first and "already done" not in first
@@ -82,8 +100,11 @@ def test_resumed_summary_counts_only_this_run(tmp_path, capsys):
     # every file of the run folder has the umask's mode: results are not owner-only beside a readable ledger
     umask = os.umask(0o022)
     os.umask(umask)
-    modes = {os.path.relpath(os.path.join(d, f), tmp_path / "c"): stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode)
-             for d, _, files in os.walk(tmp_path / "c") for f in files}
+    modes = {
+        os.path.relpath(os.path.join(d, f), tmp_path / "c"): stat.S_IMODE(os.stat(os.path.join(d, f)).st_mode)
+        for d, _, files in os.walk(tmp_path / "c")
+        for f in files
+    }
     for name in ("results.json", "episodes.parquet", "manifest.json"):
         assert modes[name] == 0o666 & ~umask, (name, oct(modes[name]))
     # and no file is more private than the umask asks (sqlite caps its own files at 0644)
@@ -114,13 +135,21 @@ def test_atomic_writes_and_artifacts_follow_the_umask(tmp_path, mask):
 def test_eval_summary_names_this_runs_discards_by_check(capsys):
     from kosmos_env.commands.eval import _say_discards
 
-    _say_discards({"discards": [("random on a seed 0", "image detail collapsed to 0.17", "collapse"),
-                                ("random on a seed 1", "image detail collapsed to 0.18", "collapse"),
-                                ("random on b seed 0", "frozen frames near the gripper", "frozen")]})
+    _say_discards(
+        {
+            "discards": [
+                ("random on a seed 0", "image detail collapsed to 0.17", "collapse"),
+                ("random on a seed 1", "image detail collapsed to 0.18", "collapse"),
+                ("random on b seed 0", "frozen frames near the gripper", "frozen"),
+            ]
+        }
+    )
     err = capsys.readouterr().err.strip()
-    assert err == ("discarded by the gate in this run: 3 episode(s) (not counted as failures): collapse check x2 "
-                   "(e.g. random on a seed 0: image detail collapsed to 0.17); frozen check x1 "
-                   "(e.g. random on b seed 0: frozen frames near the gripper)")
+    assert err == (
+        "discarded by the gate in this run: 3 episode(s) (not counted as failures): collapse check x2 "
+        "(e.g. random on a seed 0: image detail collapsed to 0.17); frozen check x1 "
+        "(e.g. random on b seed 0: frozen frames near the gripper)"
+    )
     _say_discards({"discards": []})
     assert capsys.readouterr().err == ""
 
@@ -130,13 +159,22 @@ def test_a_campaign_reports_each_discard_with_the_gates_reason(tmp_path, capsys)
     progress line prints each with its reason, and run_stats hands them to eval's summary."""
     from kosmos_env.campaign import make_config, run_campaign
 
-    cfg = make_config("Kosmos-Tabletop-v1", ["random"], tasks=["carrot_on_plate"], seeds=2, image_size=(64, 64),
-                      video=False, spec_overrides={"gate": {"collapse_ratio": 1.0}})
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["random"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=(64, 64),
+        video=False,
+        spec_overrides={"gate": {"collapse_ratio": 1.0}},
+    )
     stats: dict = {}
     run_campaign(cfg, tmp_path / "c", progress=True, run_stats=stats)
     err = capsys.readouterr().err
     assert stats["done_before"] == 0 and stats["done_now"] == 2 and stats["seconds"] > 0
     assert [(label, check) for label, _, check in stats["discards"]] == [
-        ("random on carrot_on_plate seed 0", "collapse"), ("random on carrot_on_plate seed 1", "collapse")]
+        ("random on carrot_on_plate seed 0", "collapse"),
+        ("random on carrot_on_plate seed 1", "collapse"),
+    ]
     for seed in (0, 1):
         assert err.count(f"discarded: random on carrot_on_plate seed {seed}: image detail collapsed") == 1

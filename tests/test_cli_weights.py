@@ -1,5 +1,6 @@
 """Every missing weight of an env is named at once, by `make`, `eval` and `doctor` (one shared check),
 and `eval` writes nothing before that check."""
+
 from __future__ import annotations
 
 import gymnasium as gym

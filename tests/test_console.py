@@ -1,6 +1,7 @@
 """The console app through its HTTP interface (no browser): pages, read-only access, artifacts by
 hash only, the token on cancel, broken folders, escaping, comparison across spec hashes, and the
 W&B feed during a campaign."""
+
 from __future__ import annotations
 
 import hashlib
@@ -70,7 +71,7 @@ def test_pages_of_a_finished_campaign_read_only(finished, tmp_path):
     assert [r["policy"] for r in live["ranking"]][0] == "scripted:skill=1.0"
     assert set(live["seconds_per_rollout"]) >= {"policy", "world", "gate", "judge", "io", "overhead", "total"}
     for _ in range(100):  # background verification of the finished folder
-        if c.get(f"/c/{key}/live.json").json()["state"] != "running" and 'finished' in c.get("/").text:
+        if c.get(f"/c/{key}/live.json").json()["state"] != "running" and "finished" in c.get("/").text:
             break
         time.sleep(0.05)
     assert c.get(f"/c/{key}").status_code == 200
@@ -99,9 +100,12 @@ def test_artifacts_only_by_content_hash_from_the_store(finished, tmp_path):
     assert ok.status_code == 200 and hashlib.sha256(ok.content).hexdigest() == sha
     assert ok.headers["content-type"] == "video/mp4"
     refused = [
-        f"/c/{key}/artifacts/..%2F..%2Fsecret.txt", f"/c/{key}/artifacts/..%2Fledger.sqlite",
-        f"/c/{key}/artifacts/{sha}.sqlite", f"/c/{key}/artifacts/{sha.upper()}.mp4",
-        f"/c/{key}/artifacts/{'0' * 64}.mp4", f"/c/{key}/artifacts/%2Fetc%2Fpasswd",
+        f"/c/{key}/artifacts/..%2F..%2Fsecret.txt",
+        f"/c/{key}/artifacts/..%2Fledger.sqlite",
+        f"/c/{key}/artifacts/{sha}.sqlite",
+        f"/c/{key}/artifacts/{sha.upper()}.mp4",
+        f"/c/{key}/artifacts/{'0' * 64}.mp4",
+        f"/c/{key}/artifacts/%2Fetc%2Fpasswd",
         f"/c/{key}/artifacts/{sha}.mp4%2F..%2F..%2Fsecret.txt",
     ]
     for url in refused:
@@ -133,7 +137,9 @@ def test_broken_folders_show_an_error_and_the_rest_is_served(finished, tmp_path)
     (root / "corrupt").mkdir()
     (root / "corrupt" / "ledger.sqlite").write_bytes(b"this is not a database" * 100)
     (root / "nomata").mkdir()
-    sqlite3.connect(root / "nomata" / "ledger.sqlite").execute("CREATE TABLE meta (key TEXT, value TEXT)").connection.commit()
+    sqlite3.connect(root / "nomata" / "ledger.sqlite").execute(
+        "CREATE TABLE meta (key TEXT, value TEXT)"
+    ).connection.commit()
     c = _client(root, tmp_path / "missing")
     page = c.get("/")
     assert page.status_code == 200
@@ -193,14 +199,25 @@ def test_wandb_feed_logs_episodes_while_the_campaign_runs(tmp_path, monkeypatch)
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.publish.wandb_logger import LedgerFeed
 
-    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_DATA_DIR", "data"), ("WANDB_CACHE_DIR", "cache"),
-                     ("WANDB_CONFIG_DIR", "config"), ("WANDB_ARTIFACT_DIR", "artifacts")):
+    for var, sub in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_DATA_DIR", "data"),
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_ARTIFACT_DIR", "artifacts"),
+    ):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
-    config = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=2,
-                         image_size=[64, 64], video=False)
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=[64, 64],
+        video=False,
+    )
     out = tmp_path / "camp"
     feed = LedgerFeed(out, min_interval=0.0)
     seen = []
@@ -213,7 +230,7 @@ def test_wandb_feed_logs_episodes_while_the_campaign_runs(tmp_path, monkeypatch)
     run_dir = feed.finish(results)
     assert any(0 < n < config.n_episodes for n in seen), seen  # logged during the run, not only at the end
     assert len(feed.logged) == config.n_episodes
-    table, = (Path(run_dir) / "files" / "media" / "table").glob("episodes_*.table.json")
+    (table,) = (Path(run_dir) / "files" / "media" / "table").glob("episodes_*.table.json")
     assert len(json.loads(table.read_text())["data"]) == config.n_episodes
 
 
@@ -243,10 +260,15 @@ def test_live_numbers_come_from_the_ledger(tmp_path):
         with ledger.transaction() as conn:
             ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
             for o, outcome in zip(ords[:3], ("success", "failure", "discarded"), strict=True):
-                conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, timings = ?, finished = ? "
-                             "WHERE ord = ?", (outcome, {"success": 1, "failure": 0}.get(outcome), timings, now, o))
-            conn.execute("UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ? WHERE ord = ?",
-                         (f"{socket.gethostname()}:{os.getpid()}:w0", now + 60, ords[3]))
+                conn.execute(
+                    "UPDATE episodes SET status = 'done', outcome = ?, success = ?, timings = ?, finished = ? "
+                    "WHERE ord = ?",
+                    (outcome, {"success": 1, "failure": 0}.get(outcome), timings, now, o),
+                )
+            conn.execute(
+                "UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ? WHERE ord = ?",
+                (f"{socket.gethostname()}:{os.getpid()}:w0", now + 60, ords[3]),
+            )
     d = _client(tmp_path).get(f"/c/{folder_key(tmp_path / 'c1')}/live.json").json()
     assert d["state"] == "running" and d["queue"] == {"pending": 2, "leased": 1, "done": 3}
     assert d["outcomes"]["discarded"] == 1 and d["timed"] == 3
@@ -288,8 +310,10 @@ def test_warm_up_is_kept_out_of_rate_and_eta(tmp_path):
             conn.execute("UPDATE runs SET started = ?, finished = ? WHERE run_id = ?", (t0, t0 + 404.0, run_id))
             ords = [r[0] for r in conn.execute("SELECT ord FROM episodes ORDER BY ord")]
             for i, o in enumerate(ords[:5]):
-                conn.execute("UPDATE episodes SET status = 'done', outcome = ?, success = ?, finished = ? WHERE ord = ?",
-                             ("success" if i % 2 == 0 else "failure", int(i % 2 == 0), t0 + 400.0 + i, o))
+                conn.execute(
+                    "UPDATE episodes SET status = 'done', outcome = ?, success = ?, finished = ? WHERE ord = ?",
+                    ("success" if i % 2 == 0 else "failure", int(i % 2 == 0), t0 + 400.0 + i, o),
+                )
     d = _client(tmp_path).get(f"/c/{folder_key(tmp_path / 'c1')}/live.json").json()
     assert d["warmup_seconds"] == pytest.approx(400.0)
     assert d["rollouts_per_hour"] == pytest.approx(3600.0)
@@ -334,6 +358,7 @@ def test_tables_download_as_csv_and_parquet_and_refuse_unknown_formats(finished,
             if name.startswith("pyarrow"):
                 raise ImportError(name)
             return real(name, *args, **kwargs)
+
         builtins.__import__ = no_pyarrow
         try:
             r = c.get(f"/c/{key}/table", params={"format": "parquet"})
@@ -346,10 +371,24 @@ def test_rationales_in_plain_words_from_the_judges_stored_fields():
     from kosmos_env.console.episode_view import plain_rationale
 
     def log_judgment(success, **events):
-        extras = {"held": False, "lifted": False, "carried": False, "released": False, "empty_grasps": 0,
-                  "idle_fraction": 0.1, "idle": False, "n_grasps": 1, "z": 0.0, **events}
-        return {"judge": "robot_log", "success": success, "extras": extras,
-                "rationale": f"failure: events {[k for k in ('held', 'lifted') if extras[k]] or ['none']}, Z = -0.25"}
+        extras = {
+            "held": False,
+            "lifted": False,
+            "carried": False,
+            "released": False,
+            "empty_grasps": 0,
+            "idle_fraction": 0.1,
+            "idle": False,
+            "n_grasps": 1,
+            "z": 0.0,
+            **events,
+        }
+        return {
+            "judge": "robot_log",
+            "success": success,
+            "extras": extras,
+            "rationale": f"failure: events {[k for k in ('held', 'lifted') if extras[k]] or ['none']}, Z = -0.25",
+        }
 
     none = plain_rationale(log_judgment(False, empty_grasps=1, z=-0.25))
     assert none.startswith("Failure: the robot never held an object.") and "1 of those closed on nothing" in none
@@ -358,7 +397,9 @@ def test_rationales_in_plain_words_from_the_judges_stored_fields():
     assert "held an object in its gripper and lifted it, but never carried" in part and "never let go" in part
     split = plain_rationale(log_judgment(False, held=True, lifted=True, carried=True, released=True, z=4.0))
     assert "not all within one and the same grasp" in split
-    assert plain_rationale(log_judgment(True, held=True, lifted=True, carried=True, released=True)).startswith("Success:")
+    assert plain_rationale(log_judgment(True, held=True, lifted=True, carried=True, released=True)).startswith(
+        "Success:"
+    )
     # a judge without structured fields keeps its own words
     assert plain_rationale({"judge": "vlm", "rationale": "the carrot is on the plate"}) == "the carrot is on the plate"
 
@@ -377,8 +418,14 @@ def test_distance_to_goal_uses_the_objects_logged_position_when_there_is_one(tmp
         buf = tmp_path / "log.npz"
         np.savez(buf, **log)
         _, rel, _ = store.put_file(buf, "npz")
-        ep = {"log": rel, "ground_truth": {"target_pos": [0.3, 0.0, 0.0], "object_pos": obj[-1].tolist(),
-                                           "reason": "carrot rests on the plate"}}
+        ep = {
+            "log": rel,
+            "ground_truth": {
+                "target_pos": [0.3, 0.0, 0.0],
+                "object_pos": obj[-1].tolist(),
+                "reason": "carrot rests on the plate",
+            },
+        }
         svg, note = distance_svg(tmp_path, ep)
         assert svg is not None and expect in svg and 'data-scrub="1"' in svg
         assert "0.020 m from the goal" in note  # the simulator's final state: 2 cm above the goal point
@@ -389,9 +436,22 @@ def test_distance_to_goal_uses_the_objects_logged_position_when_there_is_one(tmp
 def test_provenance_never_shows_a_secret_from_a_command_line():
     from kosmos_env.console.episode_view import provenance
 
-    argv = json.dumps(["eval", "--policy", "remote:url=http://h:1,token=s3cr3t-a", "--judge",
-                       json.dumps({"type": "vlm", "api_key": "s3cr3t-b"}), "--hf-token", "s3cr3t-c", "--seeds", "3"])
+    argv = json.dumps(
+        [
+            "eval",
+            "--policy",
+            "remote:url=http://h:1,token=s3cr3t-a",
+            "--judge",
+            json.dumps({"type": "vlm", "api_key": "s3cr3t-b"}),
+            "--hf-token",
+            "s3cr3t-c",
+            "--seeds",
+            "3",
+        ]
+    )
     rows = dict(provenance({"episode_id": "e"}, {}, None, [{"run_id": "r1", "argv": argv}]))
     shown = rows["eval run r1"]
     assert "s3cr3t" not in shown and shown.count("(redacted)") == 3 and "--seeds" in shown
-    assert rows["kosmos-env version"].startswith("not recorded") and rows["world weights hash"].startswith("not recorded")
+    assert rows["kosmos-env version"].startswith("not recorded") and rows["world weights hash"].startswith(
+        "not recorded"
+    )

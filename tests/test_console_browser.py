@@ -9,6 +9,7 @@ refused. Screenshots go to ``test-artifacts/`` (git-ignored).
 Needs ``chromium`` (Debian: ``apt-get install -y chromium``) and the console extra (playwright's
 Python package; its own browser download is never used); skips without them.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,8 +38,10 @@ SLOW = "tests.test_campaign_support:SlowScripted"
 FUSION = '{"type": "fusion", "judges": ["state", "robot_log"]}'
 SEEDS = 4  # the live campaign: 2 policies x 1 task x SEEDS episodes, >= 1.6 s each (40 steps x 0.04 s)
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"),
+]
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,9 +53,26 @@ def _allow_test_policy_import():
 
 
 def _live_argv(out: Path) -> list[str]:
-    return ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--seeds", str(SEEDS), "--image-size",
-            "64", "64", "--no-video", "--no-progress", "--out", str(out),
-            "--policy", f"{SLOW}:delay=0.04,skill=1.0", "--policy", f"{SLOW}:delay=0.04,skill=0.3"]
+    return [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        str(SEEDS),
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--policy",
+        f"{SLOW}:delay=0.04,skill=1.0",
+        "--policy",
+        f"{SLOW}:delay=0.04,skill=0.3",
+    ]
 
 
 def _planned(out: Path) -> bool:
@@ -71,13 +91,33 @@ def _planned(out: Path) -> bool:
 @pytest.fixture(scope="module")
 def console(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
-    rc = cli.main(["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--seeds", "1",
-                   "--image-size", "64", "64", "--policy", "scripted:skill=1.0", "--policy", "random",
-                   "--judge", FUSION, "--no-progress",
-                   "--out", str(root / "finished")])
+    rc = cli.main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--image-size",
+            "64",
+            "64",
+            "--policy",
+            "scripted:skill=1.0",
+            "--policy",
+            "random",
+            "--judge",
+            FUSION,
+            "--no-progress",
+            "--out",
+            str(root / "finished"),
+        ]
+    )
     assert rc == 0
-    server = ConsoleServer([root], port=0, token=TOKEN, poll_seconds=0.25,
-                           analysis_options={"n_boot": 200, "n_splits": 50}).start_in_thread()
+    server = ConsoleServer(
+        [root], port=0, token=TOKEN, poll_seconds=0.25, analysis_options={"n_boot": 200, "n_splits": 50}
+    ).start_in_thread()
     yield root, server
     server.stop()
 
@@ -85,8 +125,11 @@ def console(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True,
-                              args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required", "--disable-gpu"])
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--autoplay-policy=no-user-gesture-required", "--disable-gpu"],
+        )
         yield b
         b.close()
 
@@ -126,8 +169,11 @@ def test_episode_page_plays_video_and_shows_votes_and_hashes(console, page):
     root, server = console
     key = folder_key(root / "finished")
     page.goto(f"{server.url}c/{key}/episodes/0")
-    page.wait_for_function("() => { const v = document.getElementById('video');"
-                           " return v && v.readyState >= 2 && v.currentTime > 0 && !v.paused; }", timeout=15_000)
+    page.wait_for_function(
+        "() => { const v = document.getElementById('video');"
+        " return v && v.readyState >= 2 && v.currentTime > 0 && !v.paused; }",
+        timeout=15_000,
+    )
     assert page.evaluate("document.getElementById('video').error") is None
     votes = page.locator("#votes tr.vote")
     assert votes.count() == 2
@@ -156,8 +202,14 @@ def test_live_view_rises_cancel_stops_and_rerun_completes_once(console, page):
     root, server = console
     out = root / "live"
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL=os.environ.get("MUJOCO_GL", "egl"), HF_HUB_OFFLINE="1")
-    proc = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *_live_argv(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kosmos_env.cli", *_live_argv(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 60
         while not _planned(out) and time.time() < deadline:  # the ledger exists and holds its plan

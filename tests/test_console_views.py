@@ -9,6 +9,7 @@ stored verdicts differ; a CSV download parses and equals the table on the page; 
 different policies compare head to head; the pages fit 1280 px and 800 px; the index refreshes
 itself; Cancel is absent on finished campaigns. Screenshots go to ``test-artifacts/``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -29,23 +30,63 @@ from kosmos_env.stats.verdict import paired_verdict  # noqa: E402
 from tests.test_console_browser import CHROMIUM, _shot, browser  # noqa: E402,F401  (shared fixture)
 
 TOKEN = "views-test-token-0123456789"
-COMMON = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate", "--image-size", "64", "64",
-          "--no-progress"]
+COMMON = [
+    "eval",
+    "--env",
+    "Kosmos-Tabletop-v1",
+    "--tasks",
+    "carrot_on_plate",
+    "--image-size",
+    "64",
+    "64",
+    "--no-progress",
+]
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"),
+]
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("views")
-    assert cli.main([*COMMON, "--seeds", "4", "--policy", "scripted:skill=0.6", "--policy", "scripted:skill=0.3",
-                     "--out", str(root / "mid")]) == 0
+    assert (
+        cli.main(
+            [
+                *COMMON,
+                "--seeds",
+                "4",
+                "--policy",
+                "scripted:skill=0.6",
+                "--policy",
+                "scripted:skill=0.3",
+                "--out",
+                str(root / "mid"),
+            ]
+        )
+        == 0
+    )
     assert cli.main(["judge", str(root / "mid"), "--judge", "robot_log"]) == 0
-    assert cli.main([*COMMON, "--seeds", "5", "--policy", "scripted:skill=1.0", "--policy", "random",
-                     "--out", str(root / "far")]) == 0
-    server = ConsoleServer([root], port=0, token=TOKEN, poll_seconds=0.25,
-                           analysis_options={"n_boot": 200, "n_splits": 20}).start_in_thread()
+    assert (
+        cli.main(
+            [
+                *COMMON,
+                "--seeds",
+                "5",
+                "--policy",
+                "scripted:skill=1.0",
+                "--policy",
+                "random",
+                "--out",
+                str(root / "far"),
+            ]
+        )
+        == 0
+    )
+    server = ConsoleServer(
+        [root], port=0, token=TOKEN, poll_seconds=0.25, analysis_options={"n_boot": 200, "n_splits": 20}
+    ).start_in_thread()
     yield root, server
     server.stop()
 
@@ -106,8 +147,11 @@ def test_scrubber_moves_video_and_plot_cursors_together(runs, page):
     root, server = runs
     key = folder_key(root / "mid")
     page.goto(f"{server.url}c/{key}/episodes/1")
-    page.wait_for_function("() => { const v = document.getElementById('video'); return v && v.readyState >= 1 "
-                           "&& isFinite(v.duration) && v.duration > 0; }", timeout=15_000)
+    page.wait_for_function(
+        "() => { const v = document.getElementById('video'); return v && v.readyState >= 1 "
+        "&& isFinite(v.duration) && v.duration > 0; }",
+        timeout=15_000,
+    )
     steps = int(page.locator("#scrub-box").get_attribute("data-steps"))
     fps = float(page.locator("#scrub-box").get_attribute("data-fps"))
     n_plots = page.locator("svg[data-scrub]").count()
@@ -115,17 +159,27 @@ def test_scrubber_moves_video_and_plot_cursors_together(runs, page):
 
     def cursors(frame: int) -> list[tuple[float, float, str]]:
         """(cursor x, expected x, visibility) on every scrubbable plot for ``frame``."""
-        return page.evaluate("""(k) => [...document.querySelectorAll('svg[data-scrub]')].map(s => {
+        return page.evaluate(
+            """(k) => [...document.querySelectorAll('svg[data-scrub]')].map(s => {
             const l = s.querySelector('line.cursor'); const d = s.dataset;
             const want = Number(d.left) + (k - 1 - Number(d.x0)) / (Number(d.x1) - Number(d.x0)) * Number(d.plotWidth);
-            return [Number(l.getAttribute('x1')), want, l.getAttribute('visibility')]; })""", frame)
+            return [Number(l.getAttribute('x1')), want, l.getAttribute('visibility')]; })""",
+            frame,
+        )
 
     # the slider drives the video and the plots
     target = steps // 2
-    page.evaluate("(k) => { const s = document.getElementById('scrubber'); s.value = String(k);"
-                  " s.dispatchEvent(new Event('input', {bubbles: true})); }", target)
-    page.wait_for_function("(t) => { const v = document.getElementById('video'); return v.paused && !v.seeking"
-                           " && Math.abs(v.currentTime - t) < 0.01; }", arg=(target + 0.02) / fps, timeout=10_000)
+    page.evaluate(
+        "(k) => { const s = document.getElementById('scrubber'); s.value = String(k);"
+        " s.dispatchEvent(new Event('input', {bubbles: true})); }",
+        target,
+    )
+    page.wait_for_function(
+        "(t) => { const v = document.getElementById('video'); return v.paused && !v.seeking"
+        " && Math.abs(v.currentTime - t) < 0.01; }",
+        arg=(target + 0.02) / fps,
+        timeout=10_000,
+    )
     assert abs(page.evaluate("document.getElementById('video').currentTime") - (target + 0.02) / fps) < 0.01
     for x, want, vis in cursors(target):
         assert vis == "visible" and abs(x - want) < 0.2
@@ -135,8 +189,7 @@ def test_scrubber_moves_video_and_plot_cursors_together(runs, page):
     # and the video drives the slider and the plots back
     back = steps - 3
     page.evaluate("(t) => { document.getElementById('video').currentTime = t; }", (back + 0.5) / fps)
-    page.wait_for_function("(k) => document.getElementById('scrubber').value === String(k)", arg=back,
-                           timeout=10_000)
+    page.wait_for_function("(k) => document.getElementById('scrubber').value === String(k)", arg=back, timeout=10_000)
     for x, want, vis in cursors(back):
         assert vis == "visible" and abs(x - want) < 0.2
 
@@ -179,15 +232,27 @@ def test_judge_disagreement_view_lists_exactly_the_differing_episodes(runs, page
     root, server = runs
     folder = root / "mid"
     key = folder_key(folder)
-    (judge_id,), = _rows(folder, "SELECT DISTINCT judge_id FROM judgments")
-    expected = {r[0] for r in _rows(folder, "SELECT e.ord FROM episodes e JOIN judgments j USING (episode_id) "
-                                            "WHERE e.outcome IN ('success', 'failure', 'abstained') "
-                                            "AND e.outcome != j.outcome")}
-    both = _rows(folder, "SELECT COUNT(*) FROM episodes e JOIN judgments j USING (episode_id) "
-                         "WHERE e.outcome IN ('success', 'failure', 'abstained')")[0][0]
+    ((judge_id,),) = _rows(folder, "SELECT DISTINCT judge_id FROM judgments")
+    expected = {
+        r[0]
+        for r in _rows(
+            folder,
+            "SELECT e.ord FROM episodes e JOIN judgments j USING (episode_id) "
+            "WHERE e.outcome IN ('success', 'failure', 'abstained') "
+            "AND e.outcome != j.outcome",
+        )
+    }
+    both = _rows(
+        folder,
+        "SELECT COUNT(*) FROM episodes e JOIN judgments j USING (episode_id) "
+        "WHERE e.outcome IN ('success', 'failure', 'abstained')",
+    )[0][0]
     page.goto(f"{server.url}c/{key}/disagree?j1=campaign&j2={judge_id}")
-    shown = {int(x) for x in page.locator("#disagreements tbody tr").evaluate_all("rs => rs.map(r => r.dataset.ord)")} \
-        if expected else set()
+    shown = (
+        {int(x) for x in page.locator("#disagreements tbody tr").evaluate_all("rs => rs.map(r => r.dataset.ord)")}
+        if expected
+        else set()
+    )
     assert shown == expected
     assert f"agree on {both - len(expected)} of {both}" in page.locator("#agreement").inner_text()
     if not expected:
@@ -216,8 +281,11 @@ def test_csv_and_parquet_downloads_equal_the_table(runs, page):
         assert f"{float(r['rate']):.2f} [{float(r['wilson_lower']):.2f}, {float(r['wilson_upper']):.2f}]" in text
         assert f"{r['successes']}/{r['decided']}" in text
     for policy in policies:  # and the counts are the ledger's
-        k, n = _rows(root / "mid", "SELECT SUM(outcome = 'success'), SUM(outcome IN ('success', 'failure')) "
-                                   "FROM episodes WHERE policy = ?", (policy,))[0]
+        k, n = _rows(
+            root / "mid",
+            "SELECT SUM(outcome = 'success'), SUM(outcome IN ('success', 'failure')) FROM episodes WHERE policy = ?",
+            (policy,),
+        )[0]
         got = next(r for r in rows if r["policy"] == policy and r["task"] == "all tasks")
         assert (int(got["successes"]), int(got["decided"])) == (k, n)
     _shot(page, "console-table.png")
@@ -228,8 +296,9 @@ def test_csv_and_parquet_downloads_equal_the_table(runs, page):
         assert response.status == 501 and "pyarrow" in response.text()
         return
     table = pq.read_table(io.BytesIO(response.body())).to_pylist()
-    assert [(t["policy"], t["task"], t["successes"], t["decided"]) for t in table] == \
-        [(r["policy"], r["task"], int(r["successes"]), int(r["decided"])) for r in rows]
+    assert [(t["policy"], t["task"], t["successes"], t["decided"]) for t in table] == [
+        (r["policy"], r["task"], int(r["successes"]), int(r["decided"])) for r in rows
+    ]
 
 
 def test_compare_views_side_by_side_and_across_runs(runs, page):
@@ -238,15 +307,24 @@ def test_compare_views_side_by_side_and_across_runs(runs, page):
     page.goto(f"{server.url}c/{mid}/pair")
     ab, _ = _expected_verdicts(root / "mid")
     assert page.locator("#verdict").inner_text().strip() == ab.headline()
-    page.wait_for_function("() => [...document.querySelectorAll('video.pair-video')].length === 2 && "
-                           "[...document.querySelectorAll('video.pair-video')].every(v => v.readyState >= 2)",
-                           timeout=15_000)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('video.pair-video')].length === 2 && "
+        "[...document.querySelectorAll('video.pair-video')].every(v => v.readyState >= 2)",
+        timeout=15_000,
+    )
     k = int(page.locator("#pair-scrub").get_attribute("data-steps")) // 2
     fps = float(page.locator("#pair-scrub").get_attribute("data-fps"))
-    page.evaluate("(k) => { const s = document.getElementById('pair-scrubber'); s.value = String(k);"
-                  " s.dispatchEvent(new Event('input', {bubbles: true})); }", k)
-    page.wait_for_function("(t) => [...document.querySelectorAll('video.pair-video')].every(v => v.paused && !v.seeking"
-                           " && Math.abs(v.currentTime - t) < 0.01)", arg=(k + 0.02) / fps, timeout=10_000)
+    page.evaluate(
+        "(k) => { const s = document.getElementById('pair-scrubber'); s.value = String(k);"
+        " s.dispatchEvent(new Event('input', {bubbles: true})); }",
+        k,
+    )
+    page.wait_for_function(
+        "(t) => [...document.querySelectorAll('video.pair-video')].every(v => v.paused && !v.seeking"
+        " && Math.abs(v.currentTime - t) < 0.01)",
+        arg=(k + 0.02) / fps,
+        timeout=10_000,
+    )
     assert page.locator("body").get_attribute("data-pair-frame") == str(k)  # one slider, both videos
     _shot(page, "console-pair.png")
     # two runs with different policies: head to head on the seeds both ran, never "n/a" alone
@@ -274,8 +352,10 @@ def test_live_and_index_fit_refresh_and_hide_cancel_when_finished(runs, browser)
         try:
             for url in ("", f"c/{key}", f"c/{folder_key(root / 'mid')}/episodes/0", f"c/{key}/table"):
                 pg.goto(server.url + url)
-                fits = pg.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth, "
-                                   "...[...document.querySelectorAll('.tw')].map(t => t.scrollWidth - t.clientWidth)]")
+                fits = pg.evaluate(
+                    "() => [document.documentElement.scrollWidth, window.innerWidth, "
+                    "...[...document.querySelectorAll('.tw')].map(t => t.scrollWidth - t.clientWidth)]"
+                )
                 assert fits[0] <= fits[1], (width, url, fits)
                 if url == "" and width == 1280:
                     assert max(fits[2:] or [0]) <= 0, "the campaigns table overflows at 1280 px"

@@ -1,4 +1,5 @@
 """Batched Cosmos 3 calls: N requests through one denoising loop equal N single pipeline calls."""
+
 import os
 
 import gymnasium as gym
@@ -22,8 +23,11 @@ def _requests(world, prompts, seeds):
     for prompt, seed in zip(prompts, seeds, strict=True):
         image = rng.integers(0, 255, (64, 64, 3), dtype=np.uint8)
         actions = rng.normal(0.0, 0.3, (4, 10)).astype(np.float32)
-        out.append(lambda image=image, actions=actions, prompt=prompt, seed=seed:
-                   world.call_kwargs(image, actions, prompt, torch.Generator().manual_seed(seed)))
+        out.append(
+            lambda image=image, actions=actions, prompt=prompt, seed=seed: world.call_kwargs(
+                image, actions, prompt, torch.Generator().manual_seed(seed)
+            )
+        )
     return out
 
 

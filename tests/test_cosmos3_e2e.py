@@ -1,4 +1,5 @@
 """Kosmos-Bridge-v1 end to end on CPU with a tiny random Cosmos 3 pipeline (the real diffusers class)."""
+
 import os
 
 import gymnasium as gym
@@ -15,8 +16,9 @@ pytestmark = [pytest.mark.slow, requires_extra("models")]
 
 
 def make_env(spec, pipe):
-    return gym.make("Kosmos-Bridge-v1", env_spec=spec, judge="state", defer_judging=True,
-                    world_kwargs={"pipeline": pipe})
+    return gym.make(
+        "Kosmos-Bridge-v1", env_spec=spec, judge="state", defer_judging=True, world_kwargs={"pipeline": pipe}
+    )
 
 
 def actions(k, dx=0.01, grip=1.0):

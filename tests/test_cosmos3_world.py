@@ -1,4 +1,5 @@
 """Cosmos3World without running the model: missing weights, stats, frames, config checks, spec hash."""
+
 import dataclasses
 import hashlib
 import json
@@ -68,13 +69,16 @@ def test_null_statistics_are_refused_naming_the_fix():
     spec = tiny_bridge_spec()
     norm = dict(spec.world["bridge"]["normalization"], q01=None)
     with pytest.raises(ActionStatsError, match=r"q01 is null.*registered Kosmos-Bridge-v1 spec.*read_action_stats"):
-        Cosmos3World(spec.with_overrides(world={"bridge": dict(spec.world["bridge"], normalization=norm)}),
-                     pipeline=object())
+        Cosmos3World(
+            spec.with_overrides(world={"bridge": dict(spec.world["bridge"], normalization=norm)}), pipeline=object()
+        )
 
 
 def test_registered_spec_validates_and_is_not_torch_heavy():
-    code = "import sys, kosmos_env; from kosmos_env.spec import load_spec; load_spec('Kosmos-Bridge-v1'); " \
-           "import kosmos_env.worlds.cosmos3; print('torch' in sys.modules, 'diffusers' in sys.modules)"
+    code = (
+        "import sys, kosmos_env; from kosmos_env.spec import load_spec; load_spec('Kosmos-Bridge-v1'); "
+        "import kosmos_env.worlds.cosmos3; print('torch' in sys.modules, 'diffusers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

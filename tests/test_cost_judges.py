@@ -1,5 +1,6 @@
 """Cost per stage with model loads kept apart, the judge's share of the bill, and which judge a
 success number comes from (``--judge``) in analyze, report, the console and publish."""
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,13 @@ from kosmos_env.campaign.design import make_config
 from kosmos_env.campaign.ledger import Ledger
 from tests.conftest import requires_extra
 
-PRICES = {"currency": "EUR", "accelerator_per_hour": {"cpu": 0.36, "gpu": 3.6}, "world": "gpu", "judge": "gpu",
-          "policy": "cpu"}
+PRICES = {
+    "currency": "EUR",
+    "accelerator_per_hour": {"cpu": 0.36, "gpu": 3.6},
+    "world": "gpu",
+    "judge": "gpu",
+    "policy": "cpu",
+}
 # a stored judge that disagrees with the campaign's state judge: every judged episode a failure
 OTHER = {"type": "robot_log", "note": "test-all-failures"}
 
@@ -53,13 +59,20 @@ def test_model_loads_are_filed_once_per_worker_and_kept_out_of_the_warm_seconds(
                 clock.offset += seconds
             calls.append(1)
             return fn(*args, **kwargs)
+
         return build
 
     monkeypatch.setattr(judges_mod, "make_judge", slow(judges_mod.make_judge, 100.0))
     monkeypatch.setattr(policies_mod, "make_policy", slow(policies_mod.make_policy, 1000.0))
     monkeypatch.setattr(TabletopWorld, "load", slow(TabletopWorld.load, 10.0))
-    cfg = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0"], tasks=["carrot_on_plate"], seeds=2,
-                      image_size=(64, 64), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=(64, 64),
+        video=False,
+    )
     open_campaign(cfg, tmp_path)
     with Ledger(tmp_path / "ledger.sqlite", create=False) as ledger:
         runner = worker.EpisodeRunner(cfg, tmp_path, ledger, "h:1:t")
@@ -88,15 +101,36 @@ def test_model_loads_are_filed_once_per_worker_and_kept_out_of_the_warm_seconds(
 def finished(tmp_path_factory):
     """A 4-episode tabletop campaign with a price table, and a second judge's verdicts stored beside its own."""
     out = tmp_path_factory.mktemp("costjudge") / "run"
-    argv = ["eval", "--policy", "scripted:skill=1.0", "--policy", "random", "--tasks", "carrot_on_plate",
-            "--seeds", "2", "--image-size", "64", "64", "--no-progress", "--price-table", json.dumps(PRICES),
-            "--out", str(out)]
+    argv = [
+        "eval",
+        "--policy",
+        "scripted:skill=1.0",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "2",
+        "--image-size",
+        "64",
+        "64",
+        "--no-progress",
+        "--price-table",
+        json.dumps(PRICES),
+        "--out",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     with Ledger(out / "ledger.sqlite", create=False) as ledger:
         judged = [r for r in ledger.episodes("done") if r["outcome"] in ("success", "failure", "abstained")]
         judgments.ensure_table(ledger)
-        judgments.record(ledger, judgments.judge_identity(OTHER), OTHER, "test",
-                         [(r["episode_id"], {"success": False, "score": 0.0, "seconds": 2.0}) for r in judged])
+        judgments.record(
+            ledger,
+            judgments.judge_identity(OTHER),
+            OTHER,
+            "test",
+            [(r["episode_id"], {"success": False, "score": 0.0, "seconds": 2.0}) for r in judged],
+        )
         judgments.record_load(ledger, judgments.judge_identity(OTHER), 30.0)
     return out
 
@@ -173,8 +207,12 @@ def test_publish_cards_name_the_judge_and_lead_with_a_chosen_one(run, tmp_path, 
     assert f"Judge: {label} [{own_id}] (the campaign's own)" in card
     assert "judge's share of the bill:" in card and not list((tmp_path / "own").rglob("judgments"))
 
-    assert cli.main(["publish", str(run), "--repo", "org/results", "--dry-run", str(tmp_path / "other"),
-                     "--judge", "robot_log"]) == 0
+    assert (
+        cli.main(
+            ["publish", str(run), "--repo", "org/results", "--dry-run", str(tmp_path / "other"), "--judge", "robot_log"]
+        )
+        == 0
+    )
     files = list((tmp_path / "other").rglob(f"judgments/{other_id}.json"))
     assert len(files) == 1
     verdicts = json.loads(files[0].read_text())
@@ -184,8 +222,10 @@ def test_publish_cards_name_the_judge_and_lead_with_a_chosen_one(run, tmp_path, 
     manifest = json.loads(next((tmp_path / "other").rglob("c-*/manifest.json")).read_text())
     assert f"judgments/{other_id}.json" in manifest["files"]
 
-    assert cli.main(["publish", str(run), "--repo", "org/results", "--dry-run", str(tmp_path / "x"),
-                     "--judge", "nope"]) == 2
+    assert (
+        cli.main(["publish", str(run), "--repo", "org/results", "--dry-run", str(tmp_path / "x"), "--judge", "nope"])
+        == 2
+    )
     assert "stored judges:" in capsys.readouterr().err
 
 
@@ -237,14 +277,18 @@ def test_a_label_two_judges_share_is_refused_and_the_campaigns_own_id_is_the_cam
     same_label = {"type": label, "note": "other settings"}
     with Ledger(run / "ledger.sqlite", create=False) as ledger:
         first = ledger.episodes("done")[0]["episode_id"]
-        judgments.record(ledger, judgments.judge_identity(same_label), same_label, "test",
-                         [(first, {"success": True, "score": 1.0})])
+        judgments.record(
+            ledger, judgments.judge_identity(same_label), same_label, "test", [(first, {"success": True, "score": 1.0})]
+        )
     with pytest.raises(ValueError, match="names several judges"):
         select_judge(bundle, label)
     view, info = select_judge(bundle, own_id[:8])
     assert info["source"] == "campaign" and view is bundle
     view, info = select_judge(bundle, judgments.judge_identity(same_label))
-    assert info["not_yet_judged"] == len([r for r in bundle.rows if r["outcome"] in ("success", "failure", "abstained")]) - 1
+    assert (
+        info["not_yet_judged"]
+        == len([r for r in bundle.rows if r["outcome"] in ("success", "failure", "abstained")]) - 1
+    )
     assert any("has not judged" in n for n in view.notes)
 
 

@@ -1,4 +1,5 @@
 """Judge distillation pieces: judge specs, the hash split, the label store's resume, the audit's statistics."""
+
 import hashlib
 import json
 import os
@@ -72,8 +73,15 @@ def test_kappa_mcnemar_and_bare_json_by_hand():
     assert mcnemar_exact(0, 5) == pytest.approx(2 * 0.5**5)
     assert mcnemar_exact(3, 3) == pytest.approx(1.0) and mcnemar_exact(0, 0) == 1.0
     assert is_bare_json(GOOD) and is_bare_json(f"  {GOOD}\n") and is_bare_json('{"a": 1}')
-    for wrapped in (f"```json\n{GOOD}\n```", f"<answer>{GOOD}</answer>", f"<think>x</think>{GOOD}",
-                    f"Sure: {GOOD}", "[1]", "{not json}", ""):
+    for wrapped in (
+        f"```json\n{GOOD}\n```",
+        f"<answer>{GOOD}</answer>",
+        f"<think>x</think>{GOOD}",
+        f"Sure: {GOOD}",
+        "[1]",
+        "{not json}",
+        "",
+    ):
         assert not is_bare_json(wrapped), wrapped
 
 
@@ -91,15 +99,36 @@ def _rows(n, student_right, teacher_right, student_valid=3, teacher_valid=1):
     rows = []
     for i in range(n):
         h = f"{i:064x}"
-        for role, right, valid in (("student", student_right(i), student_valid), ("teacher", teacher_right(i), teacher_valid)):
+        for role, right, valid in (
+            ("student", student_right(i), student_valid),
+            ("teacher", teacher_right(i), teacher_valid),
+        ):
             verdict = "success" if right else "failure"
             raws = [GOOD] * valid + ["<think>hm</think> yes"] * (3 - valid)
-            rows.append({"rollout_hash": h, "episode_id": str(i), "policy": "p", "task": "t", "role": role, "spec_hash": role,
-                         "model_id": role, "success": right, "verdict": verdict, "score": float(right), "n_valid": valid,
-                         "k": 3, "valid_votes": valid, "bare_votes": sum(is_bare_json(r) for r in raws),
-                         "votes": "[]", "raw_answers": json.dumps(raws), "generated_tokens": json.dumps([70 if role == "student" else 200] * 3),
-                         "seconds": 1.0 if role == "student" else 3.0, "generate_seconds": 0.5 if role == "student" else 2.5,
-                         "ground_truth": True})
+            rows.append(
+                {
+                    "rollout_hash": h,
+                    "episode_id": str(i),
+                    "policy": "p",
+                    "task": "t",
+                    "role": role,
+                    "spec_hash": role,
+                    "model_id": role,
+                    "success": right,
+                    "verdict": verdict,
+                    "score": float(right),
+                    "n_valid": valid,
+                    "k": 3,
+                    "valid_votes": valid,
+                    "bare_votes": sum(is_bare_json(r) for r in raws),
+                    "votes": "[]",
+                    "raw_answers": json.dumps(raws),
+                    "generated_tokens": json.dumps([70 if role == "student" else 200] * 3),
+                    "seconds": 1.0 if role == "student" else 3.0,
+                    "generate_seconds": 0.5 if role == "student" else 2.5,
+                    "ground_truth": True,
+                }
+            )
     return rows
 
 
@@ -145,15 +174,44 @@ def _bundle(root, n=4, size=32, frames=5):
     rng = np.random.default_rng(0)
     for i in range(n):
         _, video, _ = store.put_video(rng.integers(0, 255, (frames, size, size, 3), dtype=np.uint8), 5.0)
-        rows.append({"episode_id": f"p|carrot_on_plate|{i}|0", "policy": "p", "task": "carrot_on_plate", "seed": i, "repeat": 0,
-                     "outcome": "success" if i % 2 else "failure", "success": bool(i % 2), "judge": "state",
-                     "ground_truth": {"success": bool(i % 2)}, "artifacts": {"video": video, "actions": None, "log": None}})
-    rows.append({"episode_id": "p|carrot_on_plate|9|0", "policy": "p", "task": "carrot_on_plate", "seed": 9, "repeat": 0,
-                 "outcome": "failure", "success": False, "judge": "state", "artifacts": {"video": None}})
+        rows.append(
+            {
+                "episode_id": f"p|carrot_on_plate|{i}|0",
+                "policy": "p",
+                "task": "carrot_on_plate",
+                "seed": i,
+                "repeat": 0,
+                "outcome": "success" if i % 2 else "failure",
+                "success": bool(i % 2),
+                "judge": "state",
+                "ground_truth": {"success": bool(i % 2)},
+                "artifacts": {"video": video, "actions": None, "log": None},
+            }
+        )
+    rows.append(
+        {
+            "episode_id": "p|carrot_on_plate|9|0",
+            "policy": "p",
+            "task": "carrot_on_plate",
+            "seed": 9,
+            "repeat": 0,
+            "outcome": "failure",
+            "success": False,
+            "judge": "state",
+            "artifacts": {"video": None},
+        }
+    )
     spec = load_spec("Kosmos-Tabletop-v1").to_dict()
-    (root / "results.json").write_text(json.dumps({"schema": "kosmos-env/results", "schema_version": 1,
-                                                   "campaign": {"id": "c-test", "env_id": spec["id"], "spec_hash": "x", "spec": spec},
-                                                   "per_episode": rows}))
+    (root / "results.json").write_text(
+        json.dumps(
+            {
+                "schema": "kosmos-env/results",
+                "schema_version": 1,
+                "campaign": {"id": "c-test", "env_id": spec["id"], "spec_hash": "x", "spec": spec},
+                "per_episode": rows,
+            }
+        )
+    )
     return rows
 
 
@@ -167,7 +225,17 @@ def tiny_judge():
     before = torch.get_num_threads()
     torch.set_num_threads(1)
     model, tok = qwen_tiny.build_qwen2_5_vl()
-    yield VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, max_new_tokens=3, max_frames=2, max_pixels=784, min_pixels=784, batch_size=2)
+    yield VLMJudge(
+        model=model,
+        tokenizer=tok,
+        k=2,
+        min_valid=1,
+        max_new_tokens=3,
+        max_frames=2,
+        max_pixels=784,
+        min_pixels=784,
+        batch_size=2,
+    )
     torch.set_num_threads(before)
 
 
@@ -219,8 +287,19 @@ def test_distill_refuses_a_teacher_that_only_abstained(tmp_path):
     store = LabelStore(tmp_path / "labels")
     store.init()
     row = {c: None for c in COLUMNS}
-    row.update(rollout_hash="a" * 64, spec_hash="s" * 64, seed=0, repeat=0, score=0.0, n_valid=0, k=3,
-               judge_spec=json.dumps({"judge": {"k": 3}}), verdict="abstained", seconds=0.0, generate_seconds=0.0)
+    row.update(
+        rollout_hash="a" * 64,
+        spec_hash="s" * 64,
+        seed=0,
+        repeat=0,
+        score=0.0,
+        n_valid=0,
+        k=3,
+        judge_spec=json.dumps({"judge": {"k": 3}}),
+        verdict="abstained",
+        seconds=0.0,
+        generate_seconds=0.0,
+    )
     store.append([row, dict(row, rollout_hash="b" * 64)])
     (tmp_path / "student").mkdir()
     with pytest.raises(ValueError, match="only abstains"):
@@ -247,13 +326,22 @@ def test_vlm_judge_applies_a_lora_adapter_and_pins_it_in_its_spec(tmp_path, tiny
     base = make_judge({"type": "vlm", "model": str(tmp_path / "base"), **small})
     tuned = make_judge({"type": "vlm", "model": str(tmp_path / "base"), "adapter": str(tmp_path / "adapter"), **small})
     assert "adapter_sha256" not in base.spec and len(tuned.spec["adapter_sha256"]) == 64
-    r = Rollout(frames=np.zeros((3, 32, 32, 3), np.uint8), instruction="put the carrot on the plate",
-                actions=np.zeros((2, 7), np.float32), fps=5.0)
+    r = Rollout(
+        frames=np.zeros((3, 32, 32, 3), np.uint8),
+        instruction="put the carrot on the plate",
+        actions=np.zeros((2, 7), np.float32),
+        fps=5.0,
+    )
     item = base._inputs(r)
     ids = torch.tensor([item["ids"]])
-    feed = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "mm_token_type_ids": (ids == base._video_token_id).int() * 2,
-            "pixel_values_videos": torch.from_numpy(item["patches"]), "video_grid_thw": torch.tensor([item["grid"]]),
-            "second_per_grid_ts": torch.tensor([item["second_per_grid"]])}
+    feed = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": (ids == base._video_token_id).int() * 2,
+        "pixel_values_videos": torch.from_numpy(item["patches"]),
+        "video_grid_thw": torch.tensor([item["grid"]]),
+        "second_per_grid_ts": torch.tensor([item["second_per_grid"]]),
+    }
     feed = {k: v.to(base.model.device) for k, v in feed.items()}
     with torch.no_grad():
         assert not torch.allclose(base.model(**feed).logits[0, -1], tuned.model(**feed).logits[0, -1])

@@ -7,6 +7,7 @@ pretrained model's would be, so LoRA alone can fit answers). Every step goes thr
 and the real loading code (models saved to disk, loaded with local_files_only). Slow only
 because of the campaign and the two tiny trainings: ~35 s on a loaded 2-core machine.
 """
+
 import json
 import math
 import os
@@ -60,11 +61,17 @@ def _teach_teacher(path, campaign_dir):
         ids = torch.tensor([list(item["ids"]) + target])
         labels = ids.clone()
         labels[0, : len(item["ids"])] = -100
-        batches.append({"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": labels,
-                        "mm_token_type_ids": (ids == model.config.video_token_id).int() * 2,
-                        "pixel_values_videos": torch.from_numpy(item["patches"]),
-                        "video_grid_thw": torch.tensor([item["grid"]]),
-                        "second_per_grid_ts": torch.tensor([item["second_per_grid"]])})
+        batches.append(
+            {
+                "input_ids": ids,
+                "attention_mask": torch.ones_like(ids),
+                "labels": labels,
+                "mm_token_type_ids": (ids == model.config.video_token_id).int() * 2,
+                "pixel_values_videos": torch.from_numpy(item["patches"]),
+                "video_grid_thw": torch.tensor([item["grid"]]),
+                "second_per_grid_ts": torch.tensor([item["second_per_grid"]]),
+            }
+        )
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     model.train()
     worst = float("inf")
@@ -131,8 +138,30 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     from kosmos_env.judges import make_judge
 
     camp = tmp_path / "campaign"
-    assert main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "scripted:skill=1.0", "--policy", "random",
-                 "--tasks", *TASKS, "--seeds", "2", "--out", str(camp), "--image-size", "64", "64", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "eval",
+                "--env",
+                "Kosmos-Tabletop-v1",
+                "--policy",
+                "scripted:skill=1.0",
+                "--policy",
+                "random",
+                "--tasks",
+                *TASKS,
+                "--seeds",
+                "2",
+                "--out",
+                str(camp),
+                "--image-size",
+                "64",
+                "64",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     results = json.loads((camp / "results.json").read_text())
     hashes = {os.path.basename(r["artifacts"]["video"])[:-4] for r in results["per_episode"]}
     assert len(results["per_episode"]) == 8 and len(hashes) == 8
@@ -148,10 +177,29 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     labels = tmp_path / "labels"
     # a low temperature: the labels are the taught answers on any CPU, yet k votes are still sampled
     spec = f"vlm:model={teacher},k=3,min_valid=2,max_new_tokens=80,temperature=0.1,{VIDEO}"
-    assert main(["judge-label", "--judge", spec, "--rollouts", str(camp), "--out", str(labels), "--limit", "3", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "judge-label",
+                "--judge",
+                spec,
+                "--rollouts",
+                str(camp),
+                "--out",
+                str(labels),
+                "--limit",
+                "3",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert len(LabelStore(labels).read()) == 3
     capsys.readouterr()
-    assert main(["judge-label", "--judge", spec, "--rollouts", str(camp), "--out", str(labels), "--no-progress", "--json"]) == 0
+    assert (
+        main(["judge-label", "--judge", spec, "--rollouts", str(camp), "--out", str(labels), "--no-progress", "--json"])
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["already"] == 3 and summary["labelled"] == 5 and summary["total"] == 8
     rows = LabelStore(labels).read()
@@ -162,17 +210,38 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     for r in decided:  # the taught teacher answers per instruction
         assert json.loads(r["answer_json"])["success"] is (r["task"] == "carrot_on_plate")
     for r in rows:  # byte-level tokenizer: a clean answer is one token per byte plus <|im_end|>
-        for raw, n_tok, vote in zip(json.loads(r["raw_answers"]), json.loads(r["generated_tokens"]), json.loads(r["votes"]), strict=True):
+        for raw, n_tok, vote in zip(
+            json.loads(r["raw_answers"]), json.loads(r["generated_tokens"]), json.loads(r["votes"]), strict=True
+        ):
             if vote["valid"]:
                 assert n_tok == len(raw.encode()) + 1
 
     # 2. distil (in two runs: the second resumes from the step-8 checkpoint)
     adapter = tmp_path / "adapter"
-    args = ["judge-distill", "--teacher-labels", str(labels), "--student", str(student), "--out", str(adapter),
-            "--heldout-pct", str(pct), "--lr", "1e-2", "--lora-r", "16", "--save-every", "8", "--seed", "3", "--no-progress"]
+    args = [
+        "judge-distill",
+        "--teacher-labels",
+        str(labels),
+        "--student",
+        str(student),
+        "--out",
+        str(adapter),
+        "--heldout-pct",
+        str(pct),
+        "--lr",
+        "1e-2",
+        "--lora-r",
+        "16",
+        "--save-every",
+        "8",
+        "--seed",
+        "3",
+        "--no-progress",
+    ]
     assert main(args + ["--steps", "8"]) == 0
     first = json.loads((adapter / "distill_config.json").read_text())
     from safetensors.torch import load_file
+
     at8 = load_file(str(adapter / "adapter_model.safetensors"))
     assert main(args + ["--steps", STEPS]) == 0
     cfg = json.loads((adapter / "distill_config.json").read_text())
@@ -200,11 +269,32 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     assert set(cfg["training"]["example_rollouts"]) <= train
 
     # the adapter loads back as a judge, and changes the student's outputs
-    base = make_judge({"type": "vlm", "model": str(student), "k": 1, "min_valid": 1, "max_pixels": 3136, "min_pixels": 784, "max_frames": 4})
-    tuned = make_judge({"type": "vlm", "model": str(student), "adapter": str(adapter), "k": 1, "min_valid": 1,
-                        "max_pixels": 3136, "min_pixels": 784, "max_frames": 4})
+    base = make_judge(
+        {
+            "type": "vlm",
+            "model": str(student),
+            "k": 1,
+            "min_valid": 1,
+            "max_pixels": 3136,
+            "min_pixels": 784,
+            "max_frames": 4,
+        }
+    )
+    tuned = make_judge(
+        {
+            "type": "vlm",
+            "model": str(student),
+            "adapter": str(adapter),
+            "k": 1,
+            "min_valid": 1,
+            "max_pixels": 3136,
+            "min_pixels": 784,
+            "max_frames": 4,
+        }
+    )
     assert len(tuned.spec["adapter_sha256"]) == 64 and "adapter_sha256" not in base.spec
     from peft import get_peft_model_state_dict
+
     saved = load_file(str(adapter / "adapter_model.safetensors"))
     loaded = get_peft_model_state_dict(tuned.model)
     assert set(saved) == set(loaded) and len(saved) > 0
@@ -217,8 +307,25 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
 
     # 3. audit, held-out only
     report_dir = tmp_path / "audit"
-    assert main(["judge-audit", "--teacher", spec, "--student", str(adapter), "--rollouts", str(camp),
-                 "--out", str(report_dir), "--no-progress", "--n-boot", "500"]) == 0
+    assert (
+        main(
+            [
+                "judge-audit",
+                "--teacher",
+                spec,
+                "--student",
+                str(adapter),
+                "--rollouts",
+                str(camp),
+                "--out",
+                str(report_dir),
+                "--no-progress",
+                "--n-boot",
+                "500",
+            ]
+        )
+        == 0
+    )
     report = json.loads((report_dir / "report.json").read_text())
     md = (report_dir / "report.md").read_text()
     judg = pq.read_table(report_dir / "judgments.parquet").to_pylist()
@@ -227,8 +334,11 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
     assert set(T) == set(S) == held  # exactly the held-out clips
     assert report["rollouts"] == len(held) and report["inputs"]["heldout_only"]
     assert report["inputs"]["excluded_not_heldout"] == 8 - len(held)
-    assert report["inputs"]["distilled_from"] == {"labels_sha256": cfg["teacher_labels"]["sha256"],
-                                                  "teacher_spec_hash": rows[0]["spec_hash"], "same_teacher": True}
+    assert report["inputs"]["distilled_from"] == {
+        "labels_sha256": cfg["teacher_labels"]["sha256"],
+        "teacher_spec_hash": rows[0]["spec_hash"],
+        "same_teacher": True,
+    }
 
     # recompute the audit's numbers from the saved judgments, independently
     keys = sorted(held)
@@ -251,11 +361,15 @@ def test_label_distil_audit_end_to_end(tmp_path, one_thread, capsys):
         bare = sum(1 for t in raws if t.strip().startswith("{") and t.strip().endswith("}") and _is_obj(t))
         assert eng["bare_json"]["k"] == bare
         assert eng["mean_generated_tokens"] == pytest.approx(np.mean(toks))
-        assert eng["mean_generate_seconds_per_rollout"] == pytest.approx(np.mean([r["generate_seconds"] for r in rows_.values()]))
+        assert eng["mean_generate_seconds_per_rollout"] == pytest.approx(
+            np.mean([r["generate_seconds"] for r in rows_.values()])
+        )
         gt_ok = sum((r["verdict"] == ("success" if r["ground_truth"] else "failure")) for r in rows_.values())
         assert report["quality"]["ground_truth"][role]["k"] == gt_ok
     # ground truth is the tabletop state judge of each episode
-    truth = {os.path.basename(r["artifacts"]["video"])[:-4]: r["ground_truth"]["success"] for r in results["per_episode"]}
+    truth = {
+        os.path.basename(r["artifacts"]["video"])[:-4]: r["ground_truth"]["success"] for r in results["per_episode"]
+    }
     assert all(T[k]["ground_truth"] is truth[k] for k in keys)
     # the teacher answers bare JSON, so its engineering numbers are real
     assert report["engineering"]["teacher"]["schema_valid"]["k"] > 0

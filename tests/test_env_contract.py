@@ -1,4 +1,5 @@
 """The env's action, observation, step, reward, horizon and task contracts (docs/architecture.md)."""
+
 from __future__ import annotations
 
 import gymnasium

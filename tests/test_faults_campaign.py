@@ -4,6 +4,7 @@ no process outlives a kill (issue 18, items 2-4, and the kill / outage acceptanc
 Each test injects the fault for real: a dead lease owner, a policy server stopped and restarted
 mid-campaign, a worker and then the whole eval process killed with SIGKILL, ten SIGKILLs at
 seeded random moments. Campaigns are tiny (64x64, one task, few seeds)."""
+
 from __future__ import annotations
 
 import os
@@ -24,9 +25,21 @@ from kosmos_env.campaign.failures import is_infrastructure_failure
 from kosmos_env.campaign.ledger import Ledger
 from kosmos_env.campaign.runner import open_campaign
 from kosmos_env.campaign.worker import WorkSettings
-from tests.faults_support import (allow_test_policy_import,  # noqa: F401  (autouse)
-                                  SLOW, TASK, EvalLauncher, alive, attempt_counts, descendants, eval_argv, kill_tree_now,
-                                  ledger_rows, runs_started, spawn_cli, wait_gone)
+from tests.faults_support import (
+    allow_test_policy_import,  # noqa: F401  (autouse)
+    SLOW,
+    TASK,
+    EvalLauncher,
+    alive,
+    attempt_counts,
+    descendants,
+    eval_argv,
+    kill_tree_now,
+    ledger_rows,
+    runs_started,
+    spawn_cli,
+    wait_gone,
+)
 from tests.test_campaign_support import done_count
 
 # 0.03 s a step: an episode takes at least 1.2 s on any machine, so no run of the ten-kill test can
@@ -42,17 +55,22 @@ def _dead_pid() -> int:
 
 
 def _tiny_config(policies=("scripted:skill=1.0",), seeds=2):
-    return make_config("Kosmos-Tabletop-v1", list(policies), tasks=[TASK], seeds=seeds, image_size=(64, 64),
-                       video=False)
+    return make_config(
+        "Kosmos-Tabletop-v1", list(policies), tasks=[TASK], seeds=seeds, image_size=(64, 64), video=False
+    )
 
 
 # -- item 2: which failures are final ----------------------------------------------------------
 def test_failure_kinds_are_told_apart():
     from kosmos_env.policies.protocol import RemotePolicyError
 
-    for exc in (MemoryError(), ConnectionRefusedError(111, "refused"), TimeoutError("slow"),
-                RemotePolicyError("cannot reach the remote policy", transport=True),
-                RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")):
+    for exc in (
+        MemoryError(),
+        ConnectionRefusedError(111, "refused"),
+        TimeoutError("slow"),
+        RemotePolicyError("cannot reach the remote policy", transport=True),
+        RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+    ):
         assert is_infrastructure_failure(exc), exc
     try:  # the cause counts: an adapter that wraps an OOM is still out of memory
         try:
@@ -61,8 +79,12 @@ def test_failure_kinds_are_told_apart():
             raise ValueError("model failed") from inner
     except ValueError as wrapped:
         assert is_infrastructure_failure(wrapped)
-    for exc in (ValueError("bad action"), RuntimeError("policy refuses seed 1"), KeyError("x"),
-                RemotePolicyError("answered HTTP 500 policy_error: boom", transport=False)):
+    for exc in (
+        ValueError("bad action"),
+        RuntimeError("policy refuses seed 1"),
+        KeyError("x"),
+        RemotePolicyError("answered HTTP 500 policy_error: boom", transport=False),
+    ):
         assert not is_infrastructure_failure(exc), exc
 
 
@@ -80,7 +102,10 @@ def test_dead_owners_and_infrastructure_failures_never_close_an_episode(tmp_path
         key = ledger.claim(owner, 60.0, max_attempts=3)  # takes over the fifth dead lease
         # ten infrastructure failures in a row: always back to pending, never an error
         for _ in range(10):
-            assert ledger.fail(key.episode_id, owner, "RemotePolicyError: cannot reach", 3, infrastructure=True) == "pending"
+            assert (
+                ledger.fail(key.episode_id, owner, "RemotePolicyError: cannot reach", 3, infrastructure=True)
+                == "pending"
+            )
             key = ledger.claim(owner, 60.0, max_attempts=3)
         assert ledger.counts()["error"] == 0
         # the policy's own failures count: the third one closes the episode as an error
@@ -97,8 +122,10 @@ def test_dead_owners_and_infrastructure_failures_never_close_an_episode(tmp_path
         assert key is not None  # and its earlier failures no longer count:
         assert ledger.fail(key.episode_id, owner, "ValueError: bad action", 3) == "pending"
         # an older ledger's "abandoned after N attempts" error is an infrastructure failure: reopened
-        ledger.conn.execute("UPDATE episodes SET status = 'done', outcome = 'error', error = "
-                            "'abandoned after 3 attempts: the worker running it stopped (owner process died) each time'")
+        ledger.conn.execute(
+            "UPDATE episodes SET status = 'done', outcome = 'error', error = "
+            "'abandoned after 3 attempts: the worker running it stopped (owner process died) each time'"
+        )
         assert ledger.reopen_errors(all_errors=False) == 1
         assert ledger.counts()["pending"] == 1
 
@@ -142,13 +169,15 @@ def test_policy_server_outage_mid_campaign_loses_nothing(tmp_path):
     attempts = attempt_counts(out)
     assert sum(attempts.get("infra-error", {}).values()) >= 1, "the outage hit no request"
     episodes = results["per_episode"]
-    assert len(episodes) == 3 and all(e["outcome"] in ("success", "failure") for e in episodes), \
-        [(e["outcome"], (e["error"] or "")[-200:]) for e in episodes]
+    assert len(episodes) == 3 and all(e["outcome"] in ("success", "failure") for e in episodes), [
+        (e["outcome"], (e["error"] or "")[-200:]) for e in episodes
+    ]
     assert set(attempts["ok"].values()) == {1} and len(attempts["ok"]) == 3  # none lost, none twice
     assert verify_campaign(out).ok
     local = run_campaign(_tiny_config(seeds=3), tmp_path / "local", progress=False)
-    assert sorted((e["seed"], e["outcome"], e["steps"]) for e in episodes) == \
-        sorted((e["seed"], e["outcome"], e["steps"]) for e in local["per_episode"])
+    assert sorted((e["seed"], e["outcome"], e["steps"]) for e in episodes) == sorted(
+        (e["seed"], e["outcome"], e["steps"]) for e in local["per_episode"]
+    )
 
 
 # -- item 3: errors are loud ----------------------------------------------------------------
@@ -208,7 +237,9 @@ def _finish_and_check(out, reference) -> None:
 @pytest.mark.slow
 def test_killed_worker_then_sigkilled_parent_leave_no_process_and_lose_nothing(tmp_path, reference):
     out = tmp_path / "pool"
-    proc = spawn_cli(eval_argv(out, "--workers", "2", "--executor", "process", policies=(KILL_POLICY,), seeds=KILL_SEEDS))
+    proc = spawn_cli(
+        eval_argv(out, "--workers", "2", "--executor", "process", policies=(KILL_POLICY,), seeds=KILL_SEEDS)
+    )
     started: set[int] = set()
     try:
         deadline = time.time() + 180

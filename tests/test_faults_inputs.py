@@ -1,5 +1,6 @@
 """Fault matrix, bad input: every case fails fast with one line, a non-zero exit and no
 traceback (issue 18, items 5-8). The campaign-folder cases share one tiny finished campaign."""
+
 from __future__ import annotations
 
 import os
@@ -29,14 +30,17 @@ def _one_line_error(capsys, rc, code=2) -> str:
 # -- item 5: a bad --policy fails before any episode runs ---------------------------------------
 # the expected words of cases whose message comes from name resolution (policies/__init__.py)
 # are left open: only "cannot be built" and the policy's label are promised for those
-@pytest.mark.parametrize("policy, says", [
-    ("no_such_policy", None),                         # unknown name
-    ("scripted:skill=0.5,oops", None),                # malformed: an item without '='
-    ("scripted:skill=5", "skill must be in [0, 1]"),  # out of range
-    ("scripted:skil=0.5", "bad keyword argument"),    # a keyword the adapter does not take
-    ("scripted:skill=high", "skill"),                 # a value of the wrong type
-    ("kosmos_env.no_such_module:Policy", None),       # a class that cannot be loaded
-])
+@pytest.mark.parametrize(
+    "policy, says",
+    [
+        ("no_such_policy", None),  # unknown name
+        ("scripted:skill=0.5,oops", None),  # malformed: an item without '='
+        ("scripted:skill=5", "skill must be in [0, 1]"),  # out of range
+        ("scripted:skil=0.5", "bad keyword argument"),  # a keyword the adapter does not take
+        ("scripted:skill=high", "skill"),  # a value of the wrong type
+        ("kosmos_env.no_such_module:Policy", None),  # a class that cannot be loaded
+    ],
+)
 def test_bad_policy_fails_before_any_episode(tmp_path, capsys, policy, says):
     out = tmp_path / "c"
     rc = cli.main(eval_argv(out, policies=("random", policy)))
@@ -126,8 +130,13 @@ def test_async_vector_env_with_default_arguments_refuses_naming_the_fix():
     assert "shared_memory" in str(info.value)
     # shared memory off but the fork start method: refused too (children hang after a render)
     with pytest.raises(ValueError, match="fork"):
-        gymnasium.make_vec("Kosmos-Tabletop-v1", num_envs=2, vectorization_mode="async", image_size=(32, 32),
-                           vector_kwargs={"shared_memory": False, "context": "fork"})
+        gymnasium.make_vec(
+            "Kosmos-Tabletop-v1",
+            num_envs=2,
+            vectorization_mode="async",
+            image_size=(32, 32),
+            vector_kwargs={"shared_memory": False, "context": "fork"},
+        )
 
 
 # -- item 8: dtypes as documented, and a closed env ---------------------------------------------

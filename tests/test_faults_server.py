@@ -1,5 +1,6 @@
 """Fault matrix, policy server: hostile or broken clients get an HTTP answer, never a dropped
 connection, and cannot hold a connection open (issue 18, item 12)."""
+
 from __future__ import annotations
 
 import http.client
@@ -34,8 +35,11 @@ def _post(server, path, body, content_type):
 
 def test_wrong_content_type_is_answered_415(served):
     reset = json.dumps({"version": 1, "instruction": "x", "seed": 0}).encode()
-    for path, body, ctype in (("/v1/reset", reset, "text/plain"), ("/v1/reset", reset, None),
-                              ("/v1/act", b"KPOL", "application/json")):
+    for path, body, ctype in (
+        ("/v1/reset", reset, "text/plain"),
+        ("/v1/reset", reset, None),
+        ("/v1/act", b"KPOL", "application/json"),
+    ):
         status, answer = _post(served, path, body, ctype)
         assert status == 415 and answer["error"]["code"] == "unsupported_media_type", (path, ctype, answer)
     status, answer = _post(served, "/v1/reset", reset, "application/json; charset=utf-8")  # parameters are fine
@@ -60,8 +64,9 @@ def test_deeply_nested_json_is_answered_400(served):
 def test_headers_without_a_body_time_out_with_408(served):
     sock = socket.create_connection(served.httpd.server_address[:2], timeout=30)
     try:
-        sock.sendall(b"POST /v1/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                     b"Content-Length: 100\r\n\r\n")  # ... and never the 100 bytes
+        sock.sendall(
+            b"POST /v1/reset HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+        )  # ... and never the 100 bytes
         data = b""  # the socket's 30 s timeout fails the test if the server would wait for ever
         while b"\r\n\r\n" not in data or not data.rstrip().endswith(b"}"):
             chunk = sock.recv(4096)

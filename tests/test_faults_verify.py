@@ -1,5 +1,6 @@
 """Fault matrix, verification: edited ledgers, forged bundles and hostile submissions are caught,
 and the commands that draw numbers from a folder refuse one that fails (issue 18, items 9-11)."""
+
 from __future__ import annotations
 
 import json
@@ -69,9 +70,11 @@ def test_an_edited_ledger_is_caught_even_after_eval_rebuilt_the_bundle(tmp_path,
     assert any(eid in p and "ground truth" in p for p in problems), problems
     # every command that draws numbers from the folder refuses it unless told otherwise
     capsys.readouterr()
-    for argv in (["analyze", str(out), "--n-boot", "100", "--n-splits", "10", "--no-write"],
-                 ["report", str(out), "--no-thumbnails"],
-                 ["publish", str(out), "--repo", "org/x", "--dry-run", str(tmp_path / "dry")]):
+    for argv in (
+        ["analyze", str(out), "--n-boot", "100", "--n-splits", "10", "--no-write"],
+        ["report", str(out), "--no-thumbnails"],
+        ["publish", str(out), "--repo", "org/x", "--dry-run", str(tmp_path / "dry")],
+    ):
         assert cli.main(argv) == 2, argv
         errors = [ln for ln in capsys.readouterr().err.splitlines() if "error:" in ln]
         assert len(errors) == 1 and "verification" in errors[0], errors  # publish: its bundle check or verify's

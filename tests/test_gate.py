@@ -4,6 +4,7 @@ A tiny renderer draws a dark "arm" at the projected TCP of the tabletop camera o
 table with a static disc and a dark background band, so every check sees the geometry it
 sees on the real tabletop.
 """
+
 from __future__ import annotations
 
 import json
@@ -84,7 +85,9 @@ def test_frozen_frame_under_commanded_motion_is_rejected(calibration):
     g = gate()
     run_moves(g, calibration, [(0.04, 0, 0)])
     frame = render(calibration, (0.37, 0.0, 0.12))
-    v = g.check(frame, frame[None], action(0, 0.04, 0), calibration, {"ee_pos": np.array([[0.37, 0.04, 0.12]], np.float32)})
+    v = g.check(
+        frame, frame[None], action(0, 0.04, 0), calibration, {"ee_pos": np.array([[0.37, 0.04, 0.12]], np.float32)}
+    )
     assert not v.passed
     assert v.check == "frozen" and "no visible motion" in v.reason
     assert v.frames == [0] and v.episode_frames == [2]
@@ -98,8 +101,13 @@ def test_tiny_command_demands_no_motion(calibration):
     g = gate()
     frame = render(calibration, (0.33, 0.0, 0.12))
     # a dwell while the gripper closes: no translation, the scene does not move
-    v = g.check(frame, frame[None], action(0.002, 0, 0, gripper=0.0), calibration,
-                {"ee_pos": np.array([[0.332, 0.0, 0.12]], np.float32)})
+    v = g.check(
+        frame,
+        frame[None],
+        action(0.002, 0, 0, gripper=0.0),
+        calibration,
+        {"ee_pos": np.array([[0.332, 0.0, 0.12]], np.float32)},
+    )
     assert v.passed and not v.segments[0]["demanded"]
 
 
@@ -123,7 +131,9 @@ def test_camera_pan_with_a_still_arm_is_rejected(calibration):
         frame = render(calibration, (0.37, 0.0, 0.12))
         m = np.float32([[1, 0, shift[0]], [0, 1, shift[1]]])
         panned = cv2.warpAffine(frame, m, (SIZE, SIZE), borderMode=cv2.BORDER_REPLICATE)
-        v = g.check(frame, panned[None], action(0, 0.04, 0), calibration, {"ee_pos": np.array([[0.37, 0.04, 0.12]], np.float32)})
+        v = g.check(
+            frame, panned[None], action(0, 0.04, 0), calibration, {"ee_pos": np.array([[0.37, 0.04, 0.12]], np.float32)}
+        )
         assert not v.passed, (shift, v.segments)
         assert v.check in ("camera_motion", "frozen")
 
@@ -148,8 +158,13 @@ def test_rotation_heavy_steps_are_not_direction_checked(calibration):
     for move in moves:
         new_pos = pos - np.asarray(move)  # moves the wrong way, but the command also rotates a lot
         new = render(calibration, new_pos)
-        v = g.check(frame, new[None], action(*move, rot=(0.2, 0.0, 0.0)), calibration,
-                    {"ee_pos": new_pos[None].astype(np.float32)})
+        v = g.check(
+            frame,
+            new[None],
+            action(*move, rot=(0.2, 0.0, 0.0)),
+            calibration,
+            {"ee_pos": new_pos[None].astype(np.float32)},
+        )
         assert v.passed
         assert v.segments[0]["direction_checked"] is False
         pos, frame = new_pos, new

@@ -4,6 +4,7 @@ The real can episode must pass under the shipped commands consistent with it; it
 panned copies must be rejected. Also: the camera model agrees with SimplerEnv's start pose on
 the real first frame, scales with the image size, and the Cosmos 3 world exposes it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -54,7 +55,7 @@ def test_start_pose_projects_onto_the_gripper_in_the_first_real_frame():
     u, v = cal.project(np.asarray([REAL_EPISODE_START_EE_POS]))[0]
     assert 440 < u < 520 and 170 < v < 240
     frame = load_real_episode().frames[0].astype(float).mean(axis=2)
-    window = frame[int(v) - 40: int(v) + 40, int(u) - 40: int(u) + 40]
+    window = frame[int(v) - 40 : int(v) + 40, int(u) - 40 : int(u) + 40]
     assert (window < 40).mean() > 0.2  # much of the window is the black gripper
     corner = frame[400:480, 0:80]  # far from the arm
     assert (corner < 40).mean() < (window < 40).mean()
@@ -75,7 +76,9 @@ def test_calibration_scales_with_the_image_size():
 def test_reference_commands_follow_the_recorded_track():
     spec, ref, _ = load_spec("Kosmos-Bridge-v1"), load_reference_commands(), None
     cal = bridge_calibration(spec.world["camera"], (480, 640))
-    again = commands_from_pixel_track(np.asarray(ref["pixel_track_px"]), cal, ref["height_m"], np.asarray(ref["gripper"]))
+    again = commands_from_pixel_track(
+        np.asarray(ref["pixel_track_px"]), cal, ref["height_m"], np.asarray(ref["gripper"])
+    )
     np.testing.assert_allclose(again, ref["actions"], atol=1e-5)
     # their projection retraces the track's motion (direction of the big moves in the image)
     path = np.asarray(ref["start_ee_pos"]) + np.cumsum(ref["actions"][:, :3], axis=0)
@@ -106,8 +109,9 @@ def test_cosmos_world_exposes_calibration_and_integrated_pose():
     spec = load_spec("Kosmos-Bridge-v1")
     q = [0.0] * 10
     world_block = dict(spec.world)
-    world_block["bridge"] = dict(world_block["bridge"], normalization={"method": "quantile", "q01": q, "q99": [1.0] * 10,
-                                                                       "clamp": False})
+    world_block["bridge"] = dict(
+        world_block["bridge"], normalization={"method": "quantile", "q01": q, "q99": [1.0] * 10, "clamp": False}
+    )
     spec = spec.with_overrides(world=world_block, image_size=[96, 128])
     world = Cosmos3World(spec, pipeline=object())  # no pipeline call here: only construction
     assert world.calibration is not None
@@ -194,18 +198,24 @@ def test_blurred_pan_measure_catches_a_sharp_sub_pixel_pan_a_moving_patch_does_n
     scene = np.full((192, 256), 120, np.uint8)
     for _ in range(40):
         x, y = rng.integers(0, 236), rng.integers(0, 172)
-        scene[y: y + rng.integers(6, 20), x: x + rng.integers(6, 20)] = rng.integers(20, 240)
+        scene[y : y + rng.integers(6, 20), x : x + rng.integers(6, 20)] = rng.integers(20, 240)
     box = (16, 8, 32)  # the gripper's window in the 48x64 analysis image
     small = lambda img: cv2.resize(img, (64, 48), interpolation=cv2.INTER_AREA).astype(np.float32)  # noqa: E731
     a = small(scene)
     ratios = {}
     for blur in (0.0, spec.gate["pan_blur_px"]):
-        gate = ConsistencyGate.from_spec({k: v for k, v in spec.gate.items() if k not in ("enabled", "workspace")}
-                                         | {"pan_blur_px": blur})
+        gate = ConsistencyGate.from_spec(
+            {k: v for k, v in spec.gate.items() if k not in ("enabled", "workspace")} | {"pan_blur_px": blur}
+        )
         explained = []
         for dx, dy in ((5.0, 1.0), (-4.6, 2.2), (3.4, -3.8), (-2.6, -1.4)):  # 0.7-1.4 analysis px
-            panned = cv2.warpAffine(scene, np.float32([[1, 0, dx], [0, 1, dy]]), (256, 192), flags=cv2.INTER_LINEAR,
-                                    borderMode=cv2.BORDER_REPLICATE)
+            panned = cv2.warpAffine(
+                scene,
+                np.float32([[1, 0, dx], [0, 1, dy]]),
+                (256, 192),
+                flags=cv2.INTER_LINEAR,
+                borderMode=cv2.BORDER_REPLICATE,
+            )
             seg = Segment(0.0)
             camera_motion(gate.thresholds, hann, seg, a, small(panned), box)
             explained.append(seg.pan_explained)

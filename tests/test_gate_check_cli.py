@@ -1,4 +1,5 @@
 """`kosmos-env gate-check` end to end on a small configuration, plus its helpers."""
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,10 @@ def test_auroc_matches_the_definition():
 
 def test_parse_policies_keeps_kwargs_together():
     assert parse_policies("scripted:skill=1.0,scripted:skill=0.3,random") == [
-        "scripted:skill=1.0", "scripted:skill=0.3", "random"]
+        "scripted:skill=1.0",
+        "scripted:skill=0.3",
+        "random",
+    ]
     assert parse_policies("random:scale=0.5,seed=3;scripted") == ["random:scale=0.5,seed=3", "scripted"]
 
 
@@ -31,9 +35,25 @@ def test_gate_check_command_small_run(tmp_path, capsys):
     from kosmos_env.cli import main
 
     out = tmp_path / "gate.json"
-    rc = main(["gate-check", "--policies", "scripted:skill=1.0,random", "--tasks", "carrot_on_plate",
-               "--seeds", "1", "--campaign-skills", "0.3", "--campaign-seeds", "1", "--image-size", "64",
-               "--json", str(out)])
+    rc = main(
+        [
+            "gate-check",
+            "--policies",
+            "scripted:skill=1.0,random",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--campaign-skills",
+            "0.3",
+            "--campaign-seeds",
+            "1",
+            "--image-size",
+            "64",
+            "--json",
+            str(out),
+        ]
+    )
     assert rc == 0
     text = capsys.readouterr().out
     assert "AUROC true vs permuted" in text and "[campaign]" in text and "acceptance:" in text

@@ -3,6 +3,7 @@
 Uses the real MuJoCo tabletop (64x64) through gymnasium.make, with a world wrapper that
 freezes or pans the frames the way a misbehaving world model would.
 """
+
 from __future__ import annotations
 
 import cv2
@@ -108,8 +109,12 @@ def test_failing_gate_terminates_and_discards(mode):
 
 def test_gate_can_be_switched_off_by_override():
     spec = load_spec("Kosmos-Tabletop-v1").with_overrides(image_size=(64, 64))
-    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), gate={"enabled": False},
-                         world_model=MisbehavingWorld(make_world(spec), "frozen"))
+    env = gymnasium.make(
+        "Kosmos-Tabletop-v1",
+        image_size=(64, 64),
+        gate={"enabled": False},
+        world_model=MisbehavingWorld(make_world(spec), "frozen"),
+    )
     env.reset(seed=0)
     _, _, terminated, _, info = env.step(np.array([0.04, 0, 0, 0, 0, 0, 1], np.float32))
     assert not terminated and "gate" not in info

@@ -5,6 +5,7 @@ and view test must equal their numpy formulation, on the inputs the gate really 
 recorded tabletop episodes (as recorded, panned and frozen; calibrated and calibration-free).
 The previous call's last frame, handed back as a view of the same buffer (as the env does), is
 recognised by its memory; a copy is compared by value, with the same verdicts."""
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,12 @@ def numpy_geometry(th, commanded, start, calibration, scale, shape):
     h, w = shape
     finite = bool(np.isfinite(uv).all())
     margin = th.view_margin_px
-    in_view = finite and bool(uv[:, 0].min() >= margin and uv[:, 0].max() <= w - margin
-                              and uv[:, 1].min() >= margin and uv[:, 1].max() <= h - margin)
+    in_view = finite and bool(
+        uv[:, 0].min() >= margin
+        and uv[:, 0].max() <= w - margin
+        and uv[:, 1].min() >= margin
+        and uv[:, 1].max() <= h - margin
+    )
     if not finite:
         return False, np.zeros(2), 0.0, None
     expected = uv[1] - uv[0]
@@ -73,7 +78,9 @@ def recorded_calls(size: int):
     calls.append(None)
     rng = np.random.default_rng(4)
     for _ in range(20):
-        _, _, terminated, truncated, _ = env.step(rng.uniform(env.action_space.low, env.action_space.high).astype(np.float32))
+        _, _, terminated, truncated, _ = env.step(
+            rng.uniform(env.action_space.low, env.action_space.high).astype(np.float32)
+        )
         if terminated or truncated:
             break
     calibration, thresholds = base.world.calibration, base._gate.thresholds

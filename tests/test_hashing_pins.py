@@ -4,14 +4,19 @@ each hashing variant (file, folder, canonical JSON) on a fixed tree. The literal
 the hashing helpers as they were before they moved into :mod:`kosmos_env.hashing`, so the move (and
 any later change of that module) provably changes no value a result or a bundle already carries.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
 
 #: a JSON document that exercises what differs between the canonical forms: nesting, key order,
 #: non-ASCII text, floats, ints, booleans and None
-JSON_SAMPLE = {"b": [1, 2.5, {"z": None, "a": True}], "a": "caf\u00e9 \u2713", "c": {"y": 1e-7, "x": -0.0},
-               "d": 12345678901234567890}
+JSON_SAMPLE = {
+    "b": [1, 2.5, {"z": None, "a": True}],
+    "a": "caf\u00e9 \u2713",
+    "c": {"y": 1e-7, "x": -0.0},
+    "d": 12345678901234567890,
+}
 
 
 def build_tree(root: Path) -> Path:
@@ -160,8 +165,10 @@ def test_shipped_checkpoints_file_and_content_hashes():
     for name, entry in entries.items():
         assert sha256_file(shipped_checkpoint_path(name)) == entry["sha256"], name
         assert policy_hash_from_files("ckpt", {"shipped": name}) == CHECKPOINT_CONTENT[name], name
-    assert (policy_hash_from_files("ckpt", {"shipped": "bc_clone_2000", "sample": True, "seed": 3})
-            == "e40c038f6f60226f7e5d9fc9ad7eca4bd157fbc283c1ff6d7cd53e8d6e21f070")
+    assert (
+        policy_hash_from_files("ckpt", {"shipped": "bc_clone_2000", "sample": True, "seed": 3})
+        == "e40c038f6f60226f7e5d9fc9ad7eca4bd157fbc283c1ff6d7cd53e8d6e21f070"
+    )
 
 
 def test_policy_content_hashes():
@@ -186,25 +193,43 @@ def test_judge_artifact_hashes():
 
 # -- campaign, publish and distill hashes over fixed inputs ------------------------------------------
 
+
 def _submission():
     from types import SimpleNamespace
 
-    campaign = {"env_id": "Kosmos-Tabletop-v1", "spec_hash": "ab" * 32, "judge": {"type": "state"},
-                "policies": [{"content_hash": "cd" * 32}, {"name": "random", "kwargs": {"a": 1}}],
-                "tasks": ["b", "a"], "seeds": [2, 1], "repeats": 1}
-    return SimpleNamespace(campaign=campaign, env_id="Kosmos-Tabletop-v1", spec_hash="ab" * 32,
-                           manifest={"files": {"x/a.npy": "11" * 32, "x/l.npz": "22" * 32}},
-                           rows=[{"outcome": "success", "artifacts": {"actions": "x/a.npy", "log": "x/l.npz"}},
-                                 {"outcome": "failure", "artifacts": {"actions": "x/a.npy"}},
-                                 {"outcome": "error", "artifacts": {"actions": "x/a.npy"}}])
+    campaign = {
+        "env_id": "Kosmos-Tabletop-v1",
+        "spec_hash": "ab" * 32,
+        "judge": {"type": "state"},
+        "policies": [{"content_hash": "cd" * 32}, {"name": "random", "kwargs": {"a": 1}}],
+        "tasks": ["b", "a"],
+        "seeds": [2, 1],
+        "repeats": 1,
+    }
+    return SimpleNamespace(
+        campaign=campaign,
+        env_id="Kosmos-Tabletop-v1",
+        spec_hash="ab" * 32,
+        manifest={"files": {"x/a.npy": "11" * 32, "x/l.npz": "22" * 32}},
+        rows=[
+            {"outcome": "success", "artifacts": {"actions": "x/a.npy", "log": "x/l.npz"}},
+            {"outcome": "failure", "artifacts": {"actions": "x/a.npy"}},
+            {"outcome": "error", "artifacts": {"actions": "x/a.npy"}},
+        ],
+    )
 
 
 def test_campaign_hashes():
     from kosmos_env.campaign.design import env_seed, make_config
     from kosmos_env.campaign.judgments import judge_identity
 
-    cfg = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "random"], tasks=["carrot_on_plate"], seeds=3,
-                      judge={"type": "state"})
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0", "random"],
+        tasks=["carrot_on_plate"],
+        seeds=3,
+        judge={"type": "state"},
+    )
     assert cfg.config_hash == "33544e6bcffa4e31003f9c06609cf2cc3d05bb75ff05916e1a81437c312b5a21"
     assert [env_seed(3, r) for r in range(4)] == [3, 869687201, 262889037, 47919368]
     assert judge_identity({"type": "vlm", "model_id": "Qwen/x", "temperature": 0.0}) == "5196df649fb09514"
@@ -245,11 +270,15 @@ def test_distill_hashes(tmp_path):
     from kosmos_env.distill.judgespec import judge_identity, spec_hash
     from kosmos_env.distill.labels import labels_sha256
 
-    rows = [{"rollout_hash": "r2", "spec_hash": "s", "label": 1, "labelled_at": 5.0, "p": 0.25},
-            {"rollout_hash": "r1", "spec_hash": "s", "label": 0, "labelled_at": 6.0, "p": float("nan")}]
+    rows = [
+        {"rollout_hash": "r2", "spec_hash": "s", "label": 1, "labelled_at": 5.0, "p": 0.25},
+        {"rollout_hash": "r1", "spec_hash": "s", "label": 0, "labelled_at": 6.0, "p": float("nan")},
+    ]
     assert labels_sha256(rows) == "7457661731c50c149fa055b0c862ac57af382e22d76b649c033c4e619c411383"
-    assert (spec_hash({"judge": {"type": "vlm"}, "weights": {"model_id": "Qwen/x"}})
-            == "169b148cf8c18e387a363ea1ddf00e92dc9962970775bb38482c15818f456c26")
+    assert (
+        spec_hash({"judge": {"type": "vlm"}, "weights": {"model_id": "Qwen/x"}})
+        == "169b148cf8c18e387a363ea1ddf00e92dc9962970775bb38482c15818f456c26"
+    )
     tree = build_tree(tmp_path / "tree")
     identity = judge_identity(None, {"type": "vlm", "model": str(tree), "temperature": 0.0})
     assert identity["weights"] == {"folder_sha256": FOLDER_STREAM_TRAILED}
@@ -358,6 +387,9 @@ def test_code_digest(tmp_path, monkeypatch):
     from kosmos_env.study.registration import code_digest
 
     monkeypatch.syspath_prepend(str(build_package(tmp_path / "src")))
-    assert code_digest("pinpkg.worlds.deep.world") == {"module": "pinpkg.worlds.deep.world", "files": 4,
-                                                       "sha256": CODE_PKG}
+    assert code_digest("pinpkg.worlds.deep.world") == {
+        "module": "pinpkg.worlds.deep.world",
+        "files": 4,
+        "sha256": CODE_PKG,
+    }
     assert code_digest("pinpkg.top") == {"module": "pinpkg.top", "files": 1, "sha256": CODE_FILE}

@@ -1,4 +1,5 @@
 """Strict answer parsing and the quorum rule of the VLM judge."""
+
 import pytest
 
 from kosmos_env.judges.answer import AnswerError, parse_answer, quorum, strip_wrappers
@@ -80,7 +81,7 @@ def test_tie_abstains():
 
 
 def test_too_few_valid_answers_abstain_even_if_they_say_success():
-    res = quorum([GOOD, "not json", "```json\n{\"success\": true}\n```"], min_valid=2)
+    res = quorum([GOOD, "not json", '```json\n{"success": true}\n```'], min_valid=2)
     assert res.success is None and res.n_valid == 1
     assert [v["valid"] for v in res.votes] == [True, False, False]
     assert "missing field" in res.votes[2]["error"]

@@ -1,4 +1,5 @@
 """Veto, fusion and the optimistic baseline; judge selection by name in the tabletop env."""
+
 import numpy as np
 import pytest
 
@@ -10,7 +11,9 @@ from tests.test_judge_robot_log import LogBuilder, approach, pick_and_place
 
 
 def make_rollout(log):
-    return Rollout(frames=np.zeros((1, 8, 8, 3), np.uint8), instruction="put it there", actions=np.zeros((0, 7)), fps=5, log=log)
+    return Rollout(
+        frames=np.zeros((1, 8, 8, 3), np.uint8), instruction="put it there", actions=np.zeros((0, 7)), fps=5, log=log
+    )
 
 
 class Fixed:
@@ -57,7 +60,10 @@ def test_veto_needs_a_log():
 def test_veto_thresholds_pass_through():
     log = approach(LogBuilder()).close_on(0.06).step(n=2).log()  # short by 0.06: a hold at margin 0.05
     assert make_judge({"type": "veto", "judge": "optimistic"}).judge(make_rollout(log)).success is True
-    assert make_judge({"type": "veto", "judge": "optimistic", "hold_margin": 0.1}).judge(make_rollout(log)).success is False
+    assert (
+        make_judge({"type": "veto", "judge": "optimistic", "hold_margin": 0.1}).judge(make_rollout(log)).success
+        is False
+    )
 
 
 def test_fusion_weighted_mean_and_abstention_rule():

@@ -1,4 +1,5 @@
 """Judge readiness (kosmos-env judge-check), the doctor on CPU, and a --tiny campaign's provenance."""
+
 import json
 
 import numpy as np
@@ -133,10 +134,15 @@ def test_tiny_campaign_records_spec_hash_and_provenance(tiny_judge_dir, tmp_path
 
     assert os.environ["KOSMOS_COSMOS3_NANO_PATH"].endswith("cosmos3")
     judge.update(SMALL_VLM)
-    small = {"world": {"num_inference_steps": 2, "chunk_size": 4, "input_size": [48, 64]}, "image_size": [48, 64],
-             "horizon": 1, "gate": {"enabled": False}}
-    cfg = make_config("Kosmos-Bridge-v1", ["random:chunk=4"], tasks=["move_can_to_left"], seeds=1, judge=judge,
-                      spec_overrides=small)
+    small = {
+        "world": {"num_inference_steps": 2, "chunk_size": 4, "input_size": [48, 64]},
+        "image_size": [48, 64],
+        "horizon": 1,
+        "gate": {"enabled": False},
+    }
+    cfg = make_config(
+        "Kosmos-Bridge-v1", ["random:chunk=4"], tasks=["move_can_to_left"], seeds=1, judge=judge, spec_overrides=small
+    )
     results = run_campaign(cfg, tmp_path / "run", progress=False)
     (ep,) = results["per_episode"]
     assert ep["error"] is None, ep["error"]

@@ -1,4 +1,5 @@
 """The robot-log judge's events and Z formula on hand-built logs, and LeRobot parquet reading."""
+
 import numpy as np
 import pytest
 
@@ -166,7 +167,13 @@ def test_idle_definition_and_penalty():
 
 
 def test_judge_wraps_events_in_a_judgment():
-    r = Rollout(frames=np.zeros((1, 8, 8, 3), np.uint8), instruction="put it", actions=np.zeros((0, 7)), fps=5, log=pick_and_place())
+    r = Rollout(
+        frames=np.zeros((1, 8, 8, 3), np.uint8),
+        instruction="put it",
+        actions=np.zeros((0, 7)),
+        fps=5,
+        log=pick_and_place(),
+    )
     j = make_judge("robot_log").judge(r)
     assert j.success is True and j.score == pytest.approx(1.0) and j.judge == "robot_log"
     assert j.extras["held"] and j.extras["z"] == pytest.approx(4.0)
@@ -211,27 +218,43 @@ def test_lerobot_parquet_episode(tmp_path):
     action = [[0.0] * 6 + [800 * (1 - log["gripper_cmd"][i])] for i in range(n)]
     other_state = [[0.0] * 7 for _ in range(3)]
     rows = list(range(n))[::-1]
-    table = pa.table({
-        "observation.state": [state[i] for i in rows] + other_state,
-        "action": [action[i] for i in rows] + [[0.0] * 7] * 3,
-        "episode_index": [4] * n + [5] * 3,
-        "frame_index": rows + [0, 1, 2],
-    })
+    table = pa.table(
+        {
+            "observation.state": [state[i] for i in rows] + other_state,
+            "action": [action[i] for i in rows] + [[0.0] * 7] * 3,
+            "episode_index": [4] * n + [5] * 3,
+            "frame_index": rows + [0, 1, 2],
+        }
+    )
     path = tmp_path / "episode.parquet"
     pq.write_table(table, path)
     got = log_from_lerobot(
         str(path),
         {"ee_pos": "observation.state[0:3]", "gripper_cmd": "action[6]", "gripper_measured": "observation.state[6]"},
-        gripper_cmd_range=(800, 0), gripper_measured_range=(800, 0), episode_index=4, position_scale=0.001,
+        gripper_cmd_range=(800, 0),
+        gripper_measured_range=(800, 0),
+        episode_index=4,
+        position_scale=0.001,
     )
     np.testing.assert_allclose(got["ee_pos"], log["ee_pos"], atol=1e-9)
     np.testing.assert_allclose(got["gripper_measured"], log["gripper_measured"], atol=1e-9)
     ev = analyse_log(got)
     assert ev.success and ev.z == pytest.approx(4.0)
     with pytest.raises(ValueError, match="not in the episode"):
-        log_from_lerobot(str(path), {"ee_pos": "state[0:3]", "gripper_cmd": "action[6]", "gripper_measured": "action[6]"}, (0, 1), (0, 1))
+        log_from_lerobot(
+            str(path),
+            {"ee_pos": "state[0:3]", "gripper_cmd": "action[6]", "gripper_measured": "action[6]"},
+            (0, 1),
+            (0, 1),
+        )
     with pytest.raises(ValueError, match="episode 9"):
-        log_from_lerobot(str(path), {"ee_pos": "observation.state[0:3]", "gripper_cmd": "action[6]", "gripper_measured": "action[6]"}, (0, 1), (0, 1), episode_index=9)
+        log_from_lerobot(
+            str(path),
+            {"ee_pos": "observation.state[0:3]", "gripper_cmd": "action[6]", "gripper_measured": "action[6]"},
+            (0, 1),
+            (0, 1),
+            episode_index=9,
+        )
 
 
 def test_normalise_gripper():

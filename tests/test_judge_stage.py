@@ -1,4 +1,5 @@
 """Judging as its own stage: per-stage leases, exactly once under SIGKILL, same records as in-line judging."""
+
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import pytest
 from kosmos_env import cli
 from kosmos_env.campaign.design import make_config
 from kosmos_env.campaign.executors import make_executor
-from kosmos_env.campaign.ledger import JUDGE_STAGE, Ledger, make_owner
+from kosmos_env.campaign.ledger import Ledger, make_owner
 from kosmos_env.campaign.runner import open_campaign, run_campaign
 from kosmos_env.campaign.verify import verify_campaign
 from kosmos_env.campaign.worker import WorkSettings, work
@@ -36,9 +37,18 @@ def _dead_pid() -> int:
 
 def _stage_fake(ledger: Ledger, owner: str) -> str:
     key = ledger.claim(owner, 60.0, 3)
-    record = {"outcome": "pending", "gate": None, "ground_truth": {"success": True}, "steps": 3,
-              "timings": {"policy": 0.1, "world": 0.2, "gate": 0.0, "judge": 0.0, "io": 0.0, "total": 0.3},
-              "video": None, "actions": None, "log": None, "error": None, "provenance": {"world": {"type": "x"}}}
+    record = {
+        "outcome": "pending",
+        "gate": None,
+        "ground_truth": {"success": True},
+        "steps": 3,
+        "timings": {"policy": 0.1, "world": 0.2, "gate": 0.0, "judge": 0.0, "io": 0.0, "total": 0.3},
+        "video": None,
+        "actions": None,
+        "log": None,
+        "error": None,
+        "provenance": {"world": {"type": "x"}},
+    }
     assert ledger.stage_rollout(key.episode_id, owner, record, (), None, 10.0)
     return key.episode_id
 
@@ -65,8 +75,14 @@ def test_ledger_stages_lease_and_record_exactly_once(tmp_path):
         dead = f"{judge_a.split(':')[0]}:{_dead_pid()}:ja"
         ledger.conn.execute("UPDATE judge_queue SET owner = ? WHERE episode_id = ?", (dead, first))
         assert [r["episode_id"] for r in ledger.claim_judging(judge_b, 60.0, 8)] == [first]
-        verdict = {**rows[0]["record"], "outcome": "success", "success": True, "score": 1.0, "judge": "state",
-                   "judgment": {"success": True, "score": 1.0, "judge": "state"}}
+        verdict = {
+            **rows[0]["record"],
+            "outcome": "success",
+            "success": True,
+            "score": 1.0,
+            "judge": "state",
+            "judgment": {"success": True, "score": 1.0, "judge": "state"},
+        }
         assert ledger.complete_judging(first, judge_b, verdict)
         assert not ledger.complete_judging(first, dead, verdict)  # first finisher wins
         statuses = [a["status"] for a in ledger.attempts(first)]
@@ -86,23 +102,40 @@ def test_ledger_stages_lease_and_record_exactly_once(tmp_path):
         assert ledger.reopen_errors(all_errors=True) == 1
         assert _stage_fake(ledger, rollout) == second
         assert [r["episode_id"] for r in ledger.claim_judging(judge_b, 60.0, 8)] == [second]
-        assert ledger.complete_judging(second, judge_b, {**verdict, "outcome": "failure", "success": False,
-                                                         "score": 0.0, "judgment": {"success": False, "score": 0.0}})
+        assert ledger.complete_judging(
+            second,
+            judge_b,
+            {
+                **verdict,
+                "outcome": "failure",
+                "success": False,
+                "score": 0.0,
+                "judgment": {"success": False, "score": 0.0},
+            },
+        )
         from kosmos_env.campaign.stage_check import check_stage
 
         assert check_stage(ledger.episodes(), ledger.judge_queue(), ledger.attempts()) == []
         ledger.conn.execute("INSERT INTO attempts (episode_id, attempt, status) VALUES (?, 1, 'rolled-out')", (second,))
-        assert any("rolled out 2 times" in p for p in check_stage(ledger.episodes(), ledger.judge_queue(),
-                                                                   ledger.attempts()))
+        assert any(
+            "rolled out 2 times" in p for p in check_stage(ledger.episodes(), ledger.judge_queue(), ledger.attempts())
+        )
 
 
 def _comparable(results):
     out = {}
     for e in results["per_episode"]:
         judgment = {k: v for k, v in (e["judgment"] or {}).items() if k != "seconds"}
-        out[e["episode_id"]] = (e["outcome"], e["score"], e["steps"], judgment, e["gate"], e["ground_truth"],
-                                e["artifacts"].get("actions") if isinstance(e.get("artifacts"), dict) else None,
-                                (e.get("provenance") or {}).get("identity_sha256"))
+        out[e["episode_id"]] = (
+            e["outcome"],
+            e["score"],
+            e["steps"],
+            judgment,
+            e["gate"],
+            e["ground_truth"],
+            e["artifacts"].get("actions") if isinstance(e.get("artifacts"), dict) else None,
+            (e.get("provenance") or {}).get("identity_sha256"),
+        )
     return out
 
 
@@ -159,8 +192,14 @@ def test_sigkill_during_judging_loses_nothing_and_judges_each_episode_once(tmp_p
         rolled_before = {r["episode_id"]: r["record"] for r in ledger.judge_queue()}
         artifacts_before = len(ledger.artifacts())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", _SLOW_JUDGE, str(out)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _SLOW_JUDGE, str(out)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 240
     done = 0
     while time.time() < deadline and proc.poll() is None:
@@ -173,8 +212,9 @@ def test_sigkill_during_judging_loses_nothing_and_judges_each_episode_once(tmp_p
     proc.communicate()
     with Ledger(out / "ledger.sqlite", create=False) as ledger:
         depths = ledger.stage_depths()
-        judged_before = {q["episode_id"]: (q["judged_by"], q["judged_at"]) for q in ledger.judge_queue()
-                         if q["status"] == "judged"}
+        judged_before = {
+            q["episode_id"]: (q["judged_by"], q["judged_at"]) for q in ledger.judge_queue() if q["status"] == "judged"
+        }
     assert 2 <= depths["done"] < 6, depths  # killed mid-way: some judged, some not
     assert depths["pending"] == depths["rolling_out"] == 0
     # rerun (in-line judging, no judge workers): the rest is judged from the stored rollouts
@@ -207,8 +247,21 @@ def test_sigkill_during_judging_loses_nothing_and_judges_each_episode_once(tmp_p
 
 
 def test_bad_stage_flags_are_one_line_errors(tmp_path, capsys):
-    base = ["eval", "--policy", "random", "--tasks", "spoon_on_towel", "--seeds", "1", "--image-size", "64", "64",
-            "--no-progress", "--out", str(tmp_path / "run")]
+    base = [
+        "eval",
+        "--policy",
+        "random",
+        "--tasks",
+        "spoon_on_towel",
+        "--seeds",
+        "1",
+        "--image-size",
+        "64",
+        "64",
+        "--no-progress",
+        "--out",
+        str(tmp_path / "run"),
+    ]
     cases = [
         (["--executor", "ray", "--judge-workers", "1", "--judge-resources", "{not json"], "--judge-resources"),
         (["--executor", "ray", "--judge-workers", "1", "--judge-resources", '{"num_gpus": -1}'], "num_gpus"),
@@ -254,18 +307,43 @@ def test_two_stage_eval_killed_anywhere_resumes_without_redoing_a_finished_stage
     from tests.test_campaign_support import kill_after_done
 
     out = tmp_path / "run"
-    argv = ["eval", "--policy", "tests.test_campaign_support:SlowScripted:skill=0.8,delay=0.03", "--policy", "random",
-            "--tasks", "spoon_on_towel", "--seeds", "3", "--image-size", "64", "64", "--no-progress",
-            "--workers", "1", "--judge-workers", "1", "--out", str(out)]
+    argv = [
+        "eval",
+        "--policy",
+        "tests.test_campaign_support:SlowScripted:skill=0.8,delay=0.03",
+        "--policy",
+        "random",
+        "--tasks",
+        "spoon_on_towel",
+        "--seeds",
+        "3",
+        "--image-size",
+        "64",
+        "64",
+        "--no-progress",
+        "--workers",
+        "1",
+        "--judge-workers",
+        "1",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KOSMOS_ENV_ALLOW_IMPORT": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kosmos_env.cli", *argv],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     kill_after_done(proc, out, 2, timeout=240)
     with Ledger(out / "ledger.sqlite", create=False) as ledger:
         assert ledger.counts()["done"] < 6
         filed_before = {q["episode_id"]: q["record"] for q in ledger.judge_queue()}
-    result = subprocess.run([sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=600)
+    result = subprocess.run(
+        [sys.executable, "-m", "kosmos_env.cli", *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     with Ledger(out / "ledger.sqlite", create=False) as ledger:
         queue = {q["episode_id"]: q for q in ledger.judge_queue()}
@@ -284,16 +362,48 @@ def test_queue_depth_per_stage_in_progress_line_and_incomplete_note(tmp_path):
     from kosmos_env.campaign.progress import stage_postfix
     from kosmos_env.report.bundle import RESULTS_SCHEMA, SUPPORTED_SCHEMA_VERSIONS, bundle_from_data
 
-    counts = {"success": 1, "discarded": 0, "abstained": 0, "error": 0, "pending": 3, "rolling_out": 2,
-              "rolled_out": 4, "judging": 1}
-    assert stage_postfix(counts) == {"success": 1, "failure": 0, "discarded": 0, "abstained": 0, "errors": 0, "pending": 3,
-                                     "rolling_out": 2, "await_judge": 4, "judging": 1}
+    counts = {
+        "success": 1,
+        "discarded": 0,
+        "abstained": 0,
+        "error": 0,
+        "pending": 3,
+        "rolling_out": 2,
+        "rolled_out": 4,
+        "judging": 1,
+    }
+    assert stage_postfix(counts) == {
+        "success": 1,
+        "failure": 0,
+        "discarded": 0,
+        "abstained": 0,
+        "errors": 0,
+        "pending": 3,
+        "rolling_out": 2,
+        "await_judge": 4,
+        "judging": 1,
+    }
     idle = {**counts, "rolled_out": 0, "judging": 0}
     assert "await_judge" not in stage_postfix(idle) and stage_postfix(idle, two_stage=True)["await_judge"] == 0
-    data = {"schema": RESULTS_SCHEMA, "schema_version": max(SUPPORTED_SCHEMA_VERSIONS),
-            "campaign": {"complete": False, "planned": 10,
-                         "queue": {"pending": 3, "rolling_out": 2, "rolled_out": 4, "judging": 1, "done": 0}},
-            "per_episode": [{"policy": "random", "task": "spoon_on_towel", "seed": 0, "repeat": 0, "outcome": "failure",
-                             "score": 0.0, "success": False}]}
+    data = {
+        "schema": RESULTS_SCHEMA,
+        "schema_version": max(SUPPORTED_SCHEMA_VERSIONS),
+        "campaign": {
+            "complete": False,
+            "planned": 10,
+            "queue": {"pending": 3, "rolling_out": 2, "rolled_out": 4, "judging": 1, "done": 0},
+        },
+        "per_episode": [
+            {
+                "policy": "random",
+                "task": "spoon_on_towel",
+                "seed": 0,
+                "repeat": 0,
+                "outcome": "failure",
+                "score": 0.0,
+                "success": False,
+            }
+        ],
+    }
     notes = bundle_from_data(tmp_path, tmp_path / "results.json", data).notes
     assert any("(pending 3, rolling out 2, rolled out 4, judging 1)" in n for n in notes), notes

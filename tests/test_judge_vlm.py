@@ -1,4 +1,5 @@
 """The VLM judge's real generate path on tiny random Qwen2.5-VL / Qwen3-VL models built offline."""
+
 import os
 
 import numpy as np
@@ -23,16 +24,24 @@ SMALL = {"max_pixels": 56 * 56, "min_pixels": 28 * 28, "max_new_tokens": 16}
 
 def feed(judge, item, extra_ids=()):
     ids = torch.tensor([list(item["ids"]) + list(extra_ids)])
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids),
-            "mm_token_type_ids": (ids == judge.model.config.video_token_id).int() * 2,
-            "pixel_values_videos": torch.from_numpy(item["patches"]), "video_grid_thw": torch.tensor([item["grid"]]),
-            "second_per_grid_ts": torch.tensor([item["second_per_grid"]])}
+    return {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "mm_token_type_ids": (ids == judge.model.config.video_token_id).int() * 2,
+        "pixel_values_videos": torch.from_numpy(item["patches"]),
+        "video_grid_thw": torch.tensor([item["grid"]]),
+        "second_per_grid_ts": torch.tensor([item["second_per_grid"]]),
+    }
 
 
 def rollout(n=9, seed=0, instruction="put the carrot on the plate"):
     rng = np.random.default_rng(seed)
-    return Rollout(frames=rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8), instruction=instruction,
-                   actions=np.zeros((n - 1, 7), np.float32), fps=5.0)
+    return Rollout(
+        frames=rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8),
+        instruction=instruction,
+        actions=np.zeros((n - 1, 7), np.float32),
+        fps=5.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +51,9 @@ def qwen25():
 
 def test_random_qwen2_5_vl_abstains_with_recorded_votes(qwen25):
     model, tok = qwen25
-    judge = make_judge({"type": "vlm", "k": 3, "min_valid": 2, "prompt_sha256": PROMPT_SHA256, **SMALL}, model=model, tokenizer=tok)
+    judge = make_judge(
+        {"type": "vlm", "k": 3, "min_valid": 2, "prompt_sha256": PROMPT_SHA256, **SMALL}, model=model, tokenizer=tok
+    )
     j = judge.judge(rollout())
     # random weights emit random bytes: never a success, always an abstention with reasons
     assert j.success is None and j.abstained and j.score == 0.0
@@ -78,7 +89,9 @@ def test_sampling_is_seeded_and_the_video_conditions_the_answer(qwen25):
 def test_batch_of_rollouts_in_one_forward_pass(qwen25):
     model, tok = qwen25
     judge = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=3, **SMALL)
-    out = judge.judge_batch([rollout(9), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block")])
+    out = judge.judge_batch(
+        [rollout(9), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block")]
+    )
     assert len(out) == 3
     assert [j.extras["frames_shown"] for j in out] == [len(sample_indices(n, 5.0, 4.0, 32)) for n in (9, 13, 5)]
     assert all(j.success in (None, True, False) and len(j.votes) == 2 for j in out)
@@ -91,7 +104,15 @@ def test_overfit_tiny_model_yields_a_schema_valid_success():
     """Teach a tiny Qwen2.5-VL one answer; the judge must then read it as a validated success."""
     model, tok = qwen_tiny.build_qwen2_5_vl(seed=1)
     answer = '{"success": true, "progress": 0.9, "video_ok": true, "reason": "on plate"}'
-    judge = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=2, temperature=0.05, max_new_tokens=80, **{k: v for k, v in SMALL.items() if k != "max_new_tokens"})
+    judge = VLMJudge(
+        model=model,
+        tokenizer=tok,
+        k=3,
+        min_valid=2,
+        temperature=0.05,
+        max_new_tokens=80,
+        **{k: v for k, v in SMALL.items() if k != "max_new_tokens"},
+    )
     r = rollout(5)
     item = judge._inputs(r)
     target = tok(answer + "<|im_end|>", add_special_tokens=False)["input_ids"]
@@ -118,7 +139,9 @@ def test_overfit_tiny_model_yields_a_schema_valid_success():
 
 def test_tiny_qwen3_vl_generate_path():
     model, tok = qwen_tiny.build_qwen3_vl()
-    judge = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=2, max_pixels=64 * 64, min_pixels=32 * 32, max_new_tokens=12)
+    judge = VLMJudge(
+        model=model, tokenizer=tok, k=2, min_valid=2, max_pixels=64 * 64, min_pixels=32 * 32, max_new_tokens=12
+    )
     assert judge.family == "qwen3_vl" and judge.video.patch_size == 16
     item = judge._inputs(rollout(9))
     text = tok.decode(item["ids"])
@@ -165,7 +188,15 @@ def test_frame_sampling_keeps_the_last_frame_and_the_cap():
 
 
 def test_patch_layout_matches_merge_windows():
-    s = VideoSettings(patch_size=2, temporal_patch_size=2, merge_size=2, image_mean=(0, 0, 0), image_std=(1, 1, 1), min_pixels=16, max_pixels=64)
+    s = VideoSettings(
+        patch_size=2,
+        temporal_patch_size=2,
+        merge_size=2,
+        image_mean=(0, 0, 0),
+        image_std=(1, 1, 1),
+        min_pixels=16,
+        max_pixels=64,
+    )
     frames = np.zeros((3, 4, 4, 3), np.uint8)
     frames[..., 0] = np.arange(16, dtype=np.uint8).reshape(4, 4) * 10  # red encodes the pixel index
     patches, grid = patchify_video(frames, s)
@@ -177,8 +208,17 @@ def test_patch_layout_matches_merge_windows():
     assert video_placeholder("qwen2_5_vl", grid, 2).count("<|video_pad|>") == 2
 
 
-@pytest.mark.parametrize("shape,size", [((5, 64, 64), (112, 112)), ((4, 48, 80), (56, 84)), ((3, 120, 90), (56, 42)),
-                                        ((2, 30, 40), (30, 84)), ((1, 64, 64), (28, 64)), ((3, 32, 32), (32, 32))])
+@pytest.mark.parametrize(
+    "shape,size",
+    [
+        ((5, 64, 64), (112, 112)),
+        ((4, 48, 80), (56, 84)),
+        ((3, 120, 90), (56, 42)),
+        ((2, 30, 40), (30, 84)),
+        ((1, 64, 64), (28, 64)),
+        ((3, 32, 32), (32, 32)),
+    ],
+)
 def test_resize_frames_equals_pillow_frame_by_frame(shape, size):
     # upscaling, downscaling, one side only, none: each frame as Pillow resizes it on its own
     from PIL import Image

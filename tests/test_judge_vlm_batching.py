@@ -1,5 +1,6 @@
 """VLM judge batching: per-rollout seeded votes, one vision encoding and one prompt prefill per rollout,
 batched verdicts equal to one-by-one ones, memory-budget batches."""
+
 import os
 
 import numpy as np
@@ -19,8 +20,12 @@ SMALL = {"max_pixels": 56 * 56, "min_pixels": 28 * 28, "max_new_tokens": 8}
 
 def rollout(n=9, seed=0, instruction="put the carrot on the plate"):
     rng = np.random.default_rng(seed)
-    return Rollout(frames=rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8), instruction=instruction,
-                   actions=np.zeros((n - 1, 7), np.float32), fps=5.0)
+    return Rollout(
+        frames=rng.integers(0, 255, (n, 64, 64, 3), dtype=np.uint8),
+        instruction=instruction,
+        actions=np.zeros((n - 1, 7), np.float32),
+        fps=5.0,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +37,11 @@ def qwen25():
 def test_votes_do_not_depend_on_batch_mates_and_video_is_encoded_once(qwen25):
     model, tok = qwen25
     judge = VLMJudge(model=model, tokenizer=tok, k=3, min_valid=1, batch_size=4, seed=5, **SMALL)
-    rolls = [rollout(9, seed=1), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block")]
+    rolls = [
+        rollout(9, seed=1),
+        rollout(13, seed=2),
+        rollout(5, seed=3, instruction="stack the green block on the yellow block"),
+    ]
     encoded = []
     hook = model.model.visual.register_forward_hook(lambda mod, args, out: encoded.append(args[0].shape[0]))
     try:
@@ -64,8 +73,9 @@ def test_memory_budget_sizes_the_batches(qwen25):
     per = capped.estimate_bytes(items[0])
     assert per > 0
     # a budget of just over two rollouts' estimate gives batches of two (the cap of 4 not reached)
-    budget = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4,
-                      memory_budget_mb=2.5 * per / 2**20, **SMALL)
+    budget = VLMJudge(
+        model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4, memory_budget_mb=2.5 * per / 2**20, **SMALL
+    )
     assert budget.plan_batches(items) == [[0, 1], [2, 3], [4]]
     # below one rollout's estimate, each rollout still gets a batch of its own
     tiny = VLMJudge(model=model, tokenizer=tok, k=2, min_valid=1, batch_size=4, memory_budget_mb=1e-6, **SMALL)
@@ -79,8 +89,12 @@ def test_memory_budget_sizes_the_batches(qwen25):
 
 def mixed_rollouts():
     """Videos of different lengths and two instructions: the batch's prompts need left padding."""
-    return [rollout(9, seed=1), rollout(13, seed=2), rollout(5, seed=3, instruction="stack the green block on the yellow block"),
-            rollout(21, seed=4)]
+    return [
+        rollout(9, seed=1),
+        rollout(13, seed=2),
+        rollout(5, seed=3, instruction="stack the green block on the yellow block"),
+        rollout(21, seed=4),
+    ]
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
@@ -112,12 +126,22 @@ def generate_over_whole_prompt(judge, item, seed):
     sampler = _SeededSampler([seed + j for j in range(judge.k)], judge.temperature, judge.top_p)
     with torch.inference_mode():
         out = judge.model.generate(
-            input_ids=ids, attention_mask=torch.ones_like(ids), mm_token_type_ids=mm,
-            pixel_values_videos=torch.from_numpy(item["patches"]), video_grid_thw=torch.tensor([item["grid"]]), **extra,
-            do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=judge.k,
-            logits_processor=LogitsProcessorList([sampler]), max_new_tokens=judge.max_new_tokens,
-            pad_token_id=judge.tokenizer.pad_token_id)
-    return judge.tokenizer.batch_decode(out[:, ids.shape[1]:], skip_special_tokens=True)
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            mm_token_type_ids=mm,
+            pixel_values_videos=torch.from_numpy(item["patches"]),
+            video_grid_thw=torch.tensor([item["grid"]]),
+            **extra,
+            do_sample=True,
+            temperature=1.0,
+            top_p=1.0,
+            top_k=0,
+            num_return_sequences=judge.k,
+            logits_processor=LogitsProcessorList([sampler]),
+            max_new_tokens=judge.max_new_tokens,
+            pad_token_id=judge.tokenizer.pad_token_id,
+        )
+    return judge.tokenizer.batch_decode(out[:, ids.shape[1] :], skip_special_tokens=True)
 
 
 @pytest.mark.parametrize("family", ["qwen2_5_vl", "qwen3_vl"])
@@ -149,7 +173,7 @@ def test_preallocated_cache_layer_keeps_dynamic_layer_semantics_under_inherited_
     layer = layer_class(key_buffer, value_buffer, 3)
     assert layer.get_seq_length() == 3
     for t in (3, 4):
-        got_k, got_v = layer.update(keys[:, :, t:t + 1], values[:, :, t:t + 1])
+        got_k, got_v = layer.update(keys[:, :, t : t + 1], values[:, :, t : t + 1])
     assert torch.equal(got_k, keys) and torch.equal(got_v, values)
     assert got_k.data_ptr() == key_buffer.data_ptr()  # written in place, not concatenated
     layer.crop(-1)

@@ -1,4 +1,5 @@
 """The package's layers (``.importlinter``, drawn in docs/architecture.md) hold: ``lint-imports`` passes."""
+
 from __future__ import annotations
 
 import shutil
@@ -31,8 +32,14 @@ def test_import_contracts_hold(tmp_path):
     if lint is None:
         pytest.fail("lint-imports is not installed: pip install -e '.[test]' (import-linter is a test dependency)")
     src = _installed_layout(tmp_path / "src")
-    proc = subprocess.run([lint, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=src, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [lint, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     assert "0 broken" in proc.stdout and "BROKEN" not in proc.stdout
 
@@ -44,8 +51,14 @@ def test_contracts_would_catch_a_policy_importing_a_world(tmp_path):
         pytest.fail("lint-imports is not installed: pip install -e '.[test]'")
     src = _installed_layout(tmp_path / "src")
     (src / "kosmos_env" / "policies" / "leaky.py").write_text("from kosmos_env.worlds.tabletop import geometry\n")
-    proc = subprocess.run([lint, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=src, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [lint, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode != 0
     assert "kosmos_env.policies.leaky -> kosmos_env.worlds.tabletop.geometry" in proc.stdout
 
@@ -86,7 +99,13 @@ def test_exhaustive_contract_catches_an_unplaced_module(tmp_path):
         pytest.fail("lint-imports is not installed: pip install -e '.[test]'")
     src = _installed_layout(tmp_path / "src")
     (src / "kosmos_env" / "unplaced.py").write_text("X = 1\n")
-    proc = subprocess.run([lint, "--config", str(ROOT / ".importlinter"), "--no-cache"], cwd=src, capture_output=True,
-                          text=True, timeout=300, env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [lint, "--config", str(ROOT / ".importlinter"), "--no-cache"],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"},
+    )
     assert proc.returncode != 0
     assert "kosmos_env.unplaced" in proc.stdout

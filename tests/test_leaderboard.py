@@ -1,4 +1,5 @@
 """The leaderboard accepts only what verifies, and recomputes every number itself."""
+
 from __future__ import annotations
 
 import json
@@ -71,6 +72,7 @@ def test_forged_aggregate_is_rejected_even_with_a_consistent_manifest(sub_a):
     def forge(r):
         r["aggregated"]["per_policy"]["random"]["successes"] = 3
         r["aggregated"]["per_policy"]["random"]["success_rate"] = 1.0
+
     edit_results(sub_a, forge)
     err = rejected(sub_a)
     assert err.check == "aggregates"
@@ -97,16 +99,17 @@ def test_edited_spec_with_old_hash_is_rejected(sub_a):
 
 def _override(sub_root: Path) -> str:
     """Turn the bundle into a consistent campaign with a spec override (image size)."""
+
     def change(r):
         spec = dict(r["campaign"]["spec"], image_size=[64, 64])
         r["campaign"]["spec"] = spec
         r["campaign"]["spec_overrides"] = {"image_size": [64, 64]}
         r["campaign"]["spec_hash"] = EnvSpec.from_dict(spec).hash
+
     return edit_results(sub_root, change)["campaign"]["spec_hash"]
 
 
-def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub_a, camp_b, tmp_path,
-                                                                           tmp_path_factory):
+def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub_a, camp_b, tmp_path, tmp_path_factory):
     new_hash = _override(sub_a)
     err = rejected(sub_a)
     assert err.check == "spec" and "--allow-overrides" in err.reason and "overrode" in err.reason
@@ -123,8 +126,9 @@ def test_spec_overrides_are_refused_by_default_and_ranked_apart_when_allowed(sub
     assert [b["official"] for b in data["boards"]] == [True, False]  # official board first, never mixed
     assert data["boards"][1]["spec_hash"] == verify_submission(real, allow_overrides=True).spec_hash
     assert {e["campaign_id"] for e in data["boards"][0]["entries"]} == {verify_submission(camp_b).campaign_id}
-    assert {e["campaign_id"] for e in data["boards"][1]["entries"]} == \
-        {verify_submission(real, allow_overrides=True).campaign_id}
+    assert {e["campaign_id"] for e in data["boards"][1]["entries"]} == {
+        verify_submission(real, allow_overrides=True).campaign_id
+    }
 
 
 def test_dotdot_path_in_manifest_is_rejected(sub_a, tmp_path):
@@ -197,9 +201,11 @@ def test_design_violations_are_rejected(sub_a, tmp_path):
 
 def test_parquet_must_agree_with_results(sub_a):
     """An outcome changed in results.json (re-hashed) still disagrees with episodes.parquet."""
+
     def change(r):
         row = next(e for e in r["per_episode"] if e["policy"] == "random")
         row["outcome"], row["success"] = "discarded", None
+
     edit_results(sub_a, change)
     err = rejected(sub_a)
     assert err.check == "parquet" and "outcome" in err.reason
@@ -254,9 +260,15 @@ def test_malformed_results_are_rejected_not_crashing(sub_a):
     rehash(sub_a, "results.json")
     err = rejected(sub_a)
     assert err.check == "schema" and "not valid UTF-8 JSON" in err.reason
-    (sub_a / "results.json").write_text(json.dumps({"schema": "kosmos-env/results", "schema_version": 1,
-                                                    "campaign": {"id": "c-1", "env_id": "Kosmos-Tabletop-v1",
-                                                                 "spec_hash": "a" * 64, "spec": {"id": []}}}))
+    (sub_a / "results.json").write_text(
+        json.dumps(
+            {
+                "schema": "kosmos-env/results",
+                "schema_version": 1,
+                "campaign": {"id": "c-1", "env_id": "Kosmos-Tabletop-v1", "spec_hash": "a" * 64, "spec": {"id": []}},
+            }
+        )
+    )
     rehash(sub_a, "results.json")
     err = rejected(sub_a)
     assert err.check == "spec" and "not a valid spec" in err.reason

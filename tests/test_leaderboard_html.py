@@ -3,6 +3,7 @@
 Needs Debian's ``chromium`` package (``apt-get install -y chromium``); skips only when it is absent.
 The screenshot is kept under ``test-artifacts/`` in the repository root (git-ignored).
 """
+
 from __future__ import annotations
 
 import json
@@ -19,14 +20,25 @@ from tests.publish_bundles import campaign, copy_bundle, edit_results
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
 
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed "
-                                                         "(Debian: apt-get install -y chromium)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install -y chromium)"
+)
 
 
 def chromium(args: list[str], profile: Path) -> str:
-    cmd = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={profile}", *args]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={profile}",
+        *args,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
@@ -91,8 +103,9 @@ def test_leaderboard_page_in_headless_chromium(page, tmp_path):
     ARTIFACTS.mkdir(exist_ok=True)
     shot = ARTIFACTS / "leaderboard.png"
     shot.unlink(missing_ok=True)
-    chromium(["--window-size=1280,1000", "--hide-scrollbars", f"--screenshot={shot}", html.as_uri()],
-             tmp_path / "profile3")
+    chromium(
+        ["--window-size=1280,1000", "--hide-scrollbars", f"--screenshot={shot}", html.as_uri()], tmp_path / "profile3"
+    )
     assert shot.is_file() and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 10_000
     print(f"leaderboard screenshot: {shot}")
 
@@ -102,11 +115,30 @@ def test_page_escapes_untrusted_labels(tmp_path):
     from kosmos_env.publish.page import render_html
 
     evil = '<script>document.body.setAttribute("data-pwned","1")</script>'
-    entry = {"rank": 1, "policy": evil, "hub_model_id": None, "success_rate": 0.5, "wilson_95": [0.2, 0.8],
-             "worst_case_95": [0.2, 0.8], "n": 4, "discarded": 0, "abstained": 0, "errors": 0,
-             "separable_from_next": None, "diff_95_to_next": None, "campaign_id": "c-1"}
-    board = {"env_id": "Kosmos-Tabletop-v1", "spec_hash": "a" * 64, "official": True, "judge": {"type": "state"},
-             "campaigns": ["c-1"], "notes": [], "entries": [entry]}
+    entry = {
+        "rank": 1,
+        "policy": evil,
+        "hub_model_id": None,
+        "success_rate": 0.5,
+        "wilson_95": [0.2, 0.8],
+        "worst_case_95": [0.2, 0.8],
+        "n": 4,
+        "discarded": 0,
+        "abstained": 0,
+        "errors": 0,
+        "separable_from_next": None,
+        "diff_95_to_next": None,
+        "campaign_id": "c-1",
+    }
+    board = {
+        "env_id": "Kosmos-Tabletop-v1",
+        "spec_hash": "a" * 64,
+        "official": True,
+        "judge": {"type": "state"},
+        "campaigns": ["c-1"],
+        "notes": [],
+        "entries": [entry],
+    }
     html = render_html({"boards": [board], "accepted": [{}], "rejected": [], "built": "now", "package_version": "x"})
     assert evil not in html and "&lt;script&gt;" in html
     path = tmp_path / "index.html"

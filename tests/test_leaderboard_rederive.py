@@ -2,6 +2,7 @@
 rows of item 6): forged outcomes with every hash recomputed, a submission without artifacts, forged
 logs, moved artifacts and a relabelled resubmission are refused; a genuine submission is ranked,
 and the page says what was re-derived and what is taken on trust."""
+
 from __future__ import annotations
 
 import json
@@ -31,9 +32,28 @@ def learned(tmp_path_factory):
     from kosmos_env import cli
 
     out = tmp_path_factory.mktemp("learned") / "camp"
-    assert cli.main(["eval", "--env", "Kosmos-TabletopLearned-v1", "--tasks", "carrot_on_plate", "--seeds", "2",
-                     "--no-video", "--no-progress", "--out", str(out), "--policy", "scripted:skill=1.0",
-                     "--policy", "random"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--env",
+                "Kosmos-TabletopLearned-v1",
+                "--tasks",
+                "carrot_on_plate",
+                "--seeds",
+                "2",
+                "--no-video",
+                "--no-progress",
+                "--out",
+                str(out),
+                "--policy",
+                "scripted:skill=1.0",
+                "--policy",
+                "random",
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -49,8 +69,7 @@ def _rewrite(out: Path, change) -> dict:
     def forge(results):
         change(results)
         c = results["campaign"]
-        results["aggregated"].update(aggregate(results["per_episode"], [p["label"] for p in c["policies"]],
-                                               c["tasks"]))
+        results["aggregated"].update(aggregate(results["per_episode"], [p["label"] for p in c["policies"]], c["tasks"]))
 
     results = edit_results(out, forge)
     pq.write_table(parquet_table(results["per_episode"]), out / "episodes.parquet")
@@ -73,13 +92,13 @@ def _ranked(data, label):
 def test_a_genuine_submission_is_ranked_with_its_rederivation_on_the_page(tmp_path, campaign):
     data = build_leaderboard([campaign], allow_overrides=True, replay_sample="all")
     assert not data["rejected"], data["rejected"]
-    board, = data["boards"]
+    (board,) = data["boards"]
     assert board["rederivation"]["replayed"] == 4 and not board["rederivation"]["on_trust"]
     assert any("judge state re-run" in x for x in board["rederivation"]["rederived"])
     _, page = write_leaderboard(data, tmp_path / "lb")
     assert "Re-derived here: " in page.read_text() and "replayed bit for bit" in page.read_text()
     # a sample: the page says how many stored logs were not re-simulated
-    sampled, = build_leaderboard([campaign], allow_overrides=True, replay_sample=1)["boards"]
+    (sampled,) = build_leaderboard([campaign], allow_overrides=True, replay_sample=1)["boards"]
     assert sampled["rederivation"]["replayed"] == 1
     assert sampled["rederivation"]["on_trust"] == ["the stored logs of 3 of 4 episodes (re-judged, not replayed)"]
 
@@ -91,7 +110,7 @@ def test_random_forged_to_100_percent_with_every_hash_recomputed_is_refused(tmp_
     assert sub.aggregated["per_policy"]["random"]["success_rate"] == 1.0  # tied for rank 1 with the scripted policy
     data = build_leaderboard([out], allow_overrides=True, replay_sample=0)  # the judge re-run alone refuses it
     assert _ranked(data, "random") == []
-    rej, = data["rejected"]
+    (rej,) = data["rejected"]
     assert rej["check"] == "rederive" and "stored robot log" in rej["reason"] and "judge state" in rej["reason"]
 
 
@@ -103,12 +122,12 @@ def test_a_submission_without_its_artifacts_is_refused_with_the_reason(tmp_path,
     manifest["files"] = {k: v for k, v in manifest["files"].items() if not k.startswith("artifacts/")}
     (out / "manifest.json").write_text(json.dumps(manifest))
     data = build_leaderboard([out], allow_overrides=True)
-    rej, = data["rejected"]
+    (rej,) = data["rejected"]
     assert rej["check"] == "artifacts" and "not in the submission" in rej["reason"] and "re-derive" in rej["reason"]
     # ... and so is one whose rows no longer name them
     out2 = _copy(campaign, tmp_path, "sub2")
     _rewrite(out2, lambda r: [e["artifacts"].update(actions=None, log=None) for e in r["per_episode"]])
-    rej, = build_leaderboard([out2], allow_overrides=True)["rejected"]
+    (rej,) = build_leaderboard([out2], allow_overrides=True)["rejected"]
     assert rej["check"] == "artifacts" and "names no actions artifact" in rej["reason"]
 
 
@@ -131,7 +150,7 @@ def test_forged_logs_with_matching_hashes_do_not_replay(tmp_path, campaign):
     _rewrite(out, forge)
     assert not build_leaderboard([out], allow_overrides=True, replay_sample=0)["rejected"]  # re-judging agrees ...
     data = build_leaderboard([out], allow_overrides=True, replay_sample="all")  # ... replaying does not
-    rej, = data["rejected"]
+    (rej,) = data["rejected"]
     assert rej["check"] == "replay" and "random" in rej["reason"] and "robot log" in rej["reason"]
 
 
@@ -143,7 +162,7 @@ def test_swapped_artifact_references_do_not_replay(tmp_path, campaign):
         a["artifacts"], b["artifacts"] = b["artifacts"], a["artifacts"]
 
     _rewrite(out, swap)
-    rej, = build_leaderboard([out], allow_overrides=True, replay_sample="all")["rejected"]
+    (rej,) = build_leaderboard([out], allow_overrides=True, replay_sample="all")["rejected"]
     assert rej["check"] == "replay" and "does not replay" in rej["reason"]
 
 
@@ -165,7 +184,7 @@ def test_a_relabelled_resubmission_is_a_duplicate_by_content(tmp_path, campaign)
 def test_a_generated_world_page_says_what_is_taken_on_trust(tmp_path, learned):
     data = build_leaderboard([learned], allow_overrides=True)
     assert not data["rejected"], data["rejected"]
-    board, = data["boards"]
+    (board,) = data["boards"]
     red = board["rederivation"]
     assert red["replayed"] == 0 and any("judge robot_log re-run" in x for x in red["rederived"])
     assert any("the generation" in x for x in red["on_trust"])
@@ -180,15 +199,30 @@ def test_a_generated_world_page_says_what_is_taken_on_trust(tmp_path, learned):
         e["judgment"].update(success=True, score=1.0)
 
     _rewrite(out, forge)
-    rej, = build_leaderboard([out], allow_overrides=True)["rejected"]
+    (rej,) = build_leaderboard([out], allow_overrides=True)["rejected"]
     assert rej["check"] == "rederive" and "judge robot_log re-run" in rej["reason"]
 
 
 def test_leaderboard_cli_replays_a_sample_and_refuses_a_bad_value_in_one_line(tmp_path, campaign, capsys):
     from kosmos_env import cli
 
-    assert cli.main(["leaderboard", "build", str(campaign), "--out", str(tmp_path / "lb"), "--allow-overrides",
-                     "--replay", "3", "--replay-seed", "5"]) == 0
+    assert (
+        cli.main(
+            [
+                "leaderboard",
+                "build",
+                str(campaign),
+                "--out",
+                str(tmp_path / "lb"),
+                "--allow-overrides",
+                "--replay",
+                "3",
+                "--replay-seed",
+                "5",
+            ]
+        )
+        == 0
+    )
     data = json.loads((tmp_path / "lb" / "leaderboard.json").read_text())
     assert data["method"]["replay_sample"] == 3 and data["accepted"][0]["rederivation"]["replayed"] == 3
     capsys.readouterr()
@@ -200,7 +234,7 @@ def test_leaderboard_cli_replays_a_sample_and_refuses_a_bad_value_in_one_line(tm
 def test_a_judge_edited_into_results_json_is_refused(tmp_path, campaign):
     out = _copy(campaign, tmp_path)
     edit_results(out, lambda r: r["campaign"].update(judge={"type": "optimistic"}))  # manifest recomputed
-    rej, = build_leaderboard([out], allow_overrides=True)["rejected"]
+    (rej,) = build_leaderboard([out], allow_overrides=True)["rejected"]
     assert rej["check"] == "provenance" and "judge" in rej["reason"] and "optimistic" in rej["reason"]
     # with the provenance edited too, re-running the stated judge still does not give the recorded failures
     out2 = _copy(campaign, tmp_path, "sub2")
@@ -211,8 +245,12 @@ def test_a_judge_edited_into_results_json_is_refused(tmp_path, campaign):
             e["provenance"]["judge"]["spec"] = {"type": "optimistic"}
 
     edit_results(out2, forge)
-    rej, = build_leaderboard([out2], allow_overrides=True)["rejected"]
-    assert rej["check"] == "rederive" and "judge optimistic re-run" in rej["reason"] and "recorded failure" in rej["reason"]
+    (rej,) = build_leaderboard([out2], allow_overrides=True)["rejected"]
+    assert (
+        rej["check"] == "rederive"
+        and "judge optimistic re-run" in rej["reason"]
+        and "recorded failure" in rej["reason"]
+    )
 
 
 def test_a_relabelled_spec_with_the_provenance_forged_too_does_not_replay(tmp_path, tmp_path_factory):
@@ -231,5 +269,5 @@ def test_a_relabelled_spec_with_the_provenance_forged_too_does_not_replay(tmp_pa
             e["spec_hash"] = e["provenance"]["spec_hash"] = c["spec_hash"]
 
     edit_results(out, relabel)
-    rej, = build_leaderboard([out], allow_overrides=True, replay_sample=1)["rejected"]
+    (rej,) = build_leaderboard([out], allow_overrides=True, replay_sample=1)["rejected"]
     assert rej["check"] == "replay" and "video" in rej["reason"]

@@ -1,4 +1,5 @@
 """The learned tabletop: kinematics, object state, a tiny end-to-end training run, the shipped weights, the env."""
+
 from __future__ import annotations
 
 import json
@@ -124,8 +125,11 @@ def test_shipped_model_beats_copy_last_frame_on_fresh_episodes():
 
     from kosmos_env.policies import make_policy
 
-    policies = {"scripted:skill=1.0": make_policy("scripted", skill=1.0),
-                "scripted:skill=0.6": make_policy("scripted", skill=0.6), "random": make_policy("random")}
+    policies = {
+        "scripted:skill=1.0": make_policy("scripted", skill=1.0),
+        "scripted:skill=0.6": make_policy("scripted", skill=0.6),
+        "random": make_policy("random"),
+    }
     eps = record(policies, seeds_per_task=1, seed_offset=777000, progress=False)
     model, _ = load_weights(weights_dir() / "world.safetensors")
     world = load_spec("Kosmos-Tabletop-v1").world
@@ -143,10 +147,42 @@ def test_tiny_training_run_end_to_end(tmp_path):
 
     out = tmp_path / "w"
     report = tmp_path / "err.txt"
-    rc = main(["train-world", "--data", str(tmp_path / "eps.npz"), "--policies", "scripted:skill=1.0", "random",
-               "--seeds-per-task", "3", "--holdout", "0.34", "--steps", "3", "--batch", "2", "--judge-steps", "3",
-               "--segmenter-steps", "2", "--dynamics-steps", "2", "--error-horizon", "5",
-               "--channels", "4", "4", "4", "4", "--out-dir", str(out), "--error-report", str(report), "--quiet"])
+    rc = main(
+        [
+            "train-world",
+            "--data",
+            str(tmp_path / "eps.npz"),
+            "--policies",
+            "scripted:skill=1.0",
+            "random",
+            "--seeds-per-task",
+            "3",
+            "--holdout",
+            "0.34",
+            "--steps",
+            "3",
+            "--batch",
+            "2",
+            "--judge-steps",
+            "3",
+            "--segmenter-steps",
+            "2",
+            "--dynamics-steps",
+            "2",
+            "--error-horizon",
+            "5",
+            "--channels",
+            "4",
+            "4",
+            "4",
+            "4",
+            "--out-dir",
+            str(out),
+            "--error-report",
+            str(report),
+            "--quiet",
+        ]
+    )
     assert rc == 0
     assert (tmp_path / "eps.npz").is_file()
     model, info = load_weights(out / "world.safetensors")
@@ -168,8 +204,15 @@ def test_tiny_training_run_end_to_end(tmp_path):
     judge = FrameVisionJudge(weights=str(out / "vision_judge.safetensors"))
     from kosmos_env.judges.base import Rollout
 
-    verdict = judge.judge(Rollout(frames=np.zeros((2, 64, 64, 3), np.uint8), instruction="x", actions=np.zeros((1, 7)),
-                                  fps=5, task="carrot_on_plate"))
+    verdict = judge.judge(
+        Rollout(
+            frames=np.zeros((2, 64, 64, 3), np.uint8),
+            instruction="x",
+            actions=np.zeros((1, 7)),
+            fps=5,
+            task="carrot_on_plate",
+        )
+    )
     assert verdict.success in (True, False) and 0.0 <= verdict.score <= 1.0
     json.dumps(info)
 
@@ -184,7 +227,9 @@ def test_shift_layers_moves_a_pixel_by_whole_pixels_and_keeps_its_mass():
     moved = shift_layers(layer, torch.tensor([[3.0, -2.0]]))  # (du, dv): right 3, up 2
     assert moved[0, 0, 3, 10].item() == pytest.approx(1.0, abs=1e-5)
     half = shift_layers(layer, torch.tensor([[0.5, 0.0]]))  # sub-pixel: split between neighbours
-    assert half[0, 0, 5, 7].item() == pytest.approx(0.5, abs=1e-5) and half[0, 0, 5, 8].item() == pytest.approx(0.5, abs=1e-5)
+    assert half[0, 0, 5, 7].item() == pytest.approx(0.5, abs=1e-5) and half[0, 0, 5, 8].item() == pytest.approx(
+        0.5, abs=1e-5
+    )
 
 
 def test_sprite_alpha_keeps_one_opaque_object_and_drops_the_halo_and_stray_blobs():
@@ -216,8 +261,9 @@ def test_the_renderer_redraws_where_the_object_started():
     alpha_first = torch.zeros(1, 64, 64)
     alpha_first[0, 20:26, 30:36] = 1.0
     with torch.no_grad():
-        frame, mask, content = net(first, alpha_first, torch.zeros(1, 4, 64, 64), torch.zeros(1, 4, 64, 64),
-                                   torch.zeros(1, 17))
+        frame, mask, content = net(
+            first, alpha_first, torch.zeros(1, 4, 64, 64), torch.zeros(1, 4, 64, 64), torch.zeros(1, 17)
+        )
     assert mask.max().item() < 0.1
     inside = (slice(None), slice(None), slice(20, 26), slice(30, 36))
     assert torch.allclose(frame[inside], content[inside], atol=1e-6)  # the old footprint is redrawn
@@ -235,7 +281,7 @@ def test_mask_centre_back_projects_to_the_point_that_projects_there():
     point = np.array([0.33, 0.05, 0.012])
     u, v = cal.project(point[None])[0]
     prob = np.zeros((64, 64))
-    prob[int(v) - 1:int(v) + 2, int(u) - 1:int(u) + 2] = 1.0
+    prob[int(v) - 1 : int(v) + 2, int(u) - 1 : int(u) + 2] = 1.0
     centre = mask_centre(prob)
     assert np.allclose(centre, [int(u) + 0.5, int(v) + 0.5])
     found, ok = locate(cal, prob, 0.012, (0.3, 0.0))
@@ -289,8 +335,12 @@ def test_the_renderer_draws_from_the_state_not_from_its_own_last_frame():
         spec = load_spec(ENV_ID).with_overrides(world={"actions_per_call": n}, horizon=8)
         env = gymnasium.make(ENV_ID, env_spec=spec)
         env.reset(seed=11, options={"task": "eggplant_in_basket"})
-        for a in ([0.04, 0.02, -0.03, 0, 0, 0.1, 1.0], [0.03, -0.02, -0.03, 0, 0, 0, 1.0],
-                  [0.0, 0.03, -0.02, 0, 0, 0, 0.0], [0.02, 0.0, 0.0, 0, 0, -0.1, 0.0]):
+        for a in (
+            [0.04, 0.02, -0.03, 0, 0, 0.1, 1.0],
+            [0.03, -0.02, -0.03, 0, 0, 0, 1.0],
+            [0.0, 0.03, -0.02, 0, 0, 0, 0.0],
+            [0.02, 0.0, 0.0, 0, 0, -0.1, 0.0],
+        ):
             obs, *_ = env.step(np.asarray(a, dtype=np.float32))
         frames[n] = obs["image"]
         env.close()
@@ -398,8 +448,9 @@ def _scripted_engine(task_name: str, obj, tool, dynamics):
     segmenter = lambda images, task: torch.zeros(len(images), 2, 64, 64)  # noqa: E731
     world = load_spec(ENV_ID).world
     engine = Engine(SimpleNamespace(segmenter=segmenter, dynamics=dynamics), world)
-    engine.start(np.zeros((1, 64, 64, 3), np.uint8), [TASKS.index(task_name)],
-                 [load_suite("tabletop").tasks[task_name].params])
+    engine.start(
+        np.zeros((1, 64, 64, 3), np.uint8), [TASKS.index(task_name)], [load_suite("tabletop").tasks[task_name].params]
+    )
     engine.obj = torch.tensor(np.asarray(obj, dtype=np.float32)[None])
     engine.target_xy = torch.tensor([[0.35, 0.0]])
     engine.integrators[0].pos = np.asarray(tool, dtype=np.float64)
@@ -444,8 +495,9 @@ def test_a_released_object_drops_straight_down_and_stays_on_a_support_under_its_
     for off, on_top in ((0.02, True), (0.03, False)):
         held_xy = np.array([0.35 + off, 0.0])
         tool = [*held_xy, 0.09]
-        engine = _scripted_engine("stack_green_on_yellow", [*held_xy, 0.09], tool,
-                                  _ScriptedDynamics([0.03, 0.0, -0.08], held_for=1))
+        engine = _scripted_engine(
+            "stack_green_on_yellow", [*held_xy, 0.09], tool, _ScriptedDynamics([0.03, 0.0, -0.08], held_for=1)
+        )
         _step(engine, 1, gripper=0.0)  # still held
         final = _step(engine, 1, move=(0.0, 0.0, 0.02))  # released while the hand rises
         np.testing.assert_allclose(final[:2], held_xy, atol=1e-6)
@@ -469,6 +521,7 @@ def test_closed_fingers_sweeping_through_a_free_object_push_it_ahead_of_them():
 
 
 # -- the slip predictor (a held object leaving fingers still commanded closed) ---------------------------------
+
 
 def _slip_episodes(path):
     """Tiny synthetic recording (noise frames, 4 tasks x 3 seeds, 12 steps): the gripper closes at
@@ -497,10 +550,21 @@ def _slip_episodes(path):
             obj[e, s, 2] = obj[e, s - 1, 2] + (actions[e, s - 1, 2] if contact[e, s] else 0.0)
     gripper = np.where(contact, 0.3, np.r_[1.0, actions[0, :, 6]][None]).astype(np.float32)
     frames = np.random.default_rng(0).integers(0, 256, (E, T + 1, 64, 64, 3), dtype=np.uint8)
-    eps = Episodes(frames, actions, gripper, np.zeros((E, T), bool),
-                   np.array([r[0] for r in rows]), np.zeros(E, np.int64), np.array([r[1] for r in rows]),
-                   list(TASKS), ["synthetic"], obj, np.tile(np.array([0.55, 0.1, 0.01], np.float32), (E, T + 1, 1)),
-                   contact, np.zeros((E, T + 1, 64, 64), np.uint8))
+    eps = Episodes(
+        frames,
+        actions,
+        gripper,
+        np.zeros((E, T), bool),
+        np.array([r[0] for r in rows]),
+        np.zeros(E, np.int64),
+        np.array([r[1] for r in rows]),
+        list(TASKS),
+        ["synthetic"],
+        obj,
+        np.tile(np.array([0.55, 0.1, 0.01], np.float32), (E, T + 1, 1)),
+        contact,
+        np.zeros((E, T + 1, 64, 64), np.uint8),
+    )
     eps.save(path)
     return eps
 
@@ -542,8 +606,14 @@ def test_a_predicted_slip_drops_the_object_to_rest_and_closes_the_fingers_on_not
             p.net[2].bias.fill_(bias)
     tcp, tcp_next = torch.tensor([[0.5, 0.0, 0.12]]), torch.tensor([[0.5, 0.02, 0.12]])
     obj_before, obj = torch.tensor([[0.5, 0.0, 0.10]]), torch.tensor([[0.5, 0.02, 0.10]])
-    args = dict(tcp=tcp, tcp_next=tcp_next, yaw=torch.zeros(1), cmd=torch.tensor([0.3]), rest_z=torch.tensor([0.02]),
-                task=torch.tensor([1]))
+    args = dict(
+        tcp=tcp,
+        tcp_next=tcp_next,
+        yaw=torch.zeros(1),
+        cmd=torch.tensor([0.3]),
+        rest_z=torch.tensor([0.02]),
+        task=torch.tensor([1]),
+    )
     one, grip = torch.ones(1), torch.tensor([0.27])
     tracker = SlipTracker(1)
     kept = tracker.step(never, obj_before, one, grip, obj, one, grip, **args)
@@ -557,7 +627,10 @@ def test_a_predicted_slip_drops_the_object_to_rest_and_closes_the_fingers_on_not
     assert h2.item() == 0.0 and torch.equal(o2, o) and g2.item() == 0.0
     # once commanded open, the next grasp is the dynamics' call again
     tracker.step(never, o, h, g, o, torch.zeros(1), torch.ones(1), **dict(args, cmd=torch.tensor([1.0])))
-    assert tracker.step(never, o, torch.zeros(1), g, o + 0.01, one, grip, **dict(args, cmd=torch.tensor([0.0])))[1].item() == 1.0
+    assert (
+        tracker.step(never, o, torch.zeros(1), g, o + 0.01, one, grip, **dict(args, cmd=torch.tensor([0.0])))[1].item()
+        == 1.0
+    )
 
 
 def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes_nothing(tmp_path):
@@ -599,8 +672,12 @@ def test_a_file_without_a_slip_predictor_runs_as_before_and_a_silent_one_changes
                 model.slip.net[2].bias.fill_(-50.0)
         engine = Engine(model, spec.world)
         engine.start(obs["image"][None], [TASKS.index("carrot_on_plate")], [params])
-        runs.append([engine.step(a[None], render=i + 1 == len(actions))[:2] + (engine.obj.numpy().copy(),)
-                     for i, a in enumerate(actions)])
+        runs.append(
+            [
+                engine.step(a[None], render=i + 1 == len(actions))[:2] + (engine.obj.numpy().copy(),)
+                for i, a in enumerate(actions)
+            ]
+        )
     sim.close()
     for (f0, g0, o0), (f1, g1, o1) in zip(*runs, strict=True):
         assert np.array_equal(f0, f1) and np.array_equal(g0, g1) and np.array_equal(o0, o1)
@@ -616,13 +693,47 @@ def test_slip_stage_alone_equals_the_stage_in_the_full_run_and_keeps_every_other
 
     data = tmp_path / "eps.npz"
     _slip_episodes(data)
-    common = ["train-world", "--data", str(data), "--holdout", "0.34", "--steps", "2", "--batch", "2",
-              "--segmenter-steps", "2", "--dynamics-steps", "2", "--error-horizon", "2", "--channels", "4", "4", "4", "4",
-              "--quiet"]
+    common = [
+        "train-world",
+        "--data",
+        str(data),
+        "--holdout",
+        "0.34",
+        "--steps",
+        "2",
+        "--batch",
+        "2",
+        "--segmenter-steps",
+        "2",
+        "--dynamics-steps",
+        "2",
+        "--error-horizon",
+        "2",
+        "--channels",
+        "4",
+        "4",
+        "4",
+        "4",
+        "--quiet",
+    ]
     assert main([*common, "--parts", "world", "--slip-steps", "40", "--out-dir", str(tmp_path / "full")]) == 0
     assert main([*common, "--parts", "world", "--slip-steps", "0", "--out-dir", str(tmp_path / "noslip")]) == 0
-    assert main([*common, "--parts", "slip", "--slip-steps", "40", "--objects-from",
-                 str(tmp_path / "full" / "world.safetensors"), "--out-dir", str(tmp_path / "alone")]) == 0
+    assert (
+        main(
+            [
+                *common,
+                "--parts",
+                "slip",
+                "--slip-steps",
+                "40",
+                "--objects-from",
+                str(tmp_path / "full" / "world.safetensors"),
+                "--out-dir",
+                str(tmp_path / "alone"),
+            ]
+        )
+        == 0
+    )
     full, noslip, alone = (load_file(str(tmp_path / d / "world.safetensors")) for d in ("full", "noslip", "alone"))
     slip_keys = {k for k in full if k.startswith("slip.")}
     assert slip_keys and not any(k.startswith("slip.") for k in noslip)

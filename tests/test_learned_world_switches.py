@@ -1,6 +1,7 @@
 """The learned tabletop's stages as spec fields: ``world.rules`` (the engine's four fixed rules) and
 ``world.learned_dynamics`` (learned | rules | none). Defaults keep the registered hash and the
 world's behaviour; each switch changes what it should; bad values are one-line SpecErrors."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -50,7 +51,9 @@ def test_defaults_keep_the_registered_hash_and_are_never_written_out():
     spec = load_spec(ENV_ID)
     assert spec.hash == REGISTERED_HASH
     assert "rules" not in spec.to_dict()["world"] and "learned_dynamics" not in spec.to_dict()["world"]
-    spelled = spec.with_overrides(world={"rules": list(reversed(LEARNED_TABLETOP_RULES)), "learned_dynamics": "learned"})
+    spelled = spec.with_overrides(
+        world={"rules": list(reversed(LEARNED_TABLETOP_RULES)), "learned_dynamics": "learned"}
+    )
     assert spelled.hash == REGISTERED_HASH
     env = gymnasium.make(ENV_ID, world={"learned_dynamics": "learned"})
     assert env.unwrapped.spec_hash == REGISTERED_HASH
@@ -59,23 +62,31 @@ def test_defaults_keep_the_registered_hash_and_are_never_written_out():
 
 def test_every_other_setting_is_its_own_hash_and_order_does_not_matter():
     spec = load_spec(ENV_ID)
-    settings = [{"rules": []}, {"rules": ["drop_released"]}, {"rules": ["keep_resting", "push_closed_fingers"]},
-                {"learned_dynamics": "rules"}, {"learned_dynamics": "rules", "rules": []},
-                {"learned_dynamics": "none"}]
+    settings = [
+        {"rules": []},
+        {"rules": ["drop_released"]},
+        {"rules": ["keep_resting", "push_closed_fingers"]},
+        {"learned_dynamics": "rules"},
+        {"learned_dynamics": "rules", "rules": []},
+        {"learned_dynamics": "none"},
+    ]
     hashes = [spec.with_overrides(world=w).hash for w in settings]
     assert len(set(hashes + [spec.hash])) == len(settings) + 1
     a = spec.with_overrides(world={"rules": ["push_closed_fingers", "keep_resting"]})
     assert a.hash == hashes[2] and a.world["rules"] == ["keep_resting", "push_closed_fingers"]
 
 
-@pytest.mark.parametrize("world, field", [
-    ({"rules": ["drop_released", "gravity"]}, "world.rules"),
-    ({"rules": "drop_released"}, "world.rules"),
-    ({"rules": ["keep_resting", "keep_resting"]}, "world.rules"),
-    ({"learned_dynamics": "physics"}, "world.learned_dynamics"),
-    ({"learned_dynamics": None}, "world.learned_dynamics"),
-    ({"learned_dynamics": "none", "rules": []}, "world.rules"),
-])
+@pytest.mark.parametrize(
+    "world, field",
+    [
+        ({"rules": ["drop_released", "gravity"]}, "world.rules"),
+        ({"rules": "drop_released"}, "world.rules"),
+        ({"rules": ["keep_resting", "keep_resting"]}, "world.rules"),
+        ({"learned_dynamics": "physics"}, "world.learned_dynamics"),
+        ({"learned_dynamics": None}, "world.learned_dynamics"),
+        ({"learned_dynamics": "none", "rules": []}, "world.rules"),
+    ],
+)
 def test_bad_values_are_one_line_spec_errors_naming_the_field_and_the_choices(world, field):
     with pytest.raises(SpecError) as err:
         gymnasium.make(ENV_ID, world=world)
@@ -96,10 +107,15 @@ def test_default_engine_runs_the_learned_stages_then_the_four_rules_in_order(mon
         original = getattr(Engine, name)
         monkeypatch.setattr(Engine, name, lambda self, *a, _n=name, _o=original: (calls.append(_n), _o(self, *a))[1])
     original_slip = SlipTracker.step
-    monkeypatch.setattr(SlipTracker, "step", lambda self, *a, **k: (calls.append("slip"), original_slip(self, *a, **k))[1])
+    monkeypatch.setattr(
+        SlipTracker, "step", lambda self, *a, **k: (calls.append("slip"), original_slip(self, *a, **k))[1]
+    )
     _episode({}, "carrot_on_plate", 5, "scripted:skill=1.0", horizon=3)
-    assert calls == ["slip", "_drop_released_objects", "_rest_on_supports", "_keep_resting_objects",
-                     "_push_with_closed_fingers"] * 3
+    assert (
+        calls
+        == ["slip", "_drop_released_objects", "_rest_on_supports", "_keep_resting_objects", "_push_with_closed_fingers"]
+        * 3
+    )
 
 
 def test_default_world_object_path_is_the_registered_worlds():
@@ -115,8 +131,9 @@ def test_default_world_object_path_is_the_registered_worlds():
 
 def test_renderer_only_never_moves_the_object_and_the_fingers_meet_every_command():
     full, held_full, _, _, frames_full = _episode({}, "stack_green_on_yellow", 11, "scripted:skill=1.0")
-    objs, held, grip, cmd, frames = _episode({"learned_dynamics": "none"}, "stack_green_on_yellow", 11,
-                                             "scripted:skill=1.0")
+    objs, held, grip, cmd, frames = _episode(
+        {"learned_dynamics": "none"}, "stack_green_on_yellow", 11, "scripted:skill=1.0"
+    )
     assert held_full.max() == 1.0 and np.abs(full - full[0]).max() > 0.05  # the full world carries it
     assert np.array_equal(objs, np.repeat(objs[:1], len(objs), axis=0))
     assert held.max() == 0.0
@@ -154,6 +171,7 @@ def test_keep_resting_puts_back_a_resting_object_the_dynamics_let_creep(monkeypa
     """The learned "moves" switch can fire on an object lying at rest with no finger near it; the
     keep_resting rule undoes that, and without it the creep stays (dynamics replaced by a stub that
     always creeps the object 1 cm along x)."""
+
     def creep(self, obj, tcp, tcp_next, cmd, grip, held, *a, **k):
         return obj + torch.tensor([[0.01, 0.0, 0.0]]), torch.zeros_like(held), None, None, cmd
 
@@ -166,29 +184,31 @@ def test_keep_resting_puts_back_a_resting_object_the_dynamics_let_creep(monkeypa
         engine = env.unwrapped.world._engine
         before = engine.obj.numpy().copy()
         env.step(np.array([0.0, 0.0, 0.03, 0, 0, 0, 1.0], dtype=np.float32))  # the arm rises, far from it
-        assert np.abs(engine.obj.numpy() - before).max() > 0.009 if moved else np.array_equal(engine.obj.numpy(), before)
+        assert (
+            np.abs(engine.obj.numpy() - before).max() > 0.009 if moved else np.array_equal(engine.obj.numpy(), before)
+        )
         env.close()
 
 
 def test_rules_only_kinematics_carries_without_any_network_and_the_batched_path_agrees(monkeypatch):
-    from kosmos_env.worlds.tabletop_learned.engine import Engine
     from kosmos_env.worlds.tabletop_learned.objects import ObjectDynamics
 
     def refuse(*a, **k):
         raise AssertionError("the rules-only world must not call the learned dynamics")
 
     monkeypatch.setattr(ObjectDynamics, "step", refuse)
-    objs, held, grip, cmd, _ = _episode({"learned_dynamics": "rules"}, "stack_green_on_yellow", 11,
-                                        "scripted:skill=1.0")
+    objs, held, grip, cmd, _ = _episode(
+        {"learned_dynamics": "rules"}, "stack_green_on_yellow", 11, "scripted:skill=1.0"
+    )
     assert held.max() == 1.0 and objs[-1, 2] > 0.06  # grasped, carried, released onto the yellow block
     carried = held[1:] > 0.5
     assert np.all(grip[carried] == grip[carried][0]) and 0.03 < grip[carried][0] < 0.9  # fingers stop on it
     np.testing.assert_allclose(grip[~carried], np.clip(cmd[~carried], 0, 1), atol=1e-6)
 
 
-
-@pytest.mark.parametrize("world", [{"learned_dynamics": "rules"}, {"learned_dynamics": "none"},
-                                   {"rules": ["drop_released"]}])
+@pytest.mark.parametrize(
+    "world", [{"learned_dynamics": "rules"}, {"learned_dynamics": "none"}, {"rules": ["drop_released"]}]
+)
 def test_the_batched_engine_path_honours_the_switches(world):
     """``Engine.step_lanes`` (the batched vector env's path): two lanes stepped in one batch end
     exactly where each ends alone, and differ from the default world where the switch matters."""

@@ -10,6 +10,7 @@ pointing at one), or ``KOSMOS_BUILD_LEROBOT_VENV=1`` to build it first; otherwis
 so. They re-point the cached environment at this checkout (an editable install), which is why a
 plain test run, CI included, never touches it.
 """
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,10 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 LEROBOT_VERSION = os.environ.get("LEROBOT_VERSION", "0.3.2")
 TORCH_VERSION = os.environ.get("TORCH_VERSION", "2.13.0")
-VENV = Path(os.environ.get("KOSMOS_LEROBOT_VENV") or
-            Path.home() / ".cache" / "kosmos-env" / f"lerobot-venv-{LEROBOT_VERSION}-torch{TORCH_VERSION}")
+VENV = Path(
+    os.environ.get("KOSMOS_LEROBOT_VENV")
+    or Path.home() / ".cache" / "kosmos-env" / f"lerobot-venv-{LEROBOT_VERSION}-torch{TORCH_VERSION}"
+)
 PY = VENV / "bin" / "python"
 
 pytestmark = pytest.mark.slow
@@ -38,23 +41,45 @@ def _venv_ready() -> bool:
 @pytest.fixture(scope="module")
 def lerobot_python():
     if os.environ.get("KOSMOS_LEROBOT_TESTS") != "1" and os.environ.get("KOSMOS_BUILD_LEROBOT_VENV") != "1":
-        pytest.skip("LeRobot-in-its-own-environment tests run on request: KOSMOS_LEROBOT_TESTS=1 "
-                    f"(needs the environment scripts/build_lerobot_venv.sh builds at {VENV})")
+        pytest.skip(
+            "LeRobot-in-its-own-environment tests run on request: KOSMOS_LEROBOT_TESTS=1 "
+            f"(needs the environment scripts/build_lerobot_venv.sh builds at {VENV})"
+        )
     if not _venv_ready():
         if os.environ.get("KOSMOS_BUILD_LEROBOT_VENV") != "1":
-            pytest.skip(f"no LeRobot environment at {VENV}: build it with scripts/build_lerobot_venv.sh "
-                        f"(minutes, needs PyPI) or set KOSMOS_BUILD_LEROBOT_VENV=1; CI does not build it")
-        subprocess.run(["bash", str(ROOT / "scripts" / "build_lerobot_venv.sh")], check=True, timeout=3600,
-                       env=dict(os.environ, KOSMOS_LEROBOT_VENV=str(VENV)))
+            pytest.skip(
+                f"no LeRobot environment at {VENV}: build it with scripts/build_lerobot_venv.sh "
+                f"(minutes, needs PyPI) or set KOSMOS_BUILD_LEROBOT_VENV=1; CI does not build it"
+            )
+        subprocess.run(
+            ["bash", str(ROOT / "scripts" / "build_lerobot_venv.sh")],
+            check=True,
+            timeout=3600,
+            env=dict(os.environ, KOSMOS_LEROBOT_VENV=str(VENV)),
+        )
     # the cached environment may hold another checkout of kosmos-env: point it at this one
     # (asked from "/": from the checkout's root `import kosmos_env` finds the source folder whatever is
     # installed, while kosmos_env.policies comes through the install's package-dir mapping)
-    where = subprocess.run([str(PY), "-c", "import kosmos_env.policies, os; print(os.path.dirname(kosmos_env.__file__)); "
-                            "print(os.path.dirname(kosmos_env.policies.__file__))"],
-                           capture_output=True, text=True, timeout=300, cwd="/", env=_lerobot_env())
+    where = subprocess.run(
+        [
+            str(PY),
+            "-c",
+            "import kosmos_env.policies, os; print(os.path.dirname(kosmos_env.__file__)); "
+            "print(os.path.dirname(kosmos_env.policies.__file__))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd="/",
+        env=_lerobot_env(),
+    )
     if where.returncode != 0 or [Path(x) for x in where.stdout.split()] != [ROOT / "kosmos_env", ROOT / "policies"]:
-        subprocess.run([str(PY), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
-                       check=True, timeout=600, capture_output=True)
+        subprocess.run(
+            [str(PY), "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "-e", str(ROOT)],
+            check=True,
+            timeout=600,
+            capture_output=True,
+        )
     return PY
 
 
@@ -65,8 +90,13 @@ def _lerobot_env():
 @pytest.fixture(scope="module")
 def checkpoint(lerobot_python, tmp_path_factory):
     ckpt = tmp_path_factory.mktemp("tiny_act")
-    proc = subprocess.run([str(lerobot_python), str(ROOT / "tests" / "lerobot_side.py"), "build", str(ckpt)],
-                          capture_output=True, text=True, timeout=600, env=_lerobot_env())
+    proc = subprocess.run(
+        [str(lerobot_python), str(ROOT / "tests" / "lerobot_side.py"), "build", str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_lerobot_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert (ckpt / "config.json").is_file()
     return ckpt
@@ -74,17 +104,31 @@ def checkpoint(lerobot_python, tmp_path_factory):
 
 def _observation(seed=0):
     rng = np.random.default_rng(seed)
-    return {"image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
-            "ee_pos": np.array([0.3, 0.0, 0.15], np.float32), "ee_euler": np.array([0.0, 0.1, -0.2], np.float32),
-            "gripper": np.array([1.0], np.float32)}
+    return {
+        "image": rng.integers(0, 256, (64, 64, 3), dtype=np.uint8),
+        "ee_pos": np.array([0.3, 0.0, 0.15], np.float32),
+        "ee_euler": np.array([0.0, 0.1, -0.2], np.float32),
+        "gripper": np.array([1.0], np.float32),
+    }
 
 
 def test_adapter_mapping_on_a_real_lerobot_policy(lerobot_python, checkpoint, tmp_path):
     """Adapter (env obs -> LeRobot batch -> action -> env contract) equals LeRobot fed by hand."""
     np.savez(tmp_path / "obs.npz", **_observation())
-    proc = subprocess.run([str(lerobot_python), str(ROOT / "tests" / "lerobot_side.py"), "check", str(checkpoint),
-                           str(tmp_path / "obs.npz"), str(tmp_path / "out.json")],
-                          capture_output=True, text=True, timeout=600, env=_lerobot_env())
+    proc = subprocess.run(
+        [
+            str(lerobot_python),
+            str(ROOT / "tests" / "lerobot_side.py"),
+            "check",
+            str(checkpoint),
+            str(tmp_path / "obs.npz"),
+            str(tmp_path / "out.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_lerobot_env(),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["name"] == "lerobot-act" and out["image_key"] == "observation.image" and out["state_dim"] == 7
@@ -97,9 +141,22 @@ def test_adapter_mapping_on_a_real_lerobot_policy(lerobot_python, checkpoint, tm
 
 @pytest.fixture(scope="module")
 def served(lerobot_python, checkpoint):
-    proc = subprocess.Popen([str(lerobot_python), "-m", "kosmos_env.cli", "serve-policy", f"lerobot:path={checkpoint}",
-                             "--port", "0", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_lerobot_env())
+    proc = subprocess.Popen(
+        [
+            str(lerobot_python),
+            "-m",
+            "kosmos_env.cli",
+            "serve-policy",
+            f"lerobot:path={checkpoint}",
+            "--port",
+            "0",
+            "--quiet",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=_lerobot_env(),
+    )
     try:
         deadline, url = time.monotonic() + 300, None
         while url is None and time.monotonic() < deadline:
@@ -132,9 +189,26 @@ def test_campaign_through_remote_on_the_served_lerobot_policy(served, tmp_path):
     remote.close()
 
     out = tmp_path / "campaign"
-    code = cli.main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", f"remote:url={served}", "--tasks",
-                     "carrot_on_plate", "--seeds", "2", "--image-size", "64", "64", "--no-video", "--no-progress",
-                     "--out", str(out)])
+    code = cli.main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--policy",
+            f"remote:url={served}",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "2",
+            "--image-size",
+            "64",
+            "64",
+            "--no-video",
+            "--no-progress",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     results = json.loads((out / "results.json").read_text())
     assert results["campaign"]["complete"] and len(results["per_episode"]) == 2

@@ -1,6 +1,7 @@
 """Issue 31 item 4: content hashes come from files, never from building the model. Registering a
 protocol that names a checkpoint hashes the checkpoint's files: no weights are loaded and none of
 the checkpoint's code runs, even where the person running the command allowed remote code."""
+
 from __future__ import annotations
 
 import json
@@ -22,8 +23,14 @@ def _evil_checkpoint(tmp_path):
     ckpt.mkdir()
     marker = tmp_path / "marker"
     (ckpt / "evil_config.py").write_text(EVIL.format(marker=str(marker)))
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "evil_config.EvilConfig",
-                                                                                      "AutoModelForVision2Seq": "evil_config.Evil"}}))
+    (ckpt / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "evil",
+                "auto_map": {"AutoConfig": "evil_config.EvilConfig", "AutoModelForVision2Seq": "evil_config.Evil"},
+            }
+        )
+    )
     (ckpt / "model.safetensors").write_bytes(b"\0" * 64)
     return ckpt, marker
 
@@ -47,9 +54,13 @@ def test_registering_hashes_the_checkpoint_files_and_runs_none_of_its_code(tmp_p
     _refuse_loading(monkeypatch)
     first = policy_content_hash(name, {"model_path": str(ckpt), "trust_remote_code": True})
     assert not marker.exists()
-    assert len(first) == 64 and first == policy_hash_from_files(name, {"model_path": str(ckpt), "trust_remote_code": True})
+    assert len(first) == 64 and first == policy_hash_from_files(
+        name, {"model_path": str(ckpt), "trust_remote_code": True}
+    )
     # the hash is the files' and the settings': a changed weight file or setting is another policy
-    assert policy_content_hash(name, {"model_path": str(ckpt), "trust_remote_code": True, "unnorm_key": "other"}) != first
+    assert (
+        policy_content_hash(name, {"model_path": str(ckpt), "trust_remote_code": True, "unnorm_key": "other"}) != first
+    )
     (ckpt / "model.safetensors").write_bytes(b"\1" * 64)
     assert policy_content_hash(name, {"model_path": str(ckpt), "trust_remote_code": True}) != first
     assert not marker.exists()
@@ -97,4 +108,8 @@ def test_openvla_hash_from_files_equals_the_built_policys_on_a_tiny_vlm(tmp_path
     built = make_policy("openvla", **kwargs)
     assert policy_hash_from_files("openvla", kwargs) == built.content_hash()
     settings = {**kwargs, "gripper_threshold": 0.5}
-    assert policy_hash_from_files("openvla", settings) == make_policy("openvla", **settings).content_hash() != built.content_hash()
+    assert (
+        policy_hash_from_files("openvla", settings)
+        == make_policy("openvla", **settings).content_hash()
+        != built.content_hash()
+    )

@@ -1,4 +1,5 @@
 """Every Python package in the source tree is installed (a non-editable install would miss it)."""
+
 from __future__ import annotations
 
 import tomllib

@@ -2,6 +2,7 @@
 
 Each refusal is checked for one clear line AND for the side effect that must not have happened
 (a file a called object would have written, a module that would have been imported)."""
+
 from __future__ import annotations
 
 import sys
@@ -60,7 +61,8 @@ def test_wrong_kind_class_is_refused_before_it_is_built(tmp_path, monkeypatch):
         "    def act(self, obs):\n"
         "        return None\n"
         "def factory(**kw):\n"
-        "    MARKER.write_text('called')\n")
+        "    MARKER.write_text('called')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(PluginError) as err:
         make_policy("evil_plugin_mod:NotAPolicy", allow_import=True)
@@ -131,9 +133,24 @@ def test_cli_refuses_os_system_policy_with_one_line_and_no_side_effect(tmp_path,
     monkeypatch.setenv(ALLOW_IMPORT_ENV, "0")  # restored after the test: --allow-import sets it to 1
     marker = tmp_path / "pwned"
     for extra in ([], ["--allow-import"]):
-        code = cli.main([*extra, "eval", "--env", "Kosmos-Tabletop-v1", "--seeds", "1", "--tasks", "carrot_on_plate",
-                         "--no-progress", "--no-video", "--out", str(tmp_path / "out"),
-                         "--policy", f"os:system:command=touch {marker}"])
+        code = cli.main(
+            [
+                *extra,
+                "eval",
+                "--env",
+                "Kosmos-Tabletop-v1",
+                "--seeds",
+                "1",
+                "--tasks",
+                "carrot_on_plate",
+                "--no-progress",
+                "--no-video",
+                "--out",
+                str(tmp_path / "out"),
+                "--policy",
+                f"os:system:command=touch {marker}",
+            ]
+        )
         err = capsys.readouterr().err
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert code == 2 and len(lines) == 1 and "os:system" in lines[0] and "error" in lines[0], err
@@ -148,7 +165,9 @@ def test_register_refuses_a_protocol_naming_os_system(tmp_path, monkeypatch, cap
 
     marker = tmp_path / "pwned"
     text = (ROOT / "examples" / "protocol_example.yaml").read_text()
-    evil = text.replace('{policy: random, content_hash:', f'{{policy: "os:system:command=touch {marker}", content_hash:')
+    evil = text.replace(
+        "{policy: random, content_hash:", f'{{policy: "os:system:command=touch {marker}", content_hash:'
+    )
     assert evil != text
     (tmp_path / "p.yaml").write_text(evil)
     code = cli.main(["register", str(tmp_path / "p.yaml"), "--out", str(tmp_path / "reg.json")])

@@ -1,4 +1,5 @@
 """Gripper, rotation and scaling conversions, checked against values computed by hand."""
+
 from __future__ import annotations
 
 import math

@@ -1,5 +1,6 @@
 """LeRobot adapter: observation -> batch conversion, and a randomly initialised ACT policy built from
 a config (no download) running a tabletop episode end to end when LeRobot is importable."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -25,9 +26,13 @@ LEROBOT_MISSING = (
 def _obs():
     image = np.zeros((4, 6, 3), np.uint8)
     image[0, 0] = (255, 0, 51)
-    return {"image": image, "instruction": "put the carrot on the plate",
-            "ee_pos": np.array([0.1, 0.2, 0.3], np.float32), "ee_euler": np.array([0.0, -0.5, 1.0], np.float32),
-            "gripper": np.array([0.8], np.float32)}
+    return {
+        "image": image,
+        "instruction": "put the carrot on the plate",
+        "ee_pos": np.array([0.1, 0.2, 0.3], np.float32),
+        "ee_euler": np.array([0.0, -0.5, 1.0], np.float32),
+        "gripper": np.array([0.8], np.float32),
+    }
 
 
 def test_observation_to_batch_layout_and_scaling():
@@ -58,11 +63,21 @@ def _tiny_act(image_hw=(64, 64)):
     from lerobot.policies.act.modeling_act import ACTPolicy
 
     config = ACTConfig(
-        input_features={"observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, *image_hw)),
-                        "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(7,))},
+        input_features={
+            "observation.image": PolicyFeature(type=FeatureType.VISUAL, shape=(3, *image_hw)),
+            "observation.state": PolicyFeature(type=FeatureType.STATE, shape=(7,)),
+        },
         output_features={"action": PolicyFeature(type=FeatureType.ACTION, shape=(7,))},
-        pretrained_backbone_weights=None, dim_model=32, n_heads=2, dim_feedforward=64, n_encoder_layers=1,
-        n_decoder_layers=1, chunk_size=5, n_action_steps=5, use_vae=False, device="cpu",
+        pretrained_backbone_weights=None,
+        dim_model=32,
+        n_heads=2,
+        dim_feedforward=64,
+        n_encoder_layers=1,
+        n_decoder_layers=1,
+        chunk_size=5,
+        n_action_steps=5,
+        use_vae=False,
+        device="cpu",
     )
     # small action statistics keep random outputs inside the tabletop's action box
     stats = {

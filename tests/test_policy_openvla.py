@@ -1,5 +1,6 @@
 """OpenVLA / MiniVLA action-token decoding against the published scheme, and OpenVLAPolicy end to end
 on a tiny randomly initialised vision-language model built here (no download)."""
+
 from __future__ import annotations
 
 import json
@@ -98,7 +99,10 @@ def test_minivla_maps_the_appended_extra_tokens():
 
 
 def test_openvla_prompt_is_the_published_one():
-    assert OPENVLA_PROMPT.format(instruction="Put The Carrot".lower()) == "In: What action should the robot take to put the carrot?\nOut:"
+    assert (
+        OPENVLA_PROMPT.format(instruction="Put The Carrot".lower())
+        == "In: What action should the robot take to put the carrot?\nOut:"
+    )
 
 
 def test_missing_checkpoint_gives_a_clear_error(tmp_path):
@@ -113,27 +117,55 @@ def _tiny_vlm(path, vocab=320):
     """A 2-layer Llama + 1-layer CLIP LLaVA with a word-level tokenizer and 224 px processor, saved."""
     import torch
     from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
-    from transformers import (CLIPImageProcessor, CLIPVisionConfig, LlamaConfig, LlavaConfig,
-                              LlavaForConditionalGeneration, LlavaProcessor, PreTrainedTokenizerFast)
+    from transformers import (
+        CLIPImageProcessor,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+        PreTrainedTokenizerFast,
+    )
 
     words = ["<unk>", "<s>", "</s>", "<image>", "In:", "What", "action", "should", "the", "robot", "take", "to"]
     table = {w: i for i, w in enumerate(words)}
     table.update({f"t{i}": i for i in range(len(words), vocab)})
     tk = Tokenizer(models.WordLevel(table, unk_token="<unk>"))
     tk.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>")
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=tk, unk_token="<unk>", bos_token="<s>", eos_token="</s>", pad_token="</s>"
+    )
     tok.add_tokens([AddedToken("<image>", special=True, normalized=False)])
     processor = LlavaProcessor(
         image_processor=CLIPImageProcessor(size={"shortest_edge": 224}, crop_size={"height": 224, "width": 224}),
-        tokenizer=tok, patch_size=32, vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        tokenizer=tok,
+        patch_size=32,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
         image_token="<image>",
     )
     config = LlavaConfig(
-        vision_config=CLIPVisionConfig(hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                       image_size=224, patch_size=32, projection_dim=16),
-        text_config=LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=256),
-        image_token_index=table["<image>"], vision_feature_select_strategy="default", vision_feature_layer=-1,
+        vision_config=CLIPVisionConfig(
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=224,
+            patch_size=32,
+            projection_dim=16,
+        ),
+        text_config=LlamaConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=256,
+        ),
+        image_token_index=table["<image>"],
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
     )
     torch.manual_seed(0)
     LlavaForConditionalGeneration(config).save_pretrained(path)
@@ -145,6 +177,7 @@ def _tiny_vlm(path, vocab=320):
 @requires_extra("models")
 def test_openvla_policy_end_to_end_on_a_tiny_random_vlm(tmp_path):
     import torch
+
     _tiny_vlm(tmp_path)
     policy = OpenVLAPolicy(model_path=str(tmp_path), prompt="<image>" + OPENVLA_PROMPT, empty_token_id=None)
     assert policy.decoder.vocab_end == 320  # from the model config: the last 256 ids are action tokens
@@ -164,12 +197,20 @@ def test_openvla_policy_end_to_end_on_a_tiny_random_vlm(tmp_path):
     np.testing.assert_array_equal(ids, [119] * 7)
     action = policy.act({"image": image, "instruction": "Put the carrot on the plate"})
     n = -1 + 401 / 255
-    expected = [0.5 * (n + 1) * (hi - lo) + lo for lo, hi in zip(Q01[:6], Q99[:6], strict=True)] + [n]  # gripper in [0, 1] already
+    expected = [0.5 * (n + 1) * (hi - lo) + lo for lo, hi in zip(Q01[:6], Q99[:6], strict=True)] + [
+        n
+    ]  # gripper in [0, 1] already
     assert action.dtype == np.float32 and action.shape == (7,)
     np.testing.assert_allclose(action, expected, atol=1e-6)
 
-    thresholded = OpenVLAPolicy(model_path=str(tmp_path), prompt="<image>" + OPENVLA_PROMPT, empty_token_id=None,
-                                gripper_threshold=0.5, model=policy.model, processor=policy.processor)
+    thresholded = OpenVLAPolicy(
+        model_path=str(tmp_path),
+        prompt="<image>" + OPENVLA_PROMPT,
+        empty_token_id=None,
+        gripper_threshold=0.5,
+        model=policy.model,
+        processor=policy.processor,
+    )
     assert thresholded.act({"image": image, "instruction": "x"})[6] == 1.0  # 0.57 >= 0.5 -> open
     h1 = policy.content_hash()
     assert len(h1) == 64 and h1 != thresholded.content_hash()  # settings are part of the identity

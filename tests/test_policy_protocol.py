@@ -1,4 +1,5 @@
 """The remote-policy wire protocol: codec validation, server error answers, client failure modes."""
+
 from __future__ import annotations
 
 import json
@@ -37,12 +38,12 @@ def test_observation_round_trip_is_exact_and_framing_is_as_documented():
     # the documented framing: magic, u32 LE header length, JSON header, raw arrays in order
     assert data[:4] == b"KPOL"
     (n,) = struct.unpack("<I", data[4:8])
-    header = json.loads(data[8:8 + n])
+    header = json.loads(data[8 : 8 + n])
     assert header["version"] == 1 and header["kind"] == "observation"
     assert header["fields"] == {"instruction": "put the carrot on the plate"}
     assert [a["name"] for a in header["arrays"]] == ["image", "ee_pos", "gripper"]
     assert header["arrays"][0] == {"name": "image", "dtype": "<u1", "shape": [8, 6, 3]}
-    assert data[8 + n:8 + n + obs["image"].nbytes] == obs["image"].tobytes()
+    assert data[8 + n : 8 + n + obs["image"].nbytes] == obs["image"].tobytes()
     assert len(data) == 8 + n + obs["image"].nbytes + 12 + 4
 
     back = P.decode_observation(data)
@@ -72,7 +73,7 @@ def test_action_round_trip_for_single_actions_and_chunks():
         (lambda d: d[:6], "shorter than"),
         (lambda d: d + b"\x00", "beyond the declared arrays"),
         (lambda d: d[:-1], "needs 28 bytes"),
-        (lambda d: d[:4] + struct.pack("<I", 10 ** 6) + d[8:], "too large or runs past"),
+        (lambda d: d[:4] + struct.pack("<I", 10**6) + d[8:], "too large or runs past"),
     ],
 )
 def test_decoder_rejects_broken_framing(mutate, match):
@@ -86,14 +87,66 @@ def test_decoder_rejects_broken_framing(mutate, match):
     [
         ({"version": 2, "kind": "action", "fields": {}, "arrays": []}, b"", "protocol version 2"),
         ({"version": 1, "kind": "observation", "fields": {}, "arrays": []}, b"", "expected a 'action' message"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "|O", "shape": [7]}]}, b"", "dtype"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "<f4", "shape": [-7]}]}, b"", "shape"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "<f4", "shape": [1, 1, 1, 1, 7]}]}, b"", "shape"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "<f8", "shape": [7]}]}, bytes(56), "float32"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "<f4", "shape": [6]}]}, bytes(24), r"shape \(7,\)"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "act", "dtype": "<f4", "shape": [7]}]}, bytes(28), "exactly one array"),
-        ({"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "<f4", "shape": [7]}]},
-         np.array([0, 0, np.nan, 0, 0, 0, 1], np.float32).tobytes(), "NaN"),
+        (
+            {"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "action", "dtype": "|O", "shape": [7]}]},
+            b"",
+            "dtype",
+        ),
+        (
+            {
+                "version": 1,
+                "kind": "action",
+                "fields": {},
+                "arrays": [{"name": "action", "dtype": "<f4", "shape": [-7]}],
+            },
+            b"",
+            "shape",
+        ),
+        (
+            {
+                "version": 1,
+                "kind": "action",
+                "fields": {},
+                "arrays": [{"name": "action", "dtype": "<f4", "shape": [1, 1, 1, 1, 7]}],
+            },
+            b"",
+            "shape",
+        ),
+        (
+            {
+                "version": 1,
+                "kind": "action",
+                "fields": {},
+                "arrays": [{"name": "action", "dtype": "<f8", "shape": [7]}],
+            },
+            bytes(56),
+            "float32",
+        ),
+        (
+            {
+                "version": 1,
+                "kind": "action",
+                "fields": {},
+                "arrays": [{"name": "action", "dtype": "<f4", "shape": [6]}],
+            },
+            bytes(24),
+            r"shape \(7,\)",
+        ),
+        (
+            {"version": 1, "kind": "action", "fields": {}, "arrays": [{"name": "act", "dtype": "<f4", "shape": [7]}]},
+            bytes(28),
+            "exactly one array",
+        ),
+        (
+            {
+                "version": 1,
+                "kind": "action",
+                "fields": {},
+                "arrays": [{"name": "action", "dtype": "<f4", "shape": [7]}],
+            },
+            np.array([0, 0, np.nan, 0, 0, 0, 1], np.float32).tobytes(),
+            "NaN",
+        ),
     ],
 )
 def test_decoder_rejects_bad_headers_dtypes_shapes_and_values(header, payload, match):
@@ -148,11 +201,17 @@ def test_server_answers_documented_errors(served):
     assert status == 400 and "KPOL" in json.loads(body)["error"]["message"]
     status, body = _raw(served, "POST", "/v1/act", body=bytes(300_000), headers=act)
     assert status == 413 and json.loads(body)["error"]["code"] == "too_large"
-    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 9, "instruction": "x"}).encode(),
-                        headers=js)
+    status, body = _raw(
+        served, "POST", "/v1/reset", body=json.dumps({"version": 9, "instruction": "x"}).encode(), headers=js
+    )
     assert status == 400 and json.loads(body)["error"]["code"] == "version_mismatch"
-    status, body = _raw(served, "POST", "/v1/reset", body=json.dumps({"version": 1, "instruction": "x", "seed": "s"}).encode(),
-                        headers=js)
+    status, body = _raw(
+        served,
+        "POST",
+        "/v1/reset",
+        body=json.dumps({"version": 1, "instruction": "x", "seed": "s"}).encode(),
+        headers=js,
+    )
     assert status == 400 and "seed" in json.loads(body)["error"]["message"]
     status, body = _raw(served, "GET", "/v1/info")
     info = json.loads(body)
@@ -203,7 +262,9 @@ def _free_port() -> int:
 def test_dead_server_gives_a_clear_error_after_bounded_retries():
     port = _free_port()  # nothing listens there any more
     t0 = time.perf_counter()
-    with pytest.raises(P.RemotePolicyError, match=rf"cannot reach the remote policy at http://127.0.0.1:{port}/v1/info after 3 attempt"):
+    with pytest.raises(
+        P.RemotePolicyError, match=rf"cannot reach the remote policy at http://127.0.0.1:{port}/v1/info after 3 attempt"
+    ):
         make_policy("remote", url=f"http://127.0.0.1:{port}", retries=2, backoff=0.05, timeout=2)
     assert time.perf_counter() - t0 < 2.0
 
@@ -275,7 +336,9 @@ def test_garbage_action_answer_is_rejected():
     with P.PolicyServer(policy, policy_info(policy)) as good:
         client = P.PolicyClient(good.url, timeout=2)
         client.info()
-    raw = _RawServer(b"HTTP/1.1 200 OK\r\nContent-Type: application/x-kosmos-policy\r\nContent-Length: 8\r\n\r\nKPOL\x00\x00\x00\x00")
+    raw = _RawServer(
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/x-kosmos-policy\r\nContent-Length: 8\r\n\r\nKPOL\x00\x00\x00\x00"
+    )
     try:
         client = P.PolicyClient(raw.url, timeout=2, retries=0)
         with pytest.raises(P.RemotePolicyError, match="invalid action message"):

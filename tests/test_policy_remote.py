@@ -1,4 +1,5 @@
 """RemotePolicy against a loopback server: same actions as in process, chunks, and the CLI server."""
+
 from __future__ import annotations
 
 import os
@@ -139,7 +140,10 @@ def test_serve_policy_cli_serves_a_policy_on_loopback():
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "kosmos_env.cli", "serve-policy", "random:seed=5", "--port", "0", "--quiet"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         deadline = time.monotonic() + 60

@@ -2,6 +2,7 @@
 episode's state apart (a session per episode), so N workers score what one worker and the
 in-process policy score; a server that cannot hold another session refuses it in one line; a
 malformed request gets an error status, never a dropped connection."""
+
 from __future__ import annotations
 
 import http.client
@@ -22,8 +23,25 @@ INSTR = "put the carrot on the plate"
 
 
 def _argv(out, policy, *extra):
-    return ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", TASK, "--seeds", str(SEEDS), "--image-size", "64", "64",
-            "--no-video", "--no-progress", "--out", str(out), "--policy", policy, *extra]
+    return [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        TASK,
+        "--seeds",
+        str(SEEDS),
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--policy",
+        policy,
+        *extra,
+    ]
 
 
 def _episodes(out):
@@ -91,6 +109,7 @@ def test_an_expired_session_is_refused_not_served_with_another_state():
         client = PolicyClient(server.url)
         client.reset(INSTR, 0, session="s1")
         import time
+
         time.sleep(0.2)
         with pytest.raises(RemotePolicyError, match="409 unknown_session"):
             client.act(_obs(), session="s1")
@@ -101,16 +120,29 @@ def test_an_expired_session_is_refused_not_served_with_another_state():
 
 def test_a_server_without_sessions_is_refused_by_the_client(monkeypatch):
     with _server() as server:
-        monkeypatch.setattr(PolicyServer, "handle_info", lambda self: (200, "application/json", json.dumps(
-            {"protocol": "kosmos-policy", "version": 1, "policy": self.info}).encode()))
+        monkeypatch.setattr(
+            PolicyServer,
+            "handle_info",
+            lambda self: (
+                200,
+                "application/json",
+                json.dumps({"protocol": "kosmos-policy", "version": 1, "policy": self.info}).encode(),
+            ),
+        )
         with pytest.raises(RemotePolicyError, match="does not keep per-episode sessions"):
             RemotePolicy(server.url)
 
 
 def test_list_typed_dtype_gets_a_400_not_a_dropped_connection():
     """Found: a list as an array's dtype made the server drop the connection unanswered."""
-    header = json.dumps({"version": 1, "kind": "observation", "fields": {"instruction": "x"},
-                         "arrays": [{"name": "image", "dtype": ["<u1"], "shape": [1, 1, 3]}]}).encode()
+    header = json.dumps(
+        {
+            "version": 1,
+            "kind": "observation",
+            "fields": {"instruction": "x"},
+            "arrays": [{"name": "image", "dtype": ["<u1"], "shape": [1, 1, 3]}],
+        }
+    ).encode()
     body = b"KPOL" + struct.pack("<I", len(header)) + header + b"\0\0\0"
     with _server() as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.httpd.server_address[1], timeout=10)

@@ -1,6 +1,7 @@
 """`kosmos-env publish`: one atomic dataset commit with exact paths, eval-results for model repos,
 and a dry-run tree that is byte for byte what would be committed. No network: the HfApi client is
 a recording fake with the same methods and signatures the publisher calls."""
+
 from __future__ import annotations
 
 import json
@@ -36,11 +37,13 @@ class FakeHfApi:
         self.n = 0
 
     def create_repo(self, repo_id, *, repo_type=None, exist_ok=False, private=None, **kw):
-        self.calls.append(("create_repo", {"repo_id": repo_id, "repo_type": repo_type, "exist_ok": exist_ok,
-                                           "private": private}))
+        self.calls.append(
+            ("create_repo", {"repo_id": repo_id, "repo_type": repo_type, "exist_ok": exist_ok, "private": private})
+        )
 
-    def create_commit(self, repo_id, operations, *, commit_message, commit_description=None, repo_type=None,
-                      create_pr=None, **kw):
+    def create_commit(
+        self, repo_id, operations, *, commit_message, commit_description=None, repo_type=None, create_pr=None, **kw
+    ):
         from huggingface_hub import CommitOperationAdd
 
         files = {}
@@ -50,11 +53,24 @@ class FakeHfApi:
             files[op.path_in_repo] = src if isinstance(src, bytes) else Path(src).read_bytes()
         self.n += 1
         oid = f"{self.n:040x}"
-        self.calls.append(("create_commit", {"repo_id": repo_id, "repo_type": repo_type, "create_pr": create_pr,
-                                             "message": commit_message, "files": files}))
+        self.calls.append(
+            (
+                "create_commit",
+                {
+                    "repo_id": repo_id,
+                    "repo_type": repo_type,
+                    "create_pr": create_pr,
+                    "message": commit_message,
+                    "files": files,
+                },
+            )
+        )
         prefix = "datasets/" if repo_type == "dataset" else ""
-        return FakeCommitInfo(oid=oid, commit_url=f"https://huggingface.co/{prefix}{repo_id}/commit/{oid}",
-                              pr_url=f"https://huggingface.co/{prefix}{repo_id}/discussions/{self.n}" if create_pr else None)
+        return FakeCommitInfo(
+            oid=oid,
+            commit_url=f"https://huggingface.co/{prefix}{repo_id}/commit/{oid}",
+            pr_url=f"https://huggingface.co/{prefix}{repo_id}/discussions/{self.n}" if create_pr else None,
+        )
 
 
 @pytest.fixture
@@ -96,21 +112,22 @@ def test_publish_makes_one_atomic_dataset_commit_with_exact_paths(bundle):
     manifest = json.loads(ds["files"][prefix + "manifest.json"])
     import hashlib
 
-    assert set(manifest["files"]) == {p[len(prefix):] for p in paths if p.startswith(prefix)} - {"manifest.json"}
+    assert set(manifest["files"]) == {p[len(prefix) :] for p in paths if p.startswith(prefix)} - {"manifest.json"}
     for rel, digest in manifest["files"].items():
         assert hashlib.sha256(ds["files"][prefix + rel]).hexdigest() == digest
     assert manifest["source_manifest_sha256"] == hashlib.sha256((bundle / "manifest.json").read_bytes()).hexdigest()
     # the eval-results entry in the model repo, in the Hub's .eval_results format
     model = api.calls[2][1]
     assert model["repo_id"] == MODEL and model["repo_type"] == "model" and model["create_pr"] is True
-    (name, text), = model["files"].items()
+    ((name, text),) = model["files"].items()
     spec12 = load_spec("Kosmos-Tabletop-v1").hash[:12]
-    assert name.startswith(f".eval_results/kosmos-env_Kosmos-Tabletop-v1_{spec12}_scripted-skill-1.0-") and \
-        name.endswith(".yaml")
+    assert name.startswith(
+        f".eval_results/kosmos-env_Kosmos-Tabletop-v1_{spec12}_scripted-skill-1.0-"
+    ) and name.endswith(".yaml")
     entries = yaml.safe_load(text)
     from huggingface_hub import parse_eval_result_entries
 
-    entry, = parse_eval_result_entries(entries)
+    (entry,) = parse_eval_result_entries(entries)
     assert (entry.dataset_id, entry.task_id, entry.value) == (REPO, "Kosmos-Tabletop-v1", 100.0)
     assert entry.dataset_revision == result.dataset_commit["oid"] == f"{1:040x}"
     assert spec12 in entry.notes and "Wilson 95% [43.9, 100.0]" in entry.notes
@@ -135,9 +152,15 @@ def test_dry_run_tree_is_exactly_what_is_committed_and_verifies(bundle, tmp_path
     assert main(["publish", str(bundle), "--repo", REPO, "--dry-run", str(out)]) == 0
     api = FakeHfApi()
     publish(plan_publish(bundle, REPO), api=api)
-    committed = {p: data for call, kw in api.calls if call == "create_commit" for p, data in
-                 ((f"dataset/{k}" if kw["repo_type"] == "dataset" else f"model_repos/{kw['repo_id']}/{k}", v)
-                  for k, v in kw["files"].items())}
+    committed = {
+        p: data
+        for call, kw in api.calls
+        if call == "create_commit"
+        for p, data in (
+            (f"dataset/{k}" if kw["repo_type"] == "dataset" else f"model_repos/{kw['repo_id']}/{k}", v)
+            for k, v in kw["files"].items()
+        )
+    }
     on_disk = {p.relative_to(out).as_posix(): p.read_bytes() for p in out.rglob("*") if p.is_file()}
     on_disk.pop("commits.json")
     assert set(on_disk) == set(committed)
@@ -177,8 +200,13 @@ def test_dataset_card_has_hub_metadata_and_renders_the_ranking(bundle, tmp_path)
     argv = shlex.split(block.replace("\\\n", " "))
     assert argv[0] == "kosmos-env"
     args = build_parser().parse_args(argv[1:])
-    assert (args.command, args.env, args.policy, args.tasks, args.seeds) == \
-        ("eval", "Kosmos-Tabletop-v1", ["scripted:skill=1.0", "random"], ["carrot_on_plate"], 3)
+    assert (args.command, args.env, args.policy, args.tasks, args.seeds) == (
+        "eval",
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0", "random"],
+        ["carrot_on_plate"],
+        3,
+    )
     campaign_card = plan.dataset.files[plan.prefix + "README.md"].decode()
     assert "| 1 | `scripted:skill=1.0` | 100.0%" in campaign_card
 
@@ -212,11 +240,15 @@ def test_cli_publish_pr_uses_the_default_client_with_its_own_token(bundle, monke
         return made[-1]
 
     monkeypatch.setattr(huggingface_hub, "HfApi", factory)
-    assert main(["publish", str(bundle), "--repo", REPO, "--pr", "--model-results", "skip",
-                 "--videos-per-policy", "0"]) == 0
-    api, = made
-    (call, kw), = api.calls
+    assert (
+        main(["publish", str(bundle), "--repo", REPO, "--pr", "--model-results", "skip", "--videos-per-policy", "0"])
+        == 0
+    )
+    (api,) = made
+    ((call, kw),) = api.calls
     assert call == "create_commit" and kw["create_pr"] is True
-    assert not any(p.endswith(".mp4") for p in kw["files"]) and len(kw["files"]) == 5 + 2 * 6  # + actions and log of 6 episodes
+    assert (
+        not any(p.endswith(".mp4") for p in kw["files"]) and len(kw["files"]) == 5 + 2 * 6
+    )  # + actions and log of 6 episodes
     out = capsys.readouterr().out
     assert f"https://huggingface.co/datasets/{REPO}/discussions/1" in out

@@ -1,5 +1,6 @@
 """The scale-out bench scripts run: the GPU speed script in its CPU --smoke mode, and the
 time-breakdown table and plot from a real (tiny) campaign's results.json."""
+
 from __future__ import annotations
 
 import json
@@ -19,9 +20,23 @@ ROOT = Path(__file__).resolve().parent.parent
 @requires_extra("models")  # the speed script builds the tiny Cosmos 3 pipeline
 def test_gpu_speed_script_runs_in_smoke_mode(tmp_path):
     out = tmp_path / "speed"
-    proc = subprocess.run([sys.executable, "bench/gpu/cosmos3_speed.py", "--smoke", "--options", "baseline",
-                           "text_kv_cache", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env=dict(os.environ, HF_HUB_OFFLINE="1"))
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "bench/gpu/cosmos3_speed.py",
+            "--smoke",
+            "--options",
+            "baseline",
+            "text_kv_cache",
+            "--out",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, HF_HUB_OFFLINE="1"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads((tmp_path / "speed.json").read_text())
     assert [r["option"] for r in data["rows"]] == ["baseline", "text_kv_cache"]
@@ -34,8 +49,13 @@ def test_gpu_speed_script_runs_in_smoke_mode(tmp_path):
 
 @pytest.mark.slow
 def test_gpu_speed_script_refuses_to_run_without_a_gpu_unless_smoke():
-    proc = subprocess.run([sys.executable, "bench/gpu/cosmos3_speed.py", "--device", "cuda"], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu/cosmos3_speed.py", "--device", "cuda"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     import torch
 
     if torch.cuda.is_available():
@@ -53,8 +73,14 @@ def test_time_breakdown_table_and_png_from_a_campaign(tmp_path):
         import time_breakdown
     finally:
         sys.path.pop(0)
-    cfg = make_config("Kosmos-Tabletop-v1", ["scripted:skill=1.0", "random"], tasks=["carrot_on_plate"], seeds=2,
-                      image_size=(32, 32), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0", "random"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=(32, 32),
+        video=False,
+    )
     results = run_campaign(cfg, tmp_path / "c", progress=False)
     table = time_breakdown.breakdown(results)
     assert set(table) == {"scripted:skill=1.0", "random", "all"} and table["all"]["n"] == 4

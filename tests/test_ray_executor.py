@@ -3,6 +3,7 @@ a driver killed mid-campaign resumed with Ray, Ray shut down and no stray proces
 
 The slow tests start a 2-CPU local Ray instance (about 5-10 s here) and keep campaigns tiny.
 """
+
 from __future__ import annotations
 
 import json
@@ -84,25 +85,30 @@ def _assert_all_exit(procs, timeout: float) -> None:
 
 # -- fast: options and lazy import -----------------------------------------------------------
 def test_ray_is_imported_only_by_the_ray_executor():
-    code = ("import sys, kosmos_env, kosmos_env.campaign.runner\n"
-            "from kosmos_env.campaign.executors import make_executor\n"
-            "ex = make_executor(3, 'ray', actor_resources='{\"num_gpus\": 0.5}', address=None, num_cpus=None)\n"
-            "assert 'ray' not in sys.modules, 'ray imported before the executor ran'\n"
-            "print(type(ex).__name__, ex.workers, ex.actor_options)")
+    code = (
+        "import sys, kosmos_env, kosmos_env.campaign.runner\n"
+        "from kosmos_env.campaign.executors import make_executor\n"
+        "ex = make_executor(3, 'ray', actor_resources='{\"num_gpus\": 0.5}', address=None, num_cpus=None)\n"
+        "assert 'ray' not in sys.modules, 'ray imported before the executor ran'\n"
+        "print(type(ex).__name__, ex.workers, ex.actor_options)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "RayExecutor 3 {'num_gpus': 0.5, 'num_cpus': 1}"
 
 
-@pytest.mark.parametrize("bad, match", [
-    ("{not json", "JSON object"),
-    ("[1, 2]", "JSON object"),
-    ('{"num_gpu": 1}', "unknown actor resource"),
-    ('{"num_gpus": -1}', "non-negative"),
-    ('{"num_gpus": 1.5}', "whole number"),
-    ('{"num_cpus": "two"}', "non-negative number"),
-    ('{"resources": {"TPU": -2}}', "non-negative numbers"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        ("{not json", "JSON object"),
+        ("[1, 2]", "JSON object"),
+        ('{"num_gpu": 1}', "unknown actor resource"),
+        ('{"num_gpus": -1}', "non-negative"),
+        ('{"num_gpus": 1.5}', "whole number"),
+        ('{"num_cpus": "two"}', "non-negative number"),
+        ('{"resources": {"TPU": -2}}', "non-negative numbers"),
+    ],
+)
 def test_bad_actor_resources_are_refused(bad, match):
     with pytest.raises(ValueError, match=match):
         parse_actor_resources(bad)
@@ -112,7 +118,10 @@ def test_actor_resources_defaults_and_gpu_fractions():
     assert parse_actor_resources(None) == {"num_cpus": 1}
     assert parse_actor_resources('{"num_gpus": 1, "num_cpus": 2}') == {"num_gpus": 1, "num_cpus": 2}
     assert parse_actor_resources({"num_gpus": 0.25, "resources": {"world_model": 1}}) == {
-        "num_gpus": 0.25, "resources": {"world_model": 1}, "num_cpus": 1}
+        "num_gpus": 0.25,
+        "resources": {"world_model": 1},
+        "num_cpus": 1,
+    }
 
 
 def test_ray_only_options_are_refused_elsewhere_and_checked():
@@ -131,9 +140,29 @@ def test_eval_cli_accepts_the_ray_flags():
 
     parser = argparse.ArgumentParser()
     eval_cmd.add_parser(parser.add_subparsers())
-    args = parser.parse_args(["eval", "--policy", "random", "--out", "x", "--executor", "ray", "--workers", "4",
-                              "--address", "auto", "--actor-resources", '{"num_gpus": 1}'])
-    assert (args.executor, args.address, args.actor_resources, args.ray_num_cpus) == ("ray", "auto", '{"num_gpus": 1}', None)
+    args = parser.parse_args(
+        [
+            "eval",
+            "--policy",
+            "random",
+            "--out",
+            "x",
+            "--executor",
+            "ray",
+            "--workers",
+            "4",
+            "--address",
+            "auto",
+            "--actor-resources",
+            '{"num_gpus": 1}',
+        ]
+    )
+    assert (args.executor, args.address, args.actor_resources, args.ray_num_cpus) == (
+        "ray",
+        "auto",
+        '{"num_gpus": 1}',
+        None,
+    )
 
 
 # -- slow: real Ray ----------------------------------------------------------------------
@@ -142,8 +171,14 @@ def test_ray_campaign_matches_in_process_and_shares_the_ledger(tmp_path, monkeyp
     """Same seeds, same outcomes and artifacts; a local worker runs beside the Ray actors."""
     ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))  # Ray workers import tests.test_campaign_support
-    cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:skill=1.0,delay=0.005", "scripted:skill=0.3"], tasks=TASKS,
-                      seeds=3, image_size=(64, 64), video=True)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1",
+        [f"{SLOW}:skill=1.0,delay=0.005", "scripted:skill=0.3"],
+        tasks=TASKS,
+        seeds=3,
+        image_size=(64, 64),
+        video=True,
+    )
     ref = run_campaign(cfg, tmp_path / "local", InProcessExecutor(), progress=False)
 
     before = {p.pid for p in _descendants()}
@@ -200,9 +235,30 @@ def test_ray_campaign_matches_in_process_and_shares_the_ledger(tmp_path, monkeyp
 
 
 def _eval_argv(out, address):
-    return ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", *TASKS, "--seeds", "4", "--image-size", "64", "64",
-            "--no-video", "--no-progress", "--out", str(out), "--policy", f"{SLOW}:skill=1.0,delay=0.02",
-            "--executor", "ray", "--workers", "2", "--address", address]
+    return [
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        *TASKS,
+        "--seeds",
+        "4",
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--policy",
+        f"{SLOW}:skill=1.0,delay=0.02",
+        "--executor",
+        "ray",
+        "--workers",
+        "2",
+        "--address",
+        address,
+    ]
 
 
 @pytest.mark.slow
@@ -211,8 +267,9 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
     ray = pytest.importorskip("ray", reason="needs the ray extra (pip install -e '.[ray]')")
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    cfg = make_config("Kosmos-Tabletop-v1", [f"{SLOW}:skill=1.0,delay=0.02"], tasks=TASKS, seeds=4,
-                      image_size=(64, 64), video=False)
+    cfg = make_config(
+        "Kosmos-Tabletop-v1", [f"{SLOW}:skill=1.0,delay=0.02"], tasks=TASKS, seeds=4, image_size=(64, 64), video=False
+    )
     run_campaign(cfg, tmp_path / "reference", InProcessExecutor(), progress=False)
 
     before = {p.pid for p in _descendants()}
@@ -220,8 +277,14 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
     try:
         address = ray.get_runtime_context().gcs_address
         out = tmp_path / "killed"
-        driver = subprocess.Popen([sys.executable, "-m", "kosmos_env.cli", *_eval_argv(out, address)], cwd=ROOT,
-                                  env=dict(os.environ), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        driver = subprocess.Popen(
+            [sys.executable, "-m", "kosmos_env.cli", *_eval_argv(out, address)],
+            cwd=ROOT,
+            env=dict(os.environ),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         kill_after_done(driver, out, 2, timeout=90)
         snapshot = _outcomes(out)
         n_done = sum(1 for v in snapshot.values() if v[0] == "done")
@@ -229,7 +292,6 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
         assert 2 <= n_done < 8 and in_flight, (n_done, in_flight)
 
         # Ray removes the dead driver's actors (they never touch the ledger, so none can write late)
-        import psutil
 
         deadline = time.time() + 30
         while time.time() < deadline:
@@ -251,7 +313,10 @@ def test_driver_killed_mid_campaign_resumes_with_ray(tmp_path, monkeypatch):
         con = sqlite3.connect(out / "ledger.sqlite")
         ok = dict(con.execute("SELECT episode_id, COUNT(*) FROM attempts WHERE status = 'ok' GROUP BY episode_id"))
         abandoned = sorted(r[0] for r in con.execute("SELECT episode_id FROM attempts WHERE status = 'abandoned'"))
-        runs = [(r[0], "--address" in json.loads(r[1])) for r in con.execute("SELECT executor, argv FROM runs ORDER BY started")]
+        runs = [
+            (r[0], "--address" in json.loads(r[1]))
+            for r in con.execute("SELECT executor, argv FROM runs ORDER BY started")
+        ]
         con.close()
         assert set(ok) == set(after) and set(ok.values()) == {1}
         assert abandoned == in_flight  # the dead driver's leases were taken over at once

@@ -1,6 +1,7 @@
 """A Ray head started by a campaign dies with it (issue 31): after a SIGKILL of the campaign
 process, no process of its Ray session is left (the dashboard and runtime-env agents used to
 outlive it by about a minute, blocked on a report to the dead GCS)."""
+
 from __future__ import annotations
 
 import os
@@ -69,8 +70,13 @@ def test_watchdog_stops_the_marked_processes_only_when_the_driver_dies(end):
     """Without Ray (the mechanism alone): SIGKILL the driver and the process it marked is stopped,
     one it started afterwards is not; a driver that says ``close`` leaves everything be."""
     psutil = pytest.importorskip("psutil")
-    driver = subprocess.Popen([sys.executable, "-c", DRIVER, end], cwd=ROOT, stdout=subprocess.PIPE, text=True,
-                              env={**os.environ, "PYTHONPATH": str(ROOT)})
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, end],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     head_pid, other_pid, watchdog_pid = (int(v) for v in driver.stdout.readline().split())
     procs = [psutil.Process(p) for p in (head_pid, other_pid, watchdog_pid)]
     try:
@@ -97,15 +103,40 @@ def test_sigkilled_campaign_takes_its_ray_head_down(tmp_path):
     if not sys.platform.startswith("linux"):
         pytest.skip("the process-tree checks read /proc")
     out = tmp_path / "campaign"
-    argv = [sys.executable, "-m", "kosmos_env.cli", "eval", "--env", "Kosmos-Tabletop-v1", "--tasks", "carrot_on_plate",
-            "--seeds", "40", "--image-size", "64", "64", "--no-video", "--no-progress", "--out", str(out),
-            "--policy", f"{SLOW}:skill=1.0,delay=0.02", "--executor", "ray", "--workers", "1", "--ray-num-cpus", "1"]
+    argv = [
+        sys.executable,
+        "-m",
+        "kosmos_env.cli",
+        "eval",
+        "--env",
+        "Kosmos-Tabletop-v1",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "40",
+        "--image-size",
+        "64",
+        "64",
+        "--no-video",
+        "--no-progress",
+        "--out",
+        str(out),
+        "--policy",
+        f"{SLOW}:skill=1.0,delay=0.02",
+        "--executor",
+        "ray",
+        "--workers",
+        "1",
+        "--ray-num-cpus",
+        "1",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KOSMOS_ENV_ALLOW_IMPORT": "1", "HF_HUB_OFFLINE": "1"}
     stderr = tmp_path / "stderr.txt"
     with open(stderr, "w") as err:
         # its own session: the test's process group is never in the way of the kill
-        driver = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err,
-                                  start_new_session=True)
+        driver = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True
+        )
     head = []
     try:
         # an episode done: the head is up, its agents started and an actor ran

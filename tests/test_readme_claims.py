@@ -10,6 +10,7 @@
   default judges agree with pyproject.toml and the env registry;
 - the Python block of the Bridge section runs as written (tiny models, so on a CPU).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,7 +32,7 @@ RESULTS = ROOT / "bench" / "results"
 def _section(title: str) -> str:
     start = README.index(f"\n## {title}\n")
     end = README.find("\n## ", start + 1)
-    return README[start:end if end > 0 else None]
+    return README[start : end if end > 0 else None]
 
 
 # -- commands ------------------------------------------------------------------------------------
@@ -58,7 +59,7 @@ def _inline_commands() -> list[str]:
 def _argv(cmd: str) -> list[str]:
     words = shlex.split(cmd)
     start = next(i for i, w in enumerate(words) if w.endswith("kosmos-env"))
-    return words[start + 1:]
+    return words[start + 1 :]
 
 
 def _parse(argv: list[str]) -> str | None:
@@ -89,8 +90,12 @@ def test_inline_commands_parse_or_name_real_options():
     import argparse
 
     parser = build_parser()
-    commands = {name: sub for action in parser._actions if isinstance(action, argparse._SubParsersAction)
-                for name, sub in action.choices.items()}
+    commands = {
+        name: sub
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name, sub in action.choices.items()
+    }
     for span in _inline_commands():
         argv = _argv(span)
         top = [a for a in argv if a in ("--allow-import", "--trust-remote-code")]
@@ -134,9 +139,12 @@ def test_quick_start_design_and_python_floor():
 
 
 def test_dependency_floors_quoted_in_the_readme_are_pyprojects():
-    floors = {r.split(">=")[0]: r.split(">=")[1] for reqs in [PYPROJECT["dependencies"],
-                                                          *PYPROJECT["optional-dependencies"].values()]
-              for r in reqs if ">=" in r}
+    floors = {
+        r.split(">=")[0]: r.split(">=")[1]
+        for reqs in [PYPROJECT["dependencies"], *PYPROJECT["optional-dependencies"].values()]
+        for r in reqs
+        if ">=" in r
+    }
     quoted = re.findall(r"\b(transformers|diffusers|torch)\s*(?:>=|≥)\s*([0-9][0-9.]*[0-9])", README)
     assert {pkg for pkg, _ in quoted} >= {"transformers", "diffusers"}
     for pkg, version in quoted:
@@ -184,8 +192,11 @@ def test_validity_study_tables(study):
         acc = res["evaluators"][key]["episode_accuracy"]
         row = f"| {label} | {_f(k['value'])} {_iv(k['interval'])} | {acc:.3f} |"
         assert row in text, f"README row differs from study.json: want {row}"
-    blank = {res["evaluators"][k]["episode_accuracy"] for k in res["evaluators"]
-             if k.startswith(("baseline/copy_first_frame", "baseline/null_world"))}
+    blank = {
+        res["evaluators"][k]["episode_accuracy"]
+        for k in res["evaluators"]
+        if k.startswith(("baseline/copy_first_frame", "baseline/null_world"))
+    }
     assert len(blank) == 1 and f"| undefined (never success) | {blank.pop():.3f} |" in text
     for key, judge in (("learned/vision", "vision judge"), ("learned/robot_log", "robot-log judge")):
         for metric, name in (("kendall", "Kendall"), ("accuracy", "episode accuracy")):
@@ -205,10 +216,15 @@ def test_validity_study_bullets(study):
     ev = res["evaluators"]
     passed = [b for b in study["bars"] if b["verdict"] == "PASS"]
     words = {1: "One", 2: "Two", 3: "Three", 4: "Four"}
-    assert f"{words[len(passed)]} of {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten'][len(study['bars'])]} registered bars pass" in text
+    assert (
+        f"{words[len(passed)]} of {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten'][len(study['bars'])]} registered bars pass"
+        in text
+    )
     q05 = {k: ev[k]["split_half"]["corrected_q05"] for k in ("learned/vision", "learned/robot_log", "reference/state")}
-    assert (f"Spearman–Brown 5 % quantile: {q05['learned/vision']:.2f} (vision), {q05['learned/robot_log']:.2f} "
-            f"(robot log), {q05['reference/state']:.2f} for the simulator's own truth") in text
+    assert (
+        f"Spearman–Brown 5 % quantile: {q05['learned/vision']:.2f} (vision), {q05['learned/robot_log']:.2f} "
+        f"(robot log), {q05['reference/state']:.2f} for the simulator's own truth"
+    ) in text
     assert f"paired MDD is {ev['learned/vision']['detectable']['paired_mdd_median']:.2f}" in text
     fe = res["frame_error"]
     assert f"frame error at H = 20 is {fe['ratio']['20']:.2f} {_iv(fe['ratio_interval']['20'])}" in text
@@ -217,8 +233,10 @@ def test_validity_study_bullets(study):
     cost = res["cost_seconds_per_rollout"]["learned"]["episode"]
     assert f"cuts a rollout from {cost:.2f} s to {four['cost_seconds']:.2f} s" in text
     assert f"Kendall {four['kendall']['value']:.2f} {_iv(four['kendall']['interval'])}" in text
-    assert (f"{default['kendall']['value']:.2f} {_iv(default['kendall']['interval'])} on the sweep's "
-            f"{res['sweep']['units']} units") in text
+    assert (
+        f"{default['kendall']['value']:.2f} {_iv(default['kendall']['interval'])} on the sweep's "
+        f"{res['sweep']['units']} units"
+    ) in text
     hz = res["horizon"]["agreement"]
     vision = ", ".join(f"{hz[h]['evaluators']['learned/vision']['value']:.2f}" for h in ("20", "30", "40"))
     robot = ", ".join(f"{hz[h]['evaluators']['learned/robot_log']['value']:.2f}" for h in ("20", "30", "40"))
@@ -232,16 +250,22 @@ def test_validity_study_bullets(study):
 def test_learned_action_only_judge_accuracy():
     fit = json.loads((RESULTS / "action_learned_judge" / "fit.json").read_text())
     text = " ".join(_section("Measuring the evaluator").split())
-    assert (f"{fit['n_training_episodes']} simulator episodes" in text
-            and f"tuning accuracy {fit['tuning_accuracy']:.3f} {_iv(fit['tuning_accuracy_wilson95'], 3)} against the "
-                f"rule's {fit['rule_action_only_tuning_accuracy']:.3f}" in text)
+    assert (
+        f"{fit['n_training_episodes']} simulator episodes" in text
+        and f"tuning accuracy {fit['tuning_accuracy']:.3f} {_iv(fit['tuning_accuracy_wilson95'], 3)} against the "
+        f"rule's {fit['rule_action_only_tuning_accuracy']:.3f}"
+        in text
+    )
 
 
 def test_judge_stage_timings():
     bench = (RESULTS / "judge_stage.txt").read_text()
     text = " ".join(README.split())
-    runs = re.findall(r"\(b\) wall, two stages vs in-line judging \(1 rollout worker each\): ([\d.]+) / ([\d.]+) s = "
-                      r"([\d.]+)x.*?two stages vs in-line with 2 workers: ([\d.]+)x", bench)
+    runs = re.findall(
+        r"\(b\) wall, two stages vs in-line judging \(1 rollout worker each\): ([\d.]+) / ([\d.]+) s = "
+        r"([\d.]+)x.*?two stages vs in-line with 2 workers: ([\d.]+)x",
+        bench,
+    )
     assert len(runs) >= 3
     two, inline, ratio, two_workers = runs[0]  # the latest run heads the file
     assert f"64 episodes in {ratio}× the wall time of one in-line worker on a quiet machine" in text
@@ -250,7 +274,9 @@ def test_judge_stage_timings():
     assert f"{min(earlier):.2f}–{max(earlier):.2f}× in the earlier runs" in text
     workers = [float(r[3]) for r in runs[1:]]
     assert f"two in-line workers take {two_workers}× in the latest run ({min(workers):.2f}–{max(workers):.2f}×" in text
-    pooled = re.search(r"pooled over all \d+ \(round, batch\) pairs, wall: .*? = ([\d.]+)x \[([\d.]+), ([\d.]+)\]", bench)
+    pooled = re.search(
+        r"pooled over all \d+ \(round, batch\) pairs, wall: .*? = ([\d.]+)x \[([\d.]+), ([\d.]+)\]", bench
+    )
     assert f"batches of 8 judge {pooled.group(1)}× [{pooled.group(2)}, {pooled.group(3)}]" in text
 
 
@@ -292,14 +318,17 @@ def test_gate_numbers_are_bridge_gate_txts():
     text = " ".join(_section("Judges and the gate").split())
 
     def auroc(block: str, kind: str) -> tuple[str, str, str, str]:
-        m = re.search(rf"AUROC true vs {kind}\s*: checkable steps ([\d.]+) \[([\d.]+), ([\d.]+)\]; episodes ([\d.]+)",
-                      block)
+        m = re.search(
+            rf"AUROC true vs {kind}\s*: checkable steps ([\d.]+) \[([\d.]+), ([\d.]+)\]; episodes ([\d.]+)", block
+        )
         return m.groups()
 
     p, s = auroc(main, "permuted"), auroc(main, "swapped")
-    assert (f"AUROC true vs shuffled commands {_r2(p[0])} [{_r2(p[1])}, {_r2(p[2])}] (permuted in time) and "
-            f"{_r2(s[0])} [{_r2(s[1])}, {_r2(s[2])}] (swapped between episodes) on checkable steps, "
-            f"{_r2(p[3])} / {_r2(s[3])} per episode") in text
+    assert (
+        f"AUROC true vs shuffled commands {_r2(p[0])} [{_r2(p[1])}, {_r2(p[2])}] (permuted in time) and "
+        f"{_r2(s[0])} [{_r2(s[1])}, {_r2(s[2])}] (swapped between episodes) on checkable steps, "
+        f"{_r2(p[3])} / {_r2(s[3])} per episode"
+    ) in text
     steps = re.search(r"frozen rejected: 100\.0% of (\d+) steps whose command demands motion", main).group(1)
     assert re.search(r"pan\s+rejected: 100\.0% of " + steps, main)
     assert f"frozen and panned frames rejected on 100% of the {steps} steps" in text
@@ -326,8 +355,10 @@ def test_learned_world_ablation_paragraph():
 
     assert f"{len(abl['policies'])} policies, {abl['n_units']} evaluation units" in text
     assert f"switching the rules off costs the frame judge {diff(vision['rules_off'])} episode accuracy" in text
-    assert (f"changes the frame judge's accuracy by {diff(vision['rules_dynamics'])} and its Kendall by "
-            f"{diff(vision['rules_dynamics'], 'kendall', digits=2)}") in text
+    assert (
+        f"changes the frame judge's accuracy by {diff(vision['rules_dynamics'])} and its Kendall by "
+        f"{diff(vision['rules_dynamics'], 'kendall', digits=2)}"
+    ) in text
     # "the learned dynamics add robot-log accuracy": full minus rules-only, so the sign flips
     added = robot["rules_dynamics"]
     v, iv = -added["accuracy_minus_full"], sorted(-x for x in added["accuracy_minus_full_interval"])
@@ -335,7 +366,9 @@ def test_learned_world_ablation_paragraph():
     assert f"Renderer only: {diff(vision['renderer_only'])} and no ranking at all" in text
     assert vision["renderer_only"]["kendall"] is None
     ratios = [fe["ratio"] for fe in abl["frame_error"].values()]
-    assert f"Frame error at H = {abl['frame_error_h']} is {min(ratios):.2f}–{max(ratios):.2f} of copy-first-frame" in text
+    assert (
+        f"Frame error at H = {abl['frame_error_h']} is {min(ratios):.2f}–{max(ratios):.2f} of copy-first-frame" in text
+    )
     rules = json.loads((RESULTS / "learned_world_rules" / "results.json").read_text())
     tie = rules["chosen_minus_current"]["vision"]
     assert f"{rules['n_units']} units" in text and rules["current_would_be_chosen"] is False
@@ -346,18 +379,25 @@ def test_fidelity_ladder_paragraph():
     ladder = json.loads((RESULTS / "fidelity_ladder" / "ladder.json").read_text())
     text = " ".join(_section("Measuring the evaluator").split())
     pred, upper = ladder["prediction"]["vision"], ladder["prediction_upper"]["vision"]
-    assert f"fidelity ladder** of {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten'][len(ladder['rungs'])]} tabletop worlds" in text
+    assert (
+        f"fidelity ladder** of {['zero', 'one', 'two', 'three', 'four', 'five', 'six', 'seven', 'eight', 'nine', 'ten'][len(ladder['rungs'])]} tabletop worlds"
+        in text
+    )
     assert f"{len(ladder['units'])} evaluation units × {len(ladder['policies'])} policies" in text
     gap, drift = pred["shuffled_gap"], pred["drift_ratio"]
-    assert (f"{_f(gap['value'], sign=True)} {_iv(gap['interval'], sign=True)} and {_f(drift['value'], sign=True)} "
-            f"{_iv(drift['interval'], sign=True)}, vision judge") in text
+    assert (
+        f"{_f(gap['value'], sign=True)} {_iv(gap['interval'], sign=True)} and {_f(drift['value'], sign=True)} "
+        f"{_iv(drift['interval'], sign=True)}, vision judge"
+    ) in text
     ranking = [r for r in ladder["rungs"] if not r["kendall"]["vision"].get("constant")]
     words = {4: "four", 6: "six"}
     assert f"worlds that rank nothing ({words[len(ladder['rungs']) - len(ranking)]})" in text
     assert f"worlds that rank well ({words[len(ranking)]};" in text
     ug, ud = upper["shuffled_gap"], upper["drift_ratio"]
-    assert (f"(gap {_f(ug['value'], sign=True)} {_iv(ug['interval'], sign=True)}, drift {_f(ud['value'], sign=True)} "
-            f"{_iv(ud['interval'], sign=True)} over {words[ug['rungs']]} rungs)") in text
+    assert (
+        f"(gap {_f(ug['value'], sign=True)} {_iv(ug['interval'], sign=True)}, drift {_f(ud['value'], sign=True)} "
+        f"{_iv(ud['interval'], sign=True)} over {words[ug['rungs']]} rungs)"
+    ) in text
     gaps = [r["diagnostics"]["vision"]["shuffled_gap"]["value"] for r in ranking]
     assert f"{min(gaps):.2f}–{max(gaps):.2f} where something does" in text
 
@@ -369,13 +409,16 @@ def test_sequential_ab_and_frame_error_numbers():
     eb = re.search(r"^eb\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+(\d+)", seq, re.M)
     fixed = re.search(r"fixed-n paired z-test.*?: (\d+) pairs", seq)
     # the pages decide by the confidence sequence (eb); the betting rule is quoted beside it
-    assert (f"type-I error {float(eb.group(1)):.3f} at α = 0.05 with a look after every pair, median "
-            f"{eb.group(2)} pairs for 0.7 vs 0.5") in text
-    assert (f"(`SequentialABTest(rule=\"betting\")`, type-I {float(betting.group(1)):.3f}, median "
-            f"{betting.group(2)} pairs)") in text
+    assert (
+        f"type-I error {float(eb.group(1)):.3f} at α = 0.05 with a look after every pair, median "
+        f"{eb.group(2)} pairs for 0.7 vs 0.5"
+    ) in text
+    assert (
+        f'(`SequentialABTest(rule="betting")`, type-I {float(betting.group(1)):.3f}, median {betting.group(2)} pairs)'
+    ) in text
     assert f"a fixed-n test that may look once needs {fixed.group(1)}" in text
     err = (RESULTS / "learned_world_error.txt").read_text()
-    table = err[err.index("horizon  model_mse"):].split("\n\n")[0]
+    table = err[err.index("horizon  model_mse") :].split("\n\n")[0]
     ratios = [float(m) for m in re.findall(r"^\s+\d+\s+[\d.]+\s+[\d.]+\s+([\d.]+)\s", table, re.M)]
     assert len(ratios) == 20
     assert f"held-out frame error {min(ratios):.2f}–{max(ratios):.2f} × copy-last-frame at steps 1–20" in text
@@ -389,8 +432,10 @@ def test_validity_study_population(study):
         kinds[p.split(":")[0]] += 1
     words = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"]
     assert kinds["random"] == 1
-    assert (f"{len(res['policies'])} policies: the scripted controller at {words[kinds['scripted']]} skills, random, "
-            f"{words[kinds['deceptive']]} *deceptive* policies") in text
+    assert (
+        f"{len(res['policies'])} policies: the scripted controller at {words[kinds['scripted']]} skills, random, "
+        f"{words[kinds['deceptive']]} *deceptive* policies"
+    ) in text
     assert f"and {words[kinds['ckpt']]} **closed-loop, image-conditioned checkpoints**" in text
     ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"], strict=True) if p.startswith("ckpt:")]
     assert f"true success {min(ckpt):.2f}–{max(ckpt):.2f})" in text

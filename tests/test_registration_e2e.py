@@ -1,6 +1,7 @@
 """Pre-registered studies end to end on the tabletop: register, run exactly the registered design,
 report PASS/FAIL with intervals apart from exploratory numbers, refuse deviations and edits, and
 publish a failed study with its registration hash."""
+
 from __future__ import annotations
 
 import json
@@ -24,8 +25,13 @@ def study(tmp_path_factory):
     root = tmp_path_factory.mktemp("study")
     _, sha = write_reference(root, [(TASK, "scripted:skill=1.0", 0.9), (TASK, "random", 0.1)])
     proto = base_protocol(reference={"path": "ref.csv", "sha256": sha})
-    proto["metrics"].append({"name": "agrees", "expr": 'mmrv(weight="reference", ties="greater")',
-                             "bar": {"op": "<=", "value": 0.1, "bound": "estimate"}})
+    proto["metrics"].append(
+        {
+            "name": "agrees",
+            "expr": 'mmrv(weight="reference", ties="greater")',
+            "bar": {"op": "<=", "value": 0.1, "bound": "estimate"},
+        }
+    )
     reg = root / "reg.json"
     assert cli.main(["register", str(write_protocol(root, proto)), "--out", str(reg)]) == 0
     out = root / "run"
@@ -38,11 +44,14 @@ def test_the_registered_design_ran_with_the_overridden_spec(study):
     reg = load_registration(reg_path)
     camp = json.loads((out / "results.json").read_text())["campaign"]
     assert camp["registration"]["sha256"] == reg.sha256 and camp["registration"]["protocol"] == reg.protocol
-    assert camp["spec_hash"] == load_spec(ENV).with_overrides(image_size=[64, 64]).hash == reg.protocol["env"]["spec_hash"]
+    assert (
+        camp["spec_hash"] == load_spec(ENV).with_overrides(image_size=[64, 64]).hash == reg.protocol["env"]["spec_hash"]
+    )
     assert camp["spec_overrides"] == {"image_size": [64, 64]}
     assert camp["seeds"] == [0, 1, 2] and camp["tasks"] == [TASK] and camp["complete"]
-    assert {p["label"]: p["content_hash"] for p in camp["policies"]} == \
-        {p["policy"]: p["content_hash"] for p in reg.protocol["policies"]}
+    assert {p["label"]: p["content_hash"] for p in camp["policies"]} == {
+        p["policy"]: p["content_hash"] for p in reg.protocol["policies"]
+    }
 
 
 def test_analyze_reports_pass_and_fail_apart_from_exploratory_numbers(study, capsys):
@@ -53,8 +62,11 @@ def test_analyze_reports_pass_and_fail_apart_from_exploratory_numbers(study, cap
     assert reg_at < expl_at
     registered, exploratory = text[reg_at:expl_at], text[expl_at:]
     assert load_registration(reg).sha256 in registered
-    lines = {ln.split()[0]: ln for ln in registered.splitlines() if ln.split() and ln.split()[0] in
-             ("scripted_succeeds", "random_succeeds", "agrees")}
+    lines = {
+        ln.split()[0]: ln
+        for ln in registered.splitlines()
+        if ln.split() and ln.split()[0] in ("scripted_succeeds", "random_succeeds", "agrees")
+    }
     assert lines["scripted_succeeds"].rstrip().endswith("PASS") and "wilson 95%" in lines["scripted_succeeds"]
     assert lines["random_succeeds"].rstrip().endswith("FAIL")  # a negative result is reported, not dropped
     assert lines["agrees"].rstrip().endswith("PASS")
@@ -85,20 +97,49 @@ def test_publish_dry_run_of_a_failed_study_carries_the_hash(study, tmp_path, cap
 
 def test_resume_with_the_same_registration_is_allowed(study):
     root, reg, out = study
-    assert cli.main(["eval", "--registration", str(reg), "--out", str(out), "--no-video", "--no-progress",
-                     "--seeds", "3", "--image-size", "64", "64", "--env", ENV, "--tasks", TASK, "--judge", "state",
-                     "--policy", "random", "--policy", "scripted:skill=1.0"]) == 0
+    assert (
+        cli.main(
+            [
+                "eval",
+                "--registration",
+                str(reg),
+                "--out",
+                str(out),
+                "--no-video",
+                "--no-progress",
+                "--seeds",
+                "3",
+                "--image-size",
+                "64",
+                "64",
+                "--env",
+                ENV,
+                "--tasks",
+                TASK,
+                "--judge",
+                "state",
+                "--policy",
+                "random",
+                "--policy",
+                "scripted:skill=1.0",
+            ]
+        )
+        == 0
+    )
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--seeds", "4"], "--seeds 4"),
-    (["--image-size", "32", "32"], "--image-size"),
-    (["--policy", "random"], "--policy"),
-    (["--judge", "robot_log"], "--judge"),
-    (["--repeats", "2"], "--repeats"),
-    (["--tasks", "all"], "--tasks"),
-    (["--env", "Kosmos-Bridge-v1"], "--env"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--seeds", "4"], "--seeds 4"),
+        (["--image-size", "32", "32"], "--image-size"),
+        (["--policy", "random"], "--policy"),
+        (["--judge", "robot_log"], "--judge"),
+        (["--repeats", "2"], "--repeats"),
+        (["--tasks", "all"], "--tasks"),
+        (["--env", "Kosmos-Bridge-v1"], "--env"),
+    ],
+)
 def test_deviating_design_flags_are_refused(study, tmp_path, capsys, flags, needle):
     root, reg, out = study
     new = tmp_path / "run"
@@ -112,7 +153,9 @@ def test_a_changed_spec_is_refused(study, tmp_path, monkeypatch, capsys):
     import kosmos_env.spec as spec_mod
 
     real = spec_mod.load_spec
-    monkeypatch.setattr(spec_mod, "load_spec", lambda env_id: real(env_id).with_overrides(horizon=real(env_id).horizon + 1))
+    monkeypatch.setattr(
+        spec_mod, "load_spec", lambda env_id: real(env_id).with_overrides(horizon=real(env_id).horizon + 1)
+    )
     root, reg, out = study
     assert cli.main(["eval", "--registration", str(reg), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
 """The metric-expression grammar: what parses, what is refused, and the canonical text."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,7 +9,7 @@ from kosmos_env.registration.expr import Call, ExprError, format_call, parse_exp
 
 def test_bare_name_and_keywords():
     assert parse_expr("spearman") == Call("spearman", (), {})
-    c = parse_expr('mmrv(weight="reference", ties=\'greater\')')
+    c = parse_expr("mmrv(weight=\"reference\", ties='greater')")
     assert c.name == "mmrv" and c.kwargs == {"weight": "reference", "ties": "greater"} and c.args == ()
 
 
@@ -20,22 +21,25 @@ def test_literals_positional_list_numbers_words():
     assert parse_expr("f(x=[],)").kwargs == {"x": []}  # trailing comma allowed
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("__import__('os').system('x')", "unexpected character"),  # attribute access is not grammar
-    ("f(1)(2)", "expected the end"),                       # no chained calls
-    ("f(x=g(1))", "literal"),                              # no nested calls
-    ("f(x=1*2)", "unexpected character"),                  # no operators
-    ("f(x=1+2)", "expected ','"),
-    ('f("a", b=1, "c")', "positional argument after"),
-    ("f(x=1, x=2)", "given twice"),
-    ("f(x=[[1]])", "nested lists"),
-    ("f(x='abc)", "unterminated"),
-    ("f(x=abc)", "literal"),                               # bare names are not values
-    ("f(x=1", "','"),
-    ("", "empty"),
-    ("true", "metric name"),
-    ("f(x='\\q')", "escape"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("__import__('os').system('x')", "unexpected character"),  # attribute access is not grammar
+        ("f(1)(2)", "expected the end"),  # no chained calls
+        ("f(x=g(1))", "literal"),  # no nested calls
+        ("f(x=1*2)", "unexpected character"),  # no operators
+        ("f(x=1+2)", "expected ','"),
+        ('f("a", b=1, "c")', "positional argument after"),
+        ("f(x=1, x=2)", "given twice"),
+        ("f(x=[[1]])", "nested lists"),
+        ("f(x='abc)", "unterminated"),
+        ("f(x=abc)", "literal"),  # bare names are not values
+        ("f(x=1", "','"),
+        ("", "empty"),
+        ("true", "metric name"),
+        ("f(x='\\q')", "escape"),
+    ],
+)
 def test_refused(text, needle):
     with pytest.raises(ExprError, match=needle.replace("(", r"\(").replace("[", r"\[")):
         parse_expr(text)

@@ -1,5 +1,6 @@
 """Registered metrics on synthetic episode rows: checking and canonicalising expressions, values
 that agree with kosmos_env.stats, intervals, and the PASS/FAIL of bars."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -20,15 +21,19 @@ def make_rows(k_by_cell: dict, n_seeds: int = 10, discarded: dict | None = None)
         d = (discarded or {}).get((p, t), 0)
         for s in range(n_seeds):
             outcome = "success" if s < k else ("discarded" if s >= n_seeds - d else "failure")
-            rows.append({"policy": p, "task": t, "seed": s, "repeat": 0, "outcome": outcome,
-                         "episode_id": f"{p}|{t}|{s}|0"})
+            rows.append(
+                {"policy": p, "task": t, "seed": s, "repeat": 0, "outcome": outcome, "episode_id": f"{p}|{t}|{s}|0"}
+            )
     return rows
 
 
 def metric(name, expr, op=">=", value=0.5, bound="lower", interval=None, level=0.95, has_ref=False):
     call, mdef = normalize_metric(expr, POLS, TASKS, has_ref)
-    return {"name": name, "expr": format_call(call),
-            "bar": {"op": op, "value": value, "bound": bound, "interval": interval or mdef.intervals[0], "level": level}}
+    return {
+        "name": name,
+        "expr": format_call(call),
+        "bar": {"op": op, "value": value, "bound": bound, "interval": interval or mdef.intervals[0], "level": level},
+    }
 
 
 def test_normalize_fills_every_argument_and_normalises_labels():
@@ -40,19 +45,22 @@ def test_normalize_fills_every_argument_and_normalises_labels():
     assert call.kwargs == {"order": ["scripted:skill=1.0", "random"], "task": "t2"}
 
 
-@pytest.mark.parametrize("expr, has_ref, needle", [
-    ("accuracy", False, "unknown metric"),
-    ('success_rate(policy="scripted:skill=1.0", foo=1)', False, "unknown argument"),
-    ('success_rate(policy="octo")', False, "not a registered policy"),
-    ("success_rate()", False, "is required"),
-    ('success_rate(policy="random", task="t9")', False, "not a registered task"),
-    ("spearman", False, "reference"),
-    ('mmrv(ties="sometimes")', True, "must be one of"),
-    ('success_diff(a="random", b="random")', False, "two different"),
-    ('rank_order(["random"])', False, "at least 2"),
-    ('success_rate(policy=3)', False, "policy label string"),
-    ("exec('x')", False, "unknown metric"),
-])
+@pytest.mark.parametrize(
+    "expr, has_ref, needle",
+    [
+        ("accuracy", False, "unknown metric"),
+        ('success_rate(policy="scripted:skill=1.0", foo=1)', False, "unknown argument"),
+        ('success_rate(policy="octo")', False, "not a registered policy"),
+        ("success_rate()", False, "is required"),
+        ('success_rate(policy="random", task="t9")', False, "not a registered task"),
+        ("spearman", False, "reference"),
+        ('mmrv(ties="sometimes")', True, "must be one of"),
+        ('success_diff(a="random", b="random")', False, "two different"),
+        ('rank_order(["random"])', False, "at least 2"),
+        ("success_rate(policy=3)", False, "policy label string"),
+        ("exec('x')", False, "unknown metric"),
+    ],
+)
 def test_normalize_refuses(expr, has_ref, needle):
     with pytest.raises(ValueError, match=needle):
         normalize_metric(expr, POLS, TASKS, has_ref)
@@ -70,10 +78,24 @@ def test_success_rate_matches_wilson_and_clopper_pearson_and_checks_lower_bound(
     # the same data with a bar the lower bound does not reach fails, although the estimate does reach it
     r = evaluate_metric(metric("s", 'success_rate(policy="scripted:skill=1.0")', value=0.85), cube, None, None)
     assert r.estimate > 0.85 and r.checked < 0.85 and r.verdict == "FAIL"
-    r = evaluate_metric(metric("s", 'success_rate(policy="scripted:skill=1.0", task="t1")', value=0.85,
-                               bound="estimate", interval="clopper_pearson"), cube, None, None)
+    r = evaluate_metric(
+        metric(
+            "s",
+            'success_rate(policy="scripted:skill=1.0", task="t1")',
+            value=0.85,
+            bound="estimate",
+            interval="clopper_pearson",
+        ),
+        cube,
+        None,
+        None,
+    )
     cp = clopper_pearson(9, 10)
-    assert r.verdict == "PASS" and r.interval["lower"] == pytest.approx(cp.lower) and r.extra["counts"] == {"k": 9, "n": 10}
+    assert (
+        r.verdict == "PASS"
+        and r.interval["lower"] == pytest.approx(cp.lower)
+        and r.extra["counts"] == {"k": 9, "n": 10}
+    )
 
 
 def test_discard_rate_and_undefined_rate_fails_with_reason():
@@ -90,13 +112,19 @@ def test_agreement_metrics_match_stats_and_report_the_floor():
     cube = Cube.from_rows(rows, POLS, ["t1"])
     ref = {("t1", "scripted:skill=1.0"): 0.9, ("t1", "scripted:skill=0.5"): 0.5, ("t1", "random"): 0.0}
     e, r_ = [0.9, 0.2, 0.4], [0.9, 0.5, 0.0]
-    call = parse_expr(normalize_metric("mmrv", POLS, ["t1"], True)[0] and
-                      format_call(normalize_metric("mmrv", POLS, ["t1"], True)[0]))
+    call = parse_expr(
+        normalize_metric("mmrv", POLS, ["t1"], True)[0] and format_call(normalize_metric("mmrv", POLS, ["t1"], True)[0])
+    )
     assert metric_values(cube, cube.total(), call, ref)[0] == pytest.approx(mmrv(e, r_, floor=False).value)
-    m = {"name": "a", "expr": format_call(call),
-         "bar": {"op": "<=", "value": 0.1, "bound": "estimate", "interval": "bootstrap", "level": 0.95}}
+    m = {
+        "name": "a",
+        "expr": format_call(call),
+        "bar": {"op": "<=", "value": 0.1, "bound": "estimate", "interval": "bootstrap", "level": 0.95},
+    }
     res = evaluate_metric(m, cube, cube.bootstrap(300, 0), ref)
-    assert res.estimate == pytest.approx(mmrv(e, r_, floor=False).value) and res.estimate > 0.1 and res.verdict == "FAIL"
+    assert (
+        res.estimate == pytest.approx(mmrv(e, r_, floor=False).value) and res.estimate > 0.1 and res.verdict == "FAIL"
+    )
     assert res.extra["random_floor"] == pytest.approx(random_floor(e, r_, "mmrv")[0])
     assert res.interval["lower"] <= res.estimate <= res.interval["upper"]
     call = parse_expr(format_call(normalize_metric("spearman", POLS, ["t1"], True)[0]))
@@ -104,8 +132,12 @@ def test_agreement_metrics_match_stats_and_report_the_floor():
 
 
 def test_rank_order_bootstrap_lower_bound_means_the_order_is_robust():
-    clear = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (10, 5, 0), strict=True) for t in TASKS}), POLS, TASKS)
-    close = Cube.from_rows(make_rows({(p, t): k for p, k in zip(POLS, (6, 5, 4), strict=True) for t in TASKS}), POLS, TASKS)
+    clear = Cube.from_rows(
+        make_rows({(p, t): k for p, k in zip(POLS, (10, 5, 0), strict=True) for t in TASKS}), POLS, TASKS
+    )
+    close = Cube.from_rows(
+        make_rows({(p, t): k for p, k in zip(POLS, (6, 5, 4), strict=True) for t in TASKS}), POLS, TASKS
+    )
     m = metric("o", f"rank_order({POLS!r})".replace("'", '"'), value=1.0, interval="bootstrap")
     r = evaluate_metric(m, clear, clear.bootstrap(500, 0), None)
     assert r.estimate == 1.0 and r.interval["lower"] == 1.0 and r.verdict == "PASS"

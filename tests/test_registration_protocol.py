@@ -1,4 +1,5 @@
 """Protocol validation, the canonical form and its hash, registration files and tamper checks."""
+
 from __future__ import annotations
 
 import copy
@@ -26,12 +27,17 @@ ZERO = "0" * 64
 def test_canonical_form_makes_every_default_explicit():
     c = validate_protocol(base_protocol())
     assert c["seeds"] == [0, 1, 2] and c["repeats"] == 1 and c["judge"] == {"type": "state"}
-    assert c["env"] == {"id": ENV, "overrides": {"image_size": [64, 64]},
-                        "spec_hash": load_spec(ENV).with_overrides(image_size=[64, 64]).hash}
+    assert c["env"] == {
+        "id": ENV,
+        "overrides": {"image_size": [64, 64]},
+        "spec_hash": load_spec(ENV).with_overrides(image_size=[64, 64]).hash,
+    }
     assert c["env"]["spec_hash"] != load_spec(ENV).hash  # the image size override changes the spec hash
-    assert c["metrics"][0] == {"name": "scripted_succeeds",
-                               "expr": 'success_rate(policy="scripted:skill=1.0", task=null)',
-                               "bar": {"op": ">=", "value": 0.3, "bound": "lower", "interval": "wilson", "level": 0.95}}
+    assert c["metrics"][0] == {
+        "name": "scripted_succeeds",
+        "expr": 'success_rate(policy="scripted:skill=1.0", task=null)',
+        "bar": {"op": ">=", "value": 0.3, "bound": "lower", "interval": "wilson", "level": 0.95},
+    }
     assert protocol_hash(c) == hashlib.sha256(canonical_json(c).encode()).hexdigest()
     # validating the canonical form again changes nothing
     assert validate_protocol(copy.deepcopy(c)) == c
@@ -45,31 +51,38 @@ def test_equivalent_spellings_hash_the_same():
     assert protocol_hash(validate_protocol(a)) == protocol_hash(validate_protocol(b))
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda p: p.update(colour="red"), r"unknown field\(s\) \['colour'\] in protocol"),
-    (lambda p: p["env"].update(revision="x"), r"unknown field\(s\) \['revision'\] in protocol.env"),
-    (lambda p: p["metrics"][0]["bar"].update(alpha=0.05), r"protocol.metrics\[0\].bar"),
-    (lambda p: p.pop("metrics"), "missing required field 'metrics'"),
-    (lambda p: p.update(metrics=[]), "at least one metric"),
-    (lambda p: p.update(seeds="3"), "protocol.seeds must be"),
-    (lambda p: p.update(seeds=[0, 0]), "seed twice"),
-    (lambda p: p.update(repeats=1.5), "protocol.repeats"),
-    (lambda p: p.update(tasks=["fly_to_moon"]), "unknown task"),
-    (lambda p: p.update(judge={"type": "oracle9"}), "unknown judge type"),
-    (lambda p: p.update(name="my study!"), "protocol.name"),
-    (lambda p: p["metrics"][0]["bar"].update(value="high"), "bar.value must be a finite number"),
-    (lambda p: p["metrics"][0]["bar"].update(op="=="), "bar.op must be one of"),
-    (lambda p: p["metrics"][0]["bar"].pop("bound"), "missing required field 'bound'"),
-    (lambda p: p["metrics"][0]["bar"].update(level=1.5), "bar.level"),
-    (lambda p: p["metrics"][0].update(expr="success_rate(policy='octo')"), "not a registered policy"),
-    (lambda p: p["metrics"][0].update(expr="__import__('os')"), r"metrics\[0\].expr"),
-    (lambda p: p["metrics"][1].update(name="scripted_succeeds"), "more than once"),
-    (lambda p: p["metrics"].append({"name": "m", "expr": "mmrv", "bar": {"op": "<=", "value": 0.1, "bound": "estimate"}}),
-     "reference"),
-    (lambda p: p["policies"][0].update(content_hash="abc"), "content_hash must be a sha256"),
-    (lambda p: p["policies"].append(dict(p["policies"][0])), "more than once"),
-    (lambda p: p.update(analysis={"n_boot": 10}), "n_boot"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (lambda p: p.update(colour="red"), r"unknown field\(s\) \['colour'\] in protocol"),
+        (lambda p: p["env"].update(revision="x"), r"unknown field\(s\) \['revision'\] in protocol.env"),
+        (lambda p: p["metrics"][0]["bar"].update(alpha=0.05), r"protocol.metrics\[0\].bar"),
+        (lambda p: p.pop("metrics"), "missing required field 'metrics'"),
+        (lambda p: p.update(metrics=[]), "at least one metric"),
+        (lambda p: p.update(seeds="3"), "protocol.seeds must be"),
+        (lambda p: p.update(seeds=[0, 0]), "seed twice"),
+        (lambda p: p.update(repeats=1.5), "protocol.repeats"),
+        (lambda p: p.update(tasks=["fly_to_moon"]), "unknown task"),
+        (lambda p: p.update(judge={"type": "oracle9"}), "unknown judge type"),
+        (lambda p: p.update(name="my study!"), "protocol.name"),
+        (lambda p: p["metrics"][0]["bar"].update(value="high"), "bar.value must be a finite number"),
+        (lambda p: p["metrics"][0]["bar"].update(op="=="), "bar.op must be one of"),
+        (lambda p: p["metrics"][0]["bar"].pop("bound"), "missing required field 'bound'"),
+        (lambda p: p["metrics"][0]["bar"].update(level=1.5), "bar.level"),
+        (lambda p: p["metrics"][0].update(expr="success_rate(policy='octo')"), "not a registered policy"),
+        (lambda p: p["metrics"][0].update(expr="__import__('os')"), r"metrics\[0\].expr"),
+        (lambda p: p["metrics"][1].update(name="scripted_succeeds"), "more than once"),
+        (
+            lambda p: p["metrics"].append(
+                {"name": "m", "expr": "mmrv", "bar": {"op": "<=", "value": 0.1, "bound": "estimate"}}
+            ),
+            "reference",
+        ),
+        (lambda p: p["policies"][0].update(content_hash="abc"), "content_hash must be a sha256"),
+        (lambda p: p["policies"].append(dict(p["policies"][0])), "more than once"),
+        (lambda p: p.update(analysis={"n_boot": 10}), "n_boot"),
+    ],
+)
 def test_structure_errors_name_the_field(edit, needle):
     p = base_protocol()
     edit(p)
@@ -79,8 +92,13 @@ def test_structure_errors_name_the_field(edit, needle):
 
 def test_interval_must_exist_for_the_metric():
     p = base_protocol()
-    p["metrics"].append({"name": "d", "expr": 'success_diff(a="scripted:skill=1.0", b="random")',
-                         "bar": {"op": ">", "value": 0, "bound": "lower", "interval": "wilson"}})
+    p["metrics"].append(
+        {
+            "name": "d",
+            "expr": 'success_diff(a="scripted:skill=1.0", b="random")',
+            "bar": {"op": ">", "value": 0, "bound": "lower", "interval": "wilson"},
+        }
+    )
     with pytest.raises(ProtocolError, match="not available for success_diff"):
         validate_protocol(p)
 
@@ -107,8 +125,9 @@ def test_policy_hash_must_match_make_policy():
 
 
 def test_reference_sha256_is_checked(tmp_path):
-    ref, sha = write_reference(tmp_path, [("carrot_on_plate", "scripted:skill=1.0", 0.9),
-                                          ("carrot_on_plate", "random", 0.1)])
+    ref, sha = write_reference(
+        tmp_path, [("carrot_on_plate", "scripted:skill=1.0", 0.9), ("carrot_on_plate", "random", 0.1)]
+    )
     p = base_protocol(reference={"path": "ref.csv", "sha256": sha})
     validate_protocol(p, tmp_path)
     ref.write_text(ref.read_text() + "carrot_on_plate,scripted:skill=0.5,0.5\n")
@@ -192,7 +211,9 @@ def test_a_rehashed_but_non_canonical_protocol_is_refused(tmp_path):
 
 
 def test_embedded_reference_data_is_sealed(tmp_path):
-    _, sha = write_reference(tmp_path, [("carrot_on_plate", "scripted:skill=1.0", 0.9), ("carrot_on_plate", "random", 0.1)])
+    _, sha = write_reference(
+        tmp_path, [("carrot_on_plate", "scripted:skill=1.0", 0.9), ("carrot_on_plate", "random", 0.1)]
+    )
     reg = build_registration(write_protocol(tmp_path, base_protocol(reference={"path": "ref.csv", "sha256": sha})))
     assert reg.reference_data["sha256"] == sha
     assert [r["reference"] for r in reg.reference_rows()] == [0.9, 0.1]
@@ -216,6 +237,8 @@ def test_the_example_protocol_registers(tmp_path):
     try:
         reg = build_registration(path)
     except ProtocolError as exc:
-        pytest.fail(f"{path} no longer registers against the current code; refresh its hashes with "
-                    f"`kosmos-env register {path} --hashes`: {exc}")
+        pytest.fail(
+            f"{path} no longer registers against the current code; refresh its hashes with "
+            f"`kosmos-env register {path} --hashes`: {exc}"
+        )
     assert reg.sha256 == protocol_hash(c) and reg.reference_data is not None

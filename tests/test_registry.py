@@ -1,10 +1,10 @@
 """Every registered env passes Gymnasium's checker and a same-seed determinism rollout."""
+
 from __future__ import annotations
 
 import subprocess
 import sys
 
-import gymnasium
 import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env

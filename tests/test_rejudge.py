@@ -1,4 +1,5 @@
 """Re-judging a finished campaign's stored rollouts: side by side verdicts, exactly once, clear refusals."""
+
 from __future__ import annotations
 
 import os
@@ -35,8 +36,23 @@ class SlowRobotLog(RobotLogJudge):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("campaign") / "run"
-    argv = ["eval", "--policy", "scripted:skill=1.0", "--policy", "random", "--tasks", "carrot_on_plate",
-            "--seeds", "3", "--image-size", "64", "64", "--no-progress", "--out", str(out)]
+    argv = [
+        "eval",
+        "--policy",
+        "scripted:skill=1.0",
+        "--policy",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "3",
+        "--image-size",
+        "64",
+        "64",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     assert cli.main(argv) == 0
     return out
 
@@ -61,8 +77,9 @@ def _judgment_rows(out, judge_id):
     try:
         if not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'judgments'").fetchone():
             return []
-        return con.execute("SELECT episode_id, owner, created FROM judgments WHERE judge_id = ? ORDER BY episode_id",
-                           (judge_id,)).fetchall()
+        return con.execute(
+            "SELECT episode_id, owner, created FROM judgments WHERE judge_id = ? ORDER BY episode_id", (judge_id,)
+        ).fetchall()
     finally:
         con.close()
 
@@ -80,7 +97,8 @@ def test_rejudging_files_a_second_judge_beside_the_first_and_regenerates_nothing
     assert again.judged_now == 0 and again.already_judged == 6
     # a judge with another setting is another identity, judged separately
     assert judgment_table.judge_identity({"type": "robot_log"}) != judgment_table.judge_identity(
-        {"type": "robot_log", "lift_height": 0.03})
+        {"type": "robot_log", "lift_height": 0.03}
+    )
     res = compare_judges(run, "campaign", "robot_log", n_boot=200)
     assert res["episodes"] == 6
     assert sum(sum(row.values()) for row in res["confusion"].values()) == 6
@@ -110,11 +128,19 @@ def test_cli_refuses_a_judge_that_cannot_load_and_a_corrupt_campaign(run, tmp_pa
 
 def test_sigkill_while_rejudging_then_rerun_judges_each_episode_exactly_once(run):
     judge_id = judgment_table.judge_identity({"type": "robot_log", "variant": "slow"})
-    code = ("import sys; from kosmos_env.campaign.rejudge import rejudge; from tests.test_rejudge import SlowRobotLog; "
-            "rejudge(sys.argv[1], {'type': 'robot_log', 'variant': 'slow'}, batch_size=1, judge=SlowRobotLog())")
+    code = (
+        "import sys; from kosmos_env.campaign.rejudge import rejudge; from tests.test_rejudge import SlowRobotLog; "
+        "rejudge(sys.argv[1], {'type': 'robot_log', 'variant': 'slow'}, batch_size=1, judge=SlowRobotLog())"
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT), MUJOCO_GL="egl")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(run)], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(run)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.time() + 120
     while len(_judgment_rows(run, judge_id)) < 2 and proc.poll() is None and time.time() < deadline:
         time.sleep(0.02)

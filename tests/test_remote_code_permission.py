@@ -1,5 +1,6 @@
 """No code from data: a policy string, protocol or judge spec may *ask* for trust_remote_code, but a
 checkpoint's own Python runs only when the person running the command passes --trust-remote-code."""
+
 from __future__ import annotations
 
 import json
@@ -23,7 +24,9 @@ def _evil_checkpoint(tmp_path):
     ckpt.mkdir()
     marker = tmp_path / "marker"
     (ckpt / "evil_config.py").write_text(EVIL.format(marker=str(marker)))
-    (ckpt / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "evil_config.EvilConfig"}}))
+    (ckpt / "config.json").write_text(
+        json.dumps({"model_type": "evil", "auto_map": {"AutoConfig": "evil_config.EvilConfig"}})
+    )
     return ckpt, marker
 
 
@@ -54,8 +57,23 @@ def test_a_judge_spec_asking_for_remote_code_is_refused_before_any_episode(tmp_p
     ckpt, marker = _evil_checkpoint(tmp_path)
     judge = json.dumps({"type": "vlm", "model": str(ckpt), "trust_remote_code": True})
     out = tmp_path / "run"
-    rc = main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--tasks", "carrot_on_plate", "--seeds", "1",
-               "--judge", judge, "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--policy",
+            "random",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--judge",
+            judge,
+            "--out",
+            str(out),
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and "trust_remote_code" in err[0], err
     assert not marker.exists() and not (out / "ledger.sqlite").exists()

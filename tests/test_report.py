@@ -1,4 +1,5 @@
 """`kosmos-env report DIR`: Markdown + self-contained HTML from a results bundle."""
+
 from __future__ import annotations
 
 import json
@@ -65,7 +66,7 @@ def test_report_writes_self_contained_html_and_markdown(bundle_dir, capsys):
     assert len(gifs) == len(pick_episodes(load_bundle(bundle_dir))) >= len(POLICIES)
     # the ranking table lists the policies best first, with rates recomputed from the rows
     expected = _expected_ranking(_results(bundle_dir)["per_episode"])
-    ranking_section = html[html.index("<h2>Ranking</h2>"):html.index("<h2>Success per policy")]
+    ranking_section = html[html.index("<h2>Ranking</h2>") : html.index("<h2>Success per policy")]
     cells = re.findall(r'<td class="l">([^<]+)</td>', ranking_section)
     assert cells == [label for label, _, _ in expected]
     for label, s, n in expected:
@@ -98,8 +99,10 @@ def test_episode_pick_is_deterministic_first_success_and_failure(source):
     for label, *_ in POLICIES:
         mine = [r for r in picked if r["policy"] == label]
         for outcome in ("success", "failure"):
-            candidates = sorted((r for r in b.rows if r["policy"] == label and r["outcome"] == outcome),
-                                key=lambda r: (b.tasks.index(r["task"]), r["seed"], r["repeat"]))
+            candidates = sorted(
+                (r for r in b.rows if r["policy"] == label and r["outcome"] == outcome),
+                key=lambda r: (b.tasks.index(r["task"]), r["seed"], r["repeat"]),
+            )
             chosen = [r for r in mine if r["outcome"] == outcome]
             assert chosen == candidates[:1]
 
@@ -113,7 +116,7 @@ def test_report_ignores_a_wrong_aggregated_block_and_says_so(bundle_dir):
     (bundle_dir / "results.json").write_text(json.dumps(data))
     assert cli.main(["report", str(bundle_dir)]) == 0
     html = (bundle_dir / "report.html").read_text()
-    sec = html[html.index("<h2>Ranking</h2>"):html.index("<h2>Success per policy")]
+    sec = html[html.index("<h2>Ranking</h2>") : html.index("<h2>Success per policy")]
     assert re.findall(r'<td class="l">([^<]+)</td>', sec)[-1] == worst
     assert "successes = 999, but the episode rows give" in html
 
@@ -182,12 +185,15 @@ def test_garbled_results_names_file_and_problem(bundle_dir, capsys):
     assert "'schema' is 'something-else'" in _error(["report", str(bundle_dir)], capsys)
 
 
-@pytest.mark.parametrize("bad, words", [
-    ("../outside.mp4", "escapes the campaign directory"),
-    ("artifacts/../../outside.mp4", "escapes the campaign directory"),
-    ("/etc/passwd", "is absolute"),
-    ("C:\\\\video.mp4", "is absolute"),
-])
+@pytest.mark.parametrize(
+    "bad, words",
+    [
+        ("../outside.mp4", "escapes the campaign directory"),
+        ("artifacts/../../outside.mp4", "escapes the campaign directory"),
+        ("/etc/passwd", "is absolute"),
+        ("C:\\\\video.mp4", "is absolute"),
+    ],
+)
 def test_artifact_paths_must_stay_inside(bundle_dir, capsys, bad, words):
     data = _results(bundle_dir)
     data["per_episode"][3]["artifacts"]["video"] = bad
@@ -205,12 +211,15 @@ def test_symlink_out_of_the_directory_is_rejected(bundle_dir, tmp_path, capsys):
     assert "outside the campaign directory" in _error(["report", str(bundle_dir)], capsys)
 
 
-@pytest.mark.parametrize("field, value, words", [
-    ("outcome", "win", "unknown outcome 'win'"),
-    ("success", None, "needs success=True"),
-    ("seed", "3", "'seed' must be an integer"),
-    ("score", 1.5, "'score' must be null or a number in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "field, value, words",
+    [
+        ("outcome", "win", "unknown outcome 'win'"),
+        ("success", None, "needs success=True"),
+        ("seed", "3", "'seed' must be an integer"),
+        ("score", 1.5, "'score' must be null or a number in [0, 1]"),
+    ],
+)
 def test_bad_rows_give_clear_errors(bundle_dir, capsys, field, value, words):
     data = _results(bundle_dir)
     row = next(r for r in data["per_episode"] if r["outcome"] == "success")
@@ -243,8 +252,16 @@ def test_error_episodes_and_no_videos(bundle_dir, capsys):
     --no-video are reported, not crashed on."""
     data = _results(bundle_dir)
     err_row = data["per_episode"][0]
-    err_row.update(outcome="error", success=None, score=None, judgment=None, timings=None, steps=None,
-                   artifacts={"video": None, "actions": None, "log": None}, error="worker died")
+    err_row.update(
+        outcome="error",
+        success=None,
+        score=None,
+        judgment=None,
+        timings=None,
+        steps=None,
+        artifacts={"video": None, "actions": None, "log": None},
+        error="worker died",
+    )
     for r in data["per_episode"]:
         r["artifacts"]["video"] = None
     (bundle_dir / "results.json").write_text(json.dumps(data))
@@ -252,7 +269,7 @@ def test_error_episodes_and_no_videos(bundle_dir, capsys):
     html = (bundle_dir / "report.html").read_text()
     assert "No episode with a video artifact to show." in html and "data:image/gif" not in html
     assert "1 episode(s) have no timings" in html
-    sec = html[html.index("<h2>Discards and abstentions</h2>"):html.index("<h2>Time and cost</h2>")]
+    sec = html[html.index("<h2>Discards and abstentions</h2>") : html.index("<h2>Time and cost</h2>")]
     assert f'<td class="l">{err_row["policy"]}</td>' in sec
     capsys.readouterr()
     assert cli.main(["analyze", str(bundle_dir), "--n-boot", "200", "--n-splits", "50", "--json", "--no-write"]) == 0
@@ -268,5 +285,7 @@ def test_incomplete_campaign_is_flagged(bundle_dir):
     (bundle_dir / "results.json").write_text(json.dumps(data))
     assert cli.main(["report", str(bundle_dir), "--no-thumbnails"]) == 0
     html = (bundle_dir / "report.html").read_text()
-    assert f"the campaign is incomplete: {len(data['per_episode'])} finished episodes of " \
-           f"{len(data['per_episode']) + 5} planned" in html
+    assert (
+        f"the campaign is incomplete: {len(data['per_episode'])} finished episodes of "
+        f"{len(data['per_episode']) + 5} planned" in html
+    )

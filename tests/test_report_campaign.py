@@ -1,4 +1,5 @@
 """report and analyze on a real (small) campaign: `kosmos-env eval` on the MuJoCo tabletop."""
+
 from __future__ import annotations
 
 import json
@@ -15,10 +16,29 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("real") / "c"
-    rc = cli.main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "scripted:skill=1.0", "--policy", "random",
-                   "--tasks", "carrot_on_plate", "--seeds", "3", "--out", str(out), "--image-size", "64", "64",
-                   "--no-progress", "--price-table",
-                   '{"accelerator_per_hour": {"cpu": 0.1, "h100": 2.5}, "world": "h100", "judge": "h100"}'])
+    rc = cli.main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--policy",
+            "scripted:skill=1.0",
+            "--policy",
+            "random",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "3",
+            "--out",
+            str(out),
+            "--image-size",
+            "64",
+            "64",
+            "--no-progress",
+            "--price-table",
+            '{"accelerator_per_hour": {"cpu": 0.1, "h100": 2.5}, "world": "h100", "judge": "h100"}',
+        ]
+    )
     assert rc == 0
     return out
 
@@ -28,7 +48,7 @@ def test_report_on_a_real_campaign(campaign, capsys):
     assert cli.main(["report", str(campaign)]) == 0
     results = json.loads((campaign / "results.json").read_text())
     html = (campaign / "report.html").read_text()
-    sec = html[html.index("<h2>Ranking</h2>"):html.index("<h2>Success per policy")]
+    sec = html[html.index("<h2>Ranking</h2>") : html.index("<h2>Success per policy")]
     # our recomputation ranks like the campaign runner's own aggregate
     assert re.findall(r'<td class="l">([^<]+)</td>', sec) == results["aggregated"]["ranking"]
     assert len(re.findall(r'<img class="plot"', html)) == 4

@@ -6,6 +6,7 @@ real campaign can be run; plus tests that the generator itself honours the contr
 Outcomes are drawn from fixed per-policy success rates with a seeded RNG, so the expected
 ranking is known (skill 1.0 > skill 0.5 > random) but the numbers are not hand-made.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -17,9 +18,11 @@ import numpy as np
 
 from kosmos_env.utils.video import write_mp4
 
-POLICIES = [("scripted:skill=1.0", "scripted", {"skill": 1.0}, 0.85),
-            ("scripted:skill=0.5", "scripted", {"skill": 0.5}, 0.5),
-            ("random", "random", {}, 0.1)]
+POLICIES = [
+    ("scripted:skill=1.0", "scripted", {"skill": 1.0}, 0.85),
+    ("scripted:skill=0.5", "scripted", {"skill": 0.5}, 0.5),
+    ("random", "random", {}, 0.1),
+]
 TASKS = ["carrot_on_plate", "stack_cube"]
 HORIZON = 20
 STAGES = ("policy", "world", "gate", "judge", "io")
@@ -60,8 +63,8 @@ def _video(policy_index: int, outcome: str, steps: int, size: int = 32) -> np.nd
     for t in range(steps):
         x = int(2 + (size - 10) * t / max(1, steps - 1))
         y = 4 + 8 * policy_index
-        frames[t, y:y + 6, x:x + 6] = colour
-        frames[t, size - 6:size - 2, size - 8:size - 4] = (220, 220, 220)
+        frames[t, y : y + 6, x : x + 6] = colour
+        frames[t, size - 6 : size - 2, size - 8 : size - 4] = (220, 220, 220)
     return frames
 
 
@@ -70,14 +73,31 @@ def _agg(outcomes: list[str]) -> dict:
 
     s = summarize_rate(outcomes)
     c = s.counts
-    return {"n": len(outcomes), "successes": c["success"], "failures": c["failure"], "discarded": c["discarded"],
-            "abstained": c["abstained"], "errors": c["error"], "success_rate": s.raw.estimate,
-            "wilson_95": [s.raw.lower, s.raw.upper] if s.raw.estimate is not None else None,
-            "worst_case_95": list(s.worst_case_ci) if s.worst_case_ci else None}
+    return {
+        "n": len(outcomes),
+        "successes": c["success"],
+        "failures": c["failure"],
+        "discarded": c["discarded"],
+        "abstained": c["abstained"],
+        "errors": c["error"],
+        "success_rate": s.raw.estimate,
+        "wilson_95": [s.raw.lower, s.raw.upper] if s.raw.estimate is not None else None,
+        "worst_case_95": list(s.worst_case_ci) if s.worst_case_ci else None,
+    }
 
 
-def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int = 7, price_table: dict | None = None,
-                policies=POLICIES, tasks=TASKS, undecided: bool = True, score_of=None) -> Path:
+def make_bundle(
+    root: Path,
+    *,
+    seeds: int = 8,
+    repeats: int = 1,
+    rng_seed: int = 7,
+    price_table: dict | None = None,
+    policies=POLICIES,
+    tasks=TASKS,
+    undecided: bool = True,
+    score_of=None,
+) -> Path:
     """Write a complete results bundle under ``root`` and return ``root``.
 
     ``undecided=False``: no discarded or abstained episode (the same random draws, so the
@@ -108,11 +128,14 @@ def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int =
                     truth = outcome == "success" or (outcome in ("abstained", "discarded") and rng.random() < p)
                     if truth:
                         onset = int(np.clip(rng.normal(6 + 6 * pi, 3), 1, HORIZON - 1))
-                        gt[min(onset, steps - 1):] = True
+                        gt[min(onset, steps - 1) :] = True
                     actions = rng.normal(0, 0.01, size=(steps, 7)).astype(np.float32)
-                    log = {"ee_pos": rng.normal(0, 0.1, (steps, 3)).astype(np.float32),
-                           "gripper_cmd": rng.random(steps).astype(np.float32),
-                           "gripper_measured": rng.random(steps).astype(np.float32), "gt_success": gt}
+                    log = {
+                        "ee_pos": rng.normal(0, 0.1, (steps, 3)).astype(np.float32),
+                        "gripper_cmd": rng.random(steps).astype(np.float32),
+                        "gripper_measured": rng.random(steps).astype(np.float32),
+                        "gt_success": gt,
+                    }
                     vkey = (pi, outcome, steps)
                     if vkey not in videos:
                         tmp = root / "tmp_video.mp4"
@@ -121,44 +144,98 @@ def make_bundle(root: Path, *, seeds: int = 8, repeats: int = 1, rng_seed: int =
                         tmp.unlink()
                     decided = outcome in ("success", "failure")
                     score = float(outcome == "success") if score_of is None or not decided else float(score_of(outcome))
-                    judgment = None if outcome == "discarded" else {
-                        "success": (outcome == "success") if decided else None, "score": score,
-                        "rationale": "synthetic", "votes": [], "judge": "state_oracle", "model_id": None,
-                        "prompt_sha256": None, "seconds": 0.001, "abstained": outcome == "abstained", "extras": {}}
-                    t = {"policy": float(rng.uniform(0.01, 0.05)), "world": float(rng.uniform(0.2, 0.4)),
-                         "gate": float(rng.uniform(0.001, 0.01)), "judge": float(rng.uniform(0.05, 0.15)),
-                         "io": float(rng.uniform(0.01, 0.03))}
+                    judgment = (
+                        None
+                        if outcome == "discarded"
+                        else {
+                            "success": (outcome == "success") if decided else None,
+                            "score": score,
+                            "rationale": "synthetic",
+                            "votes": [],
+                            "judge": "state_oracle",
+                            "model_id": None,
+                            "prompt_sha256": None,
+                            "seconds": 0.001,
+                            "abstained": outcome == "abstained",
+                            "extras": {},
+                        }
+                    )
+                    t = {
+                        "policy": float(rng.uniform(0.01, 0.05)),
+                        "world": float(rng.uniform(0.2, 0.4)),
+                        "gate": float(rng.uniform(0.001, 0.01)),
+                        "judge": float(rng.uniform(0.05, 0.15)),
+                        "io": float(rng.uniform(0.01, 0.03)),
+                    }
                     t["total"] = sum(t.values()) + 0.01
-                    rows.append({
-                        "episode_id": f"{label}|{task}|{seed}|{rep}", "policy": label, "task": task, "seed": seed,
-                        "repeat": rep, "outcome": outcome,
-                        "success": {"success": True, "failure": False}.get(outcome),
-                        "score": score if decided else None,
-                        "judge": "state_oracle", "judgment": judgment,
-                        "gate": {"ok": outcome != "discarded", "reason": None if outcome != "discarded" else "motion mismatch"},
-                        "steps": steps, "timings": t,
-                        "artifacts": {"video": videos[vkey], "actions": _store(root, _npy_bytes(actions), "npy"),
-                                      "log": _store(root, _npz_bytes(**log), "npz")},
-                        "error": None, "attempts": 1, "worker": "local-0",
-                    })
+                    rows.append(
+                        {
+                            "episode_id": f"{label}|{task}|{seed}|{rep}",
+                            "policy": label,
+                            "task": task,
+                            "seed": seed,
+                            "repeat": rep,
+                            "outcome": outcome,
+                            "success": {"success": True, "failure": False}.get(outcome),
+                            "score": score if decided else None,
+                            "judge": "state_oracle",
+                            "judgment": judgment,
+                            "gate": {
+                                "ok": outcome != "discarded",
+                                "reason": None if outcome != "discarded" else "motion mismatch",
+                            },
+                            "steps": steps,
+                            "timings": t,
+                            "artifacts": {
+                                "video": videos[vkey],
+                                "actions": _store(root, _npy_bytes(actions), "npy"),
+                                "log": _store(root, _npz_bytes(**log), "npz"),
+                            },
+                            "error": None,
+                            "attempts": 1,
+                            "worker": "local-0",
+                        }
+                    )
     per_policy = {lab: _agg([r["outcome"] for r in rows if r["policy"] == lab]) for lab, *_ in policies}
-    per_pt = {lab: {t: _agg([r["outcome"] for r in rows if r["policy"] == lab and r["task"] == t]) for t in tasks}
-              for lab, *_ in policies}
+    per_pt = {
+        lab: {t: _agg([r["outcome"] for r in rows if r["policy"] == lab and r["task"] == t]) for t in tasks}
+        for lab, *_ in policies
+    }
     order = sorted(per_policy, key=lambda k: -(per_policy[k]["success_rate"] or 0))
     sec = {s: float(np.mean([r["timings"][s] for r in rows])) for s in STAGES + ("total",)}
     results = {
-        "schema": "kosmos-env/results", "schema_version": 1, "package_version": "0.1.0",
-        "campaign": {"id": "synthetic-test", "env_id": "Kosmos-Tabletop-v1", "spec_hash": "ab" * 32,
-                     "spec": {"id": "Kosmos-Tabletop-v1"},
-                     "policies": [{"label": lab, "name": n, "kwargs": kw, "content_hash": "0" * 64, "hub_model_id": None}
-                                  for lab, n, kw, _ in policies],
-                     "tasks": list(tasks), "seeds": list(range(seeds)), "repeats": repeats,
-                     "judge": {"name": "state_oracle"}, "gate": {"enabled": True}, "created": "2025-01-01T00:00:00Z",
-                     "price_table": price_table},
+        "schema": "kosmos-env/results",
+        "schema_version": 1,
+        "package_version": "0.1.0",
+        "campaign": {
+            "id": "synthetic-test",
+            "env_id": "Kosmos-Tabletop-v1",
+            "spec_hash": "ab" * 32,
+            "spec": {"id": "Kosmos-Tabletop-v1"},
+            "policies": [
+                {"label": lab, "name": n, "kwargs": kw, "content_hash": "0" * 64, "hub_model_id": None}
+                for lab, n, kw, _ in policies
+            ],
+            "tasks": list(tasks),
+            "seeds": list(range(seeds)),
+            "repeats": repeats,
+            "judge": {"name": "state_oracle"},
+            "gate": {"enabled": True},
+            "created": "2025-01-01T00:00:00Z",
+            "price_table": price_table,
+        },
         "per_episode": rows,
-        "aggregated": {"per_policy": per_policy, "per_policy_task": per_pt, "ranking": order,
-                       "cost": {"seconds_per_stage": sec, "rollouts_per_hour": 3600 / sec["total"],
-                                "seconds_per_rollout": sec["total"], "money": None}},
+        "aggregated": {
+            "per_policy": per_policy,
+            "per_policy_task": per_pt,
+            "ranking": order,
+            "cost": {
+                "seconds_per_stage": sec,
+                "rollouts_per_hour": 3600 / sec["total"],
+                "seconds_per_rollout": sec["total"],
+                "money": None,
+            },
+        },
     }
     (root / "results.json").write_text(json.dumps(results, indent=1))
     files = {}
@@ -188,7 +265,10 @@ def test_synthetic_bundle_follows_contract(tmp_path):
     for row in data["per_episode"]:
         for kind, rel in row["artifacts"].items():
             name = Path(rel).name
-            assert rel.startswith("artifacts/sha256/") and name.split(".")[0] == hashlib.sha256((root / rel).read_bytes()).hexdigest()
+            assert (
+                rel.startswith("artifacts/sha256/")
+                and name.split(".")[0] == hashlib.sha256((root / rel).read_bytes()).hexdigest()
+            )
         with np.load(root / row["artifacts"]["log"], allow_pickle=False) as z:
             assert z["gt_success"].shape == (row["steps"],)
         assert np.load(root / row["artifacts"]["actions"], allow_pickle=False).shape == (row["steps"], 7)

@@ -1,5 +1,6 @@
 """One verdict from one rule, first on every page: analyze (text, JSON, CLI), the analysis HTML
 (console and report.html) and report.md, on small synthetic campaigns of two policies."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,10 @@ from kosmos_env.stats.verdict import paired_verdict
 from tests.conftest import requires_extra
 from tests.test_report_synthetic import make_bundle
 
-SKILLS = [("scripted:skill=0.6", "scripted", {"skill": 0.6}, 0.6),
-          ("scripted:skill=0.3", "scripted", {"skill": 0.3}, 0.3)]
+SKILLS = [
+    ("scripted:skill=0.6", "scripted", {"skill": 0.6}, 0.6),
+    ("scripted:skill=0.3", "scripted", {"skill": 0.3}, 0.3),
+]
 # a judge whose verdict is 0/1 but whose score is graded (like the robot-log judge): the policy
 # that always succeeds scores 0.55, the one that never does 0.45
 ALL_NONE = [("scripted:skill=1.0", "scripted", {"skill": 1.0}, 1.0), ("random", "random", {}, 0.0)]
@@ -33,14 +36,27 @@ def _graded(outcome: str) -> float:
 
 @pytest.fixture(scope="module")
 def skills(tmp_path_factory):
-    return make_bundle(tmp_path_factory.mktemp("skills") / "c", seeds=12, rng_seed=11, policies=SKILLS,
-                       tasks=["stack_cube"], undecided=False)
+    return make_bundle(
+        tmp_path_factory.mktemp("skills") / "c",
+        seeds=12,
+        rng_seed=11,
+        policies=SKILLS,
+        tasks=["stack_cube"],
+        undecided=False,
+    )
 
 
 @pytest.fixture(scope="module")
 def all_none(tmp_path_factory):
-    return make_bundle(tmp_path_factory.mktemp("allnone") / "c", seeds=12, rng_seed=5, policies=ALL_NONE,
-                       tasks=["stack_cube"], undecided=False, score_of=_graded)
+    return make_bundle(
+        tmp_path_factory.mktemp("allnone") / "c",
+        seeds=12,
+        rng_seed=5,
+        policies=ALL_NONE,
+        tasks=["stack_cube"],
+        undecided=False,
+        score_of=_graded,
+    )
 
 
 def _interval(headline: str) -> tuple[float, float, float]:
@@ -65,16 +81,21 @@ def test_skill_headline_once_first_from_the_same_rule(skills, tmp_path, capsys):
     assert est == pytest.approx(v["difference"], abs=0.005)
     assert (lo, hi) == pytest.approx(tuple(v["interval"]), abs=0.005)
     assert (v["outcome"] == "a_better") == (v["interval"][0] > 0)
-    assert v["headline"].startswith(f"{top} better than {second} on success" if v["outcome"] == "a_better"
-                                    else f"No detectable difference yet between {top} and {second} on success")
+    assert v["headline"].startswith(
+        f"{top} better than {second} on success"
+        if v["outcome"] == "a_better"
+        else f"No detectable difference yet between {top} and {second} on success"
+    )
 
     text = analysis_text(a)
     assert text.splitlines()[0] == f"VERDICT: {v['headline']}"
     assert text.count(v["headline"]) == 1
     # the other tests are below it, labelled secondary, each saying what it is computed on
-    for title in ("secondary: paired bootstrap by (task, seed) of pairwise differences in success",
-                  "secondary: minimum detectable difference and paired t-tests on success",
-                  "secondary: anytime-valid paired A/B test of the top two on judge scores"):
+    for title in (
+        "secondary: paired bootstrap by (task, seed) of pairwise differences in success",
+        "secondary: minimum detectable difference and paired t-tests on success",
+        "secondary: anytime-valid paired A/B test of the top two on judge scores",
+    ):
         assert text.index(title) > text.index(v["headline"])
 
     html = render_analysis_html(a)
@@ -88,7 +109,9 @@ def test_skill_headline_once_first_from_the_same_rule(skills, tmp_path, capsys):
 
 
 def _assert_a_better(line: str) -> None:
-    assert line.startswith("scripted:skill=1.0 better than random on success: +1.00 [+0.52, +1.00] over 12 paired seeds")
+    assert line.startswith(
+        "scripted:skill=1.0 better than random on success: +1.00 [+0.52, +1.00] over 12 paired seeds"
+    )
 
 
 @requires_extra("results")  # its last page is the report

@@ -1,6 +1,7 @@
 """Reward modes as spec fields: terminal (evaluation, today's hashes), progress (a step judge's
 potential-based shaping), oracle (the simulator's ground truth), terminate_on_success, and the
 one-line errors for settings an env cannot honour."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -39,14 +40,18 @@ def test_default_reward_keeps_every_registered_hash_and_new_settings_change_it()
         assert spec.reward == {"mode": "terminal", "terminate_on_success": False}
         assert spec.with_overrides(reward={"mode": "terminal"}).hash == spec.hash
     spec = load_spec("Kosmos-TabletopLearned-v1")
-    hashes = {spec.hash,
-              spec.with_overrides(reward=PROGRESS).hash,
-              spec.with_overrides(reward=dict(PROGRESS, terminate_on_success=True)).hash,
-              spec.with_overrides(reward=dict(PROGRESS, terminate_on_success=True, success_threshold=0.9)).hash}
+    hashes = {
+        spec.hash,
+        spec.with_overrides(reward=PROGRESS).hash,
+        spec.with_overrides(reward=dict(PROGRESS, terminate_on_success=True)).hash,
+        spec.with_overrides(reward=dict(PROGRESS, terminate_on_success=True, success_threshold=0.9)).hash,
+    }
     assert len(hashes) == 4
     # the filled-in default threshold is part of the hash: writing it out changes nothing
-    assert (spec.with_overrides(reward=dict(PROGRESS, success_threshold=0.5)).hash
-            == spec.with_overrides(reward=PROGRESS).hash)
+    assert (
+        spec.with_overrides(reward=dict(PROGRESS, success_threshold=0.5)).hash
+        == spec.with_overrides(reward=PROGRESS).hash
+    )
 
 
 def test_progress_reward_is_the_step_judges_potential_difference_on_the_learned_world():
@@ -68,8 +73,12 @@ def test_progress_reward_is_the_step_judges_potential_difference_on_the_learned_
 
 
 def test_terminate_on_success_ends_at_the_first_step_over_the_threshold():
-    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), judge="vision_frame",
-                         reward=dict(PROGRESS, terminate_on_success=True, success_threshold=0.5))
+    env = gymnasium.make(
+        "Kosmos-Tabletop-v1",
+        image_size=(64, 64),
+        judge="vision_frame",
+        reward=dict(PROGRESS, terminate_on_success=True, success_threshold=0.5),
+    )
     steps = _episode(env, seed=1)
     progress = [s[4]["progress"] for s in steps]
     assert steps[-1][2] and not steps[-1][3]
@@ -78,8 +87,13 @@ def test_terminate_on_success_ends_at_the_first_step_over_the_threshold():
     assert len(steps) - 1 < env.unwrapped.kosmos_spec.horizon
     assert steps[-1][4]["judgment"] is not None  # judged as any finished episode
     # threshold 1.0 cannot be crossed by a sigmoid below 1: the same episode runs to the horizon
-    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), judge="vision_frame", horizon=25,
-                         reward=dict(PROGRESS, terminate_on_success=True, success_threshold=1.0))
+    env = gymnasium.make(
+        "Kosmos-Tabletop-v1",
+        image_size=(64, 64),
+        judge="vision_frame",
+        horizon=25,
+        reward=dict(PROGRESS, terminate_on_success=True, success_threshold=1.0),
+    )
     steps = _episode(env, seed=1)
     assert steps[-1][3] and not steps[-1][2] and len(steps) == 26
 
@@ -92,7 +106,7 @@ def test_success_patience_waits_for_consecutive_steps_over_the_threshold():
     assert steps[-1][2] and steps[-1][4]["terminated_by"] == "success"
     assert over[-3:] == [True, True, True]
     # no earlier run of three: the env stopped at the first one
-    assert not any(all(over[i:i + 3]) for i in range(len(over) - 3))
+    assert not any(all(over[i : i + 3]) for i in range(len(over) - 3))
 
 
 def test_threshold_rule_scores_the_first_crossing():
@@ -102,8 +116,9 @@ def test_threshold_rule_scores_the_first_crossing():
     assert first_crossing(np.array([0.2, 0.9, 0.1, 0.8, 0.8]), 0.7, 2) == 4
     assert first_crossing(np.array([0.2, 0.9, 0.1]), 0.95, 1) is None
     # a judge that flickers to "success" while the object is still held (step 1), then truly (3, 4)
-    held_flicker = TuningEpisode("carrot_on_plate", 0, "p", np.array([0.1, 0.9, 0.2, 0.9, 0.9]),
-                                 np.array([False, False, False, True, True]))
+    held_flicker = TuningEpisode(
+        "carrot_on_plate", 0, "p", np.array([0.1, 0.9, 0.2, 0.9, 0.9]), np.array([False, False, False, True, True])
+    )
     never = TuningEpisode("carrot_on_plate", 1, "p", np.array([0.1, 0.2, 0.1, 0.3, 0.2]), np.zeros(5, bool))
     table = threshold_table([held_flicker, never], candidates=(0.5, 0.95), patiences=(1, 2))
     row = {(r["threshold"], r["patience"]): r for r in table}
@@ -113,8 +128,9 @@ def test_threshold_rule_scores_the_first_crossing():
 
 
 def test_oracle_reward_reads_the_simulators_ground_truth():
-    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64),
-                         reward={"mode": "oracle", "terminate_on_success": True})
+    env = gymnasium.make(
+        "Kosmos-Tabletop-v1", image_size=(64, 64), reward={"mode": "oracle", "terminate_on_success": True}
+    )
     steps = _episode(env, seed=2)
     rewards = [s[1] for s in steps[1:]]
     assert steps[-1][2] and steps[-1][4]["terminated_by"] == "success"
@@ -155,8 +171,9 @@ def test_a_discarded_episode_returns_nothing():
     from kosmos_env.worlds import make_world
 
     spec = load_spec("Kosmos-Tabletop-v1").with_overrides(image_size=(64, 64), reward=PROGRESS)
-    env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), reward=PROGRESS,
-                         world_model=_FreezeAfter(make_world(spec), after=16))
+    env = gymnasium.make(
+        "Kosmos-Tabletop-v1", image_size=(64, 64), reward=PROGRESS, world_model=_FreezeAfter(make_world(spec), after=16)
+    )
     steps = _episode(env, seed=1)
     last = steps[-1]
     assert last[2] and last[4]["terminated_by"] == "gate" and last[4]["outcome"] == "discarded"
@@ -168,22 +185,38 @@ def test_a_discarded_episode_returns_nothing():
     assert info["progress"] == pytest.approx(steps[0][4]["progress"], abs=1e-7)
 
 
-@pytest.mark.parametrize("env_id, kwargs, message", [
-    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "bogus"}}, "unknown reward.mode 'bogus'"),
-    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_threshold=1.5)}, "must be a number in [0, 1]"),
-    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_threshold=-0.1)}, "must be a number in [0, 1]"),
-    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "terminal", "terminate_on_success": True}},
-     "needs a per-step success signal"),
-    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "progress"}}, "needs reward.step_judge"),
-    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "oracle", "terminate_on_success": True}},
-     "has none; use reward.mode 'progress'"),
-    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, step_judge={"type": "robot_log"})},
-     "cannot score single frames"),
-    ("Kosmos-Tabletop-v1", {"reward": dict(PROGRESS, terminate_on_success=True)}, "image_size=(64, 64)"),
-    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, bogus=1)}, "unknown reward field(s) ['bogus']"),
-    ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_patience=0)}, "integer in [1, 1000]"),
-    ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "terminal", "success_patience": 2}}, "'progress' or 'oracle' only"),
-])
+@pytest.mark.parametrize(
+    "env_id, kwargs, message",
+    [
+        ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "bogus"}}, "unknown reward.mode 'bogus'"),
+        ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_threshold=1.5)}, "must be a number in [0, 1]"),
+        ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_threshold=-0.1)}, "must be a number in [0, 1]"),
+        (
+            "Kosmos-TabletopLearned-v1",
+            {"reward": {"mode": "terminal", "terminate_on_success": True}},
+            "needs a per-step success signal",
+        ),
+        ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "progress"}}, "needs reward.step_judge"),
+        (
+            "Kosmos-TabletopLearned-v1",
+            {"reward": {"mode": "oracle", "terminate_on_success": True}},
+            "has none; use reward.mode 'progress'",
+        ),
+        (
+            "Kosmos-TabletopLearned-v1",
+            {"reward": dict(PROGRESS, step_judge={"type": "robot_log"})},
+            "cannot score single frames",
+        ),
+        ("Kosmos-Tabletop-v1", {"reward": dict(PROGRESS, terminate_on_success=True)}, "image_size=(64, 64)"),
+        ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, bogus=1)}, "unknown reward field(s) ['bogus']"),
+        ("Kosmos-TabletopLearned-v1", {"reward": dict(PROGRESS, success_patience=0)}, "integer in [1, 1000]"),
+        (
+            "Kosmos-TabletopLearned-v1",
+            {"reward": {"mode": "terminal", "success_patience": 2}},
+            "'progress' or 'oracle' only",
+        ),
+    ],
+)
 def test_settings_an_env_cannot_honour_are_one_clear_error(env_id, kwargs, message):
     with pytest.raises(SpecError) as err:
         gymnasium.make(env_id, **kwargs)
@@ -205,14 +238,20 @@ def test_a_world_without_a_step_judge_for_its_tasks_is_refused():
             pass
 
     with pytest.raises(SpecError, match="no step judge for this world's tasks"):
-        KosmosEnv(env_spec=spec, world_model=_Dummy(), image_size=[64, 64],
-                  reward=dict(PROGRESS, terminate_on_success=True), judge="state")
+        KosmosEnv(
+            env_spec=spec,
+            world_model=_Dummy(),
+            image_size=[64, 64],
+            reward=dict(PROGRESS, terminate_on_success=True),
+            judge="state",
+        )
 
 
 def test_an_episode_ended_after_one_step_is_abstained_on_by_the_robot_log_judge():
     # threshold 0 ends the episode on its first step; one pose carries no event to judge
-    env = gymnasium.make("Kosmos-TabletopLearned-v1", reward=dict(PROGRESS, terminate_on_success=True,
-                                                                success_threshold=0.0))
+    env = gymnasium.make(
+        "Kosmos-TabletopLearned-v1", reward=dict(PROGRESS, terminate_on_success=True, success_threshold=0.0)
+    )
     env.reset(seed=0)
     _, _, terminated, _, info = env.step(np.array([0, 0, 0, 0, 0, 0, 1], np.float32))
     assert terminated and info["terminated_by"] == "success"

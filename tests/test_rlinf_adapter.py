@@ -1,5 +1,6 @@
 """kosmos_env.rlinf_adapter: RLinf's env-worker contract over Kosmos envs (batched tensors, action
 chunks, auto-reset); the last test hands the output to RLinf's own EnvOutput and skips without rlinf."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -12,8 +13,12 @@ torch.set_num_threads(1)
 
 from kosmos_env.rlinf_adapter import KosmosRLinfEnv  # noqa: E402
 
-CFG = {"env_id": "Kosmos-Tabletop-v1", "init_params": {"image_size": (32, 32), "horizon": 3},
-       "seed": 7, "tasks": ["carrot_on_plate", "spoon_on_towel"]}
+CFG = {
+    "env_id": "Kosmos-Tabletop-v1",
+    "init_params": {"image_size": (32, 32), "horizon": 3},
+    "seed": 7,
+    "tasks": ["carrot_on_plate", "spoon_on_towel"],
+}
 
 
 @pytest.fixture
@@ -80,8 +85,15 @@ def test_rlinf_env_output_takes_a_chunk():
     rl_env.reset()
     obs_list, rewards, terms, truncs, infos_list = rl_env.chunk_step(_chunk(rl_env, 2, 3, seed=2))
     infos = infos_list[-1]
-    out = EnvOutput(obs=obs_list[-1], final_obs=infos.get("final_observation"), rewards=rewards,
-                    env_infos=infos, dones=terms | truncs, terminations=terms, truncations=truncs)
+    out = EnvOutput(
+        obs=obs_list[-1],
+        final_obs=infos.get("final_observation"),
+        rewards=rewards,
+        env_infos=infos,
+        dones=terms | truncs,
+        terminations=terms,
+        truncations=truncs,
+    )
     prepared = out.prepare_observations(out.obs)
     assert prepared["main_images"].shape == (2, 32, 32, 3) and prepared["states"].shape == (2, 7)
     assert prepared["task_descriptions"] == ["put the carrot on the plate", "put the spoon on the towel"]

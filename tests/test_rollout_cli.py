@@ -1,4 +1,5 @@
 """`kosmos-env rollout` prints the success rate and writes one playable MP4 per episode."""
+
 from __future__ import annotations
 
 import json
@@ -9,8 +10,21 @@ from kosmos_env.utils.video import read_video
 
 def test_rollout_writes_videos_and_summary(tmp_path, capsys):
     out = tmp_path / "run"
-    code = main(["rollout", "--env", "Kosmos-Tabletop-v1", "--task", "spoon_on_towel", "--policy", "scripted:skill=1.0",
-                 "--episodes", "2", "--out", str(out)])
+    code = main(
+        [
+            "rollout",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--task",
+            "spoon_on_towel",
+            "--policy",
+            "scripted:skill=1.0",
+            "--episodes",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "success rate" in printed

@@ -1,4 +1,5 @@
 """kosmos_env.utils.rotations against SciPy (an independent implementation) and known rotations."""
+
 import numpy as np
 import pytest
 from scipy.spatial.transform import Rotation
@@ -81,8 +82,13 @@ def test_project_to_so3():
 
 @pytest.mark.parametrize(
     "fn,bad",
-    [(rot.euler_to_matrix, np.zeros(4)), (rot.rot6d_to_matrix, np.zeros(5)), (rot.matrix_to_quat, np.eye(2)),
-     (rot.quat_to_matrix, np.zeros(4)), (rot.rot6d_to_matrix, np.zeros(6))],
+    [
+        (rot.euler_to_matrix, np.zeros(4)),
+        (rot.rot6d_to_matrix, np.zeros(5)),
+        (rot.matrix_to_quat, np.eye(2)),
+        (rot.quat_to_matrix, np.zeros(4)),
+        (rot.rot6d_to_matrix, np.zeros(6)),
+    ],
 )
 def test_bad_input_raises_value_error(fn, bad):
     with pytest.raises(ValueError):

@@ -1,5 +1,6 @@
 """The single-rotation helpers give the batched rotation functions' exact bits (the tabletop's
 per-step control runs on them, and its trajectories must not change by one ulp)."""
+
 from __future__ import annotations
 
 import numpy as np

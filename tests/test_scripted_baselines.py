@@ -1,4 +1,5 @@
 """The scripted baselines give a known ground-truth ranking on the tabletop (issue 2 acceptance)."""
+
 from __future__ import annotations
 
 import gymnasium

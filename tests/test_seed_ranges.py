@@ -1,4 +1,5 @@
 """The declared seed ranges: disjoint, checked, and every default seed in the stage it claims."""
+
 import inspect
 from itertools import pairwise
 

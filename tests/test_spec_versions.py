@@ -4,6 +4,7 @@
 its id fails here (the change must be a new ``-vN``); an old version stays registered, loadable with
 its old hash, and warns that it is deprecated.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -15,8 +16,14 @@ from pathlib import Path
 import gymnasium
 import pytest
 
-from kosmos_env.spec import (WORLD_VERSIONS, builtin_spec_ids, check_frozen_hashes, frozen_spec_hashes, load_spec,
-                             newer_versions)
+from kosmos_env.spec import (
+    WORLD_VERSIONS,
+    builtin_spec_ids,
+    check_frozen_hashes,
+    frozen_spec_hashes,
+    load_spec,
+    newer_versions,
+)
 
 REGISTRY = Path(__file__).resolve().parent.parent / "envs_registry"
 
@@ -77,16 +84,18 @@ def test_frozen_file_problems_are_named():
     frozen = frozen_spec_hashes()
     missing = {k: v for k, v in frozen.items() if k != "Kosmos-Bridge-v1"}
     assert check_frozen_hashes(specs, missing) == [
-        f"Kosmos-Bridge-v1: no frozen hash; add \"Kosmos-Bridge-v1\": \"{frozen['Kosmos-Bridge-v1']}\" to "
-        "envs_registry/spec_hashes.json"]
+        f'Kosmos-Bridge-v1: no frozen hash; add "Kosmos-Bridge-v1": "{frozen["Kosmos-Bridge-v1"]}" to '
+        "envs_registry/spec_hashes.json"
+    ]
     removed = {k: v for k, v in specs.items() if k != "Kosmos-Bridge-v1"}
     assert "never removed" in check_frozen_hashes(removed, frozen)[0]
     unversioned = dict(specs, **{"Kosmos-Odd": specs["Kosmos-Tabletop-v1"]})
     problems = check_frozen_hashes(unversioned, dict(frozen, **{"Kosmos-Odd": frozen["Kosmos-Tabletop-v1"]}))
     assert problems == ["Kosmos-Odd: an env id must end in a version, Name-vN (N >= 1)"]
     orphan = dict(specs, **{"Kosmos-Tabletop-v1": specs["Kosmos-Tabletop-v1"].with_overrides(deprecated="old")})
-    assert check_frozen_hashes(orphan, frozen) == ["Kosmos-Tabletop-v1: deprecated, but no newer version of it is "
-                                                   "registered"]
+    assert check_frozen_hashes(orphan, frozen) == [
+        "Kosmos-Tabletop-v1: deprecated, but no newer version of it is registered"
+    ]
 
 
 def test_newer_versions_compare_numbers_not_text():

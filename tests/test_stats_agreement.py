@@ -1,5 +1,6 @@
 """Rank agreement: SIMPLER's published WidowX numbers, MMRV conventions, scipy cross-checks,
 random floors and undefined cases."""
+
 from __future__ import annotations
 
 import itertools

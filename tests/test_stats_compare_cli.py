@@ -1,4 +1,5 @@
 """`kosmos-env compare`: agreement table from a CSV and the paired A/B test from JSON files."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,13 @@ def test_compare_csv_json(capsys):
     assert _run(["--csv", str(CSV), "--json", "--mmrv-ties", "strict", "--no-pooled"]) == 0
     data = json.loads(capsys.readouterr().out)
     rows = {r["label"]: r for r in data["agreement"]["rows"]}
-    assert set(rows) == {"widowx_spoon_on_towel", "widowx_carrot_on_plate", "widowx_stack_cube",
-                         "widowx_put_eggplant_in_basket", "mean over tasks"}
+    assert set(rows) == {
+        "widowx_spoon_on_towel",
+        "widowx_carrot_on_plate",
+        "widowx_stack_cube",
+        "widowx_put_eggplant_in_basket",
+        "mean over tasks",
+    }
     assert rows["widowx_spoon_on_towel"]["metrics"]["pearson"]["value"] == pytest.approx(0.827, abs=0.005)
     assert rows["widowx_carrot_on_plate"]["metrics"]["mmrv"]["random_floor"] > 0
     assert data["agreement"]["convention"]["mmrv_ties"] == "strict"

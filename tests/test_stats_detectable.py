@@ -1,4 +1,5 @@
 """Minimum detectable difference: analytic formulas by hand, resampling, separable pairs."""
+
 from __future__ import annotations
 
 import math
@@ -35,7 +36,8 @@ def test_mdd_two_proportion_hand_computation():
     assert mdd_two_proportion(0.5, 100) == pytest.approx(0.1981, abs=1e-4)
     # alpha 0.01 / power 0.9 -> (2.5758 + 1.2816)
     assert mdd_two_proportion(0.2, 50, alpha=0.01, power=0.9) == pytest.approx(
-        (2.5758293035489 + 1.2815515655446) * math.sqrt(2 * 0.16 / 50), abs=1e-9)
+        (2.5758293035489 + 1.2815515655446) * math.sqrt(2 * 0.16 / 50), abs=1e-9
+    )
     with pytest.raises(ValueError, match="alpha"):
         mdd_two_proportion(0.5, 10, alpha=0)
 

@@ -1,4 +1,5 @@
 """Horizon break detection and cost-sweep choice."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,9 +12,9 @@ def test_horizon_break_against_final_horizon():
     # 4 policies; the final (80-step) ranking is a < b < c < d
     final = [0.1, 0.3, 0.5, 0.7]
     scores = {
-        10: [0.0, 0.0, 0.0, 0.0],    # all tied: Kendall undefined -> fails
-        20: [0.3, 0.1, 0.2, 0.0],    # reversed-ish
-        40: [0.1, 0.3, 0.2, 0.6],    # one swap: tau = 4/6
+        10: [0.0, 0.0, 0.0, 0.0],  # all tied: Kendall undefined -> fails
+        20: [0.3, 0.1, 0.2, 0.0],  # reversed-ish
+        40: [0.1, 0.3, 0.2, 0.6],  # one swap: tau = 4/6
         60: [0.1, 0.25, 0.45, 0.6],  # same order
         80: final,
     }
@@ -33,8 +34,7 @@ def test_horizon_break_against_final_horizon():
 
 def test_horizon_with_reference_and_mmrv():
     ref = [0.0, 0.5, 1.0]
-    res = horizon_agreement([[0.2, 0.1, 0.3], [0.1, 0.2, 0.3]], [5, 10], reference=ref, metric="mmrv",
-                            threshold=0.1)
+    res = horizon_agreement([[0.2, 0.1, 0.3], [0.1, 0.2, 0.3]], [5, 10], reference=ref, metric="mmrv", threshold=0.1)
     assert res.agreements[1].value == 0.0 and res.agreements[0].value > 0.1
     assert res.break_horizon == 5 and res.shortest_safe_horizon == 10
     assert res.agreements[0].random_floor is not None

@@ -1,4 +1,5 @@
 """Success-rate intervals, discard/abstention bounds, and paired bootstrap by seed."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -35,7 +36,7 @@ def test_known_textbook_values():
     assert (round(w.lower, 4), round(w.upper, 4)) == (0.4902, 0.9433)
     # Clopper-Pearson 95% for 0/10: upper = 1 - 0.025^(1/10) = 0.3085
     cp = clopper_pearson(0, 10)
-    assert cp.lower == 0.0 and cp.upper == pytest.approx(1 - 0.025 ** 0.1, abs=1e-12)
+    assert cp.lower == 0.0 and cp.upper == pytest.approx(1 - 0.025**0.1, abs=1e-12)
 
 
 def test_interval_input_errors_and_empty():
@@ -90,7 +91,8 @@ def test_paired_bootstrap_diff_uses_pairing():
     unpaired = paired_bootstrap_diff(a, rng.permutation(b), n_boot=2000, seed=1)
     assert (unpaired.upper - unpaired.lower) > 5 * (res.upper - res.lower)
     # NaN pairs are dropped
-    a2 = a.copy(); a2[:10] = np.nan
+    a2 = a.copy()
+    a2[:10] = np.nan
     assert paired_bootstrap_diff(a2, b, n_boot=200).n_pairs == 190
     with pytest.raises(ValueError, match="equal length"):
         paired_bootstrap_diff([1, 0], [1])

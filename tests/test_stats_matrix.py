@@ -1,4 +1,5 @@
 """Campaign rows -> paired (policy x (task, seed, repeat)) matrix."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -9,16 +10,26 @@ from kosmos_env.stats.matrix import success_matrix
 
 def _row(policy, seed, outcome, task="t", repeat=0, score=None):
     success = {"success": True, "failure": False}.get(outcome)
-    return {"policy": policy, "task": task, "seed": seed, "repeat": repeat, "outcome": outcome,
-            "success": success, "score": score if score is not None else (None if success is None else float(success))}
+    return {
+        "policy": policy,
+        "task": task,
+        "seed": seed,
+        "repeat": repeat,
+        "outcome": outcome,
+        "success": success,
+        "score": score if score is not None else (None if success is None else float(success)),
+    }
 
 
 def test_success_matrix_pairs_by_task_seed_repeat():
     rows = [
-        _row("b", 1, "success"), _row("a", 1, "failure"),
-        _row("a", 0, "success"), _row("b", 0, "discarded"),
+        _row("b", 1, "success"),
+        _row("a", 1, "failure"),
+        _row("a", 0, "success"),
+        _row("b", 0, "discarded"),
         _row("a", 0, "success", repeat=1),  # b has no episode here
-        _row("a", 0, "failure", task="u"), _row("b", 0, "success", task="u"),
+        _row("a", 0, "failure", task="u"),
+        _row("b", 0, "success", task="u"),
     ]
     pm = success_matrix(rows)
     assert pm.policies == ["a", "b"]

@@ -1,4 +1,5 @@
 """Split-half repeatability and the Spearman-Brown correction."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Anytime-valid paired A/B test (predictable-plug-in empirical-Bernstein confidence sequence)."""
+
 from __future__ import annotations
 
 import time
@@ -42,7 +43,7 @@ def test_naive_peeking_would_fail_the_same_simulation():
     d = (rng.random((2000, 500)) < 0.5).astype(float) - (rng.random((2000, 500)) < 0.5).astype(float)
     t = np.arange(1, 501)
     mean = np.cumsum(d, axis=1) / t
-    var = np.maximum(np.cumsum(d * d, axis=1) / t - mean ** 2, 1e-12)
+    var = np.maximum(np.cumsum(d * d, axis=1) / t - mean**2, 1e-12)
     z = mean / np.sqrt(var / t)
     assert (np.abs(z[:, 9:]) > 1.96).any(axis=1).mean() > 0.2
 

@@ -1,4 +1,5 @@
 """The one-rule paired verdict: Tango's interval on success, Agresti-Min on judge scores."""
+
 from __future__ import annotations
 
 import math
@@ -16,15 +17,18 @@ def _pairs(n11: int, n12: int, n21: int, n22: int) -> tuple[list[int], list[int]
     return a, b
 
 
-@pytest.mark.parametrize("cells, alpha, expected", [
-    # Tango (1998, Stat Med 17:891) worked examples, as reproduced in the ratesci package's tests
-    ((4, 9, 3, 16), 0.05, (-0.027, 0.390)),
-    ((43, 0, 1, 0), 0.10, (-0.096, 0.037)),
-    # Agresti & Min (2005, Stat Med 24:729) example
-    ((53, 16, 8, 9), 0.05, (-0.020, 0.207)),
-    # Fagerland, Lydersen & Laake (2014, Stat Med 33:2850) Table II, airway hyper-responsiveness
-    ((1, 1, 7, 12), 0.05, (-0.517, -0.026)),
-])
+@pytest.mark.parametrize(
+    "cells, alpha, expected",
+    [
+        # Tango (1998, Stat Med 17:891) worked examples, as reproduced in the ratesci package's tests
+        ((4, 9, 3, 16), 0.05, (-0.027, 0.390)),
+        ((43, 0, 1, 0), 0.10, (-0.096, 0.037)),
+        # Agresti & Min (2005, Stat Med 24:729) example
+        ((53, 16, 8, 9), 0.05, (-0.020, 0.207)),
+        # Fagerland, Lydersen & Laake (2014, Stat Med 33:2850) Table II, airway hyper-responsiveness
+        ((1, 1, 7, 12), 0.05, (-0.517, -0.026)),
+    ],
+)
 def test_tango_matches_published_examples(cells, alpha, expected):
     n11, n12, n21, n22 = cells
     lo, hi = tango_interval(n12, n21, sum(cells), alpha)
@@ -39,7 +43,7 @@ def test_all_a_vs_none_b_is_a_better_without_false_certainty():
     lo, hi = v.interval
     assert hi == 1.0
     # closed form for n12 = n: lower = (n - z^2) / (n + z^2)
-    z2 = 1.959963984540054 ** 2
+    z2 = 1.959963984540054**2
     assert lo == pytest.approx((12 - z2) / (12 + z2), abs=1e-6)
     assert lo < 0.6
     assert v.more_pairs_needed is None
@@ -114,8 +118,10 @@ def test_more_pairs_needed_monotone_in_observed_difference():
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.8, 30)
     noise = rng.normal(0, 0.15, 30)
-    s = [paired_verdict(np.clip(base + shift + noise, 0, 1), base, measure="score").more_pairs_needed
-         for shift in (0.01, 0.02, 0.03)]
+    s = [
+        paired_verdict(np.clip(base + shift + noise, 0, 1), base, measure="score").more_pairs_needed
+        for shift in (0.01, 0.02, 0.03)
+    ]
     assert s[0] > s[1] > s[2]
 
 

@@ -1,4 +1,5 @@
 """The evaluator-validity study: analysis on synthetic rows, bad input, and a tiny end-to-end run."""
+
 from __future__ import annotations
 
 import json
@@ -15,9 +16,20 @@ HORIZONS = [10, 20, 40]
 
 
 def _row(world, policy, task, seed, judges, per_h):
-    return {"world": world, "gate": False, "policy": policy, "task": task, "seed": seed, "repeat": 0,
-            "outcome": "pending", "discarded": False, "steps": 40, "judges": judges, "horizon_judges": per_h,
-            "seconds": {"episode": 0.1, "world": 0.05, "policy": 0.01, "gate": 0.0, "judge_robot_log": 0.001}}
+    return {
+        "world": world,
+        "gate": False,
+        "policy": policy,
+        "task": task,
+        "seed": seed,
+        "repeat": 0,
+        "outcome": "pending",
+        "discarded": False,
+        "steps": 40,
+        "judges": judges,
+        "horizon_judges": per_h,
+        "seconds": {"episode": 0.1, "world": 0.05, "policy": 0.01, "gate": 0.0, "judge_robot_log": 0.001},
+    }
 
 
 def _study(world_mode: str):
@@ -33,19 +45,58 @@ def _study(world_mode: str):
                 world = truth if world_mode == "track" else (not truth)
                 ao = policy not in ("p4", "p5") or truth
                 h = {10: False, 20: truth, 40: truth}
-                rows.append(_row("reference", policy, task, seed,
-                                 {"state": truth, "robot_log": truth, "vision": truth, "action_only": ao},
-                                 {"state": h, "robot_log": h, "vision": h, "action_only": {10: False, 20: ao, 40: ao}}))
+                rows.append(
+                    _row(
+                        "reference",
+                        policy,
+                        task,
+                        seed,
+                        {"state": truth, "robot_log": truth, "vision": truth, "action_only": ao},
+                        {"state": h, "robot_log": h, "vision": h, "action_only": {10: False, 20: ao, 40: ao}},
+                    )
+                )
                 wh = {10: False, 20: world, 40: world}
-                rows.append(_row("learned", policy, task, seed, {"robot_log": world, "vision": world, "action_only": ao},
-                                 {"robot_log": wh, "vision": wh}))
-                rows.append(_row("null", policy, task, seed, {"robot_log": False, "vision": False, "action_only": ao},
-                                 {"robot_log": {10: False, 20: False, 40: False}, "vision": {10: False, 20: False, 40: False},
-                                  "action_only": {10: False, 20: ao, 40: ao}}))
-    cfg = {"world": "W", "reference": "R", "policies": POLICIES, "tasks": ["a", "b"], "seeds": 10,
-           "seed_offset": 0, "horizons": HORIZONS}
-    return {"config": cfg, "rows": rows, "gate_status": {"available": False, "detail": "not in this test"},
-            "examples": {}, "wall_seconds": 1.0, "frame_error": {}}
+                rows.append(
+                    _row(
+                        "learned",
+                        policy,
+                        task,
+                        seed,
+                        {"robot_log": world, "vision": world, "action_only": ao},
+                        {"robot_log": wh, "vision": wh},
+                    )
+                )
+                rows.append(
+                    _row(
+                        "null",
+                        policy,
+                        task,
+                        seed,
+                        {"robot_log": False, "vision": False, "action_only": ao},
+                        {
+                            "robot_log": {10: False, 20: False, 40: False},
+                            "vision": {10: False, 20: False, 40: False},
+                            "action_only": {10: False, 20: ao, 40: ao},
+                        },
+                    )
+                )
+    cfg = {
+        "world": "W",
+        "reference": "R",
+        "policies": POLICIES,
+        "tasks": ["a", "b"],
+        "seeds": 10,
+        "seed_offset": 0,
+        "horizons": HORIZONS,
+    }
+    return {
+        "config": cfg,
+        "rows": rows,
+        "gate_status": {"available": False, "detail": "not in this test"},
+        "examples": {},
+        "wall_seconds": 1.0,
+        "frame_error": {},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -141,7 +192,9 @@ def test_best_baseline_is_chosen_inside_each_resample():
     noisy = {f"b{i}": np.where(rng.random(truth.shape) < 0.3, 1 - truth, truth) for i in range(3)}
     d = difference_to_best(truth, noisy, truth, metric="accuracy", n_boot=300)
     # against the best of three the margin is smaller than against any one of them
-    singles = [difference_to_best(truth, {k: v}, truth, metric="accuracy", n_boot=300)["estimate"] for k, v in noisy.items()]
+    singles = [
+        difference_to_best(truth, {k: v}, truth, metric="accuracy", n_boot=300)["estimate"] for k, v in noisy.items()
+    ]
     assert d["estimate"] == pytest.approx(min(singles))
     assert d["interval"][0] <= d["estimate"] <= d["interval"][1]
     with pytest.raises(ValueError, match="at least one baseline"):
@@ -184,9 +237,25 @@ def test_tiny_registered_study_end_to_end_writes_report_plots_and_json(tmp_path,
     from kosmos_env.cli import main
 
     out = tmp_path / "study"
-    design = ["--policies", "scripted:skill=1.0", "deceptive:mode=grasp_miss,rate=1.0", "random",
-              "--tasks", "carrot_on_plate", "--seeds", "2", "--horizons", "10", "40", "--frame-error-seeds", "1",
-              "--control", "shuffled", "--n-boot", "100"]
+    design = [
+        "--policies",
+        "scripted:skill=1.0",
+        "deceptive:mode=grasp_miss,rate=1.0",
+        "random",
+        "--tasks",
+        "carrot_on_plate",
+        "--seeds",
+        "2",
+        "--horizons",
+        "10",
+        "40",
+        "--frame-error-seeds",
+        "1",
+        "--control",
+        "shuffled",
+        "--n-boot",
+        "100",
+    ]
     reg = tmp_path / "reg.json"
     assert main(["register", "--study", *design, "--out", str(reg)]) == 0
     rc = main(["study", *design, "--registration", str(reg), "--out", str(out), "--quiet"])
@@ -196,9 +265,17 @@ def test_tiny_registered_study_end_to_end_writes_report_plots_and_json(tmp_path,
     report = (out / "report.md").read_text()
     assert "EXPLORATORY" not in report
     assert report.index("Registered bars") < report.index("Agreement with the simulator")
-    for section in ("baseline/action_only", "baseline/action_learned", "baseline/copy_first_frame/vision",
-                    "baseline/null_world/vision", "World vs the best baseline, by subgroup", "Horizon as drift",
-                    "copy-last-frame", "Cost per rollout", "not estimable"):
+    for section in (
+        "baseline/action_only",
+        "baseline/action_learned",
+        "baseline/copy_first_frame/vision",
+        "baseline/null_world/vision",
+        "World vs the best baseline, by subgroup",
+        "Horizon as drift",
+        "copy-last-frame",
+        "Cost per rollout",
+        "not estimable",
+    ):
         assert section in report, section
     data = json.loads((out / "study.json").read_text())
     res = data["results"]

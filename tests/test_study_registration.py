@@ -1,17 +1,37 @@
 """Study registration: made only by `kosmos-env register --study`, bound by content, checked field
 by field and for time before a study runs; without one a study is exploratory on every page."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from kosmos_env.study.registration import (RegistrationError, check_registration, first_difference,
-                                           load_registration_file, write_registration)
+from kosmos_env.study.registration import (
+    RegistrationError,
+    check_registration,
+    first_difference,
+    load_registration_file,
+    write_registration,
+)
 from tests.conftest import requires_extra
 
-DESIGN = ["--policies", "scripted:skill=1.0", "random", "--tasks", "carrot_on_plate", "--seeds", "2",
-          "--horizons", "40", "--frame-error-seeds", "0", "--n-boot", "100", "--no-null-world"]
+DESIGN = [
+    "--policies",
+    "scripted:skill=1.0",
+    "random",
+    "--tasks",
+    "carrot_on_plate",
+    "--seeds",
+    "2",
+    "--horizons",
+    "40",
+    "--frame-error-seeds",
+    "0",
+    "--n-boot",
+    "100",
+    "--no-null-world",
+]
 
 
 def _error(argv, capsys):
@@ -66,13 +86,17 @@ def test_register_binds_weights_code_judges_policies_and_seeds(tmp_path, capsys)
     assert [p["policy"] for p in r["policies"]] == ["scripted:skill=1.0", "random"]
     assert all(len(p["content_hash"]) == 64 for p in r["policies"])
     assert r["evaluation_seeds"] == {"carrot_on_plate": [100000, 100001]}
-    assert {b["id"] for b in r["bars"]} >= {"world_adds_information:learned/vision:all",
-                                             "world_adds_information:learned/vision:honest",
-                                             "world_adds_information:learned/robot_log:all"}
+    assert {b["id"] for b in r["bars"]} >= {
+        "world_adds_information:learned/vision:all",
+        "world_adds_information:learned/vision:honest",
+        "world_adds_information:learned/robot_log:all",
+    }
     # a second registration to the same file is refused; seeds outside the evaluation range too
     msg = _error(["register", "--study", *DESIGN, "--out", str(reg)], capsys)
     assert "never overwritten" in msg
-    msg = _error(["register", "--study", *DESIGN, "--seed-offset", "250000", "--out", str(tmp_path / "r2.json")], capsys)
+    msg = _error(
+        ["register", "--study", *DESIGN, "--seed-offset", "250000", "--out", str(tmp_path / "r2.json")], capsys
+    )
     assert "evaluation seed range" in msg and "tuning" in msg
     msg = _error(["register", "--out", str(tmp_path / "r3.json")], capsys)
     assert "nothing to register" in msg
@@ -88,8 +112,20 @@ def test_study_refuses_a_mismatched_or_foreign_registration(tmp_path, capsys):
     changed = [a if a != "2" else "3" for a in DESIGN]  # --seeds 3
     msg = _error(["study", *changed, "--registration", str(reg), "--out", out, "--quiet"], capsys)
     assert "config.seeds is 2 in the registration, 3 now" in msg
-    msg = _error(["study", *DESIGN, "--vision-weights", str(tmp_path / "none.safetensors"), "--registration",
-                  str(reg), "--out", out, "--quiet"], capsys)
+    msg = _error(
+        [
+            "study",
+            *DESIGN,
+            "--vision-weights",
+            str(tmp_path / "none.safetensors"),
+            "--registration",
+            str(reg),
+            "--out",
+            out,
+            "--quiet",
+        ],
+        capsys,
+    )
     assert "vision-judge weights" in msg or "config.vision_weights" in msg
     other = tmp_path / "protocol.json"
     other.write_text(json.dumps({"name": "campaign"}))

@@ -1,5 +1,6 @@
 """The tabletop's batched substep targets follow the per-substep geodesic interpolation exactly, and
 the trimmed world step gives the same bits as the step before trimming (frames, log, physics)."""
+
 from __future__ import annotations
 
 import gymnasium
@@ -44,8 +45,8 @@ def test_batched_targets_equal_per_substep_targets():
             assert 1 <= n <= substeps
             np.testing.assert_allclose(pos, ref_pos[:n], atol=1e-12)
             np.testing.assert_allclose(quat, ref_quat[:n], atol=1e-12)
-            np.testing.assert_array_equal(ref_pos[n - 1:], np.broadcast_to(ref_pos[-1], ref_pos[n - 1:].shape))
-            np.testing.assert_array_equal(ref_quat[n - 1:], np.broadcast_to(ref_quat[-1], ref_quat[n - 1:].shape))
+            np.testing.assert_array_equal(ref_pos[n - 1 :], np.broadcast_to(ref_pos[-1], ref_pos[n - 1 :].shape))
+            np.testing.assert_array_equal(ref_quat[n - 1 :], np.broadcast_to(ref_quat[-1], ref_quat[n - 1 :].shape))
     # an identity rotation stays exact (no NaN from a zero axis)
     pos, quat = substep_targets(np.zeros(3), np.eye(3), np.ones(3) * 0.1, np.eye(3), 50)
     np.testing.assert_allclose(quat, np.tile([1.0, 0, 0, 0], (len(quat), 1)), atol=1e-15)
@@ -106,10 +107,15 @@ def test_trimmed_targets_are_bitwise_the_batched_targets():
     rng = np.random.default_rng(3)
     for substeps in (1, 2, 7, 50):
         for _ in range(25):
-            args = (rng.uniform(0, 0.3, 3), euler_to_matrix(rng.uniform(-0.6, 0.6, 3)),
-                    rng.uniform(0, 0.3, 3), euler_to_matrix(rng.uniform(-0.6, 0.6, 3)))
-            for got, want in zip(substep_targets(*args, substeps), batched_targets_before_trimming(*args, substeps),
-                                 strict=True):
+            args = (
+                rng.uniform(0, 0.3, 3),
+                euler_to_matrix(rng.uniform(-0.6, 0.6, 3)),
+                rng.uniform(0, 0.3, 3),
+                euler_to_matrix(rng.uniform(-0.6, 0.6, 3)),
+            )
+            for got, want in zip(
+                substep_targets(*args, substeps), batched_targets_before_trimming(*args, substeps), strict=True
+            ):
                 np.testing.assert_array_equal(got, want)
 
 
@@ -134,8 +140,11 @@ class UntrimmedStepWorld(TabletopWorld):
         return float(np.clip(q.mean() / FINGER_TRAVEL, 0.0, 1.0))
 
     def _state(self):
-        return {"ee_pos": self.tcp_position(), "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
-                "gripper": np.array([self.measured_gripper()], dtype=np.float32)}
+        return {
+            "ee_pos": self.tcp_position(),
+            "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+            "gripper": np.array([self.measured_gripper()], dtype=np.float32),
+        }
 
     def _control(self, action):
         target_tcp, target_rot = self._command(action)  # the step's target, as the world computes it
@@ -164,9 +173,13 @@ class UntrimmedStepWorld(TabletopWorld):
             report = self.evaluate()
             truth.append(report["success"])
             objects.append(self._object_xpos.copy())
-        log = {"ee_pos": np.asarray(ee, dtype=np.float32), "gripper_cmd": np.asarray(cmd, dtype=np.float32),
-               "gripper_measured": np.asarray(measured, dtype=np.float32), "gt_success": np.asarray(truth, dtype=bool),
-               "object_pos": np.asarray(objects, dtype=np.float32)}
+        log = {
+            "ee_pos": np.asarray(ee, dtype=np.float32),
+            "gripper_cmd": np.asarray(cmd, dtype=np.float32),
+            "gripper_measured": np.asarray(measured, dtype=np.float32),
+            "gt_success": np.asarray(truth, dtype=bool),
+            "object_pos": np.asarray(objects, dtype=np.float32),
+        }
         return WorldStep(frames=np.stack(frames), state=self._state(), log=log)
 
 
@@ -203,7 +216,9 @@ def test_trimmed_world_step_is_bitwise_the_untrimmed_step_under_random_actions()
         got, want = world.step(action), reference.step(action)
         assert_same_step(got, want, world, reference)
         tilted += bool(np.isclose(np.abs(got.state["ee_euler"][:2]), world._max_tilt, atol=1e-6).any())
-        walled += bool(np.isclose(world._tcp, world._workspace[:, 0]).any() or np.isclose(world._tcp, world._workspace[:, 1]).any())
+        walled += bool(
+            np.isclose(world._tcp, world._workspace[:, 0]).any() or np.isclose(world._tcp, world._workspace[:, 1]).any()
+        )
     assert tilted and walled  # the clipping branches were exercised
     reference.close()
     env.close()
@@ -217,7 +232,10 @@ def test_trimmed_world_step_is_bitwise_the_untrimmed_step(task):
     world = env.unwrapped.world
     reference = UntrimmedStepWorld(world.spec)
     task_spec = env.unwrapped._resolve_task(task)
-    start, ref_start = world.reset(task_spec, np.random.default_rng(7)), reference.reset(task_spec, np.random.default_rng(7))
+    start, ref_start = (
+        world.reset(task_spec, np.random.default_rng(7)),
+        reference.reset(task_spec, np.random.default_rng(7)),
+    )
     np.testing.assert_array_equal(start.frame, ref_start.frame)
     policy, ref_policy = ScriptedPolicy(skill=1.0), ScriptedPolicy(skill=1.0)
     obs = {"image": start.frame, "instruction": task_spec.instruction, **start.state}

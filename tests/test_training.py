@@ -4,6 +4,7 @@ cloning, SB3 PPO over the same network, and ``kosmos-env train-policy``.
 Small on purpose (short horizons, a few dozen gradient steps, one torch thread): each test
 checks a property that breaks when the code is wrong, not how well a policy learns.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("safetensors")
 
 from kosmos_env.policies import make_policy, parse_policy_arg  # noqa: E402
-from kosmos_env.policies.checkpoint import (NetConfig, build_net, load_checkpoint, read_checkpoint_meta,  # noqa: E402
-                                            save_checkpoint)
+from kosmos_env.policies.checkpoint import (  # noqa: E402
+    build_net,
+    load_checkpoint,
+    read_checkpoint_meta,  # noqa: E402
+    save_checkpoint,
+)
 from kosmos_env.training.bc import BCConfig, behaviour_clone, imitation_mse  # noqa: E402
 from kosmos_env.training.demos import Demos, record_demos  # noqa: E402
 from tests.conftest import requires_extra  # noqa: E402
@@ -36,8 +41,9 @@ def _one_thread():
 def demos(tmp_path_factory):
     torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("demos") / "demos.npz"
-    record_demos(ENV, policy="scripted:skill=0.5", seeds_per_task=2, seed_start=0, env_kwargs=SIM, out=path,
-                 progress=False)
+    record_demos(
+        ENV, policy="scripted:skill=0.5", seeds_per_task=2, seed_start=0, env_kwargs=SIM, out=path, progress=False
+    )
     return Demos.load(path)
 
 
@@ -117,8 +123,9 @@ def test_frame_stack_policy_matches_the_wrapper_stack(demos, tmp_path):
     from kosmos_env.policies.checkpoint import image_to_input, unscale_action
     from kosmos_env.wrappers import wrap_rl_env
 
-    path = behaviour_clone(demos, tmp_path / "fs2.safetensors", BCConfig(steps=2, batch=8, frame_stack=2),
-                           progress=False)
+    path = behaviour_clone(
+        demos, tmp_path / "fs2.safetensors", BCConfig(steps=2, batch=8, frame_stack=2), progress=False
+    )
     pol = make_policy("ckpt", path=str(path))
     raw = gymnasium.make(ENV, **SIM)
     wrapped = wrap_rl_env(gymnasium.make(ENV, **SIM), frame_stack=2, rescale_actions=False)
@@ -129,8 +136,11 @@ def test_frame_stack_policy_matches_the_wrapper_stack(demos, tmp_path):
         for _ in range(3):
             assert wobs["image"].shape == (64, 64, 6) and wobs["state"].shape == (14,)
             with torch.no_grad():  # the network on the wrapper's stacked observation
-                mean, _ = pol.net(image_to_input(wobs["image"][None]), torch.as_tensor(wobs["state"][None]),
-                                  torch.as_tensor(wobs["task"][None]))
+                mean, _ = pol.net(
+                    image_to_input(wobs["image"][None]),
+                    torch.as_tensor(wobs["state"][None]),
+                    torch.as_tensor(wobs["task"][None]),
+                )
             a = pol.act(obs)  # the policy on the raw observation, stacking itself
             np.testing.assert_allclose(a, unscale_action(mean[0].numpy(), pol.low, pol.high), rtol=0, atol=1e-6)
             obs, *_ = raw.step(a)
@@ -150,9 +160,19 @@ def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
 
     from kosmos_env.wrappers import KosmosObservation
 
-    paths = finetune_ppo(ENV, bc_ckpt, reward="oracle", total_steps=24, n_envs=2, seed=0, out_dir=tmp_path,
-                         checkpoint_every=1, env_kwargs={"horizon": HORIZON},
-                         config=PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3), progress=False)
+    paths = finetune_ppo(
+        ENV,
+        bc_ckpt,
+        reward="oracle",
+        total_steps=24,
+        n_envs=2,
+        seed=0,
+        out_dir=tmp_path,
+        checkpoint_every=1,
+        env_kwargs={"horizon": HORIZON},
+        config=PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3),
+        progress=False,
+    )
     assert [p.name for p in paths] == ["ppo_update_0001.safetensors", "ppo_update_0002.safetensors"]
     meta = read_checkpoint_meta(paths[-1])
     assert meta["stage"] == "ppo" and meta["env_steps"] == 24 and meta["update"] == 2 and meta["seed"] == 0
@@ -187,13 +207,49 @@ def test_train_policy_cli_end_to_end(tmp_path, capsys):
     from kosmos_env.cli import main
 
     out = tmp_path / "run"
-    rc = main(["train-policy", "--stage", "both", "--env", ENV, "--demos", str(tmp_path / "demos.npz"),
-               "--demo-seeds", "1", "--bc-steps", "10", "--reward", "oracle", "--steps", "24", "--n-envs", "2",
-               "--n-steps", "6", "--batch-size", "12", "--checkpoint-every", "1", "--horizon", str(HORIZON),
-               "--seed", "1", "--out", str(out), "--quiet"])
+    rc = main(
+        [
+            "train-policy",
+            "--stage",
+            "both",
+            "--env",
+            ENV,
+            "--demos",
+            str(tmp_path / "demos.npz"),
+            "--demo-seeds",
+            "1",
+            "--bc-steps",
+            "10",
+            "--reward",
+            "oracle",
+            "--steps",
+            "24",
+            "--n-envs",
+            "2",
+            "--n-steps",
+            "6",
+            "--batch-size",
+            "12",
+            "--checkpoint-every",
+            "1",
+            "--horizon",
+            str(HORIZON),
+            "--seed",
+            "1",
+            "--out",
+            str(out),
+            "--quiet",
+        ]
+    )
     assert rc == 0, capsys.readouterr().err
-    for name in ("bc.safetensors", "ppo_update_0001.safetensors", "ppo_update_0002.safetensors", "curve.png",
-                 "curve.csv", "curve.json"):
+    for name in (
+        "bc.safetensors",
+        "ppo_update_0001.safetensors",
+        "ppo_update_0002.safetensors",
+        "curve.png",
+        "curve.csv",
+        "curve.json",
+    ):
         assert (out / name).is_file(), name
     assert (tmp_path / "demos.npz").is_file()
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -207,13 +263,33 @@ def test_train_policy_cli_end_to_end(tmp_path, capsys):
     actions, _ = _episode(make_policy(name, **kwargs))
     assert actions.shape == (HORIZON, 7)
     # PPO again from the written BC checkpoint
-    rc = main(["train-policy", "--stage", "ppo", "--init", str(out / "bc.safetensors"), "--steps", "12",
-               "--n-envs", "2", "--n-steps", "6", "--batch-size", "12", "--horizon", str(HORIZON),
-               "--out", str(tmp_path / "again"), "--quiet"])
+    rc = main(
+        [
+            "train-policy",
+            "--stage",
+            "ppo",
+            "--init",
+            str(out / "bc.safetensors"),
+            "--steps",
+            "12",
+            "--n-envs",
+            "2",
+            "--n-steps",
+            "6",
+            "--batch-size",
+            "12",
+            "--horizon",
+            str(HORIZON),
+            "--out",
+            str(tmp_path / "again"),
+            "--quiet",
+        ]
+    )
     assert rc == 0 and (tmp_path / "again" / "ppo_update_0001.safetensors").is_file()
 
 
 # -- refusals: one line each, naming the problem ------------------------------------------------
+
 
 def _one_line_value_error(fn, match):
     with pytest.raises(ValueError, match=match) as info:
@@ -233,8 +309,11 @@ def test_bad_checkpoint_files_are_refused_in_one_line(bc_ckpt, tmp_path):
     world = __import__("kosmos_env.worlds.tabletop_learned", fromlist=["x"]).__path__[0] + "/weights/world.safetensors"
     future = tmp_path / "future.safetensors"
     header = json.loads(json.dumps(read_checkpoint_meta(bc_ckpt)))
-    save_file(load_file(str(bc_ckpt)), str(future),
-              metadata={"format": FORMAT, "format_version": "99", "kosmos_policy": json.dumps(header)})
+    save_file(
+        load_file(str(bc_ckpt)),
+        str(future),
+        metadata={"format": FORMAT, "format_version": "99", "kosmos_policy": json.dumps(header)},
+    )
 
     _one_line_value_error(lambda: make_policy("ckpt", path=str(tmp_path / "missing.safetensors")), "no such file")
     _one_line_value_error(lambda: make_policy("ckpt", path=str(corrupt)), "not a safetensors file or corrupt")
@@ -247,8 +326,9 @@ def test_bad_checkpoint_files_are_refused_in_one_line(bc_ckpt, tmp_path):
     pol.reset(read_checkpoint_meta(bc_ckpt)["instructions"][0])
     _one_line_value_error(lambda: pol.act(np.zeros((64, 64, 3), np.uint8)), "needs a dict observation")
     _one_line_value_error(lambda: pol.act({"image": np.zeros((64, 64, 3), np.uint8)}), "ee_pos")
-    _one_line_value_error(lambda: pol.act({"image": np.zeros((64, 64), np.float32), "ee_pos": np.zeros(3)}),
-                          "uint8 \\(H, W, 3\\)")
+    _one_line_value_error(
+        lambda: pol.act({"image": np.zeros((64, 64), np.float32), "ee_pos": np.zeros(3)}), "uint8 \\(H, W, 3\\)"
+    )
 
 
 @requires_extra("rl")  # train-policy names the missing extra before it reads its inputs
@@ -263,8 +343,19 @@ def test_cli_refuses_bad_inputs_in_one_line(bc_ckpt, tmp_path, capsys):
     corrupt = tmp_path / "corrupt.safetensors"
     corrupt.write_bytes(b"not a checkpoint")
     world = __import__("kosmos_env.worlds.tabletop_learned", fromlist=["x"]).__path__[0] + "/weights/world.safetensors"
-    base = ["train-policy", "--stage", "ppo", "--steps", "12", "--horizon", str(HORIZON), "--out", str(tmp_path / "o"),
-            "--quiet", "--init"]
+    base = [
+        "train-policy",
+        "--stage",
+        "ppo",
+        "--steps",
+        "12",
+        "--horizon",
+        str(HORIZON),
+        "--out",
+        str(tmp_path / "o"),
+        "--quiet",
+        "--init",
+    ]
     cases = [
         (base + [str(wide)], "action bounds"),
         (base + [str(other_tasks)], "instruction list"),

@@ -1,4 +1,5 @@
 """The train-in-world experiment's statistics on records whose answers are known."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -30,9 +31,11 @@ def test_lift_exploitability_and_transfer_on_known_records():
     b_last[:16] = 1  # B: +0.2 true lift ...
     b_world = b_last.copy()
     b_world[:36] = 1  # ... but its world calls 0.9 a success: exploitability +0.5
-    arms = {"A": [_eval(0, start, start), _eval(1000, a_last, a_last)],
-            "B": [_eval(0, start, start), _eval(1000, b_last, b_world)],
-            "C": [_eval(0, start, start), _eval(1000, b_last, b_last)]}
+    arms = {
+        "A": [_eval(0, start, start), _eval(1000, a_last, a_last)],
+        "B": [_eval(0, start, start), _eval(1000, b_last, b_world)],
+        "C": [_eval(0, start, start), _eval(1000, b_last, b_last)],
+    }
     r = analyse(arms, UNITS, n_boot=2000)
     assert r["arms"]["A"]["lift"]["estimate"] == pytest.approx(0.4)
     assert r["arms"]["A"]["lift"]["lower"] > 0

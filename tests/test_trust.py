@@ -1,9 +1,8 @@
 """Truth-free trust diagnostics (kosmos_env.study.trust), `kosmos-env trust` and analyze's trust section."""
+
 from __future__ import annotations
 
 import json
-import shutil
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,8 +19,15 @@ def _rows(rate_by_policy, *, seeds=6, discard_every=0, judge="vision"):
     for p, rate in rate_by_policy.items():
         for t in TASKS:
             for s in range(seeds):
-                rows.append({"policy": p, "task": t, "seed": 100 + s, "judges": {judge: s < round(rate * seeds)},
-                             "gate_discard": bool(discard_every and s % discard_every == 0)})
+                rows.append(
+                    {
+                        "policy": p,
+                        "task": t,
+                        "seed": 100 + s,
+                        "judges": {judge: s < round(rate * seeds)},
+                        "gate_discard": bool(discard_every and s % discard_every == 0),
+                    }
+                )
     return rows
 
 
@@ -34,7 +40,9 @@ def test_diagnostics_from_rows_equal_direct_counts():
     assert d["gate_discard"]["value"] == pytest.approx(discard) and d["gate_discard"]["n"] == len(world)
     gap = np.mean([r["judges"]["vision"] for r in world]) - np.mean([r["judges"]["vision"] for r in shuffled])
     assert d["shuffled_gap"]["value"] == pytest.approx(gap)
-    assert d["shuffled_gap"]["world_rate"] == pytest.approx(0.75) and d["shuffled_gap"]["shuffled_rate"] == pytest.approx(0.25)
+    assert d["shuffled_gap"]["world_rate"] == pytest.approx(0.75) and d["shuffled_gap"][
+        "shuffled_rate"
+    ] == pytest.approx(0.25)
     assert d["drift_ratio"]["value"] == pytest.approx(np.mean([r["world"] for r in drift]) / 4.0)
     for name in tr.DIAGNOSTICS:  # every number with an interval around it
         lo, hi = d[name]["interval"]
@@ -54,14 +62,28 @@ def test_missing_diagnostics_say_why():
 
 def _study():
     rows = []
-    for world, rates in (("reference", {"p1": 1.0, "p2": 0.0}), ("learned", {"p1": 1.0, "p2": 0.5}),
-                         ("control:shuffled", {"p1": 0.5, "p2": 0.5}), ("learned+gate", {"p1": 1.0, "p2": 0.5})):
+    for world, rates in (
+        ("reference", {"p1": 1.0, "p2": 0.0}),
+        ("learned", {"p1": 1.0, "p2": 0.5}),
+        ("control:shuffled", {"p1": 0.5, "p2": 0.5}),
+        ("learned+gate", {"p1": 1.0, "p2": 0.5}),
+    ):
         for r in _rows(rates, discard_every=2 if world == "learned+gate" else 0):
-            rows.append({"world": world, "policy": r["policy"], "task": r["task"], "seed": r["seed"],
-                         "judges": {"vision": r["judges"]["vision"], "state": r["judges"]["vision"]},
-                         "discarded": r["gate_discard"]})
-    return {"config": {"world": "Kosmos-TabletopLearned-v1"}, "rows": rows,
-            "frame_error": {"n_episodes": 4, "ratio": {20: 0.6}, "ratio_interval": {20: [0.5, 0.7]}}}
+            rows.append(
+                {
+                    "world": world,
+                    "policy": r["policy"],
+                    "task": r["task"],
+                    "seed": r["seed"],
+                    "judges": {"vision": r["judges"]["vision"], "state": r["judges"]["vision"]},
+                    "discarded": r["gate_discard"],
+                }
+            )
+    return {
+        "config": {"world": "Kosmos-TabletopLearned-v1"},
+        "rows": rows,
+        "frame_error": {"n_episodes": 4, "ratio": {20: 0.6}, "ratio_interval": {20: [0.5, 0.7]}},
+    }
 
 
 def test_diagnostics_from_study_reads_gate_control_and_frame_error():
@@ -69,8 +91,11 @@ def test_diagnostics_from_study_reads_gate_control_and_frame_error():
     assert d["gate_discard"]["value"] == pytest.approx(0.5)  # seeds 0, 2, 4 of 6 discarded
     assert d["shuffled_gap"]["value"] == pytest.approx(0.75 - 0.5)
     assert d["drift_ratio"]["value"] == 0.6 and d["drift_ratio"]["interval"] == [0.5, 0.7]
-    bare = {**_study(), "rows": [r for r in _study()["rows"] if r["world"] in ("reference", "learned")],
-            "frame_error": {"n_episodes": 0}}
+    bare = {
+        **_study(),
+        "rows": [r for r in _study()["rows"] if r["world"] in ("reference", "learned")],
+        "frame_error": {"n_episodes": 0},
+    }
     d = tr.diagnostics_from_study(bare, n_boot=100)
     assert "without --gate" in d["gate_discard"]["reason"] and "--control shuffled" in d["shuffled_gap"]["reason"]
     with pytest.raises(ValueError, match="no episode rows"):
@@ -80,23 +105,42 @@ def test_diagnostics_from_study_reads_gate_control_and_frame_error():
 def _rung(name, k, k_iv, discard, gap, drift):
     def e(v, w=0.05):
         return {"value": v, "interval": [v - w, v + w], "n": 40}
-    return {"name": name, "kendall": {"vision": {"value": k, "interval": k_iv, "constant": False}},
-            "diagnostics": {"gate_discard": e(discard), "drift_ratio": e(drift), "vision": {"shuffled_gap": e(gap)}}}
+
+    return {
+        "name": name,
+        "kendall": {"vision": {"value": k, "interval": k_iv, "constant": False}},
+        "diagnostics": {"gate_discard": e(discard), "drift_ratio": e(drift), "vision": {"shuffled_gap": e(gap)}},
+    }
 
 
-LADDER = {"judges": ["vision"], "source": "synthetic ladder",
-          "rungs": [_rung("null", 0.0, [0.0, 0.0], 1.0, 0.0, 1.0), _rung("half", 0.5, [0.3, 0.7], 0.4, 0.1, 0.7),
-                    _rung("good", 0.8, [0.7, 0.9], 0.1, 0.3, 0.4), _rung("sim", 1.0, [1.0, 1.0], 0.02, 0.35, 0.0)],
-          "prediction": {"vision": {"gate_discard": {"value": -0.9, "interval": [-1.0, -0.6]},
-                                    "shuffled_gap": {"value": 0.4, "interval": [-0.2, 0.9]},
-                                    "drift_ratio": {"value": -0.8, "interval": [-1.0, -0.5]},
-                                    "combined": {"value": 0.9, "interval": [0.6, 1.0]}}}}
+LADDER = {
+    "judges": ["vision"],
+    "source": "synthetic ladder",
+    "rungs": [
+        _rung("null", 0.0, [0.0, 0.0], 1.0, 0.0, 1.0),
+        _rung("half", 0.5, [0.3, 0.7], 0.4, 0.1, 0.7),
+        _rung("good", 0.8, [0.7, 0.9], 0.1, 0.3, 0.4),
+        _rung("sim", 1.0, [1.0, 1.0], 0.02, 0.35, 0.0),
+    ],
+    "prediction": {
+        "vision": {
+            "gate_discard": {"value": -0.9, "interval": [-1.0, -0.6]},
+            "shuffled_gap": {"value": 0.4, "interval": [-0.2, 0.9]},
+            "drift_ratio": {"value": -0.8, "interval": [-1.0, -0.5]},
+            "combined": {"value": 0.9, "interval": [0.6, 1.0]},
+        }
+    },
+}
 
 
 def test_trust_lines_read_against_the_ladder():
-    d = {"world": "W", "judge": "vision", "gate_discard": {"value": 0.12, "interval": [0.08, 0.17], "n": 50},
-         "shuffled_gap": {"value": 0.3, "interval": [0.25, 0.36], "n": 50, "world_rate": 0.5, "shuffled_rate": 0.2},
-         "drift_ratio": {"value": 0.42, "interval": [0.38, 0.46], "n": 10}}
+    d = {
+        "world": "W",
+        "judge": "vision",
+        "gate_discard": {"value": 0.12, "interval": [0.08, 0.17], "n": 50},
+        "shuffled_gap": {"value": 0.3, "interval": [0.25, 0.36], "n": 50, "world_rate": 0.5, "shuffled_rate": 0.2},
+        "drift_ratio": {"value": 0.42, "interval": [0.38, 0.46], "n": 10},
+    }
     lines = tr.trust_lines(d, LADDER)
     gate = next(line for line in lines if "gate discards" in line)
     assert "12 % [8, 17]" in gate and "(good)" in gate and "Kendall 0.80" in gate and "goes with agreement" in gate
@@ -104,8 +148,15 @@ def test_trust_lines_read_against_the_ladder():
     assert "good, sim" in gap and "0.80-1.00" in gap and "does NOT reliably predict" in gap
     assert any("combined standing" in line and "goes with agreement" in line for line in lines)
     # the upper ladder (worlds whose judge ranks at all) is read too
-    upper = dict(LADDER, prediction_upper={"vision": {"shuffled_gap": {"value": -0.2, "interval": [-0.9, 0.9]},
-                                                      "gate_discard": {"value": None, "interval": None}}})
+    upper = dict(
+        LADDER,
+        prediction_upper={
+            "vision": {
+                "shuffled_gap": {"value": -0.2, "interval": [-0.9, 0.9]},
+                "gate_discard": {"value": None, "interval": None},
+            }
+        },
+    )
     lines = tr.trust_lines(d, upper)
     assert "does not order agreement (Spearman -0.20 [-0.90, +0.90])" in next(x for x in lines if "shuffled ones" in x)
     assert "constant and says nothing" in next(x for x in lines if "gate discards" in x)
@@ -140,11 +191,20 @@ def test_gate_replay_matches_the_envs_gate():
     for world in (None, NullWorld(make_world(spec), spec.world)):
         verdicts = []
         for gate_cfg in (gate, {"enabled": False}):
-            env = gymnasium.make("Kosmos-Tabletop-v1", defer_judging=True, image_size=(64, 64), horizon=12,
-                                 gate=gate_cfg, **({"world_model": world} if world is not None else {}))
+            env = gymnasium.make(
+                "Kosmos-Tabletop-v1",
+                defer_judging=True,
+                image_size=(64, 64),
+                horizon=12,
+                gate=gate_cfg,
+                **({"world_model": world} if world is not None else {}),
+            )
             res = run_episode(env, policy, seed=200001, task="carrot_on_plate")
-            verdicts.append(res.outcome == "discarded" if gate_cfg["enabled"] else
-                            tr.replay_gate(gate, res.rollout, 1, env.unwrapped.world.calibration))
+            verdicts.append(
+                res.outcome == "discarded"
+                if gate_cfg["enabled"]
+                else tr.replay_gate(gate, res.rollout, 1, env.unwrapped.world.calibration)
+            )
             env.close()
         assert verdicts[0] == verdicts[1]
         assert verdicts[0] is (world is not None)  # the frozen null world is discarded, the simulator passes
@@ -167,12 +227,35 @@ def test_trust_cli_refuses_bad_input_in_one_line(capsys):
 def test_trust_cli_on_the_simulator(capsys, tmp_path):
     """The simulator against itself: no drift, a gap from the judge, lines read against the ladder."""
     out = tmp_path / "d.json"
-    assert cli.main(["trust", "--env", "Kosmos-Tabletop-v1", "--policies", "scripted:skill=1.0", "random",
-                     "--tasks", "carrot_on_plate", "--seeds", "2", "--seed-offset", "200000", "--n-boot", "100",
-                     "--quiet", "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "trust",
+                "--env",
+                "Kosmos-Tabletop-v1",
+                "--policies",
+                "scripted:skill=1.0",
+                "random",
+                "--tasks",
+                "carrot_on_plate",
+                "--seeds",
+                "2",
+                "--seed-offset",
+                "200000",
+                "--n-boot",
+                "100",
+                "--quiet",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     d = json.loads(out.read_text())
-    assert d["drift_ratio"]["value"] == 0.0 and d["n_episodes"] == 4 and d["seeds"] == [201000, 201001]  # carrot_on_plate is task 1
+    assert (
+        d["drift_ratio"]["value"] == 0.0 and d["n_episodes"] == 4 and d["seeds"] == [201000, 201001]
+    )  # carrot_on_plate is task 1
     assert d["gate_discard"]["value"] is not None
     assert "how far to trust Kosmos-Tabletop-v1" in text and "drift" in text
 

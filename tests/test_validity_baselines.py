@@ -1,5 +1,6 @@
 """Agreement with its uncertainty, the action-only judge, the null world, deceptive policies, and
 analyze's --reference --map and --cost-sweep."""
+
 from __future__ import annotations
 
 import shutil
@@ -55,8 +56,9 @@ def test_mdd_is_never_zero_from_zero_variance():
 def test_horizon_undefined_neither_passes_nor_breaks():
     from kosmos_env.stats.horizon import horizon_agreement
 
-    res = horizon_agreement([[0, 0, 0], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3]], [5, 10, 40], metric="kendall",
-                            threshold=0.8, floor=False)
+    res = horizon_agreement(
+        [[0, 0, 0], [0.1, 0.2, 0.3], [0.1, 0.2, 0.3]], [5, 10, 40], metric="kendall", threshold=0.8, floor=False
+    )
     assert res.undefined_horizons == [5] and res.break_horizon is None and res.shortest_safe_horizon == 10
 
 
@@ -74,12 +76,15 @@ def test_action_only_judge_reads_commands_only():
     from kosmos_env.judges import Rollout, make_judge
 
     judge = make_judge("action_only")
-    ok = judge.judge(Rollout(frames=np.zeros((31, 4, 4, 3), np.uint8), instruction="x", actions=_pick_and_place(), fps=5))
+    ok = judge.judge(
+        Rollout(frames=np.zeros((31, 4, 4, 3), np.uint8), instruction="x", actions=_pick_and_place(), fps=5)
+    )
     assert ok.success
     no_lift = _pick_and_place()
     no_lift[8:11, 2] = 0.0
-    assert not judge.judge(Rollout(frames=np.zeros((31, 4, 4, 3), np.uint8), instruction="x", actions=no_lift,
-                                   fps=5)).success
+    assert not judge.judge(
+        Rollout(frames=np.zeros((31, 4, 4, 3), np.uint8), instruction="x", actions=no_lift, fps=5)
+    ).success
     # the workspace clips: commanding through the table lifts nothing
     from kosmos_env.judges.action_only import action_log
 
@@ -101,8 +106,10 @@ class _StubWorld:
         from kosmos_env.worlds.base import WorldReset
 
         frame = np.arange(48, dtype=np.uint8).reshape(4, 4, 3)
-        return WorldReset(frame=frame, state={"ee_pos": np.array([0.3, 0.0, 0.15]), "ee_euler": np.zeros(3),
-                                              "gripper": np.array([1.0])})
+        return WorldReset(
+            frame=frame,
+            state={"ee_pos": np.array([0.3, 0.0, 0.15]), "ee_euler": np.zeros(3), "gripper": np.array([1.0])},
+        )
 
     def step(self, actions):
         raise AssertionError("the null world must never step the world it wraps")
@@ -170,13 +177,14 @@ def _err(argv, capsys):
 
 
 SIMPLER = Path(__file__).parent / "data" / "simpler_widowx.csv"
-MAP = ("rt-1-x=random;octo-base=scripted:skill=0.5;octo-small=scripted:skill=1.0;"
-       "widowx_carrot_on_plate=carrot_on_plate;widowx_stack_cube=stack_cube")
+MAP = (
+    "rt-1-x=random;octo-base=scripted:skill=0.5;octo-small=scripted:skill=1.0;"
+    "widowx_carrot_on_plate=carrot_on_plate;widowx_stack_cube=stack_cube"
+)
 
 
 def _two_task_csv(tmp_path) -> Path:
-    lines = [ln for ln in SIMPLER.read_text().splitlines()
-             if ln.startswith(("task", "widowx_carrot", "widowx_stack"))]
+    lines = [ln for ln in SIMPLER.read_text().splitlines() if ln.startswith(("task", "widowx_carrot", "widowx_stack"))]
     p = tmp_path / "simpler_two_tasks.csv"
     p.write_text("\n".join(lines) + "\n")
     return p
@@ -187,8 +195,24 @@ def test_reference_map_joins_a_published_table(campaign, tmp_path, capsys):
 
     d = Path(shutil.copytree(campaign, tmp_path / "c"))
     csv = _two_task_csv(tmp_path)
-    assert main(["analyze", str(d), "--reference", str(csv), "--map", MAP, "--n-boot", "200", "--n-splits", "20",
-                 "--no-write"]) == 0
+    assert (
+        main(
+            [
+                "analyze",
+                str(d),
+                "--reference",
+                str(csv),
+                "--map",
+                MAP,
+                "--n-boot",
+                "200",
+                "--n-splits",
+                "20",
+                "--no-write",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "agreement with reference" in out and "permutation p-values" in out and "baseline/action_only" in out
     msg = _err(["analyze", str(d), "--reference", str(SIMPLER), "--map", MAP, "--no-write"], capsys)
@@ -238,8 +262,23 @@ def test_eval_control_shuffled_is_a_different_world(tmp_path, capsys):
     from kosmos_env.cli import main
 
     out = tmp_path / "ctl"
-    rc = main(["eval", "--policy", "scripted:skill=1.0", "--tasks", "carrot_on_plate", "--seeds", "1", "--no-video",
-               "--no-progress", "--control", "shuffled", "--out", str(out)])
+    rc = main(
+        [
+            "eval",
+            "--policy",
+            "scripted:skill=1.0",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--no-video",
+            "--no-progress",
+            "--control",
+            "shuffled",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc in (0, 1)
     res = json.loads((out / "results.json").read_text())
     from kosmos_env.spec import load_spec

@@ -17,6 +17,7 @@ the convolutions), so its frames may differ from a single env's by one grey leve
 terminations and verdicts are compared exactly, and the progress reward and a frame judge's score
 (a frame classifier on those frames) within 1e-4.
 """
+
 from __future__ import annotations
 
 import functools
@@ -33,10 +34,18 @@ from tests.test_vector_envs import _actions, _pick, _slice
 
 MODES = ["sync", "async", "vector_entry_point"]
 #: the frame judge's potential every frame reaches: the episode ends by success on its first step
-ALWAYS = {"mode": "progress", "step_judge": {"type": "vision_frame"}, "terminate_on_success": True,
-          "success_threshold": 0.0}
-PROGRESS = {"mode": "progress", "step_judge": {"type": "vision_frame"}, "terminate_on_success": True,
-            "success_threshold": 0.5}
+ALWAYS = {
+    "mode": "progress",
+    "step_judge": {"type": "vision_frame"},
+    "terminate_on_success": True,
+    "success_threshold": 0.0,
+}
+PROGRESS = {
+    "mode": "progress",
+    "step_judge": {"type": "vision_frame"},
+    "terminate_on_success": True,
+    "success_threshold": 0.5,
+}
 #: keys a reset's info may hold; a step's own keys (judgment, outcome, frames, gate, ...) must not leak in
 RESET_KEYS = {"task", "spec_hash", "progress"}
 
@@ -118,7 +127,9 @@ def _compare(vec: list[tuple], ref: list[tuple], frame_tol: int = 0, reward_tol:
                 got = vi["judgment"][key]
                 assert (got.item() if hasattr(got, "item") else got) == ri["judgment"][key], (where, key)
             # a frame judge's score moves with the frames' last grey level (batched learned world)
-            assert float(vi["judgment"]["score"]) == pytest.approx(ri["judgment"]["score"], abs=reward_tol, rel=0), where
+            assert float(vi["judgment"]["score"]) == pytest.approx(ri["judgment"]["score"], abs=reward_tol, rel=0), (
+                where
+            )
         if "terminated_by" in ri:
             assert vi["terminated_by"] == ri["terminated_by"], where
         if t and (ref[t - 1][2] or ref[t - 1][3]):
@@ -129,8 +140,15 @@ def _compare(vec: list[tuple], ref: list[tuple], frame_tol: int = 0, reward_tol:
     return ends
 
 
-def _check(env_id: str, mode: str, settings: list[dict], n_calls: int, frame_tol: int = 0,
-           reward_tol: float = 0.0, min_ends: tuple[int, ...] = ()):
+def _check(
+    env_id: str,
+    mode: str,
+    settings: list[dict],
+    n_calls: int,
+    frame_tol: int = 0,
+    reward_tol: float = 0.0,
+    min_ends: tuple[int, ...] = (),
+):
     # "kosmos_env:<id>": a spawned async worker imports kosmos_env (registering the ids) before making it
     fns = [functools.partial(gymnasium.make, f"kosmos_env:{env_id}", **kw) for kw in settings]
     seeds = [5 + 7 * i for i in range(len(fns))]
@@ -164,7 +182,10 @@ def test_tabletop_progress_reward_and_success_termination_restart_with_the_new_e
     """Progress reward on the simulator: one sub-env ends by success on every first step
     (threshold 0), the other runs to its horizon; every new episode's potential starts from its own
     first frame (the first step's reward equals a fresh env's)."""
-    settings = [dict(image_size=(64, 64), horizon=4, reward=ALWAYS), dict(image_size=(64, 64), horizon=3, reward=PROGRESS)]
+    settings = [
+        dict(image_size=(64, 64), horizon=4, reward=ALWAYS),
+        dict(image_size=(64, 64), horizon=3, reward=PROGRESS),
+    ]
     streams = _check("Kosmos-Tabletop-v1", "vector_entry_point", settings, n_calls=7, min_ends=(3, 1))
     ended = [t for t in range(1, len(streams[0])) if streams[0][t][2]]
     assert ended and all(streams[0][t][4]["terminated_by"] == "success" for t in ended)
@@ -181,8 +202,15 @@ def test_learned_autoreset_with_progress_reward_and_success_termination(mode):
     # needs two): its terminal verdict comes from the frame judge
     settings = [dict(horizon=3, reward=ALWAYS, judge="vision_frame"), dict(horizon=2), dict(horizon=3)]
     batched = mode == "vector_entry_point"
-    _check("Kosmos-TabletopLearned-v1", mode, settings, n_calls=7, frame_tol=1 if batched else 0,
-           reward_tol=1e-4 if batched else 0.0, min_ends=(3, 2, 1))
+    _check(
+        "Kosmos-TabletopLearned-v1",
+        mode,
+        settings,
+        n_calls=7,
+        frame_tol=1 if batched else 0,
+        reward_tol=1e-4 if batched else 0.0,
+        min_ends=(3, 2, 1),
+    )
 
 
 @pytest.mark.slow
@@ -201,7 +229,9 @@ def test_learned_make_vec_vector_entry_point_is_one_batched_engine_pass():
     one grey level, the rest exact)."""
     n, horizon = 3, 3
     kwargs = dict(horizon=horizon)
-    venv = gymnasium.make_vec("Kosmos-TabletopLearned-v1", num_envs=n, vectorization_mode="vector_entry_point", **kwargs)
+    venv = gymnasium.make_vec(
+        "Kosmos-TabletopLearned-v1", num_envs=n, vectorization_mode="vector_entry_point", **kwargs
+    )
     fn = functools.partial(gymnasium.make, "Kosmos-TabletopLearned-v1", **kwargs)
     seeds = [2, 9, 4]
     probe = fn()

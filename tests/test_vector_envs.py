@@ -14,6 +14,7 @@ a string of the charset's first character. The root cause is Gymnasium's
 (Farama-Foundation/Gymnasium#1164, the same read-once design); without shared memory the
 observations travel through the pipes (a 64x64 frame is 12 KB, negligible next to a step).
 """
+
 from __future__ import annotations
 
 import gymnasium
@@ -44,8 +45,15 @@ def _actions(space, n_steps: int, seed: int) -> list[np.ndarray]:
 
 def _single_rollout(env, seed: int, actions: list[np.ndarray]):
     obs, info = env.reset(seed=seed)
-    record = {"obs": [obs], "frames": [obs["image"][None]], "rewards": [], "terminated": [], "truncated": [],
-              "outcome": None, "judgment": None}
+    record = {
+        "obs": [obs],
+        "frames": [obs["image"][None]],
+        "rewards": [],
+        "terminated": [],
+        "truncated": [],
+        "outcome": None,
+        "judgment": None,
+    }
     for a in actions:
         obs, r, term, trunc, info = env.step(a)
         record["obs"].append(obs)
@@ -64,8 +72,18 @@ def _single_rollout(env, seed: int, actions: list[np.ndarray]):
 def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
     n = venv.num_envs
     obs, info = venv.reset(seed=SEEDS[:n])
-    records = [{"obs": [_slice(obs, i)], "frames": [obs["image"][i][None]], "rewards": [], "terminated": [],
-                "truncated": [], "outcome": None, "judgment": None} for i in range(n)]
+    records = [
+        {
+            "obs": [_slice(obs, i)],
+            "frames": [obs["image"][i][None]],
+            "rewards": [],
+            "terminated": [],
+            "truncated": [],
+            "outcome": None,
+            "judgment": None,
+        }
+        for i in range(n)
+    ]
     done = [False] * n
     for t in range(len(actions_per_env[0])):
         batch = np.stack([actions_per_env[i][t] for i in range(n)])
@@ -170,8 +188,9 @@ def test_tabletop_vector_rollout_equals_single_rollouts(mode):
     kwargs = dict(image_size=(48, 48), horizon=HORIZON)
     vector_kwargs = {"context": "spawn", "shared_memory": False} if mode == "async" else {}
     single = gymnasium.make("Kosmos-Tabletop-v1", **kwargs)
-    venv = gymnasium.make_vec("Kosmos-Tabletop-v1", num_envs=2, vectorization_mode=mode,
-                              vector_kwargs=vector_kwargs, **kwargs)
+    venv = gymnasium.make_vec(
+        "Kosmos-Tabletop-v1", num_envs=2, vectorization_mode=mode, vector_kwargs=vector_kwargs, **kwargs
+    )
     try:
         _check_spaces(venv, single)
         actions = [_actions(single.action_space, HORIZON, seed) for seed in SEEDS]
@@ -191,8 +210,9 @@ def test_tabletop_vector_rollout_equals_single_rollouts(mode):
 
 
 def test_tabletop_sync_vector_obs_are_in_the_batched_space():
-    venv = gymnasium.make_vec("Kosmos-Tabletop-v1", num_envs=3, vectorization_mode="sync", image_size=(32, 32),
-                              horizon=2)
+    venv = gymnasium.make_vec(
+        "Kosmos-Tabletop-v1", num_envs=3, vectorization_mode="sync", image_size=(32, 32), horizon=2
+    )
     try:
         obs, info = venv.reset(seed=0)  # one int seeds env i with 0 + i
         assert obs in venv.observation_space
@@ -217,7 +237,8 @@ class _TextEnv(gymnasium.Env):
 
     def __init__(self):
         self.observation_space = gymnasium.spaces.Dict(
-            {"instruction": gymnasium.spaces.Text(max_length=32, charset=kosmos_env.env.INSTRUCTION_CHARSET)})
+            {"instruction": gymnasium.spaces.Text(max_length=32, charset=kosmos_env.env.INSTRUCTION_CHARSET)}
+        )
         self.action_space = gymnasium.spaces.Discrete(2)
 
     def reset(self, *, seed=None, options=None):
@@ -244,8 +265,12 @@ def test_async_shared_memory_freezes_text_observations_gymnasium_bug():
 def _cosmos_kwargs(horizon: int = 2):
     from kosmos_env.testing.cosmos_tiny import tiny_bridge_spec, tiny_pipeline
 
-    return dict(env_spec=tiny_bridge_spec(size=32, horizon=horizon), world_kwargs={"pipeline": tiny_pipeline()},
-                judge="state", defer_judging=True)
+    return dict(
+        env_spec=tiny_bridge_spec(size=32, horizon=horizon),
+        world_kwargs={"pipeline": tiny_pipeline()},
+        judge="state",
+        defer_judging=True,
+    )
 
 
 @pytest.mark.slow

@@ -2,6 +2,7 @@
 of item 6): consistent forgeries that every hash agrees with are caught by re-running the judge
 on the episode's own log, by replaying its stored actions from its seed, and by rebuilding the
 spec from its env id; the ledger is checked with SQLite's integrity check and only ever read."""
+
 from __future__ import annotations
 
 import hashlib
@@ -48,18 +49,27 @@ def _sql(out, sql, *params):
 
 
 def _random_rows(out) -> list[tuple]:
-    return _sql(out, "SELECT episode_id, actions, log, judgment, ground_truth FROM episodes "
-                     "WHERE policy = 'random' ORDER BY ord")
+    return _sql(
+        out,
+        "SELECT episode_id, actions, log, judgment, ground_truth FROM episodes WHERE policy = 'random' ORDER BY ord",
+    )
 
 
 def _forge_success(out, eid) -> None:
     """Turn a failure into a success consistently: outcome, success, score, judgment and ground truth."""
-    judgment, truth = (json.loads(v) for v in _sql(out, "SELECT judgment, ground_truth FROM episodes "
-                                                        "WHERE episode_id = ?", eid)[0])
+    judgment, truth = (
+        json.loads(v) for v in _sql(out, "SELECT judgment, ground_truth FROM episodes WHERE episode_id = ?", eid)[0]
+    )
     judgment.update(success=True, score=1.0, rationale="carrot rests on the plate and is released")
     truth.update(success=True, reason="carrot rests on the plate and is released")
-    _sql(out, "UPDATE episodes SET outcome = 'success', success = 1, score = 1.0, judgment = ?, ground_truth = ? "
-              "WHERE episode_id = ?", json.dumps(judgment), json.dumps(truth), eid)
+    _sql(
+        out,
+        "UPDATE episodes SET outcome = 'success', success = 1, score = 1.0, judgment = ?, ground_truth = ? "
+        "WHERE episode_id = ?",
+        json.dumps(judgment),
+        json.dumps(truth),
+        eid,
+    )
 
 
 def test_a_genuine_campaign_passes_rederivation_and_a_full_replay(tmp_path, campaign):
@@ -101,8 +111,9 @@ def test_a_forged_log_is_caught_by_replaying_the_stored_actions(tmp_path, campai
     report = verify_campaign(out)
     assert report.ok, report.problems  # the judge re-run agrees with the forged log: only a replay can tell
     report = verify_campaign(out, replay="all")
-    assert any(p.startswith(f"{eid}: replay: its stored robot log is not what replaying") for p in report.problems), \
+    assert any(p.startswith(f"{eid}: replay: its stored robot log is not what replaying") for p in report.problems), (
         report.problems
+    )
     assert any(p.startswith(f"{eid}: replay:") and "ground truth" in p for p in report.problems), report.problems
 
 
@@ -131,12 +142,15 @@ def test_swapped_artifacts_are_caught_by_the_replay_and_by_rerunning_the_policy(
     # differently: the world alone tells the swap apart
     world_only = verify_campaign(out, replay="all", rerun_policies=False)
     for eid in (a, b):
-        assert any(p.startswith(f"{eid}: replay:") and "robot log" in p for p in world_only.problems), world_only.problems
+        assert any(p.startswith(f"{eid}: replay:") and "robot log" in p for p in world_only.problems), (
+            world_only.problems
+        )
     report = verify_campaign(out, replay="all")
     assert report.checked["policies_rerun"] == 4
     for eid in (a, b):
-        assert any(p.startswith(f"{eid}: replay:") and "not what policy 'random' takes" in p
-                   for p in report.problems), report.problems
+        assert any(
+            p.startswith(f"{eid}: replay:") and "not what policy 'random' takes" in p for p in report.problems
+        ), report.problems
 
 
 def test_a_seeded_replay_sample_is_reproducible(tmp_path, campaign):
@@ -186,8 +200,11 @@ def test_verify_never_writes_and_a_read_only_copy_verifies(tmp_path, campaign):
         (out / name).unlink(missing_ok=True)
 
     def snapshot():
-        return {str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
-                for p in sorted(out.rglob("*")) if p.is_file()}
+        return {
+            str(p.relative_to(out)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(out.rglob("*"))
+            if p.is_file()
+        }
 
     before = snapshot()
     assert verify_campaign(out, replay=1).ok
@@ -204,20 +221,24 @@ def test_verify_never_writes_and_a_read_only_copy_verifies(tmp_path, campaign):
             for p in [out, *out.rglob("*")]:
                 p.chmod(p.stat().st_mode | 0o200)
     else:
-        mount = f"mount --bind {out} {out} && mount -o remount,bind,ro {out} && touch {out}/probe 2>/dev/null; " \
-                f"test ! -e {out}/probe && exec \"$@\""
+        mount = (
+            f"mount --bind {out} {out} && mount -o remount,bind,ro {out} && touch {out}/probe 2>/dev/null; "
+            f'test ! -e {out}/probe && exec "$@"'
+        )
         probe = subprocess.run(["unshare", "-m", "sh", "-c", f"mount --bind {out} {out}"], capture_output=True)
         if probe.returncode != 0:
             pytest.skip("running as root without mount namespaces: no way to make a read-only folder here")
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", mount, "sh", *argv], env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", mount, "sh", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # with a write-ahead log beside it (as a folder copied from a live campaign has) mode=ro cannot open a
         # WAL ledger in a read-only folder without its -shm: verify falls back to reading it immutable
         (out / "ledger.sqlite-wal").write_bytes(b"")
         before = snapshot()
-        proc = subprocess.run(["unshare", "-m", "sh", "-c", mount, "sh", *argv], env=env, capture_output=True,
-                              text=True, timeout=120)
+        proc = subprocess.run(
+            ["unshare", "-m", "sh", "-c", mount, "sh", *argv], env=env, capture_output=True, text=True, timeout=120
+        )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ": OK" in proc.stdout and "corrupt" not in proc.stdout + proc.stderr
     assert snapshot() == before
@@ -226,19 +247,23 @@ def test_verify_never_writes_and_a_read_only_copy_verifies(tmp_path, campaign):
 def test_a_ledger_failing_sqlites_integrity_check_fails_verify(tmp_path, campaign):
     out = _copy(campaign, tmp_path)
     ledger = out / "ledger.sqlite"
-    page_size, root = _sql(out, "PRAGMA page_size")[0][0], \
-        _sql(out, "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_episodes_2'")[0][0]
+    page_size, root = (
+        _sql(out, "PRAGMA page_size")[0][0],
+        _sql(out, "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_episodes_2'")[0][0],
+    )
     _sql(out, "PRAGMA wal_checkpoint(TRUNCATE)")
     data = bytearray(ledger.read_bytes())
     start, end = (root - 1) * page_size, root * page_size
     page = bytes(data[start:end])
     i = page.find(b"random")  # a key of the (policy, task, seed, repeat) index: the table row no longer matches it
     assert i > 0
-    data[start + i: start + i + 6] = b"rAndom"
+    data[start + i : start + i + 6] = b"rAndom"
     ledger.write_bytes(bytes(data))
     assert _sql(out, "PRAGMA integrity_check") != [("ok",)]  # SQLite itself calls the file damaged ...
     report = verify_campaign(out)
-    assert any("fails SQLite's integrity check" in p for p in report.problems), report.problems  # ... and so does verify
+    assert any("fails SQLite's integrity check" in p for p in report.problems), (
+        report.problems
+    )  # ... and so does verify
 
 
 def test_a_bad_replay_value_is_one_line(tmp_path, campaign, capsys):
@@ -256,5 +281,6 @@ def test_another_judges_forged_verdict_is_re_derived_too(tmp_path, campaign):
     eid = _random_rows(out)[0][0]
     _sql(out, "UPDATE judgments SET outcome = 'success', success = 1, score = 1.0 WHERE episode_id = ?", eid)
     problems = verify_campaign(out).problems
-    assert any(p.startswith(eid) and "judge robot_log re-run" in p and "kosmos-env judge" in p for p in problems), \
+    assert any(p.startswith(eid) and "judge robot_log re-run" in p and "kosmos-env judge" in p for p in problems), (
         problems
+    )

@@ -1,5 +1,6 @@
 """W&B logging in offline mode: the run directory holds the episode table, the per-policy table and
 the sampled rollout videos. Everything stays in tmp_path (WANDB_DIR and W&B's data/cache dirs)."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,13 @@ pytestmark = requires_extra("wandb")
 
 @pytest.fixture
 def offline(tmp_path, monkeypatch):
-    for var, sub in (("WANDB_DIR", "wandb"), ("WANDB_DATA_DIR", "data"), ("WANDB_CACHE_DIR", "cache"),
-                     ("WANDB_CONFIG_DIR", "config"), ("WANDB_ARTIFACT_DIR", "artifacts")):
+    for var, sub in (
+        ("WANDB_DIR", "wandb"),
+        ("WANDB_DATA_DIR", "data"),
+        ("WANDB_CACHE_DIR", "cache"),
+        ("WANDB_CONFIG_DIR", "config"),
+        ("WANDB_ARTIFACT_DIR", "artifacts"),
+    ):
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     monkeypatch.setenv("WANDB_MODE", "offline")
@@ -28,7 +34,7 @@ def offline(tmp_path, monkeypatch):
 
 
 def _table(run_dir: Path, name: str) -> dict:
-    path, = (run_dir / "files" / "media" / "table").glob(f"{name}_*.table.json")
+    (path,) = (run_dir / "files" / "media" / "table").glob(f"{name}_*.table.json")
     return json.loads(path.read_text())
 
 
@@ -65,8 +71,16 @@ def test_user_loop_with_frames_and_computed_summary(offline):
     sampled = []
     for i, outcome in enumerate(outcomes):
         frames = rng.integers(0, 255, size=(6, 32, 32, 3), dtype=np.uint8)
-        row = {"episode_id": f"p|t|{i}|0", "policy": "mine", "task": "t", "seed": i, "repeat": 0, "outcome": outcome,
-               "success": {"success": True, "failure": False}.get(outcome), "timings": {"total": 0.1 * i}}
+        row = {
+            "episode_id": f"p|t|{i}|0",
+            "policy": "mine",
+            "task": "t",
+            "seed": i,
+            "repeat": 0,
+            "outcome": outcome,
+            "success": {"success": True, "failure": False}.get(outcome),
+            "timings": {"total": 0.1 * i},
+        }
         sampled.append(logger.log_episode(row, frames))
     assert sampled == [True, True, False]  # two videos per policy
     run_dir = Path(logger.finish())
@@ -91,13 +105,31 @@ def test_eval_with_wandb_flag_logs_the_campaign_offline(offline, tmp_path):
     from kosmos_env.cli import main
 
     out = tmp_path / "camp"
-    rc = main(["eval", "--env", "Kosmos-Tabletop-v1", "--policy", "random", "--policy", "scripted:skill=1.0",
-               "--tasks", "carrot_on_plate", "--seeds", "1", "--out", str(out), "--no-progress", "--wandb", "kosmos-ci"])
+    rc = main(
+        [
+            "eval",
+            "--env",
+            "Kosmos-Tabletop-v1",
+            "--policy",
+            "random",
+            "--policy",
+            "scripted:skill=1.0",
+            "--tasks",
+            "carrot_on_plate",
+            "--seeds",
+            "1",
+            "--out",
+            str(out),
+            "--no-progress",
+            "--wandb",
+            "kosmos-ci",
+        ]
+    )
     assert rc == 0
-    run_dir, = (offline / "wandb").glob("offline-run-*")
+    (run_dir,) = (offline / "wandb").glob("offline-run-*")
     episodes = _table(run_dir, "episodes")
     assert sorted(r[episodes["columns"].index("policy")] for r in episodes["data"]) == ["random", "scripted:skill=1.0"]
     assert len(list((run_dir / "files" / "media" / "videos" / "rollouts").glob("*.mp4"))) == 2
-    config = (run_dir / "files" / "config.yaml")
+    config = run_dir / "files" / "config.yaml"
     if config.is_file():  # offline runs write the config file on finish in recent wandb versions
         assert "spec_hash" in config.read_text()

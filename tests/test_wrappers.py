@@ -1,5 +1,6 @@
 """kosmos_env.wrappers: the documented observation spaces, the obs_encoding contract, and the two
 RL libraries (Stable-Baselines3, TorchRL) running unmodified on both tabletop worlds."""
+
 from __future__ import annotations
 
 import warnings
@@ -50,7 +51,9 @@ def test_observation_space_is_as_documented(task_encoding):
         assert space["state"] == spaces.Box(low, high, (7,), dtype=np.float32)
         assert np.allclose(space["state"].low, [-2, -2, -2, -np.pi, -np.pi, -np.pi, 0], atol=1e-6)
         k = len(TABLETOP_INSTRUCTIONS)
-        expected_task = spaces.Box(0.0, 1.0, (k,), dtype=np.float32) if task_encoding == "onehot" else spaces.Discrete(k)
+        expected_task = (
+            spaces.Box(0.0, 1.0, (k,), dtype=np.float32) if task_encoding == "onehot" else spaces.Discrete(k)
+        )
         assert space["task"] == expected_task
         assert env.action_space == spaces.Box(-1.0, 1.0, (7,), dtype=np.float32)
         # the vocabulary: the suite's instructions in the env's task order, reachable through the wrappers
@@ -112,8 +115,9 @@ def test_frame_stack_layout_is_oldest_first_along_channels():
 def test_gymnasium_check_env_passes(frame_stack, task_encoding):
     from gymnasium.utils.env_checker import check_env
 
-    env = make_rl_env("Kosmos-Tabletop-v1", image_size=(64, 64), horizon=5,
-                      frame_stack=frame_stack, task_encoding=task_encoding)
+    env = make_rl_env(
+        "Kosmos-Tabletop-v1", image_size=(64, 64), horizon=5, frame_stack=frame_stack, task_encoding=task_encoding
+    )
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
@@ -143,7 +147,9 @@ def test_encoding_equals_obs_encoding_of_raw_observations(env_id, task_encoding)
             assert np.array_equal(w_obs["image"], obs_encoding.resize_image(r_obs["image"], size))
             assert np.array_equal(w_obs["state"], obs_encoding.encode_state(r_obs))
             assert w_obs["state"].dtype == obs_encoding.encode_state(r_obs).dtype
-            assert np.array_equal(w_obs["task"], obs_encoding.encode_task(r_obs["instruction"], instructions, onehot=onehot))
+            assert np.array_equal(
+                w_obs["task"], obs_encoding.encode_task(r_obs["instruction"], instructions, onehot=onehot)
+            )
             r_obs, r_rew, r_term, r_trunc, _ = raw.step(action)
             w_obs, w_rew, w_term, w_trunc, _ = wrapped.step(action)
             assert (r_rew, r_term, r_trunc) == (w_rew, w_term, w_trunc)
@@ -151,7 +157,9 @@ def test_encoding_equals_obs_encoding_of_raw_observations(env_id, task_encoding)
                 options = {"task": next(tasks)}
                 r_obs, _ = raw.reset(seed=12, options=options)
                 w_obs, _ = wrapped.reset(seed=12, options=options)
-        assert obs_encoding.task_index(r_obs["instruction"], instructions) == raw.unwrapped.task_names.index("spoon_on_towel")
+        assert obs_encoding.task_index(r_obs["instruction"], instructions) == raw.unwrapped.task_names.index(
+            "spoon_on_towel"
+        )
     finally:
         raw.close()
         wrapped.close()
@@ -180,11 +188,14 @@ def test_rescaled_actions_reach_the_env_bounds_exactly():
 
 @pytest.mark.slow
 @requires_extra("rl")  # stable-baselines3
-@pytest.mark.parametrize("env_id,kwargs", [
-    ("Kosmos-Tabletop-v1", {}),
-    ("Kosmos-TabletopLearned-v1", {}),
-    ("Kosmos-TabletopLearned-v1", {"frame_stack": 2, "task_encoding": "index"}),
-])
+@pytest.mark.parametrize(
+    "env_id,kwargs",
+    [
+        ("Kosmos-Tabletop-v1", {}),
+        ("Kosmos-TabletopLearned-v1", {}),
+        ("Kosmos-TabletopLearned-v1", {"frame_stack": 2, "task_encoding": "index"}),
+    ],
+)
 def test_stable_baselines3_ppo_learns_and_predicts(env_id, kwargs):
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
@@ -212,7 +223,9 @@ def test_stable_baselines3_ppo_learns_and_predicts(env_id, kwargs):
 
 @pytest.mark.slow
 @requires_extra("rl")  # torchrl
-@pytest.mark.parametrize("env_id,task_encoding", [("Kosmos-Tabletop-v1", "onehot"), ("Kosmos-TabletopLearned-v1", "index")])
+@pytest.mark.parametrize(
+    "env_id,task_encoding", [("Kosmos-Tabletop-v1", "onehot"), ("Kosmos-TabletopLearned-v1", "index")]
+)
 def test_torchrl_rollout_matches_its_specs(env_id, task_encoding):
     from torchrl.envs import GymWrapper
     from torchrl.envs.utils import check_env_specs
@@ -248,17 +261,20 @@ class _WithoutStateExtras(gymnasium.ObservationWrapper):
         return {k: observation[k] for k in ("image", "instruction")}
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({"task_encoding": "words"}, r"task_encoding must be one of \['onehot', 'index'\], got 'words'"),
-    ({"frame_stack": 0}, r"frame_stack must be an int >= 1, got 0"),
-    ({"frame_stack": 2.0}, r"frame_stack must be an int >= 1, got 2.0"),
-    ({"frame_stack": True}, r"frame_stack must be an int >= 1, got True"),
-    ({"image_size": (64,)}, r"image_size must be None or \(height, width\) of two positive ints, got \(64,\)"),
-    ({"image_size": (0, 64)}, r"image_size must be None or \(height, width\) of two positive ints"),
-    ({"image_size": (64.0, 64)}, r"image_size must be None or \(height, width\) of two positive ints"),
-    ({"image_size": 64}, r"image_size must be None or \(height, width\) of two positive ints, got 64"),
-    ({"rescale_actions": "yes"}, r"rescale_actions must be True or False, got 'yes'"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"task_encoding": "words"}, r"task_encoding must be one of \['onehot', 'index'\], got 'words'"),
+        ({"frame_stack": 0}, r"frame_stack must be an int >= 1, got 0"),
+        ({"frame_stack": 2.0}, r"frame_stack must be an int >= 1, got 2.0"),
+        ({"frame_stack": True}, r"frame_stack must be an int >= 1, got True"),
+        ({"image_size": (64,)}, r"image_size must be None or \(height, width\) of two positive ints, got \(64,\)"),
+        ({"image_size": (0, 64)}, r"image_size must be None or \(height, width\) of two positive ints"),
+        ({"image_size": (64.0, 64)}, r"image_size must be None or \(height, width\) of two positive ints"),
+        ({"image_size": 64}, r"image_size must be None or \(height, width\) of two positive ints, got 64"),
+        ({"rescale_actions": "yes"}, r"rescale_actions must be True or False, got 'yes'"),
+    ],
+)
 def test_bad_arguments_raise_one_line_value_errors(kwargs, message):
     with pytest.raises(ValueError, match=message) as info:
         make_rl_env("Kosmos-Tabletop-v1", **kwargs)
@@ -266,10 +282,14 @@ def test_bad_arguments_raise_one_line_value_errors(kwargs, message):
 
 
 def test_envs_that_cannot_be_encoded_are_refused(tabletop_env):
-    with pytest.raises(ValueError, match=r"observations have no \['ee_pos', 'ee_euler', 'gripper'\]: the state vector needs"):
+    with pytest.raises(
+        ValueError, match=r"observations have no \['ee_pos', 'ee_euler', 'gripper'\]: the state vector needs"
+    ):
         wrap_rl_env(_WithoutStateExtras(tabletop_env))
     cartpole = gymnasium.make("CartPole-v1")
-    with pytest.raises(ValueError, match=r"KosmosObservation needs a Kosmos env \(Dict observation with 'image' and 'instruction'\)"):
+    with pytest.raises(
+        ValueError, match=r"KosmosObservation needs a Kosmos env \(Dict observation with 'image' and 'instruction'\)"
+    ):
         KosmosObservation(cartpole)
     with pytest.raises(ValueError, match=r"StackFrames needs the Dict\(image, state, task\) of KosmosObservation"):
         StackFrames(tabletop_env, 2)

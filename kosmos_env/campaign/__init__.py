@@ -11,13 +11,24 @@
 - :mod:`control`: a cooperative cancel recorded in the ledger; :mod:`readonly`: read a live ledger
   without writing to it (the console).
 """
+
 from __future__ import annotations
 
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey, PolicyRef, env_seed, make_config
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
 
-__all__ = ["CampaignConfig", "EpisodeKey", "PolicyRef", "env_seed", "make_config", "LEDGER_NAME",
-           "ConfigMismatchError", "Ledger", "run_campaign", "verify_campaign"]
+__all__ = [
+    "CampaignConfig",
+    "EpisodeKey",
+    "PolicyRef",
+    "env_seed",
+    "make_config",
+    "LEDGER_NAME",
+    "ConfigMismatchError",
+    "Ledger",
+    "run_campaign",
+    "verify_campaign",
+]
 
 
 def run_campaign(*args, **kwargs):

@@ -9,6 +9,7 @@ A crash mid-write leaves at most a ``.tmp-*`` file, never a truncated artifact.
 Arrays are stored byte-deterministically: actions with ``np.save`` (``.npy``) and the robot
 log as an ``.npz`` whose zip entries carry a fixed timestamp, so equal arrays give equal hashes.
 """
+
 from __future__ import annotations
 
 import io
@@ -116,8 +117,11 @@ class ArtifactStore:
         """Relative paths of every stored artifact (temp files excluded)."""
         if not self.base.exists():
             return []
-        return sorted(str(p.relative_to(self.root)) for p in self.base.rglob("*")
-                      if p.is_file() and not p.name.startswith(".tmp-"))
+        return sorted(
+            str(p.relative_to(self.root))
+            for p in self.base.rglob("*")
+            if p.is_file() and not p.name.startswith(".tmp-")
+        )
 
     @staticmethod
     def _place(tmp: Path, final: Path) -> None:

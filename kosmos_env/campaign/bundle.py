@@ -13,6 +13,7 @@ The ledger itself is not in the manifest: it is a live database; ``kosmos-env ve
 it for consistency instead. Files are replaced atomically, and writers hold an exclusive lock
 on ``DIR/.bundle.lock`` so two processes finishing together leave one consistent bundle.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,13 @@ MANIFEST_SCHEMA = "kosmos-env/manifest"
 RESULTS_NAME = "results.json"
 PARQUET_NAME = "episodes.parquet"
 MANIFEST_NAME = "manifest.json"
-OUTCOME_COUNTS = (("success", "successes"), ("failure", "failures"), ("discarded", "discarded"),
-                  ("abstained", "abstained"), ("error", "errors"))
+OUTCOME_COUNTS = (
+    ("success", "successes"),
+    ("failure", "failures"),
+    ("discarded", "discarded"),
+    ("abstained", "abstained"),
+    ("error", "errors"),
+)
 
 
 @contextmanager
@@ -137,9 +143,14 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
             "spec_hash": config.spec_hash,
             "spec": dict(config.spec),
             "spec_overrides": dict(config.spec_overrides),
-            "policies": [{**p.to_dict(),
-                          "content_hash": policies.get(p.label, {}).get("content_hash"),
-                          "hub_model_id": policies.get(p.label, {}).get("hub_model_id")} for p in config.policies],
+            "policies": [
+                {
+                    **p.to_dict(),
+                    "content_hash": policies.get(p.label, {}).get("content_hash"),
+                    "hub_model_id": policies.get(p.label, {}).get("hub_model_id"),
+                }
+                for p in config.policies
+            ],
             "tasks": list(config.tasks),
             "seeds": list(config.seeds),
             "repeats": config.repeats,
@@ -169,14 +180,61 @@ def parquet_table(per_episode: Sequence[Mapping[str, Any]]):
     def js(value):
         return None if value is None else json.dumps(value, sort_keys=True)
 
-    cols: dict[str, list] = {k: [] for k in (
-        "episode_id", "spec_hash", "identity_sha256", "policy", "task", "seed", "repeat", "env_seed", "outcome",
-        "success", "score", "judge", "steps", "attempts", "worker", "error", "judgment", "gate", "ground_truth",
-        "timings", "artifacts", "provenance",
-        "t_policy", "t_world", "t_gate", "t_judge", "t_io", "t_total", "video", "actions", "log")}
+    cols: dict[str, list] = {
+        k: []
+        for k in (
+            "episode_id",
+            "spec_hash",
+            "identity_sha256",
+            "policy",
+            "task",
+            "seed",
+            "repeat",
+            "env_seed",
+            "outcome",
+            "success",
+            "score",
+            "judge",
+            "steps",
+            "attempts",
+            "worker",
+            "error",
+            "judgment",
+            "gate",
+            "ground_truth",
+            "timings",
+            "artifacts",
+            "provenance",
+            "t_policy",
+            "t_world",
+            "t_gate",
+            "t_judge",
+            "t_io",
+            "t_total",
+            "video",
+            "actions",
+            "log",
+        )
+    }
     for e in per_episode:
-        for k in ("episode_id", "spec_hash", "identity_sha256", "policy", "task", "seed", "repeat", "env_seed",
-                  "outcome", "success", "score", "judge", "steps", "attempts", "worker", "error"):
+        for k in (
+            "episode_id",
+            "spec_hash",
+            "identity_sha256",
+            "policy",
+            "task",
+            "seed",
+            "repeat",
+            "env_seed",
+            "outcome",
+            "success",
+            "score",
+            "judge",
+            "steps",
+            "attempts",
+            "worker",
+            "error",
+        ):
             cols[k].append(e.get(k))
         for k in ("judgment", "gate", "ground_truth", "timings", "artifacts", "provenance"):
             cols[k].append(js(e.get(k)))
@@ -185,9 +243,16 @@ def parquet_table(per_episode: Sequence[Mapping[str, Any]]):
             cols[f"t_{k}"].append(t.get(k))
         for k in ("video", "actions", "log"):
             cols[k].append((e.get("artifacts") or {}).get(k))
-    types = {"seed": pa.int64(), "repeat": pa.int64(), "env_seed": pa.int64(), "steps": pa.int64(),
-             "attempts": pa.int64(), "success": pa.bool_(), "score": pa.float64(),
-             **{f"t_{k}": pa.float64() for k in ("policy", "world", "gate", "judge", "io", "total")}}
+    types = {
+        "seed": pa.int64(),
+        "repeat": pa.int64(),
+        "env_seed": pa.int64(),
+        "steps": pa.int64(),
+        "attempts": pa.int64(),
+        "success": pa.bool_(),
+        "score": pa.float64(),
+        **{f"t_{k}": pa.float64() for k in ("policy", "world", "gate", "judge", "io", "total")},
+    }
     return pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in cols.items()})
 
 
@@ -220,8 +285,11 @@ def write_bundle(out_dir: str | os.PathLike, price_table: PriceTable | None = No
             atomic_write(out / PARQUET_NAME, buf.getvalue())
             files.append(PARQUET_NAME)
         files += ArtifactStore(out).files()
-        manifest = {"schema": MANIFEST_SCHEMA, "campaign": results["campaign"]["id"],
-                    "files": {rel: sha256_file(out / rel) for rel in files}}
+        manifest = {
+            "schema": MANIFEST_SCHEMA,
+            "campaign": results["campaign"]["id"],
+            "files": {rel: sha256_file(out / rel) for rel in files},
+        }
         atomic_write(out / MANIFEST_NAME, (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     return results
 
@@ -244,12 +312,15 @@ def format_ranking(results: Mapping[str, Any]) -> str:
         marked = marked or bool(s["errors"])
         rows.append((str(i), name, str(s["n"]), rate, ci, str(s["discarded"]), str(s["abstained"]), str(s["errors"])))
     widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if j == 1 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True)))
-             for r in (header, *rows)]
+    lines = [
+        "  ".join(c.ljust(w) if j == 1 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True)))
+        for r in (header, *rows)
+    ]
     lines.insert(1, "  ".join("-" * w for w in widths))
     if marked:
-        lines.append("(!) episodes in error: this policy's rate leaves them out; see `errors` and rerun with "
-                     "--retry-errors")
+        lines.append(
+            "(!) episodes in error: this policy's rate leaves them out; see `errors` and rerun with --retry-errors"
+        )
     return "\n".join(lines)
 
 
@@ -262,8 +333,10 @@ def error_summary(results: Mapping[str, Any]) -> str | None:
     for e in errors:
         per_policy[e["policy"]] = per_policy.get(e["policy"], 0) + 1
     who = ", ".join(f"{label}: {n}" for label, n in per_policy.items())
-    return (f"{len(errors)} of {results['campaign']['planned']} episodes ended in error ({who}); first: "
-            f"{_last_error_line(errors[0].get('error'))}; rerun with --retry-errors to try them again")
+    return (
+        f"{len(errors)} of {results['campaign']['planned']} episodes ended in error ({who}); first: "
+        f"{_last_error_line(errors[0].get('error'))}; rerun with --retry-errors to try them again"
+    )
 
 
 def _last_error_line(text: str | None) -> str:

@@ -11,6 +11,7 @@ return. Pending episodes stay pending, so nothing is lost; rerunning the same ``
 eval`` command records ``resume`` (:func:`clear_cancel`) and finishes exactly the missing
 episodes.
 """
+
 from __future__ import annotations
 
 import sqlite3

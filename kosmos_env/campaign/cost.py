@@ -23,6 +23,7 @@ table does not map use ``"cpu"`` when the table prices it and cost nothing other
 ``overhead``, which defaults to the world's device (the device is held while the env resets).
 The judge's share is reported on its own because a VLM judge can cost more than the rollout.
 """
+
 from __future__ import annotations
 
 import json
@@ -51,8 +52,10 @@ class PriceTable:
             raise ValueError("a price table must be a JSON object")
         unknown = set(data) - {"currency", "accelerator_per_hour", *STAGES}
         if unknown:
-            raise ValueError(f"unknown price table field(s) {sorted(unknown)}; known: currency, accelerator_per_hour, "
-                             f"{', '.join(STAGES)}")
+            raise ValueError(
+                f"unknown price table field(s) {sorted(unknown)}; known: currency, accelerator_per_hour, "
+                f"{', '.join(STAGES)}"
+            )
         prices = data.get("accelerator_per_hour")
         if not isinstance(prices, Mapping) or not prices:
             raise ValueError('a price table needs "accelerator_per_hour": {"device": price per hour, ...}')
@@ -64,8 +67,10 @@ class PriceTable:
             if stage in data:
                 device = data[stage]
                 if device not in prices:
-                    raise ValueError(f"price table maps stage {stage!r} to {device!r}, which accelerator_per_hour "
-                                     f"does not price (priced: {sorted(prices)})")
+                    raise ValueError(
+                        f"price table maps stage {stage!r} to {device!r}, which accelerator_per_hour "
+                        f"does not price (priced: {sorted(prices)})"
+                    )
                 stages[stage] = device
         currency = data.get("currency", "USD")
         if not isinstance(currency, str) or not currency:
@@ -131,9 +136,12 @@ def judge_shares(warm: Mapping[str, float], load: Mapping[str, float]) -> dict[s
     (seconds or money) whose warm ``total`` is the sum of :data:`STAGES`."""
     warm_total = sum(warm[k] for k in STAGES)
     load_total = sum(load.values())
-    return {"warm": warm["judge"] / warm_total if warm_total > 0 else None,
-            "with_loads": (warm["judge"] + load.get("judge", 0.0)) / (warm_total + load_total)
-            if warm_total + load_total > 0 else None}
+    return {
+        "warm": warm["judge"] / warm_total if warm_total > 0 else None,
+        "with_loads": (warm["judge"] + load.get("judge", 0.0)) / (warm_total + load_total)
+        if warm_total + load_total > 0
+        else None,
+    }
 
 
 def busy_wall_seconds(runs: Iterable[Mapping[str, Any]], finished_times: Iterable[float]) -> float:
@@ -166,8 +174,9 @@ def busy_wall_seconds(runs: Iterable[Mapping[str, Any]], finished_times: Iterabl
     return total
 
 
-def cost_summary(episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]] = (),
-                 price_table: PriceTable | None = None) -> dict[str, Any]:
+def cost_summary(
+    episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[str, Any]] = (), price_table: PriceTable | None = None
+) -> dict[str, Any]:
     """Warm seconds per stage (sums and per rollout), model-load seconds apart, the judge's share,
     rollouts per hour, and money split the same way if priced."""
     rows = list(episodes)
@@ -209,10 +218,16 @@ def cost_summary(episodes: Iterable[Mapping[str, Any]], runs: Iterable[Mapping[s
             "devices": {k: price_table.device(k) for k in STAGES},
             "campaign": round(campaign, 6),
             "per_rollout": round(campaign / n, 6) if n else None,
-            "judge": {"campaign": round(judge, 6), "per_rollout": round(judge / n, 6) if n else None,
-                      "share": shares["warm"], "share_with_loads": shares["with_loads"]},
-            "without_judge": {"campaign": round(campaign - judge, 6),
-                              "per_rollout": round((campaign - judge) / n, 6) if n else None},
+            "judge": {
+                "campaign": round(judge, 6),
+                "per_rollout": round(judge / n, 6) if n else None,
+                "share": shares["warm"],
+                "share_with_loads": shares["with_loads"],
+            },
+            "without_judge": {
+                "campaign": round(campaign - judge, 6),
+                "per_rollout": round((campaign - judge) / n, 6) if n else None,
+            },
             "load_per_stage": {k: round(v, 6) for k, v in load_money.items()},
             "load": round(sum(load_money.values()), 6),
             "campaign_with_loads": round(campaign + sum(load_money.values()), 6),
@@ -230,25 +245,35 @@ def format_cost(cost: Mapping[str, Any]) -> str:
         lines.append(f"warm seconds per rollout by stage: {stages}")
         loads = cost.get("load_seconds") or {}
         if any(loads.values()):
-            lines.append("model load seconds (once per worker, not in the per-rollout seconds): "
-                         + ", ".join(f"{k} {v:.3f}" for k, v in loads.items()))
-        share = (cost.get("judge_share_of_time") or {})
+            lines.append(
+                "model load seconds (once per worker, not in the per-rollout seconds): "
+                + ", ".join(f"{k} {v:.3f}" for k, v in loads.items())
+            )
+        share = cost.get("judge_share_of_time") or {}
         if share.get("warm") is not None:
-            lines.append(f"judge's share of the time: {share['warm']:.1%} of warm inference"
-                         + (f", {share['with_loads']:.1%} with model loads" if any(loads.values()) else ""))
+            lines.append(
+                f"judge's share of the time: {share['warm']:.1%} of warm inference"
+                + (f", {share['with_loads']:.1%} with model loads" if any(loads.values()) else "")
+            )
     rate = cost.get("rollouts_per_hour")
-    lines.append(f"{n} rollouts in {cost['wall_seconds']:.1f} s of wall clock"
-                 + (f" = {rate:.0f} rollouts/hour" if rate else ""))
+    lines.append(
+        f"{n} rollouts in {cost['wall_seconds']:.1f} s of wall clock" + (f" = {rate:.0f} rollouts/hour" if rate else "")
+    )
     money = cost.get("money")
     if money:
         cur = money["currency"]
         share = money["judge"]["share"]
-        lines.append(f"cost: {money['campaign']:.4g} {cur} of warm inference for the campaign, "
-                     f"{money['per_rollout'] or 0:.4g} {cur} per rollout; judge {money['judge']['campaign']:.4g} {cur}"
-                     + (f" ({share:.1%} of it)" if share is not None else ""))
+        lines.append(
+            f"cost: {money['campaign']:.4g} {cur} of warm inference for the campaign, "
+            f"{money['per_rollout'] or 0:.4g} {cur} per rollout; judge {money['judge']['campaign']:.4g} {cur}"
+            + (f" ({share:.1%} of it)" if share is not None else "")
+        )
         if money.get("load"):
             with_loads = money["judge"].get("share_with_loads")
-            lines.append(f"model loads: {money['load']:.4g} {cur} more ("
-                         + ", ".join(f"{k} {v:.4g}" for k, v in money["load_per_stage"].items()) + ")"
-                         + (f"; judge's share with loads {with_loads:.1%}" if with_loads is not None else ""))
+            lines.append(
+                f"model loads: {money['load']:.4g} {cur} more ("
+                + ", ".join(f"{k} {v:.4g}" for k, v in money["load_per_stage"].items())
+                + ")"
+                + (f"; judge's share with loads {with_loads:.1%}" if with_loads is not None else "")
+            )
     return "\n".join(lines)

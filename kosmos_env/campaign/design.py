@@ -10,6 +10,7 @@ seeds, repeats, judge, whether videos are kept) goes into :meth:`CampaignConfig.
 whose hash freezes the campaign. Settings that do not change results (worker count, price
 table, lease length) stay out of it, so a campaign can resume with more workers.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -254,8 +255,10 @@ def make_config(
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
     n = len(refs) * len(task_list) * len(seed_list) * int(repeats)
     if n > MAX_EPISODES:
-        raise ValueError(f"the campaign plans {n} episodes ({len(refs)} policies x {len(task_list)} tasks x "
-                         f"{len(seed_list)} seeds x {repeats} repeats); at most {MAX_EPISODES} fit one ledger")
+        raise ValueError(
+            f"the campaign plans {n} episodes ({len(refs)} policies x {len(task_list)} tasks x "
+            f"{len(seed_list)} seeds x {repeats} repeats); at most {MAX_EPISODES} fit one ledger"
+        )
     return CampaignConfig(
         env_id=env_id,
         spec_overrides=overrides,

@@ -4,6 +4,7 @@
 :mod:`kosmos_env.campaign.ray_executor` both build on this module, so neither imports the other's
 module at import time and the executor modules have no import cycle.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod

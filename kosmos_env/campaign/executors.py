@@ -20,6 +20,7 @@ A Ray executor (issue 10) fits the same shape: ``run`` creates N actors that eac
 ``work(out_dir, config, owner, settings)`` (the ledger must sit on a disk the actors share
 with one host, or behind a coordinator), and polls ``progress.refresh()`` meanwhile.
 """
+
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -90,8 +91,15 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="kosmos-parent-watchdog", daemon=True).start()
 
 
-def _pool_worker(out_dir: str, config: dict[str, Any], settings: dict[str, Any], tag: str, errors,
-                 parent_pid: int | None = None, role: str = "rollout") -> None:
+def _pool_worker(
+    out_dir: str,
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    tag: str,
+    errors,
+    parent_pid: int | None = None,
+    role: str = "rollout",
+) -> None:
     """Entry point of a pool process (top level so ``spawn`` can import it); ``role``: rollout or judge."""
     if parent_pid is not None:
         _die_with_parent(parent_pid)
@@ -112,15 +120,23 @@ class ProcessPoolExecutor(Executor):
 
     name = "process-pool"
 
-    def __init__(self, workers: int, start_method: str = "spawn", max_respawns: int | None = None,
-                 poll_seconds: float = 0.3, judge_workers: int = 0):
+    def __init__(
+        self,
+        workers: int,
+        start_method: str = "spawn",
+        max_respawns: int | None = None,
+        poll_seconds: float = 0.3,
+        judge_workers: int = 0,
+    ):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
         if judge_workers < 0:
             raise ValueError(f"--judge-workers must be 0 (judge in-line) or more, got {judge_workers}")
         self.judge_workers = int(judge_workers)
         if start_method not in ("spawn", "forkserver"):
-            raise ValueError(f"start_method must be 'spawn' or 'forkserver' (fork breaks MuJoCo/EGL and CUDA), got {start_method!r}")
+            raise ValueError(
+                f"start_method must be 'spawn' or 'forkserver' (fork breaks MuJoCo/EGL and CUDA), got {start_method!r}"
+            )
         self.workers = int(workers)
         self.start_method = start_method
         self.max_respawns = 2 * (self.workers + self.judge_workers) if max_respawns is None else int(max_respawns)
@@ -138,8 +154,12 @@ class ProcessPoolExecutor(Executor):
             nonlocal spawned
             tag = f"{'j' if role == 'judge' else 'w'}{i}-{spawned}"
             spawned += 1
-            p = ctx.Process(target=_pool_worker, args=(job.out_dir, config, settings, tag, errors, os.getpid(), role),
-                            name=f"kosmos-campaign-{tag}", daemon=False)
+            p = ctx.Process(
+                target=_pool_worker,
+                args=(job.out_dir, config, settings, tag, errors, os.getpid(), role),
+                name=f"kosmos-campaign-{tag}",
+                daemon=False,
+            )
             p.start()
             procs[tag] = p
 
@@ -167,8 +187,10 @@ class ProcessPoolExecutor(Executor):
                         respawns += 1
                         start(int(tag[1:].split("-")[0]), role)
                     elif self._work_left(job, role):
-                        raise WorkerFailed(f"worker {tag} died (exit code {p.exitcode}) and the respawn limit "
-                                           f"({self.max_respawns}) is used up; rerun the same command to resume")
+                        raise WorkerFailed(
+                            f"worker {tag} died (exit code {p.exitcode}) and the respawn limit "
+                            f"({self.max_respawns}) is used up; rerun the same command to resume"
+                        )
             self._raise_reported(errors, wait=0.2)
         finally:
             for p in procs.values():
@@ -201,8 +223,9 @@ class ProcessPoolExecutor(Executor):
 EXECUTORS = ("auto", "in-process", "process", "ray")
 
 
-def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spawn", judge_workers: int = 0,
-                  **ray_options: Any) -> Executor:
+def make_executor(
+    workers: int = 1, kind: str = "auto", start_method: str = "spawn", judge_workers: int = 0, **ray_options: Any
+) -> Executor:
     """``auto``: in this process for one worker, a process pool for more; or force either.
 
     ``judge_workers`` > 0 runs judging as its own stage beside the rollout workers (a process
@@ -223,8 +246,10 @@ def make_executor(workers: int = 1, kind: str = "auto", start_method: str = "spa
     if any(v is not None for v in ray_options.values()):
         raise ValueError(f"{sorted(k for k, v in ray_options.items() if v is not None)} only apply to --executor ray")
     if kind == "in-process" and judge_workers:
-        raise ValueError("--judge-workers runs judge processes beside the rollout workers; use --executor process "
-                         "(or auto) or ray, not in-process")
+        raise ValueError(
+            "--judge-workers runs judge processes beside the rollout workers; use --executor process "
+            "(or auto) or ray, not in-process"
+        )
     if kind == "in-process" or (kind == "auto" and workers == 1 and not judge_workers):
         if workers != 1:
             raise ValueError("the in-process executor runs exactly one worker; use --executor process for more")

@@ -8,6 +8,7 @@ or ledger was unavailable, the worker running it was killed. Such a failure says
 about the policy, so it is never final: the episode goes back to ``pending`` and the next run
 of the same command (or the same run, after a pause) retries it.
 """
+
 from __future__ import annotations
 
 import errno
@@ -17,9 +18,21 @@ import sqlite3
 INFRA_TAG = "[infrastructure]"
 #: error texts of older ledgers that meant an infrastructure failure (a worker died on the episode)
 _LEGACY_INFRA_PREFIXES = ("abandoned after",)
-_INFRA_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EMFILE, errno.ENFILE, errno.ENOMEM,
-                 errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EPIPE, errno.ETIMEDOUT,
-                 errno.EHOSTUNREACH, errno.ENETUNREACH}
+_INFRA_ERRNOS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EIO,
+    errno.EMFILE,
+    errno.ENFILE,
+    errno.ENOMEM,
+    errno.ECONNREFUSED,
+    errno.ECONNRESET,
+    errno.ECONNABORTED,
+    errno.EPIPE,
+    errno.ETIMEDOUT,
+    errno.EHOSTUNREACH,
+    errno.ENETUNREACH,
+}
 
 
 class InfrastructureFailure(RuntimeError):
@@ -70,4 +83,4 @@ def one_line(exc: BaseException, limit: int = 300) -> str:
     """``Type: first line of the message``, at most ``limit`` characters."""
     lines = str(exc).strip().splitlines()
     text = f"{type(exc).__name__}: {lines[0] if lines else ''}".rstrip(": ")
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."

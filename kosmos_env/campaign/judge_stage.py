@@ -19,6 +19,7 @@ batch leased by a dead process, the next judge worker takes it over, and a verdi
 recorded is never recorded again (first finisher wins). A rollout is never regenerated
 because its judge died.
 """
+
 from __future__ import annotations
 
 import os
@@ -65,8 +66,7 @@ class JudgeRunner:
     which is sent the rollouts themselves, has none and uses :meth:`judge_rollouts` only.
     """
 
-    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike | None, judge: Any = None,
-                 batch: int = 0):
+    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike | None, judge: Any = None, batch: int = 0):
         from kosmos_env.judges import make_judge
         from kosmos_env.judges.base import judge_identity
 
@@ -163,9 +163,15 @@ def read_rollouts(reader: Any, rows: Sequence[Mapping[str, Any]]) -> tuple[list[
     return out, (time.perf_counter() - t0) / max(1, len(rows))
 
 
-def finish_record(config: CampaignConfig, staged: Mapping[str, Any], judgment: Mapping[str, Any],
-                  judge_identity: Mapping[str, Any], judge_name: str, judge_seconds: float,
-                  read_seconds: float) -> dict[str, Any]:
+def finish_record(
+    config: CampaignConfig,
+    staged: Mapping[str, Any],
+    judgment: Mapping[str, Any],
+    judge_identity: Mapping[str, Any],
+    judge_name: str,
+    judge_seconds: float,
+    read_seconds: float,
+) -> dict[str, Any]:
     """A rolled-out episode's record completed with its judgment, as in-line judging writes it.
 
     The judge's and the reading's seconds per rollout are added to the rollout's timings
@@ -181,14 +187,27 @@ def finish_record(config: CampaignConfig, staged: Mapping[str, Any], judgment: M
     timings["io"] = float(timings.get("io", 0.0)) + read_seconds
     timings["total"] = float(timings.get("total", 0.0)) + judge_seconds + read_seconds
     world = (staged.get("provenance") or {}).get("world") or {}
-    return {**staged, "outcome": outcome, "success": success,
-            "score": None if success is None else float(judgment.get("score", 0.0)),
-            "judge": judgment.get("judge") or judge_name, "judgment": judgment, "timings": timings,
-            "provenance": campaign_provenance(config, world, judge_identity)}
+    return {
+        **staged,
+        "outcome": outcome,
+        "success": success,
+        "score": None if success is None else float(judgment.get("score", 0.0)),
+        "judge": judgment.get("judge") or judge_name,
+        "judgment": judgment,
+        "timings": timings,
+        "provenance": campaign_provenance(config, world, judge_identity),
+    }
 
 
-def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings = WorkSettings(),
-               on_episode: Callable[[str, str], None] | None = None, stop: Any = None, judge: Any = None) -> int:
+def judge_work(
+    out_dir: str | os.PathLike,
+    config: CampaignConfig,
+    owner: str,
+    settings: WorkSettings = WorkSettings(),
+    on_episode: Callable[[str, str], None] | None = None,
+    stop: Any = None,
+    judge: Any = None,
+) -> int:
     """Judge rolled-out episodes until every episode of the campaign is done; returns how many.
 
     The judge is loaded as soon as the campaign has work left, so loading it overlaps the first
@@ -234,8 +253,10 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
                     is_infra = is_infrastructure_failure(error)
                     infra = error if is_infra else infra
                     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-                    if ledger.fail_judging(eid, owner, text, settings.max_attempts, infrastructure=is_infra) == "done" \
-                            and on_episode:
+                    if (
+                        ledger.fail_judging(eid, owner, text, settings.max_attempts, infrastructure=is_infra) == "done"
+                        and on_episode
+                    ):
                         on_episode(eid, "error")
                     continue
                 if ledger.complete_judging(eid, owner, record):
@@ -246,11 +267,11 @@ def judge_work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
                 infra_in_a_row = 0
                 continue
             infra_in_a_row += 1
-            pause_after_infrastructure_failure(infra_in_a_row, infra, settings, stop, failed="judge batches",
-                                               kept="their rollouts are kept")
+            pause_after_infrastructure_failure(
+                infra_in_a_row, infra, settings, stop, failed="judge batches", kept="their rollouts are kept"
+            )
     finally:
         if runner is not None:
             runner.close()
         ledger.close()
     return finished
-

@@ -14,6 +14,7 @@ two columns, and the same judge run twice is one. Rows are inserted with
 once per judge however often a killed re-judging run is restarted, and a second process
 judging the same rollouts cannot add a second verdict.
 """
+
 from __future__ import annotations
 
 import json
@@ -67,8 +68,13 @@ def judged_episode_ids(ledger: Ledger, judge_id: str) -> set[str]:
     return {r[0] for r in ledger.conn.execute(f"SELECT episode_id FROM {TABLE} WHERE judge_id = ?", (judge_id,))}
 
 
-def record(ledger: Ledger, judge_id: str, spec: Mapping[str, Any], owner: str,
-           verdicts: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+def record(
+    ledger: Ledger,
+    judge_id: str,
+    spec: Mapping[str, Any],
+    owner: str,
+    verdicts: Iterable[tuple[str, Mapping[str, Any]]],
+) -> int:
     """Insert (episode_id, judgment dict) verdicts of one judge; returns how many were new."""
     spec_json, label = canonical_json(dict(spec)), judge_label(spec)
     now = time.time()
@@ -80,9 +86,20 @@ def record(ledger: Ledger, judge_id: str, spec: Mapping[str, Any], owner: str,
             cur = conn.execute(
                 f"INSERT OR IGNORE INTO {TABLE} (episode_id, judge_id, judge_label, judge_spec, outcome, success, "
                 "score, judgment, seconds, owner, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (episode_id, judge_id, label, spec_json, outcome, None if success is None else int(bool(success)),
-                 float(judgment.get("score", 0.0)), json.dumps(dict(judgment), sort_keys=True),
-                 float(judgment.get("seconds", 0.0)), owner, now))
+                (
+                    episode_id,
+                    judge_id,
+                    label,
+                    spec_json,
+                    outcome,
+                    None if success is None else int(bool(success)),
+                    float(judgment.get("score", 0.0)),
+                    json.dumps(dict(judgment), sort_keys=True),
+                    float(judgment.get("seconds", 0.0)),
+                    owner,
+                    now,
+                ),
+            )
             added += cur.rowcount
     return added
 
@@ -92,7 +109,8 @@ def judges(ledger: Ledger) -> list[dict[str, Any]]:
     if not has_table(ledger):
         return []
     rows = ledger.conn.execute(
-        f"SELECT judge_id, judge_label, judge_spec, COUNT(*) AS n FROM {TABLE} GROUP BY judge_id ORDER BY MIN(created)")
+        f"SELECT judge_id, judge_label, judge_spec, COUNT(*) AS n FROM {TABLE} GROUP BY judge_id ORDER BY MIN(created)"
+    )
     return [{"judge_id": r[0], "label": r[1], "spec": json.loads(r[2]), "episodes": r[3]} for r in rows]
 
 
@@ -103,10 +121,15 @@ def verdicts(ledger: Ledger, judge: str) -> dict[str, dict[str, Any]]:
     judge id, a unique prefix of one, or a unique label.
     """
     if judge == CAMPAIGN_JUDGE:
-        return {r["episode_id"]: {"outcome": r["outcome"], "success": r["success"], "score": r["score"]}
-                for r in ledger.episodes("done") if r["outcome"] in ("success", "failure", "abstained")}
+        return {
+            r["episode_id"]: {"outcome": r["outcome"], "success": r["success"], "score": r["score"]}
+            for r in ledger.episodes("done")
+            if r["outcome"] in ("success", "failure", "abstained")
+        }
     judge_id = resolve(ledger, judge)
-    rows = ledger.conn.execute(f"SELECT episode_id, outcome, success, score FROM {TABLE} WHERE judge_id = ?", (judge_id,))
+    rows = ledger.conn.execute(
+        f"SELECT episode_id, outcome, success, score FROM {TABLE} WHERE judge_id = ?", (judge_id,)
+    )
     return {r[0]: {"outcome": r[1], "success": None if r[2] is None else bool(r[2]), "score": r[3]} for r in rows}
 
 
@@ -118,7 +141,9 @@ def resolve(ledger: Ledger, judge: str) -> str:
         return matches[0]["judge_id"]
     names = ", ".join(f"{j['judge_id']} ({j['label']})" for j in known) or "none yet"
     if not matches:
-        raise ValueError(f"no judge {judge!r} in this campaign's ledger; judges: {CAMPAIGN_JUDGE} (the campaign's own), {names}")
+        raise ValueError(
+            f"no judge {judge!r} in this campaign's ledger; judges: {CAMPAIGN_JUDGE} (the campaign's own), {names}"
+        )
     raise ValueError(f"{judge!r} names several judges ({names}): give more of the judge id")
 
 
@@ -132,8 +157,10 @@ def record_load(ledger: Ledger, judge_id: str, seconds: float) -> None:
     with ledger.transaction() as conn:
         row = conn.execute("SELECT value FROM meta WHERE key = ?", (_load_key(judge_id),)).fetchone()
         loads = json.loads(row[0]) if row else []
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
-                     (_load_key(judge_id), json.dumps(loads + [round(float(seconds), 6)])))
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+            (_load_key(judge_id), json.dumps(loads + [round(float(seconds), 6)])),
+        )
 
 
 def load_seconds(ledger: Ledger, judge_id: str) -> list[float]:
@@ -150,7 +177,9 @@ def check(ledger: Ledger) -> list[str]:
     episodes = {r[0] for r in ledger.conn.execute("SELECT episode_id FROM episodes")}
     for episode_id, judge_id, spec_json in ledger.conn.execute(f"SELECT episode_id, judge_id, judge_spec FROM {TABLE}"):
         if judge_identity(json.loads(spec_json)) != judge_id:
-            problems.append(f"judgment of {episode_id} is filed under judge {judge_id}, which is not its spec's identity")
+            problems.append(
+                f"judgment of {episode_id} is filed under judge {judge_id}, which is not its spec's identity"
+            )
         if episode_id not in episodes:
             problems.append(f"judgment by {judge_id} names episode {episode_id}, which the campaign never planned")
     return problems

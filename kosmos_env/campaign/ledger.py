@@ -24,6 +24,7 @@ no finished stage and redoes none.
 SQLite in WAL mode needs a local file system (not NFS); a cluster executor shares the
 ledger through one host's disk or a coordinator process.
 """
+
 from __future__ import annotations
 
 import json
@@ -87,8 +88,22 @@ CREATE INDEX IF NOT EXISTS judge_queue_status ON judge_queue (status);
 """
 
 _JSON_FIELDS = ("judgment", "gate", "ground_truth", "timings", "provenance")
-_RECORD_FIELDS = ("outcome", "success", "score", "judge", "judgment", "gate", "ground_truth", "steps", "timings",
-                  "video", "actions", "log", "error", "provenance")
+_RECORD_FIELDS = (
+    "outcome",
+    "success",
+    "score",
+    "judge",
+    "judgment",
+    "gate",
+    "ground_truth",
+    "steps",
+    "timings",
+    "video",
+    "actions",
+    "log",
+    "error",
+    "provenance",
+)
 #: lease owner of an episode that is rolled out and belongs to the judge stage (never expires,
 #: never taken over by a rollout worker; two fields only, so it never looks like a dead process)
 JUDGE_STAGE = "stage:judge"
@@ -166,8 +181,9 @@ class Ledger:
             with file_lock(f"{self.path}-setup.lock"):
                 mode = self.conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
                 if mode.lower() != "wal":
-                    raise RuntimeError(f"could not put the ledger {self.path} in WAL mode (got {mode}); "
-                                       f"is it on a local disk?")
+                    raise RuntimeError(
+                        f"could not put the ledger {self.path} in WAL mode (got {mode}); is it on a local disk?"
+                    )
                 self.conn.executescript(_SCHEMA)
                 # ledgers written before the provenance column existed get it (NULL for their rows)
                 columns = {r["name"] for r in self.conn.execute("PRAGMA table_info(episodes)")}
@@ -218,7 +234,8 @@ class Ledger:
                     raise ConfigMismatchError(
                         f"{os.path.dirname(self.path) or '.'} already holds campaign {meta.get('campaign_id')} "
                         f"with a different config ({describe_difference(old, config.identity())}); "
-                        "results of different configs are never mixed: use a new --out directory")
+                        "results of different configs are never mixed: use a new --out directory"
+                    )
                 return False
             rows = {
                 "schema_version": str(LEDGER_SCHEMA_VERSION),
@@ -233,8 +250,10 @@ class Ledger:
             conn.executemany(
                 "INSERT OR IGNORE INTO episodes (episode_id, campaign, ord, policy, task, seed, repeat, env_seed) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                [(k.episode_id, config.campaign_id, k.order, k.policy, k.task, k.seed, k.repeat, k.env_seed)
-                 for k in config.episodes()],
+                [
+                    (k.episode_id, config.campaign_id, k.order, k.policy, k.task, k.seed, k.repeat, k.env_seed)
+                    for k in config.episodes()
+                ],
             )
         return True
 
@@ -254,8 +273,9 @@ class Ledger:
         """
         with self.transaction() as conn:
             now = time.time()
-            for row in conn.execute("SELECT * FROM episodes WHERE status = 'leased' AND owner IS NOT ? ORDER BY ord",
-                                    (JUDGE_STAGE,)).fetchall():
+            for row in conn.execute(
+                "SELECT * FROM episodes WHERE status = 'leased' AND owner IS NOT ? ORDER BY ord", (JUDGE_STAGE,)
+            ).fetchall():
                 expires = _expiry(row["lease_expires"])
                 if expires >= now and owner_alive(row["owner"]):
                     continue
@@ -263,8 +283,15 @@ class Ledger:
                 conn.execute(
                     "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                     "VALUES (?, ?, ?, ?, ?, 'abandoned', ?)",
-                    (row["episode_id"], row["attempts"], row["owner"], row["started"], now,
-                     f"{INFRA_TAG} {why}; taken over by {owner}"))
+                    (
+                        row["episode_id"],
+                        row["attempts"],
+                        row["owner"],
+                        row["started"],
+                        now,
+                        f"{INFRA_TAG} {why}; taken over by {owner}",
+                    ),
+                )
                 return self._lease(conn, row, owner, ttl, now)
             row = conn.execute("SELECT * FROM episodes WHERE status = 'pending' ORDER BY ord LIMIT 1").fetchone()
             if row is None:
@@ -276,7 +303,9 @@ class Ledger:
         _check_ttl(ttl)
         conn.execute(
             "UPDATE episodes SET status = 'leased', owner = ?, lease_expires = ?, attempts = attempts + 1, started = ? "
-            "WHERE episode_id = ?", (owner, now + ttl, now, row["episode_id"]))
+            "WHERE episode_id = ?",
+            (owner, now + ttl, now, row["episode_id"]),
+        )
         return EpisodeKey(row["policy"], row["task"], row["seed"], row["repeat"], row["ord"])
 
     def renew(self, episode_id: str, owner: str, ttl: float) -> bool:
@@ -284,11 +313,17 @@ class Ledger:
         with self.transaction() as conn:
             cur = conn.execute(
                 "UPDATE episodes SET lease_expires = ? WHERE episode_id = ? AND owner = ? AND status = 'leased'",
-                (time.time() + ttl, episode_id, owner))
+                (time.time() + ttl, episode_id, owner),
+            )
             return cur.rowcount == 1
 
-    def complete(self, episode_id: str, owner: str, record: Mapping[str, Any],
-                 artifacts: Sequence[tuple[str, str, int, str]] = ()) -> bool:
+    def complete(
+        self,
+        episode_id: str,
+        owner: str,
+        record: Mapping[str, Any],
+        artifacts: Sequence[tuple[str, str, int, str]] = (),
+    ) -> bool:
         """Record a finished episode (first finisher wins; a second completion is ignored).
 
         ``artifacts`` are (sha256, relpath, size, kind) of files already in the store.
@@ -298,13 +333,15 @@ class Ledger:
             now = time.time()
             conn.executemany(
                 "INSERT OR IGNORE INTO artifacts (sha256, relpath, size, kind, created) VALUES (?, ?, ?, ?, ?)",
-                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts])
+                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts],
+            )
             values = _record_values(record)
             cur = conn.execute(
                 "UPDATE episodes SET status = 'done', owner = NULL, lease_expires = NULL, worker = ?, finished = ?, "
                 + ", ".join(f"{k} = ?" for k in values)
                 + " WHERE episode_id = ? AND status != 'done'",
-                (owner, now, *values.values(), episode_id))
+                (owner, now, *values.values(), episode_id),
+            )
             done = cur.rowcount == 1
             _log_finish(conn, episode_id, owner, now, done)
             return done
@@ -312,9 +349,11 @@ class Ledger:
     def release(self, episode_id: str, owner: str) -> None:
         """Hand a lease back unused (the worker could not start): pending again, attempt not counted."""
         with self.transaction() as conn:
-            conn.execute("UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL, "
-                         "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'leased'",
-                         (episode_id, owner))
+            conn.execute(
+                "UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL, "
+                "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'leased'",
+                (episode_id, owner),
+            )
 
     def fail(self, episode_id: str, owner: str, error: str, max_attempts: int, infrastructure: bool = False) -> str:
         """Record a failed attempt: back to pending, or ``error`` once the policy failed ``max_attempts`` times.
@@ -335,24 +374,39 @@ class Ledger:
             conn.execute(
                 "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (episode_id, row["attempts"], owner, row["started"], now, "infra-error" if infrastructure else "error",
-                 error))
+                (
+                    episode_id,
+                    row["attempts"],
+                    owner,
+                    row["started"],
+                    now,
+                    "infra-error" if infrastructure else "error",
+                    error,
+                ),
+            )
             if not infrastructure and self._policy_failures(conn, episode_id) >= max_attempts:
                 conn.execute(
                     "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
-                    "error = ?, worker = ?, finished = ? WHERE episode_id = ?", (error, owner, now, episode_id))
+                    "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
+                    (error, owner, now, episode_id),
+                )
                 return "done"
-            conn.execute("UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL "
-                         "WHERE episode_id = ?", (episode_id,))
+            conn.execute(
+                "UPDATE episodes SET status = 'pending', owner = NULL, lease_expires = NULL WHERE episode_id = ?",
+                (episode_id,),
+            )
             return "pending"
 
     @staticmethod
     def _policy_failures(conn, episode_id: str) -> int:
         """The policy's own failed attempts on ``episode_id`` since its errors were last reopened."""
-        last = conn.execute("SELECT MAX(id) FROM attempts WHERE episode_id = ? AND status = 'reopened'",
-                            (episode_id,)).fetchone()[0]
-        return conn.execute("SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'error' AND id > ?",
-                            (episode_id, last or 0)).fetchone()[0]
+        last = conn.execute(
+            "SELECT MAX(id) FROM attempts WHERE episode_id = ? AND status = 'reopened'", (episode_id,)
+        ).fetchone()[0]
+        return conn.execute(
+            "SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'error' AND id > ?",
+            (episode_id, last or 0),
+        ).fetchone()[0]
 
     def reopen_errors(self, all_errors: bool = False) -> int:
         """Put ``error`` episodes back to pending so the next workers retry them; returns how many.
@@ -363,25 +417,35 @@ class Ledger:
         """
         with self.transaction() as conn:
             now = time.time()
-            rows = conn.execute("SELECT episode_id, error, attempts FROM episodes "
-                                "WHERE status = 'done' AND outcome = 'error'").fetchall()
+            rows = conn.execute(
+                "SELECT episode_id, error, attempts FROM episodes WHERE status = 'done' AND outcome = 'error'"
+            ).fetchall()
             chosen = [r for r in rows if all_errors or is_infrastructure_error_text(r["error"])]
             for r in chosen:
                 conn.execute(
                     "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
                     "VALUES (?, ?, NULL, NULL, ?, 'reopened', ?)",
-                    (r["episode_id"], r["attempts"], now, f"error reopened for a retry: {(r['error'] or '')[:200]}"))
+                    (r["episode_id"], r["attempts"], now, f"error reopened for a retry: {(r['error'] or '')[:200]}"),
+                )
                 conn.execute(
                     "UPDATE episodes SET status = 'pending', outcome = NULL, success = NULL, score = NULL, judge = NULL, "
                     "judgment = NULL, gate = NULL, ground_truth = NULL, steps = NULL, timings = NULL, video = NULL, "
                     "actions = NULL, log = NULL, error = NULL, worker = NULL, owner = NULL, lease_expires = NULL, "
-                    "finished = NULL WHERE episode_id = ?", (r["episode_id"],))
+                    "finished = NULL WHERE episode_id = ?",
+                    (r["episode_id"],),
+                )
         return len(chosen)
 
     # -- the judge stage ----------------------------------------------------------------
-    def stage_rollout(self, episode_id: str, owner: str, record: Mapping[str, Any],
-                      artifacts: Sequence[tuple[str, str, int, str]] = (), frames: str | None = None,
-                      fps: float | None = None) -> bool:
+    def stage_rollout(
+        self,
+        episode_id: str,
+        owner: str,
+        record: Mapping[str, Any],
+        artifacts: Sequence[tuple[str, str, int, str]] = (),
+        frames: str | None = None,
+        fps: float | None = None,
+    ) -> bool:
         """File a rolled-out episode for the judge stage (its rollout is final from here on).
 
         ``record`` is the episode's record without its judgment; ``frames`` the relpath of the
@@ -391,19 +455,28 @@ class Ledger:
         """
         with self.transaction() as conn:
             now = time.time()
-            row = conn.execute("SELECT status, owner, attempts FROM episodes WHERE episode_id = ?", (episode_id,)).fetchone()
+            row = conn.execute(
+                "SELECT status, owner, attempts FROM episodes WHERE episode_id = ?", (episode_id,)
+            ).fetchone()
             if row is None or row["status"] != "leased" or row["owner"] != owner:
                 return False
             conn.executemany(
                 "INSERT OR IGNORE INTO artifacts (sha256, relpath, size, kind, created) VALUES (?, ?, ?, ?, ?)",
-                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts])
-            conn.execute("INSERT OR REPLACE INTO judge_queue (episode_id, status, record, frames, fps, rolled_by, rolled_at) "
-                         "VALUES (?, 'awaiting', ?, ?, ?, ?, ?)",
-                         (episode_id, json.dumps(dict(record), sort_keys=True), frames, fps, owner, now))
-            conn.execute("UPDATE episodes SET owner = ?, lease_expires = NULL WHERE episode_id = ?",
-                         (JUDGE_STAGE, episode_id))
-            conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                         "VALUES (?, ?, ?, NULL, ?, 'rolled-out', NULL)", (episode_id, row["attempts"], owner, now))
+                [(sha, rel, size, kind, now) for sha, rel, size, kind in artifacts],
+            )
+            conn.execute(
+                "INSERT OR REPLACE INTO judge_queue (episode_id, status, record, frames, fps, rolled_by, rolled_at) "
+                "VALUES (?, 'awaiting', ?, ?, ?, ?, ?)",
+                (episode_id, json.dumps(dict(record), sort_keys=True), frames, fps, owner, now),
+            )
+            conn.execute(
+                "UPDATE episodes SET owner = ?, lease_expires = NULL WHERE episode_id = ?", (JUDGE_STAGE, episode_id)
+            )
+            conn.execute(
+                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                "VALUES (?, ?, ?, NULL, ?, 'rolled-out', NULL)",
+                (episode_id, row["attempts"], owner, now),
+            )
             return True
 
     def claim_judging(self, owner: str, ttl: float, limit: int) -> list[dict[str, Any]]:
@@ -418,33 +491,53 @@ class Ledger:
         with self.transaction() as conn:
             now = time.time()
             picked = []
-            for row in conn.execute("SELECT q.episode_id, q.status, q.owner, q.lease_expires, q.attempts "
-                                    "FROM judge_queue q JOIN episodes e USING (episode_id) "
-                                    "WHERE q.status = 'judging' ORDER BY e.ord").fetchall():
+            for row in conn.execute(
+                "SELECT q.episode_id, q.status, q.owner, q.lease_expires, q.attempts "
+                "FROM judge_queue q JOIN episodes e USING (episode_id) "
+                "WHERE q.status = 'judging' ORDER BY e.ord"
+            ).fetchall():
                 if len(picked) >= limit:
                     break
                 expires = _expiry(row["lease_expires"])
                 if expires >= now and owner_alive(row["owner"]):
                     continue
                 why = "judge lease expired" if expires < now else "judge process died"
-                conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                             "VALUES (?, ?, ?, NULL, ?, 'judge-abandoned', ?)",
-                             (row["episode_id"], row["attempts"], row["owner"], now,
-                              f"{INFRA_TAG} {why}; taken over by {owner}"))
+                conn.execute(
+                    "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                    "VALUES (?, ?, ?, NULL, ?, 'judge-abandoned', ?)",
+                    (
+                        row["episode_id"],
+                        row["attempts"],
+                        row["owner"],
+                        now,
+                        f"{INFRA_TAG} {why}; taken over by {owner}",
+                    ),
+                )
                 picked.append(row["episode_id"])
             if len(picked) < limit:
-                picked += [r[0] for r in conn.execute(
-                    "SELECT q.episode_id FROM judge_queue q JOIN episodes e USING (episode_id) "
-                    "WHERE q.status = 'awaiting' ORDER BY e.ord LIMIT ?", (limit - len(picked),))]
+                picked += [
+                    r[0]
+                    for r in conn.execute(
+                        "SELECT q.episode_id FROM judge_queue q JOIN episodes e USING (episode_id) "
+                        "WHERE q.status = 'awaiting' ORDER BY e.ord LIMIT ?",
+                        (limit - len(picked),),
+                    )
+                ]
             for episode_id in picked:
-                conn.execute("UPDATE judge_queue SET status = 'judging', owner = ?, lease_expires = ?, "
-                             "attempts = attempts + 1 WHERE episode_id = ?", (owner, now + ttl, episode_id))
+                conn.execute(
+                    "UPDATE judge_queue SET status = 'judging', owner = ?, lease_expires = ?, "
+                    "attempts = attempts + 1 WHERE episode_id = ?",
+                    (owner, now + ttl, episode_id),
+                )
             return [self._queue_row(conn, episode_id) for episode_id in picked]
 
     @staticmethod
     def _queue_row(conn, episode_id: str) -> dict[str, Any]:
-        row = conn.execute("SELECT q.*, e.policy, e.task, e.seed, e.repeat, e.env_seed, e.ord FROM judge_queue q "
-                           "JOIN episodes e USING (episode_id) WHERE episode_id = ?", (episode_id,)).fetchone()
+        row = conn.execute(
+            "SELECT q.*, e.policy, e.task, e.seed, e.repeat, e.env_seed, e.ord FROM judge_queue q "
+            "JOIN episodes e USING (episode_id) WHERE episode_id = ?",
+            (episode_id,),
+        ).fetchone()
         out = dict(row)
         out["record"] = json.loads(out["record"])
         return out
@@ -453,8 +546,14 @@ class Ledger:
         """Extend ``owner``'s judge leases; False when any of them was lost."""
         with self.transaction() as conn:
             expires = time.time() + ttl
-            kept = sum(conn.execute("UPDATE judge_queue SET lease_expires = ? WHERE episode_id = ? AND owner = ? "
-                                    "AND status = 'judging'", (expires, e, owner)).rowcount for e in episode_ids)
+            kept = sum(
+                conn.execute(
+                    "UPDATE judge_queue SET lease_expires = ? WHERE episode_id = ? AND owner = ? "
+                    "AND status = 'judging'",
+                    (expires, e, owner),
+                ).rowcount
+                for e in episode_ids
+            )
             return kept == len(episode_ids)
 
     def complete_judging(self, episode_id: str, owner: str, record: Mapping[str, Any]) -> bool:
@@ -466,11 +565,15 @@ class Ledger:
                 "UPDATE episodes SET status = 'done', owner = NULL, lease_expires = NULL, finished = ?, "
                 + ", ".join(f"{k} = ?" for k in values)
                 + " WHERE episode_id = ? AND status = 'leased' AND owner = ?",
-                (now, *values.values(), episode_id, JUDGE_STAGE))
+                (now, *values.values(), episode_id, JUDGE_STAGE),
+            )
             done = cur.rowcount == 1
             if done:
-                conn.execute("UPDATE judge_queue SET status = 'judged', owner = NULL, lease_expires = NULL, "
-                             "judged_by = ?, judged_at = ? WHERE episode_id = ?", (owner, now, episode_id))
+                conn.execute(
+                    "UPDATE judge_queue SET status = 'judged', owner = NULL, lease_expires = NULL, "
+                    "judged_by = ?, judged_at = ? WHERE episode_id = ?",
+                    (owner, now, episode_id),
+                )
             _log_finish(conn, episode_id, owner, now, done)
             return done
 
@@ -478,50 +581,73 @@ class Ledger:
         """Hand judge leases back unused (the judge could not start): awaiting again, no attempt counted."""
         with self.transaction() as conn:
             for episode_id in episode_ids:
-                conn.execute("UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL, "
-                             "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'judging'",
-                             (episode_id, owner))
+                conn.execute(
+                    "UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL, "
+                    "attempts = MAX(attempts - 1, 0) WHERE episode_id = ? AND owner = ? AND status = 'judging'",
+                    (episode_id, owner),
+                )
 
-    def fail_judging(self, episode_id: str, owner: str, error: str, max_attempts: int,
-                     infrastructure: bool = False) -> str:
+    def fail_judging(
+        self, episode_id: str, owner: str, error: str, max_attempts: int, infrastructure: bool = False
+    ) -> str:
         """A judge raised on this rollout: back to ``awaiting``, or the episode ends in ``error``
         once the judge failed ``max_attempts`` times (infrastructure failures never count).
         Returns "awaiting", "done" or "lost" (``owner`` no longer held the judge lease)."""
         with self.transaction() as conn:
             now = time.time()
-            row = conn.execute("SELECT status, owner, attempts FROM judge_queue WHERE episode_id = ?",
-                               (episode_id,)).fetchone()
+            row = conn.execute(
+                "SELECT status, owner, attempts FROM judge_queue WHERE episode_id = ?", (episode_id,)
+            ).fetchone()
             if row is None or row["status"] != "judging" or row["owner"] != owner:
                 return "lost"
             if infrastructure and not error.startswith(INFRA_TAG):
                 error = f"{INFRA_TAG} {error}"
-            conn.execute("INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
-                         "VALUES (?, ?, ?, NULL, ?, ?, ?)",
-                         (episode_id, row["attempts"], owner, now, "judge-infra-error" if infrastructure
-                          else "judge-error", error))
-            failures = conn.execute("SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'judge-error'",
-                                    (episode_id,)).fetchone()[0]
+            conn.execute(
+                "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
+                "VALUES (?, ?, ?, NULL, ?, ?, ?)",
+                (
+                    episode_id,
+                    row["attempts"],
+                    owner,
+                    now,
+                    "judge-infra-error" if infrastructure else "judge-error",
+                    error,
+                ),
+            )
+            failures = conn.execute(
+                "SELECT COUNT(*) FROM attempts WHERE episode_id = ? AND status = 'judge-error'", (episode_id,)
+            ).fetchone()[0]
             if not infrastructure and failures >= max_attempts:
-                conn.execute("UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
-                             "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
-                             (f"the judge failed on this rollout {failures} times; last: {error}", owner, now, episode_id))
+                conn.execute(
+                    "UPDATE episodes SET status = 'done', outcome = 'error', owner = NULL, lease_expires = NULL, "
+                    "error = ?, worker = ?, finished = ? WHERE episode_id = ?",
+                    (f"the judge failed on this rollout {failures} times; last: {error}", owner, now, episode_id),
+                )
                 conn.execute("DELETE FROM judge_queue WHERE episode_id = ?", (episode_id,))
                 return "done"
-            conn.execute("UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL "
-                         "WHERE episode_id = ?", (episode_id,))
+            conn.execute(
+                "UPDATE judge_queue SET status = 'awaiting', owner = NULL, lease_expires = NULL WHERE episode_id = ?",
+                (episode_id,),
+            )
             return "awaiting"
 
     def has_judge_queue(self) -> bool:
         """Does this ledger have the judge stage's table (ledgers written before it existed do not)?"""
-        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_queue'"
-                                 ).fetchone() is not None
+        return (
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_queue'").fetchone()
+            is not None
+        )
 
     def judge_queue(self) -> list[dict[str, Any]]:
         """Every row of the judge stage's queue (``record`` decoded), in claim order."""
         if not self.has_judge_queue():
             return []
-        ids = [r[0] for r in self.conn.execute("SELECT q.episode_id FROM judge_queue q JOIN episodes e "
-                                                "USING (episode_id) ORDER BY e.ord")]
+        ids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT q.episode_id FROM judge_queue q JOIN episodes e USING (episode_id) ORDER BY e.ord"
+            )
+        ]
         return [self._queue_row(self.conn, e) for e in ids]
 
     # -- policies and runs --------------------------------------------------------------
@@ -530,12 +656,15 @@ class Ledger:
         with self.transaction() as conn:
             row = conn.execute("SELECT content_hash FROM policies WHERE label = ?", (label,)).fetchone()
             if row is None:
-                conn.execute("INSERT INTO policies (label, content_hash, hub_model_id, worker) VALUES (?, ?, ?, ?)",
-                             (label, content_hash, hub_model_id, worker))
+                conn.execute(
+                    "INSERT INTO policies (label, content_hash, hub_model_id, worker) VALUES (?, ?, ?, ?)",
+                    (label, content_hash, hub_model_id, worker),
+                )
             elif row["content_hash"] != content_hash:
                 raise ConfigMismatchError(
                     f"policy {label!r} now has content hash {content_hash[:12]}, but this campaign ran it with "
-                    f"{row['content_hash'][:12]} (weights or code changed): use a new --out directory")
+                    f"{row['content_hash'][:12]} (weights or code changed): use a new --out directory"
+                )
 
     def policies(self) -> dict[str, dict[str, Any]]:
         return {r["label"]: dict(r) for r in self.conn.execute("SELECT * FROM policies")}
@@ -544,9 +673,11 @@ class Ledger:
         run_id = uuid.uuid4().hex[:12]
         with self.transaction() as conn:
             done = conn.execute("SELECT COUNT(*) FROM episodes WHERE status = 'done'").fetchone()[0]
-            conn.execute("INSERT INTO runs (run_id, owner, executor, workers, started, argv, done_before) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         (run_id, owner, executor, workers, time.time(), json.dumps(list(argv or [])), done))
+            conn.execute(
+                "INSERT INTO runs (run_id, owner, executor, workers, started, argv, done_before) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (run_id, owner, executor, workers, time.time(), json.dumps(list(argv or [])), done),
+            )
         return run_id
 
     def finish_run(self, run_id: str) -> None:
@@ -569,15 +700,19 @@ class Ledger:
             out[row["status"]] = row["n"]
         for name in ("success", "failure", "discarded", "abstained", "error"):
             out[name] = 0
-        for row in self.conn.execute("SELECT outcome, COUNT(*) AS n FROM episodes WHERE status = 'done' GROUP BY outcome"):
+        for row in self.conn.execute(
+            "SELECT outcome, COUNT(*) AS n FROM episodes WHERE status = 'done' GROUP BY outcome"
+        ):
             if row["outcome"]:
                 out[row["outcome"]] = row["n"]
         out["planned"] = out["pending"] + out["leased"] + out["done"]
         # queue depth per stage: ``leased`` splits into rolling out and the judge stage's two queues
         out["rolled_out"] = out["judging"] = 0
         if self.has_judge_queue():
-            for row in self.conn.execute("SELECT q.status, COUNT(*) AS n FROM judge_queue q JOIN episodes e "
-                                         "USING (episode_id) WHERE e.status = 'leased' GROUP BY q.status"):
+            for row in self.conn.execute(
+                "SELECT q.status, COUNT(*) AS n FROM judge_queue q JOIN episodes e "
+                "USING (episode_id) WHERE e.status = 'leased' GROUP BY q.status"
+            ):
                 key = {"awaiting": "rolled_out", "judging": "judging"}.get(row["status"])
                 if key:
                     out[key] = row["n"]
@@ -618,8 +753,12 @@ class Ledger:
 
 def _record_values(record: Mapping[str, Any]) -> dict[str, Any]:
     """An episode record as the ``episodes`` columns store it (JSON fields encoded, success 0/1)."""
-    values = {k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
-              if k in _JSON_FIELDS else record.get(k) for k in _RECORD_FIELDS}
+    values = {
+        k: (None if record.get(k) is None else json.dumps(record[k], sort_keys=True))
+        if k in _JSON_FIELDS
+        else record.get(k)
+        for k in _RECORD_FIELDS
+    }
     if values["success"] is not None:
         values["success"] = int(bool(values["success"]))
     return values
@@ -631,4 +770,5 @@ def _log_finish(conn, episode_id: str, owner: str, now: float, done: bool) -> No
     conn.execute(
         "INSERT INTO attempts (episode_id, attempt, worker, started, finished, status, error) "
         "VALUES (?, ?, ?, NULL, ?, ?, NULL)",
-        (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"))
+        (episode_id, attempt["attempts"] if attempt else 0, owner, now, "ok" if done else "duplicate-ignored"),
+    )

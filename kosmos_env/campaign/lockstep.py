@@ -34,6 +34,7 @@ Timings: steps run side by side overlap, so each of the n episodes of a batched 
 1/n of that step's measured seconds (world and gate) and of its wall time; the per-episode
 seconds of a campaign then add up to the device time it used, as for one-at-a-time episodes.
 """
+
 from __future__ import annotations
 
 import os
@@ -45,8 +46,16 @@ from typing import Any, Callable, Mapping
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
-from kosmos_env.campaign.worker import (EpisodeRunner, Heartbeat, WorkSettings, wait_for_work,
-                                        pause_after_infrastructure_failure, record_episode, record_failure, work)
+from kosmos_env.campaign.worker import (
+    EpisodeRunner,
+    Heartbeat,
+    WorkSettings,
+    wait_for_work,
+    pause_after_infrastructure_failure,
+    record_episode,
+    record_failure,
+    work,
+)
 
 
 def check_lockstep(config: CampaignConfig, lanes: int) -> None:
@@ -61,7 +70,8 @@ def check_lockstep(config: CampaignConfig, lanes: int) -> None:
         if not getattr(resolve_policy(ref.name), "side_by_side", True):
             raise ValueError(
                 f"policy {ref.label!r} cannot run {lanes} episodes side by side (--lockstep {lanes}): its instances "
-                f"share one episode state (e.g. one policy behind a server); use --lockstep 1")
+                f"share one episode state (e.g. one policy behind a server); use --lockstep 1"
+            )
 
 
 def make_vector_env(config: CampaignConfig, judge: Any, lanes: int):
@@ -75,14 +85,21 @@ def make_vector_env(config: CampaignConfig, judge: Any, lanes: int):
     import kosmos_env  # noqa: F401  (registers the env ids)
 
     has_entry = gymnasium.spec(config.env_id).vector_entry_point is not None
-    vec = gymnasium.make_vec(config.env_id, num_envs=lanes,
-                             vectorization_mode="vector_entry_point" if has_entry else "sync",
-                             defer_judging=True, judge=judge, **dict(config.spec_overrides))
+    vec = gymnasium.make_vec(
+        config.env_id,
+        num_envs=lanes,
+        vectorization_mode="vector_entry_point" if has_entry else "sync",
+        defer_judging=True,
+        judge=judge,
+        **dict(config.spec_overrides),
+    )
     for env in vec.envs:
         if env.unwrapped.spec_hash != config.spec_hash:
             vec.close()
-            raise RuntimeError(f"a vector sub-env of {config.env_id} has spec hash {env.unwrapped.spec_hash[:12]}, "
-                               f"but the campaign was planned with {config.spec_hash[:12]}")
+            raise RuntimeError(
+                f"a vector sub-env of {config.env_id} has spec hash {env.unwrapped.spec_hash[:12]}, "
+                f"but the campaign was planned with {config.spec_hash[:12]}"
+            )
         env.unwrapped.world.load()  # here, as the one-at-a-time worker's env: not in a first reset
     return vec
 
@@ -210,11 +227,14 @@ class Lanes:
         for group in groups.values():
             t0 = time.perf_counter()
             try:
-                outputs = type(group[0].loop.policy).act_many([g.loop.policy for g in group],
-                                                              [g.loop.obs for g in group])
+                outputs = type(group[0].loop.policy).act_many(
+                    [g.loop.policy for g in group], [g.loop.obs for g in group]
+                )
                 if len(outputs) != len(group):
-                    raise ValueError(f"{type(group[0].loop.policy).__name__}.act_many returned {len(outputs)} "
-                                     f"actions for {len(group)} observations")
+                    raise ValueError(
+                        f"{type(group[0].loop.policy).__name__}.act_many returned {len(outputs)} "
+                        f"actions for {len(group)} observations"
+                    )
             except Exception as exc:
                 ended.extend(self._fail(lane, exc) for lane in group)
                 continue
@@ -283,8 +303,14 @@ class _Heartbeat(Heartbeat):
             super().__exit__(*exc)
 
 
-def run_worker(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings,
-               on_episode: Callable[[str, str], None] | None = None, stop: threading.Event | None = None) -> int:
+def run_worker(
+    out_dir: str | os.PathLike,
+    config: CampaignConfig,
+    owner: str,
+    settings: WorkSettings,
+    on_episode: Callable[[str, str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
     """The worker loop an executor runs: :func:`work_lockstep` when ``settings.lockstep`` > 1, else
     :func:`kosmos_env.campaign.worker.work` (one episode at a time)."""
     if settings.lockstep > 1:
@@ -292,9 +318,14 @@ def run_worker(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, s
     return work(out_dir, config, owner, settings, on_episode, stop)
 
 
-def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings,
-                  on_episode: Callable[[str, str], None] | None = None,
-                  stop: threading.Event | None = None) -> int:
+def work_lockstep(
+    out_dir: str | os.PathLike,
+    config: CampaignConfig,
+    owner: str,
+    settings: WorkSettings,
+    on_episode: Callable[[str, str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
     """:func:`kosmos_env.campaign.worker.work` with ``settings.lockstep`` episodes side by side.
 
     Claims episodes into free lanes (each under its own lease and heartbeat), steps the running
@@ -389,5 +420,14 @@ def work_lockstep(out_dir: str | os.PathLike, config: CampaignConfig, owner: str
     return finished
 
 
-__all__ = ["check_lockstep", "lane_width", "make_vector_env", "open_lanes", "run_worker", "step_lanes",
-           "work_lockstep", "LaneEnd", "Lanes"]
+__all__ = [
+    "check_lockstep",
+    "lane_width",
+    "make_vector_env",
+    "open_lanes",
+    "run_worker",
+    "step_lanes",
+    "work_lockstep",
+    "LaneEnd",
+    "Lanes",
+]

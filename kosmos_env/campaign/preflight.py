@@ -5,6 +5,7 @@ a remote server that is not there) would otherwise fail inside every worker on e
 and the campaign would "complete" as all errors. Each policy is built once here, in the
 process that starts the campaign, asked for its content hash, and closed again.
 """
+
 from __future__ import annotations
 
 from typing import Iterable

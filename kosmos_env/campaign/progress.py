@@ -14,6 +14,7 @@ Each newly discarded episode's reason (the gate's) is printed above the bar as i
 Rate and ETA leave the warm-up out: the bar's clock restarts when this run's first episode
 finishes, so model loading (minutes for a real world model) is not read as the per-episode pace.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,14 @@ from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
 class ProgressMonitor:
     """Reads the ledger's counts at most every ``min_interval`` seconds and moves the bar."""
 
-    def __init__(self, out_dir: str | os.PathLike, desc: str = "campaign", enabled: bool = True,
-                 min_interval: float = 0.2, two_stage: bool = False):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        desc: str = "campaign",
+        enabled: bool = True,
+        min_interval: float = 0.2,
+        two_stage: bool = False,
+    ):
         self.ledger = Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME), create=False)
         counts = self.ledger.counts()
         self.done = counts["done"]
@@ -39,13 +46,21 @@ class ProgressMonitor:
         self.enabled = enabled
         self.warm = False  # set once this run has finished an episode (see refresh)
         # discards already in the ledger are old news; only this run's are printed
-        self.discards_seen = {row["episode_id"] for row in self.ledger.episodes("done")
-                               if row["outcome"] == "discarded"}
+        self.discards_seen = {
+            row["episode_id"] for row in self.ledger.episodes("done") if row["outcome"] == "discarded"
+        }
         if enabled:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=counts["planned"], initial=self.done, desc=desc, unit="ep", file=sys.stderr,
-                            dynamic_ncols=True, smoothing=0.1)
+            self.bar = tqdm(
+                total=counts["planned"],
+                initial=self.done,
+                desc=desc,
+                unit="ep",
+                file=sys.stderr,
+                dynamic_ncols=True,
+                smoothing=0.1,
+            )
             self._postfix(counts)
 
     def refresh(self, force: bool = False) -> dict[str, int] | None:
@@ -106,9 +121,15 @@ def stage_postfix(counts, two_stage: bool = False) -> dict[str, int]:
     """The progress line's fields: outcomes so far (they add up to the episodes done), then the
     queue depth of each stage (the judge stage's two queues in a two-stage run, or while rolled-out
     episodes wait for a judge); done plus the queues is the planned total."""
-    fields = {"success": counts["success"], "failure": counts.get("failure", 0), "discarded": counts["discarded"],
-              "abstained": counts["abstained"], "errors": counts["error"], "pending": counts["pending"],
-              "rolling_out": counts["rolling_out"]}
+    fields = {
+        "success": counts["success"],
+        "failure": counts.get("failure", 0),
+        "discarded": counts["discarded"],
+        "abstained": counts["abstained"],
+        "errors": counts["error"],
+        "pending": counts["pending"],
+        "rolling_out": counts["rolling_out"],
+    }
     if two_stage or counts["rolled_out"] or counts["judging"]:
         fields.update(await_judge=counts["rolled_out"], judging=counts["judging"])
     return fields

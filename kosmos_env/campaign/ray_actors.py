@@ -6,6 +6,7 @@ raises for an episode or a rollout: an episode that failed is an :class:`Episode
 error; an actor that cannot go on answers :class:`Fatal`. Ray itself imports lazily (only
 ``where`` asks it anything).
 """
+
 from __future__ import annotations
 
 import os
@@ -33,8 +34,13 @@ def _where(role: str) -> dict[str, Any]:
     """Where the calling actor runs: its role, host, pid, node and the GPUs Ray gave it."""
     import ray
 
-    return {"role": role, "host": socket.gethostname(), "pid": os.getpid(),
-            "gpus": [str(g) for g in ray.get_gpu_ids()], "node_id": ray.get_runtime_context().get_node_id()}
+    return {
+        "role": role,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "gpus": [str(g) for g in ray.get_gpu_ids()],
+        "node_id": ray.get_runtime_context().get_node_id(),
+    }
 
 
 class _PolicyRegistrations:

@@ -14,6 +14,7 @@ answer goes through one path, :meth:`RayDriver._collect`:
   or a policy whose content hash changed: the leases are handed back unused and the campaign
   stops with the error.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,10 +59,8 @@ class RayDriver:
         self.config = job.config.to_dict()
         self.ledger = Ledger(os.path.join(job.out_dir, LEDGER_NAME), create=False)
         self.store = ArtifactStore(job.out_dir)
-        self.actor_cls = ray.remote(EpisodeActor).options(max_restarts=0, max_task_retries=0,
-                                                          **executor.actor_options)
-        self.judge_cls = ray.remote(JudgeActor).options(max_restarts=0, max_task_retries=0,
-                                                        **executor.judge_options)
+        self.actor_cls = ray.remote(EpisodeActor).options(max_restarts=0, max_task_retries=0, **executor.actor_options)
+        self.judge_cls = ray.remote(JudgeActor).options(max_restarts=0, max_task_retries=0, **executor.judge_options)
         self.actors: dict[int, Any] = {}
         # slots 0..workers-1 roll out; the judge actors (two-stage campaigns) follow them
         self.judge_slots = set(range(executor.workers, executor.workers + executor.judge_workers))
@@ -118,8 +117,9 @@ class RayDriver:
                 time.sleep(s.poll_seconds)  # leased by other live workers: wait, take over if they die
                 self.refresh()
                 continue
-            ready, _ = self.ray.wait(list(self.in_flight), num_returns=1,
-                                     timeout=min(self.ex.poll_seconds, s.lease_seconds / 3.0))
+            ready, _ = self.ray.wait(
+                list(self.in_flight), num_returns=1, timeout=min(self.ex.poll_seconds, s.lease_seconds / 3.0)
+            )
             for ref in ready:
                 self._collect(ref)
             if time.monotonic() >= next_renew:
@@ -151,8 +151,11 @@ class RayDriver:
             if not rows:
                 break
             rollouts, read_s = self._read(rows)
-            self._send(slot, self.actors[slot].judge.remote(rollouts),
-                       Flight(slot, JUDGE, time.perf_counter(), rows=list(rows), read_s=read_s))
+            self._send(
+                slot,
+                self.actors[slot].judge.remote(rollouts),
+                Flight(slot, JUDGE, time.perf_counter(), rows=list(rows), read_s=read_s),
+            )
 
     def _dispatch_lanes(self) -> None:
         """Lockstep: give each idle rollout actor new episodes for its free lanes (all of them at
@@ -173,8 +176,9 @@ class RayDriver:
             held.update((key.episode_id, key) for key in keys)
             if not held:
                 continue
-            self._send(slot, self.actors[slot].run_lanes.remote(keys, self.width),
-                       Flight(slot, LANES, time.perf_counter()))
+            self._send(
+                slot, self.actors[slot].run_lanes.remote(keys, self.width), Flight(slot, LANES, time.perf_counter())
+            )
 
     def _judge_loaded(self, slot: int) -> bool:
         """Has judge actor ``slot`` loaded its judge? (the first to answer sets the batch size
@@ -224,17 +228,33 @@ class RayDriver:
         owner, attempts = self.owners[flight.slot], self.settings.max_attempts
         if flight.kind == JUDGE:  # its rollouts are kept and go back to the judge queue
             for row in flight.rows:
-                self.ledger.fail_judging(row["episode_id"], owner, f"Ray judge actor {flight.slot} died while "
-                                         f"judging: {exc}", attempts, infrastructure=True)
+                self.ledger.fail_judging(
+                    row["episode_id"],
+                    owner,
+                    f"Ray judge actor {flight.slot} died while judging: {exc}",
+                    attempts,
+                    infrastructure=True,
+                )
         elif flight.kind == LANES:
             held = self.held.setdefault(flight.slot, {})
             for episode_id in held:
-                self.ledger.fail(episode_id, owner, f"Ray actor {flight.slot} died while running the episode "
-                                 f"(one of {len(held)} lockstep lanes): {exc}", attempts, infrastructure=True)
+                self.ledger.fail(
+                    episode_id,
+                    owner,
+                    f"Ray actor {flight.slot} died while running the episode "
+                    f"(one of {len(held)} lockstep lanes): {exc}",
+                    attempts,
+                    infrastructure=True,
+                )
             held.clear()
         else:
-            self.ledger.fail(flight.key.episode_id, owner, f"Ray actor {flight.slot} died while running the "
-                             f"episode: {exc}", attempts, infrastructure=True)
+            self.ledger.fail(
+                flight.key.episode_id,
+                owner,
+                f"Ray actor {flight.slot} died while running the episode: {exc}",
+                attempts,
+                infrastructure=True,
+            )
 
     def _hand_back(self, flight: Flight) -> None:
         """Release the flight's leases unused (not the episodes' fault: no attempt counted)."""
@@ -290,8 +310,9 @@ class RayDriver:
         owner = self.owners[slot]
         key = ended.key
         if ended.error is not None:
-            self.ledger.fail(key.episode_id, owner, ended.error, self.settings.max_attempts,
-                             infrastructure=ended.infrastructure)
+            self.ledger.fail(
+                key.episode_id, owner, ended.error, self.settings.max_attempts, infrastructure=ended.infrastructure
+            )
             return
         record = ended.record
         t0 = time.perf_counter()
@@ -299,8 +320,9 @@ class RayDriver:
         for artifact in ended.artifacts:
             got = self.store.put_bytes(artifact.data, artifact.rel.rsplit(".", 1)[1])
             if tuple(got) != (artifact.sha256, artifact.rel, artifact.size):
-                raise WorkerFailed(f"artifact {artifact.rel} from Ray actor {slot} arrived damaged "
-                                   f"(sha256 {got[0][:12]})")
+                raise WorkerFailed(
+                    f"artifact {artifact.rel} from Ray actor {slot} arrived damaged (sha256 {got[0][:12]})"
+                )
             artifacts.append(artifact.entry())
         timings = dict(record["timings"])
         timings["io"] = float(timings.get("io", 0.0)) + time.perf_counter() - t0
@@ -323,11 +345,23 @@ class RayDriver:
         loads = dict(reply.loads or {})  # the judge's build, filed with its first episode
         for row, verdict in zip(flight.rows, reply.verdicts, strict=True):
             if verdict.error is not None:
-                self.ledger.fail_judging(row["episode_id"], owner, verdict.error, self.settings.max_attempts,
-                                         infrastructure=verdict.infrastructure)
+                self.ledger.fail_judging(
+                    row["episode_id"],
+                    owner,
+                    verdict.error,
+                    self.settings.max_attempts,
+                    infrastructure=verdict.infrastructure,
+                )
                 continue
-            record = finish_record(self.job.config, row["record"], verdict.judgment, reply.identity,
-                                   reply.name, float(reply.seconds), flight.read_s)
+            record = finish_record(
+                self.job.config,
+                row["record"],
+                verdict.judgment,
+                reply.identity,
+                reply.name,
+                float(reply.seconds),
+                flight.read_s,
+            )
             file_loads(record["timings"], loads)
             loads = {}
             self.ledger.complete_judging(row["episode_id"], owner, record)
@@ -338,8 +372,10 @@ class RayDriver:
         if left == 0:
             return
         if self.restarts >= self.ex.max_restarts:
-            raise WorkerFailed(f"Ray actor {slot} died ({exc}) and the restart limit ({self.ex.max_restarts}) is "
-                               "used up; rerun the same command to resume")
+            raise WorkerFailed(
+                f"Ray actor {slot} died ({exc}) and the restart limit ({self.ex.max_restarts}) is "
+                "used up; rerun the same command to resume"
+            )
         self.restarts += 1
         self._start_actor(slot)
 

@@ -56,6 +56,7 @@ Modules: this one (options, Ray's lifetime), :mod:`~kosmos_env.campaign.ray_driv
 driver's loop), :mod:`~kosmos_env.campaign.ray_actors` (the actors' bodies) and
 :mod:`~kosmos_env.campaign.ray_messages` (the typed records they exchange).
 """
+
 from __future__ import annotations
 
 import sys
@@ -65,8 +66,15 @@ from kosmos_env.campaign.executor_base import CampaignJob, Executor
 from kosmos_env.campaign.ray_actors import EpisodeActor, JudgeActor
 from kosmos_env.campaign.ray_driver import RayDriver
 
-__all__ = ["ACTOR_OPTION_KEYS", "EpisodeActor", "JudgeActor", "RayDriver", "RayExecutor", "import_ray",
-           "parse_actor_resources"]
+__all__ = [
+    "ACTOR_OPTION_KEYS",
+    "EpisodeActor",
+    "JudgeActor",
+    "RayDriver",
+    "RayExecutor",
+    "import_ray",
+    "parse_actor_resources",
+]
 
 # Ray actor options a user may set through --actor-resources (all are resource requests or
 # placement hints; anything else, e.g. max_concurrency, would change how the executor works)
@@ -109,8 +117,10 @@ def parse_actor_resources(value: str | Mapping[str, Any] | None, flag: str = "--
                 raise ValueError(f"{flag}: {key!r} must be a non-negative number, got {amount!r}")
             if key == "num_gpus" and amount > 1 and float(amount) != int(amount):
                 raise ValueError(f"{flag}: num_gpus above 1 must be a whole number (Ray's rule), got {amount}")
-    if "resources" in out and not (isinstance(out["resources"], Mapping)
-                                   and all(isinstance(v, (int, float)) and v >= 0 for v in out["resources"].values())):
+    if "resources" in out and not (
+        isinstance(out["resources"], Mapping)
+        and all(isinstance(v, (int, float)) and v >= 0 for v in out["resources"].values())
+    ):
         raise ValueError(f"{flag}: 'resources' must map names to non-negative numbers, got {out['resources']!r}")
     out.setdefault("num_cpus", 1)
     return out
@@ -121,10 +131,18 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, workers: int, address: str | None = None, num_cpus: float | None = None,
-                 actor_resources: str | Mapping[str, Any] | None = None, max_restarts: int | None = None,
-                 poll_seconds: float = 0.2, init_kwargs: Mapping[str, Any] | None = None, judge_workers: int = 0,
-                 judge_resources: str | Mapping[str, Any] | None = None):
+    def __init__(
+        self,
+        workers: int,
+        address: str | None = None,
+        num_cpus: float | None = None,
+        actor_resources: str | Mapping[str, Any] | None = None,
+        max_restarts: int | None = None,
+        poll_seconds: float = 0.2,
+        init_kwargs: Mapping[str, Any] | None = None,
+        judge_workers: int = 0,
+        judge_resources: str | Mapping[str, Any] | None = None,
+    ):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
         if judge_workers < 0:
@@ -134,8 +152,10 @@ class RayExecutor(Executor):
         self.judge_workers = int(judge_workers)
         self.judge_options = parse_actor_resources(judge_resources, "--judge-resources")
         if num_cpus is not None and address is not None:
-            raise ValueError("--ray-num-cpus sizes a new local Ray instance; it cannot be used with --address "
-                             "(the cluster's resources are set where it was started)")
+            raise ValueError(
+                "--ray-num-cpus sizes a new local Ray instance; it cannot be used with --address "
+                "(the cluster's resources are set where it was started)"
+            )
         if num_cpus is not None and num_cpus <= 0:
             raise ValueError(f"--ray-num-cpus must be positive, got {num_cpus}")
         self.workers = int(workers)

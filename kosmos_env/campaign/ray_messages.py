@@ -7,6 +7,7 @@ failed. :class:`Fatal` is the answer of an actor that cannot go on (its worker o
 not start, a policy's content hash changed): the driver hands back the work it held for that
 actor and stops the campaign with the error.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -107,8 +108,10 @@ class Fatal:
     def of(cls, what: str, exc: BaseException) -> "Fatal":
         """``what`` (e.g. "worker could not start") followed by the exception, with its traceback."""
         prefix = f"{what}: " if what else ""
-        return cls(f"{prefix}{type(exc).__name__}: {exc}",
-                   "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
+        return cls(
+            f"{prefix}{type(exc).__name__}: {exc}",
+            "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        )
 
 
 def describe_failure(exc: BaseException) -> tuple[str, bool]:

@@ -23,6 +23,7 @@ Only processes of this head are killed: the token is random per head and the ses
 is Ray's per-head folder. Linux reads ``/proc`` directly; other platforms use psutil when it is
 installed, and without it the watchdog only waits (Ray's own fate-sharing still applies).
 """
+
 from __future__ import annotations
 
 import os
@@ -159,8 +160,13 @@ class HeadGuard:
         # run by path: the watchdog imports nothing of kosmos_env (or Ray), so it starts in a blink;
         # its stdin is a pipe whose write end only this process holds (not inherited by Ray's
         # processes: Python opens it close-on-exec and Ray starts its processes with close_fds)
-        proc = subprocess.Popen([sys.executable, "-u", os.path.abspath(__file__), token, str(os.getpid())],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, close_fds=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-u", os.path.abspath(__file__), token, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            close_fds=True,
+        )
         return cls(proc, token)
 
     def marking(self):
@@ -238,8 +244,12 @@ def main(argv: list[str]) -> int:
                 session_dirs.append(value)
     killed = sweep(token, session_dirs, exclude={os.getpid(), os.getppid()})
     if killed:
-        print(f"kosmos-env: the campaign process {parent} died; stopped {len(killed)} process(es) of the "
-              f"Ray head it started", file=sys.stderr, flush=True)
+        print(
+            f"kosmos-env: the campaign process {parent} died; stopped {len(killed)} process(es) of the "
+            f"Ray head it started",
+            file=sys.stderr,
+            flush=True,
+        )
     return 0
 
 

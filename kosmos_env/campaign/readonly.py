@@ -6,6 +6,7 @@ log (a writable connection that closes last would). :class:`ReadOnlyLedger` give
 :class:`~kosmos_env.campaign.ledger.Ledger` reading methods over one (its writing methods fail
 inside SQLite). Used by ``kosmos-env serve`` and by ``verify_campaign(read_only=True)``.
 """
+
 from __future__ import annotations
 
 import os

@@ -22,6 +22,7 @@ stored frames and log are re-judged; :data:`ON_TRUST_GENERATED`).
 
 Layering: campaign code, it reads judges and the env (as the campaign worker does).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -112,8 +113,9 @@ class EpisodeEvidence:
     problems: list[str] = field(default_factory=list)
 
 
-def load_evidence(root: Path, row: Mapping[str, Any], frames_rel: str | None = None,
-                  want_frames: bool = False) -> EpisodeEvidence:
+def load_evidence(
+    root: Path, row: Mapping[str, Any], frames_rel: str | None = None, want_frames: bool = False
+) -> EpisodeEvidence:
     """Load an episode's stored actions, log and (``want_frames``) frames: from the lossless frames
     artifact ``frames_rel`` when there is one, else decoded from its MP4."""
     ev = EpisodeEvidence()
@@ -195,10 +197,16 @@ class Rejudger:
                 problems.append("no robot log although the world is a simulator (its log is the evidence)")
             elif ev.log and truth_log is None:
                 problems.append("its stored robot log has no gt_success although the world is a simulator")
-        if truth_log is not None and isinstance(stored_truth, Mapping) and "success" in stored_truth \
-                and bool(stored_truth["success"]) != truth_log:
-            problems.append(f"ground truth success = {stored_truth['success']!r}, but its own stored robot log "
-                            f"ends with gt_success = {truth_log} (judge state)")
+        if (
+            truth_log is not None
+            and isinstance(stored_truth, Mapping)
+            and "success" in stored_truth
+            and bool(stored_truth["success"]) != truth_log
+        ):
+            problems.append(
+                f"ground truth success = {stored_truth['success']!r}, but its own stored robot log "
+                f"ends with gt_success = {truth_log} (judge state)"
+            )
         if outcome == "discarded" or not self.deterministic or problems:
             return problems, False
         if self.reads_frames and (ev.frames is None or not len(ev.frames)):
@@ -209,29 +217,45 @@ class Rejudger:
         if truth_log is not None:
             truth = {**(truth or {}), "success": truth_log}
         frames = ev.frames if ev.frames is not None else np.zeros((0, 1, 1, 3), np.uint8)
-        rollout = Rollout(frames=frames, instruction="", actions=np.asarray(ev.actions), fps=1.0,
-                          task=str(row.get("task")), log=ev.log, ground_truth=truth)
+        rollout = Rollout(
+            frames=frames,
+            instruction="",
+            actions=np.asarray(ev.actions),
+            fps=1.0,
+            task=str(row.get("task")),
+            log=ev.log,
+            ground_truth=truth,
+        )
         try:
             verdict = self.judge.judge(rollout)
         except Exception as exc:  # noqa: BLE001 - evidence the judge cannot read is a finding
-            return problems + [f"judge {self.name} cannot re-judge its stored artifacts ({type(exc).__name__}: "
-                               f"{exc})"], False
+            return problems + [
+                f"judge {self.name} cannot re-judge its stored artifacts ({type(exc).__name__}: {exc})"
+            ], False
         want = _OUTCOME_OF_VERDICT[verdict.success]
         if want != outcome:
             lossy = not ev.frames_lossless and self.reads_frames
             threshold = float(getattr(self.judge, "threshold", 0.5))
             if lossy and abs(float(verdict.score) - threshold) <= LOSSY_MARGIN:
                 return problems, True  # too close to call on compressed frames
-            where = "on its stored " + ("decoded video frames" if lossy else
-                                        "frames" if self.reads_frames else "log and actions")
-            problems.append(f"recorded {outcome}, but judge {self.name} re-run {where} says {want} "
-                            f"(score {float(verdict.score):.3f})")
+            where = "on its stored " + (
+                "decoded video frames" if lossy else "frames" if self.reads_frames else "log and actions"
+            )
+            problems.append(
+                f"recorded {outcome}, but judge {self.name} re-run {where} says {want} "
+                f"(score {float(verdict.score):.3f})"
+            )
         elif not self.reads_frames or ev.frames_lossless:
             score = row.get("score")
-            if verdict.success is not None and isinstance(score, (int, float)) \
-                    and not math.isclose(float(score), float(verdict.score), rel_tol=1e-6, abs_tol=1e-6):
-                problems.append(f"recorded score {score}, but judge {self.name} re-run on its stored artifacts "
-                                f"gives {float(verdict.score):.6f}")
+            if (
+                verdict.success is not None
+                and isinstance(score, (int, float))
+                and not math.isclose(float(score), float(verdict.score), rel_tol=1e-6, abs_tol=1e-6)
+            ):
+                problems.append(
+                    f"recorded score {score}, but judge {self.name} re-run on its stored artifacts "
+                    f"gives {float(verdict.score):.6f}"
+                )
         return problems, True
 
 
@@ -241,21 +265,27 @@ class Rejudger:
 class Replayer:
     """Replays stored actions on the campaign's simulator world (one env, built once)."""
 
-    def __init__(self, env_id: str, spec_overrides: Mapping[str, Any], judge_spec: Mapping[str, Any],
-                 spec_hash: str | None = None):
+    def __init__(
+        self,
+        env_id: str,
+        spec_overrides: Mapping[str, Any],
+        judge_spec: Mapping[str, Any],
+        spec_hash: str | None = None,
+    ):
         import gymnasium
 
         import kosmos_env  # noqa: F401  (registers the env ids)
         from kosmos_env.campaign.worker import StagedJudge
 
         # judging is deferred (the rollout comes back unjudged); the campaign judge re-judges below
-        self.env = gymnasium.make(env_id, defer_judging=True, judge=StagedJudge(judge_spec),
-                                  **dict(spec_overrides))
+        self.env = gymnasium.make(env_id, defer_judging=True, judge=StagedJudge(judge_spec), **dict(spec_overrides))
         base = self.env.unwrapped
         if spec_hash is not None and base.spec_hash != spec_hash:
             self.close()
-            raise ValueError(f"{env_id} with the recorded overrides has spec hash {base.spec_hash[:12]}, the campaign "
-                             f"recorded {spec_hash[:12]}: it cannot be replayed with this kosmos-env")
+            raise ValueError(
+                f"{env_id} with the recorded overrides has spec hash {base.spec_hash[:12]}, the campaign "
+                f"recorded {spec_hash[:12]}: it cannot be replayed with this kosmos-env"
+            )
         self.chunk = base.kosmos_spec.action_chunk
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self.rejudger = Rejudger(judge_spec, base.kosmos_spec.to_dict())
@@ -275,12 +305,15 @@ class Replayer:
         except Exception as exc:  # noqa: BLE001 - a policy that fails here is reported, not raised
             return [f"its policy failed when re-run ({type(exc).__name__}: {exc})"]
         if sha256_hex(npy_bytes(result.rollout.actions)) != Path(actions_rel).name.split(".")[0]:
-            return [f"its stored actions are not what policy {row.get('policy')!r} takes on seed {row['env_seed']} "
-                    "(the evidence is another episode's)"]
+            return [
+                f"its stored actions are not what policy {row.get('policy')!r} takes on seed {row['env_seed']} "
+                "(the evidence is another episode's)"
+            ]
         return []
 
-    def replay(self, root: Path, row: Mapping[str, Any], frames_rel: str | None = None,
-               policy: Any = None) -> list[str]:
+    def replay(
+        self, root: Path, row: Mapping[str, Any], frames_rel: str | None = None, policy: Any = None
+    ) -> list[str]:
         """Problems found replaying one episode (empty: it replays bit for bit); with ``policy``, the
         policy is re-run too and must take the stored actions."""
         from kosmos_env.campaign.artifacts import npy_bytes, npz_bytes
@@ -303,7 +336,7 @@ class Replayer:
             steps = len(actions) // self.chunk
             info: dict[str, Any] = {}
             while not done and n < steps:
-                a = actions[n * self.chunk:(n + 1) * self.chunk]
+                a = actions[n * self.chunk : (n + 1) * self.chunk]
                 _, _, terminated, truncated, info = env.step(a[0] if self.chunk == 1 else a)
                 done = bool(terminated or truncated)
                 n += 1
@@ -311,8 +344,10 @@ class Replayer:
             return [f"replay failed ({type(exc).__name__}: {exc})"]
         problems = []
         if not done or n != steps:
-            problems.append(f"replay of its {steps} stored steps ended {'after ' + str(n) if done else 'not at all'} "
-                            "(the episode did not end where the stored actions end)")
+            problems.append(
+                f"replay of its {steps} stored steps ended {'after ' + str(n) if done else 'not at all'} "
+                "(the episode did not end where the stored actions end)"
+            )
         rollout = env.unwrapped.rollout()
         if sha256_hex(npy_bytes(rollout.actions)) != Path(rel).name.split(".")[0]:
             problems.append("replayed actions differ from its stored actions artifact")
@@ -322,8 +357,10 @@ class Replayer:
             if not log_rel:
                 problems.append("the replay writes a robot log, but the episode stored none")
             elif got != Path(log_rel).name.split(".")[0]:
-                problems.append("its stored robot log is not what replaying its actions from seed "
-                                f"{row['env_seed']} gives (log sha256 {got[:12]}, stored {Path(log_rel).name[:12]})")
+                problems.append(
+                    "its stored robot log is not what replaying its actions from seed "
+                    f"{row['env_seed']} gives (log sha256 {got[:12]}, stored {Path(log_rel).name[:12]})"
+                )
         if frames_rel:
             if sha256_hex(npz_bytes({"frames": rollout.frames})) != Path(frames_rel).name.split(".")[0]:
                 problems.append("its stored frames are not what the replay renders")
@@ -338,10 +375,14 @@ class Replayer:
             problems.append("its stored ground truth is not the replay's")
         gate = info.get("gate")
         stored_gate = row.get("gate")
-        if isinstance(gate, Mapping) and isinstance(stored_gate, Mapping) \
-                and bool(gate.get("passed")) != bool(stored_gate.get("passed")):
-            problems.append(f"gate verdict passed = {stored_gate.get('passed')!r} stored, the replay's is "
-                            f"{gate.get('passed')!r}")
+        if (
+            isinstance(gate, Mapping)
+            and isinstance(stored_gate, Mapping)
+            and bool(gate.get("passed")) != bool(stored_gate.get("passed"))
+        ):
+            problems.append(
+                f"gate verdict passed = {stored_gate.get('passed')!r} stored, the replay's is {gate.get('passed')!r}"
+            )
         want = row.get("outcome")
         replayed = info.get("outcome")
         if (replayed == "discarded" or want == "discarded") and replayed != want:
@@ -400,9 +441,13 @@ def replay_count(value: str) -> int | str:
     return n
 
 
-def rederive_rows(root: Path, rows: Sequence[Mapping[str, Any]], judge_spec: Mapping[str, Any],
-                  spec: Mapping[str, Any], frames_of: Callable[[str], str | None] = lambda eid: None,
-                  ) -> tuple[list[str], list[str], int]:
+def rederive_rows(
+    root: Path,
+    rows: Sequence[Mapping[str, Any]],
+    judge_spec: Mapping[str, Any],
+    spec: Mapping[str, Any],
+    frames_of: Callable[[str], str | None] = lambda eid: None,
+) -> tuple[list[str], list[str], int]:
     """(problems, warnings, episodes re-derived) for every finished episode of ``rows``."""
     rejudger = Rejudger(judge_spec, spec)
     problems: list[str] = []
@@ -420,8 +465,11 @@ def rederive_rows(root: Path, rows: Sequence[Mapping[str, Any]], judge_spec: Map
             skipped.append(str(eid))
     warnings = []
     if skipped:
-        why = (f"judge {rejudger.name} is not deterministic (its verdicts are taken as recorded)"
-               if not rejudger.deterministic else f"judge {rejudger.name} reads frames the episodes did not keep")
+        why = (
+            f"judge {rejudger.name} is not deterministic (its verdicts are taken as recorded)"
+            if not rejudger.deterministic
+            else f"judge {rejudger.name} reads frames the episodes did not keep"
+        )
         warnings.append(f"{len(skipped)} episodes' outcomes not re-derived: {why}")
     return problems, warnings, n
 

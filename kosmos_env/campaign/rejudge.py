@@ -15,6 +15,7 @@ Judged episodes are those the campaign judged itself (success, failure, abstaine
 discards and errors have nothing to judge. A run killed at any point is resumed by running the
 same command again: only episodes without this judge's verdict are judged.
 """
+
 from __future__ import annotations
 
 import os
@@ -56,12 +57,20 @@ def load_judge(spec: Mapping[str, Any], **runtime: Any):
         return make_judge(dict(spec), **runtime)
     except Exception as exc:  # missing weights, bad settings, an unknown type: all the user's to fix
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ValueError(f"judge {judgment_table.judge_label(spec)} could not be loaded ({type(exc).__name__}: {first}); "
-                         "nothing was judged") from None
+        raise ValueError(
+            f"judge {judgment_table.judge_label(spec)} could not be loaded ({type(exc).__name__}: {first}); "
+            "nothing was judged"
+        ) from None
 
 
-def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: int = 8, judge: Any = None,
-            on_batch: Callable[[int, int], None] | None = None) -> RejudgeReport:
+def rejudge(
+    out_dir: str | os.PathLike,
+    spec: Mapping[str, Any],
+    *,
+    batch_size: int = 8,
+    judge: Any = None,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> RejudgeReport:
     """Judge every judged episode of the campaign in ``out_dir`` with ``spec`` (see the module docstring).
 
     ``judge`` is a ready judge object for ``spec`` (tests, warm processes); ``on_batch(done,
@@ -81,8 +90,10 @@ def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: 
     t0 = time.perf_counter()
     verified = verify_campaign(out)
     if not verified.ok:
-        raise ValueError(f"campaign {out} fails verification ({len(verified.problems)} problem(s); first: "
-                         f"{verified.problems[0]}); nothing was re-judged: run kosmos-env verify {out}")
+        raise ValueError(
+            f"campaign {out} fails verification ({len(verified.problems)} problem(s); first: "
+            f"{verified.problems[0]}); nothing was re-judged: run kosmos-env verify {out}"
+        )
     judge_id = judgment_table.judge_identity(spec)
     report = RejudgeReport(judge_id=judge_id, label=judgment_table.judge_label(spec))
     owner = make_owner("judge")
@@ -110,7 +121,12 @@ def rejudge(out_dir: str | os.PathLike, spec: Mapping[str, Any], *, batch_size: 
             rollouts = [reader.rollout(r) for r in batch]
             verdicts = judge_many(judge, rollouts)
             report.judged_now += judgment_table.record(
-                ledger, judge_id, spec, owner, [(r["episode_id"], v.to_dict()) for r, v in zip(batch, verdicts, strict=True)])
+                ledger,
+                judge_id,
+                spec,
+                owner,
+                [(r["episode_id"], v.to_dict()) for r, v in zip(batch, verdicts, strict=True)],
+            )
             if on_batch:
                 on_batch(report.already_judged + start + len(batch), len(rows))
         report.rollouts_generated = len(ledger.attempts()) - attempts_before
@@ -158,9 +174,16 @@ class StoredRollouts:
         if row.get("log"):
             with np.load(self.root / row["log"], allow_pickle=False) as z:
                 log = {k: z[k] for k in z.files}
-        return Rollout(frames=frames, instruction=self.suite.tasks[task].instruction, actions=actions, fps=fps,
-                       task=task, log=log, ground_truth=row.get("ground_truth"),
-                       meta={"episode_id": row["episode_id"], "policy": row["policy"], "seed": row["seed"]})
+        return Rollout(
+            frames=frames,
+            instruction=self.suite.tasks[task].instruction,
+            actions=actions,
+            fps=fps,
+            task=task,
+            log=log,
+            ground_truth=row.get("ground_truth"),
+            meta={"episode_id": row["episode_id"], "policy": row["policy"], "seed": row["seed"]},
+        )
 
 
 def _stored_frames(root: Path, relpath: str, episode_id: str) -> np.ndarray:

@@ -4,6 +4,7 @@ Running the same campaign again on the same output folder is a *resume*: the led
 holds the finished episodes, so only the missing ones (never started, or leased by a process
 that died) run. A different config on the same folder is refused before anything runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,11 +37,18 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
     return new
 
 
-def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: Executor | None = None,
-                 settings: WorkSettings = WorkSettings(), price_table: PriceTable | None = None,
-                 argv: Sequence[str] | None = None, progress: bool = True,
-                 on_progress: Callable[[], None] | None = None, retry_errors: bool = False,
-                 run_stats: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_campaign(
+    config: CampaignConfig,
+    out_dir: str | os.PathLike,
+    executor: Executor | None = None,
+    settings: WorkSettings = WorkSettings(),
+    price_table: PriceTable | None = None,
+    argv: Sequence[str] | None = None,
+    progress: bool = True,
+    on_progress: Callable[[], None] | None = None,
+    retry_errors: bool = False,
+    run_stats: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run (or resume) ``config`` into ``out_dir``; returns the results.json content.
 
     ``on_progress()`` is called whenever the progress display refreshes (after each episode
@@ -65,8 +73,12 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
         clear_cancel(ledger, owner)  # rerunning a cancelled campaign resumes it
         ledger.reopen_errors(all_errors=retry_errors)
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
-    monitor = ProgressMonitor(out_dir, desc=f"{config.env_id} {config.campaign_id}", enabled=progress,
-                              two_stage=bool(getattr(executor, "judge_workers", 0)))
+    monitor = ProgressMonitor(
+        out_dir,
+        desc=f"{config.env_id} {config.campaign_id}",
+        enabled=progress,
+        two_stage=bool(getattr(executor, "judge_workers", 0)),
+    )
     seen_discards = set(monitor.discards_seen)
     try:
         refresh = monitor.refresh if on_progress is None else lambda: (monitor.refresh(), on_progress())
@@ -78,9 +90,12 @@ def run_campaign(config: CampaignConfig, out_dir: str | os.PathLike, executor: E
             ledger.finish_run(run_id)
         results = write_bundle(out_dir, price_table)
         if run_stats is not None:
-            run_stats.update(done_before=monitor.done_before, done_now=monitor.done - monitor.done_before,
-                             seconds=time.monotonic() - started,
-                             discards=_discards_since(out_dir, seen_discards))
+            run_stats.update(
+                done_before=monitor.done_before,
+                done_now=monitor.done - monitor.done_before,
+                seconds=time.monotonic() - started,
+                discards=_discards_since(out_dir, seen_discards),
+            )
     return results
 
 
@@ -92,8 +107,13 @@ def _discards_since(out_dir: str, seen: set[str]) -> list[tuple[str, str]]:
     out = []
     for r in rows:
         gate = r.get("gate") if isinstance(r.get("gate"), dict) else {}
-        out.append((f"{r['policy']} on {r['task']} seed {r['seed']}", gate.get("reason") or discard_reason(gate),
-                    str(gate.get("check") or "gate")))
+        out.append(
+            (
+                f"{r['policy']} on {r['task']} seed {r['seed']}",
+                gate.get("reason") or discard_reason(gate),
+                str(gate.get("check") or "gate"),
+            )
+        )
     return out
 
 

@@ -3,6 +3,7 @@
 Kept apart from :mod:`kosmos_env.campaign.judge_stage` so that verifying a folder never imports
 the code that judges (and re-judging, which verifies first, imports no cycle).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -11,8 +12,9 @@ from typing import Any, Mapping, Sequence
 _ROLLOUT_FIELDS = ("gate", "ground_truth", "steps", "video", "actions", "log")
 
 
-def check_stage(episodes: Sequence[Mapping[str, Any]], queue: Sequence[Mapping[str, Any]],
-                attempts: Sequence[Mapping[str, Any]]) -> list[str]:
+def check_stage(
+    episodes: Sequence[Mapping[str, Any]], queue: Sequence[Mapping[str, Any]], attempts: Sequence[Mapping[str, Any]]
+) -> list[str]:
     """Problems in a two-stage campaign's ledger (``kosmos-env verify`` reports them).
 
     Every judge-queue row names a planned episode and agrees with its status (judged exactly
@@ -51,8 +53,12 @@ def check_stage(episodes: Sequence[Mapping[str, Any]], queue: Sequence[Mapping[s
     identities: dict[str, list[str]] = {}
     for ep in episodes:
         prov = ep.get("provenance")
-        if ep["status"] != "done" or ep.get("outcome") in ("error", "discarded") or not isinstance(prov, Mapping) \
-                or "judge" not in prov:
+        if (
+            ep["status"] != "done"
+            or ep.get("outcome") in ("error", "discarded")
+            or not isinstance(prov, Mapping)
+            or "judge" not in prov
+        ):
             continue
         core = {k: prov.get(k) for k in ("spec_hash", "world", "judge")}
         if ep["episode_id"] in staged_ids and sha256_hex(canonical_json(core)) != prov.get("identity_sha256"):

@@ -39,6 +39,7 @@ episode's own stored log says otherwise, and a forged log does not replay.
 Orphan artifacts (written by a worker that was killed before it could record its episode)
 are reported as warnings: they are harmless and never referenced.
 """
+
 from __future__ import annotations
 
 import json
@@ -50,10 +51,16 @@ from pathlib import Path
 from typing import Any
 
 from kosmos_env.campaign.artifacts import ArtifactStore
-from kosmos_env.campaign.bundle import (MANIFEST_NAME, PARQUET_NAME, RESULTS_NAME, RESULTS_SCHEMA, aggregate,
-                                        episode_entry)
+from kosmos_env.campaign.bundle import (
+    MANIFEST_NAME,
+    PARQUET_NAME,
+    RESULTS_NAME,
+    RESULTS_SCHEMA,
+    aggregate,
+    episode_entry,
+)
 from kosmos_env.campaign.failures import is_infrastructure_error_text
-from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
+from kosmos_env.campaign.ledger import LEDGER_NAME
 from kosmos_env.hashing import sha256_file
 
 _SUCCESS_OF = {"success": True, "failure": False, "discarded": None, "abstained": None, "error": None}
@@ -75,9 +82,15 @@ class VerifyReport:
         return {"ok": self.ok, "problems": self.problems, "warnings": self.warnings, "checked": self.checked}
 
 
-def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only: bool = True,
-                    replay: int | str = 0, replay_seed: int = 0, rederive: bool = True,
-                    rerun_policies: bool = True) -> VerifyReport:
+def verify_campaign(
+    out_dir: str | os.PathLike,
+    max_listed: int = 20,
+    read_only: bool = True,
+    replay: int | str = 0,
+    replay_seed: int = 0,
+    rederive: bool = True,
+    rerun_policies: bool = True,
+) -> VerifyReport:
     """Verify ``out_dir``; never raises for a broken folder, it reports.
 
     The ledger is always read through a read-only connection (``read_only`` is kept for callers
@@ -108,16 +121,16 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         if actual is None:
             report.problems.append(f"{where}: artifact {rel} is missing")
         elif actual != name:
-            report.problems.append(f"{where}: artifact {rel} is corrupt (its sha256 is {actual[:16]}..., "
-                                   f"its name says {name[:16]}...)")
+            report.problems.append(
+                f"{where}: artifact {rel} is corrupt (its sha256 is {actual[:16]}..., its name says {name[:16]}...)"
+            )
 
     try:
         # never written to: verify opens the ledger read-only (a read-only copy is verified as it is)
         with _open_readonly(path, report) as ledger:
             integrity = [tuple(r)[0] for r in ledger.conn.execute("PRAGMA integrity_check").fetchall()]
             if integrity != ["ok"]:
-                report.problems.append(f"the ledger {path} fails SQLite's integrity check: "
-                                       f"{_listing(integrity, 5)}")
+                report.problems.append(f"the ledger {path} fails SQLite's integrity check: {_listing(integrity, 5)}")
                 return report
             meta = ledger.meta()
             try:
@@ -126,8 +139,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
                 report.problems.append(f"ledger config unreadable: {exc}")
                 return report
             if config.config_hash != meta.get("config_hash"):
-                report.problems.append(f"ledger config hashes to {config.config_hash[:16]}..., but the ledger records "
-                                       f"{str(meta.get('config_hash'))[:16]}... (the stored config was edited)")
+                report.problems.append(
+                    f"ledger config hashes to {config.config_hash[:16]}..., but the ledger records "
+                    f"{str(meta.get('config_hash'))[:16]}... (the stored config was edited)"
+                )
             if config.spec_hash != meta.get("spec_hash"):
                 report.problems.append("ledger spec hash differs from its config's spec hash")
             episodes = ledger.episodes()
@@ -142,11 +157,14 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             from kosmos_env.campaign import judgments as judgment_table
 
             # other judges' verdicts (kosmos-env judge), re-derived below where the judge is deterministic
-            other_verdicts = [(j, judgment_table.verdicts(ledger, j["judge_id"])) for j in judgment_table.judges(ledger)]
+            other_verdicts = [
+                (j, judgment_table.verdicts(ledger, j["judge_id"])) for j in judgment_table.judges(ledger)
+            ]
             judge_queue = ledger.judge_queue()  # two-stage campaigns: the judge stage's own record
     except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
-        report.problems.append(f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt "
-                               "or not a campaign ledger")
+        report.problems.append(
+            f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt or not a campaign ledger"
+        )
         return report
 
     report.problems.extend(spec_problems(config))
@@ -158,8 +176,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         chunk = None
     n_errors = sum(1 for r in episodes if r["status"] == "done" and r["outcome"] == "error")
     if n_errors:
-        report.warnings.append(f"{n_errors} episodes ended in error (the policy failed on them); rerun kosmos-env eval "
-                               "with --retry-errors to try them again")
+        report.warnings.append(
+            f"{n_errors} episodes ended in error (the policy failed on them); rerun kosmos-env eval "
+            "with --retry-errors to try them again"
+        )
 
     # -- the plan: every planned episode exactly once --------------------------------------
     planned = {k.episode_id: k for k in config.episodes()}
@@ -173,16 +193,20 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
     for row in episodes:
         cells.setdefault((row["policy"], row["task"], row["seed"], row["repeat"]), []).append(row["episode_id"])
     twice += sorted(str(c) for c, ids in cells.items() if len(ids) > 1)
-    for what, items in (("planned episodes missing from the ledger", missing),
-                        ("episodes in the ledger that were never planned", extra),
-                        ("episodes recorded more than once", twice)):
+    for what, items in (
+        ("planned episodes missing from the ledger", missing),
+        ("episodes in the ledger that were never planned", extra),
+        ("episodes recorded more than once", twice),
+    ):
         if items:
             report.problems.append(f"{len(items)} {what}: {_listing(items, max_listed)}")
     unfinished = [r["episode_id"] for r in episodes if r["status"] != "done"]
     if unfinished:
-        report.problems.append(f"{len(unfinished)} episodes not finished (pending {counts['pending']}, leased "
-                               f"{counts['leased']}): {_listing(unfinished, max_listed)}; rerun the same kosmos-env eval "
-                               "command to finish them")
+        report.problems.append(
+            f"{len(unfinished)} episodes not finished (pending {counts['pending']}, leased "
+            f"{counts['leased']}): {_listing(unfinished, max_listed)}; rerun the same kosmos-env eval "
+            "command to finish them"
+        )
     ok_attempts: dict[str, int] = {}
     for a in attempts:
         if a["status"] == "ok":
@@ -205,8 +229,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             if not row["error"]:
                 report.problems.append(f"{eid}: error outcome without an error message")
             elif is_infrastructure_error_text(row["error"]):
-                report.problems.append(f"{eid}: closed as an error by an infrastructure failure ({row['error'][:80]}); "
-                                       "rerun the same kosmos-env eval command to retry it")
+                report.problems.append(
+                    f"{eid}: closed as an error by an infrastructure failure ({row['error'][:80]}); "
+                    "rerun the same kosmos-env eval command to retry it"
+                )
             continue
         for problem in evidence_problems(row):
             report.problems.append(f"{eid}: {problem}")
@@ -225,8 +251,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
             if n_rows is None:
                 report.problems.append(f"{eid}: actions artifact {row['actions']} is not a numeric .npy array")
             elif row["steps"] is None or n_rows != row["steps"] * chunk:
-                report.problems.append(f"{eid}: {row['steps']} steps recorded, but its actions artifact holds "
-                                       f"{n_rows} actions ({chunk} per step)")
+                report.problems.append(
+                    f"{eid}: {row['steps']} steps recorded, but its actions artifact holds "
+                    f"{n_rows} actions ({chunk} per step)"
+                )
     report.checked["episodes"] = len(episodes)
     done_rows = [dict(episode_entry(r), episode_id=r["episode_id"]) for r in episodes if r["status"] == "done"]
     frames_of = {q["episode_id"]: q.get("frames") for q in judge_queue} if judge_queue else {}
@@ -247,7 +275,9 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
     for a in artifact_rows:
         known.add(a["relpath"])
         if Path(a["relpath"]).name.split(".")[0] != a["sha256"]:
-            report.problems.append(f"artifact row {a['relpath']} records sha256 {a['sha256'][:16]}... that its name contradicts")
+            report.problems.append(
+                f"artifact row {a['relpath']} records sha256 {a['sha256'][:16]}... that its name contradicts"
+            )
         check_artifact(a["relpath"], "ledger artifact table")
     store_files = ArtifactStore(out).files()
     orphans = []
@@ -256,8 +286,10 @@ def verify_campaign(out_dir: str | os.PathLike, max_listed: int = 20, read_only:
         if rel not in known:
             orphans.append(rel)
     if orphans:
-        report.warnings.append(f"{len(orphans)} artifacts no episode references (a killed worker's unrecorded "
-                               f"episode; harmless): {_listing(orphans, max_listed)}")
+        report.warnings.append(
+            f"{len(orphans)} artifacts no episode references (a killed worker's unrecorded "
+            f"episode; harmless): {_listing(orphans, max_listed)}"
+        )
     report.checked["artifacts"] = len(set(store_files) | known)
 
     # -- the bundle ----------------------------------------------------------------------------
@@ -283,12 +315,15 @@ def check_before_use(out_dir: str | os.PathLike, command: str) -> None:
             return
         first = report.problems[0]
         first = first if len(first) <= 240 else first[:237] + "..."
-        raise ValueError(f"{out} fails verification ({len(report.problems)} problem(s); first: {first}); see "
-                         f"`kosmos-env verify {out}`, or pass --no-verify to {command} it anyway")
+        raise ValueError(
+            f"{out} fails verification ({len(report.problems)} problem(s); first: {first}); see "
+            f"`kosmos-env verify {out}`, or pass --no-verify to {command} it anyway"
+        )
 
 
-def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int,
-                   policy_rows=None) -> None:
+def _verify_bundle(
+    out: Path, config, meta, episodes, store_files, digest, report: VerifyReport, max_listed: int, policy_rows=None
+) -> None:
     manifest_path = out / MANIFEST_NAME
     if not manifest_path.is_file():
         report.problems.append("manifest.json is missing (rerun kosmos-env eval to rewrite the bundle)")
@@ -314,8 +349,10 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
     expected = [RESULTS_NAME] + ([PARQUET_NAME] if (out / PARQUET_NAME).exists() else []) + list(store_files)
     unlisted = [rel for rel in expected if rel not in files]
     if unlisted:
-        report.problems.append(f"{len(unlisted)} bundle files are not in manifest.json (stale bundle: rerun "
-                               f"kosmos-env eval): {_listing(unlisted, max_listed)}")
+        report.problems.append(
+            f"{len(unlisted)} bundle files are not in manifest.json (stale bundle: rerun "
+            f"kosmos-env eval): {_listing(unlisted, max_listed)}"
+        )
     report.checked["manifest_files"] = len(files)
 
     results_path = out / RESULTS_NAME
@@ -331,7 +368,9 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
         report.problems.append(f"results.json has schema {results.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
     camp = results.get("campaign", {})
     if camp.get("spec_hash") != config.spec_hash:
-        report.problems.append(f"results.json spec hash {str(camp.get('spec_hash'))[:12]} != ledger {config.spec_hash[:12]}")
+        report.problems.append(
+            f"results.json spec hash {str(camp.get('spec_hash'))[:12]} != ledger {config.spec_hash[:12]}"
+        )
     if camp.get("id") != meta.get("campaign_id"):
         report.problems.append(f"results.json campaign {camp.get('id')} != ledger {meta.get('campaign_id')}")
     # what the campaign was (env, spec, world, judge, gate, design) must be the ledger's config, field by field
@@ -342,15 +381,18 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
             report.problems.append(f"results.json campaign {what} differs from the ledger's config")
     if camp.get("config_hash") != meta.get("config_hash"):
         report.problems.append("results.json config hash differs from the ledger's")
-    theirs_p = [{k: p.get(k) for k in ("label", "name", "kwargs")} for p in camp.get("policies", [])
-                if isinstance(p, dict)]
+    theirs_p = [
+        {k: p.get(k) for k in ("label", "name", "kwargs")} for p in camp.get("policies", []) if isinstance(p, dict)
+    ]
     if not _same(theirs_p, [{k: p.get(k) for k in ("label", "name", "kwargs")} for p in mine["policies"]]):
         report.problems.append("results.json campaign policies differ from the ledger's config")
     stated = {p.get("label"): p.get("content_hash") for p in camp.get("policies", []) if isinstance(p, dict)}
     for label, row in (policy_rows or {}).items():
         if stated.get(label) != row["content_hash"]:
-            report.problems.append(f"results.json states policy {label!r} has content hash "
-                                   f"{str(stated.get(label))[:12]}, the ledger recorded {row['content_hash'][:12]}")
+            report.problems.append(
+                f"results.json states policy {label!r} has content hash "
+                f"{str(stated.get(label))[:12]}, the ledger recorded {row['content_hash'][:12]}"
+            )
     per_episode = results.get("per_episode")
     if not isinstance(per_episode, list) or not all(isinstance(e, dict) for e in per_episode):
         report.problems.append("results.json has no per_episode list of objects")
@@ -369,8 +411,9 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
         if fields:
             differ.append(f"{eid} ({', '.join(fields)})")
     if differ:
-        report.problems.append(f"results.json disagrees with the ledger on {len(differ)} episodes: "
-                               f"{_listing(differ, max_listed)}")
+        report.problems.append(
+            f"results.json disagrees with the ledger on {len(differ)} episodes: {_listing(differ, max_listed)}"
+        )
     _verify_aggregates(results, config, list(in_ledger.values()), report)
     if (out / PARQUET_NAME).exists():
         try:
@@ -396,8 +439,23 @@ def _verify_bundle(out: Path, config, meta, episodes, store_files, digest, repor
 
 
 #: per-episode fields of results.json that can change a result; each must equal the ledger's
-RESULT_FIELDS = ("policy", "task", "seed", "repeat", "env_seed", "outcome", "success", "score", "judge", "judgment",
-                 "gate", "ground_truth", "steps", "artifacts", "error")
+RESULT_FIELDS = (
+    "policy",
+    "task",
+    "seed",
+    "repeat",
+    "env_seed",
+    "outcome",
+    "success",
+    "score",
+    "judge",
+    "judgment",
+    "gate",
+    "ground_truth",
+    "steps",
+    "artifacts",
+    "error",
+)
 _OUTCOME_OF_VERDICT = {True: "success", False: "failure", None: "abstained"}
 
 
@@ -423,8 +481,13 @@ def evidence_problems(row) -> list[str]:
         problems.append(f"score {row.get('score')!r} differs from its judgment's score {want_score!r}")
     if judgment.get("judge") and row.get("judge") != judgment.get("judge"):
         problems.append(f"judge {row.get('judge')!r} differs from its judgment's judge {judgment.get('judge')!r}")
-    if judgment.get("judge") == "state" and isinstance(truth, dict) and "success" in truth \
-            and verdict is not None and bool(truth["success"]) != verdict:
+    if (
+        judgment.get("judge") == "state"
+        and isinstance(truth, dict)
+        and "success" in truth
+        and verdict is not None
+        and bool(truth["success"]) != verdict
+    ):
         problems.append(f"outcome {outcome} contradicts the simulator's ground truth (success = {truth['success']!r})")
     return problems
 
@@ -461,8 +524,10 @@ def _verify_aggregates(results, config, entries, report: VerifyReport) -> None:
     if theirs.get("ranking") != mine["ranking"]:
         wrong.append("ranking")
     if wrong:
-        report.problems.append(f"results.json aggregates differ from the recounted episodes: {_listing(wrong, 10)} "
-                               "(a stale or edited bundle: rerun kosmos-env eval to rebuild it)")
+        report.problems.append(
+            f"results.json aggregates differ from the recounted episodes: {_listing(wrong, 10)} "
+            "(a stale or edited bundle: rerun kosmos-env eval to rebuild it)"
+        )
 
 
 def _same(a, b, tol: float = 1e-9) -> bool:
@@ -511,8 +576,10 @@ class _open_readonly:
                 self.ledger.close()
             self.ledger = ReadOnlyLedger(self.path, immutable=True)
             if wal.is_file() and wal.stat().st_size > 0:
-                self.report.warnings.append(f"{wal.name} is not empty and the folder cannot be written: the ledger "
-                                            "was read without the changes still in its write-ahead log")
+                self.report.warnings.append(
+                    f"{wal.name} is not empty and the folder cannot be written: the ledger "
+                    "was read without the changes still in its write-ahead log"
+                )
         return self.ledger
 
     def __exit__(self, *exc) -> None:
@@ -531,8 +598,10 @@ def spec_problems(config) -> list[str]:
     except Exception as exc:  # noqa: BLE001 - a stored spec that does not load is a finding
         return [f"the ledger's stored spec is not a valid spec ({exc})"]
     if stored.hash != config.spec_hash:
-        problems.append(f"the ledger's stored spec hashes to {stored.hash[:12]}, but the campaign records spec hash "
-                        f"{config.spec_hash[:12]} (the stored spec was edited)")
+        problems.append(
+            f"the ledger's stored spec hashes to {stored.hash[:12]}, but the campaign records spec hash "
+            f"{config.spec_hash[:12]} (the stored spec was edited)"
+        )
     if stored.id != config.env_id:
         problems.append(f"the ledger's stored spec is for {stored.id!r}, the campaign's env_id is {config.env_id!r}")
     try:
@@ -541,8 +610,10 @@ def spec_problems(config) -> list[str]:
         problems.append(f"the spec of {config.env_id!r} with the recorded overrides cannot be rebuilt here ({exc})")
         return problems
     if expected.hash != config.spec_hash:
-        problems.append(f"{config.env_id} with the recorded overrides {dict(config.spec_overrides)} hashes to "
-                        f"{expected.hash[:12]}, but the campaign records spec hash {config.spec_hash[:12]}")
+        problems.append(
+            f"{config.env_id} with the recorded overrides {dict(config.spec_overrides)} hashes to "
+            f"{expected.hash[:12]}, but the campaign records spec hash {config.spec_hash[:12]}"
+        )
     return problems
 
 
@@ -552,21 +623,34 @@ def _rederive(out: Path, config, rows, frames_of, report: VerifyReport) -> None:
     try:
         problems, warnings, n = rederive_rows(out, rows, config.judge, config.spec, frames_of.get)
     except Exception as exc:  # noqa: BLE001 - e.g. the judge's weights are unreadable here: a finding
-        report.problems.append(f"outcomes could not be re-derived: judge {config.judge.get('type')!r} failed to "
-                               f"build ({type(exc).__name__}: {exc})")
+        report.problems.append(
+            f"outcomes could not be re-derived: judge {config.judge.get('type')!r} failed to "
+            f"build ({type(exc).__name__}: {exc})"
+        )
         return
     report.problems.extend(problems)
     report.warnings.extend(warnings)
     report.checked["rederived"] = n
 
 
-def _replay(out: Path, config, rows, frames_of, replay, seed: int, report: VerifyReport, policy_rows=None,
-            rerun_policies: bool = True) -> None:
+def _replay(
+    out: Path,
+    config,
+    rows,
+    frames_of,
+    replay,
+    seed: int,
+    report: VerifyReport,
+    policy_rows=None,
+    rerun_policies: bool = True,
+) -> None:
     from kosmos_env.campaign.rederive import Replayer, sample_rows, world_is_simulator
 
     if not world_is_simulator(config.spec):
-        report.warnings.append(f"--replay: {config.env_id}'s world ({(config.spec.get('world') or {}).get('type')}) "
-                               "is not a simulator; its generation cannot be replayed and is taken on trust")
+        report.warnings.append(
+            f"--replay: {config.env_id}'s world ({(config.spec.get('world') or {}).get('type')}) "
+            "is not a simulator; its generation cannot be replayed and is taken on trust"
+        )
         return
     candidates = [r for r in rows if r.get("outcome") != "error"]
     picked = sample_rows(candidates, replay, seed)
@@ -591,12 +675,16 @@ def _replay(out: Path, config, rows, frames_of, replay, seed: int, report: Verif
                 pol = make_policy(ref.name, **dict(ref.kwargs))
                 recorded = (policy_rows or {}).get(label, {}).get("content_hash")
                 if recorded and pol.content_hash() != recorded:
-                    report.warnings.append(f"--replay: policy {label!r} here has content hash "
-                                           f"{pol.content_hash()[:12]}, the campaign ran {recorded[:12]}: not re-run")
+                    report.warnings.append(
+                        f"--replay: policy {label!r} here has content hash "
+                        f"{pol.content_hash()[:12]}, the campaign ran {recorded[:12]}: not re-run"
+                    )
                     pol = None
             except Exception as exc:  # noqa: BLE001 - a policy that cannot be built here is not re-run
-                report.warnings.append(f"--replay: policy {label!r} cannot be built here ({type(exc).__name__}: "
-                                       f"{exc}); its actions were replayed in the world but the policy not re-run")
+                report.warnings.append(
+                    f"--replay: policy {label!r} cannot be built here ({type(exc).__name__}: "
+                    f"{exc}); its actions were replayed in the world but the policy not re-run"
+                )
                 pol = None
             policies[label] = pol
         return policies[label]
@@ -627,17 +715,25 @@ def provenance_problems(config, rows) -> list[str]:
             continue
         eid = row["episode_id"]
         if prov.get("spec_hash") != config.spec_hash:
-            problems.append(f"{eid}: its provenance names spec hash {str(prov.get('spec_hash'))[:12]}, the campaign's "
-                            f"is {config.spec_hash[:12]}")
+            problems.append(
+                f"{eid}: its provenance names spec hash {str(prov.get('spec_hash'))[:12]}, the campaign's "
+                f"is {config.spec_hash[:12]}"
+            )
         world = prov.get("world")
         if isinstance(world, dict) and world.get("type") is not None and world.get("type") != world_type:
-            problems.append(f"{eid}: its provenance names world {world.get('type')!r}, the campaign's spec "
-                            f"{world_type!r}")
+            problems.append(
+                f"{eid}: its provenance names world {world.get('type')!r}, the campaign's spec {world_type!r}"
+            )
         judge = prov.get("judge")
-        if isinstance(judge, dict) and isinstance(judge.get("spec"), dict) \
-                and judge["spec"].get("type") != config.judge.get("type"):
-            problems.append(f"{eid}: its provenance names judge {judge['spec'].get('type')!r}, the campaign's is "
-                            f"{config.judge.get('type')!r}")
+        if (
+            isinstance(judge, dict)
+            and isinstance(judge.get("spec"), dict)
+            and judge["spec"].get("type") != config.judge.get("type")
+        ):
+            problems.append(
+                f"{eid}: its provenance names judge {judge['spec'].get('type')!r}, the campaign's is "
+                f"{config.judge.get('type')!r}"
+            )
     return problems
 
 
@@ -656,19 +752,25 @@ def _rederive_other_judges(out: Path, config, rows, frames_of, other_verdicts, r
 
             make_judge(dict(judge["spec"]))
         except Exception as exc:  # noqa: BLE001
-            report.warnings.append(f"verdicts of judge {judge['label']} not re-derived: its spec cannot be built here "
-                                   f"({type(exc).__name__}: {exc})")
+            report.warnings.append(
+                f"verdicts of judge {judge['label']} not re-derived: its spec cannot be built here "
+                f"({type(exc).__name__}: {exc})"
+            )
             continue
-        mine = [dict(by_id[eid], outcome=v["outcome"], success=v["success"], score=v["score"],
-                     judge=judge["label"]) for eid, v in verdicts.items()
-                if eid in by_id and by_id[eid].get("outcome") not in ("error", "discarded")]
+        mine = [
+            dict(by_id[eid], outcome=v["outcome"], success=v["success"], score=v["score"], judge=judge["label"])
+            for eid, v in verdicts.items()
+            if eid in by_id and by_id[eid].get("outcome") not in ("error", "discarded")
+        ]
         try:
             problems, warnings, k = rederive_rows(out, mine, judge["spec"], config.spec, frames_of.get)
         except Exception as exc:  # noqa: BLE001 - a judge that cannot be built here is a finding
             report.problems.append(f"verdicts of judge {judge['label']} could not be re-derived ({exc})")
             continue
-        report.problems.extend(f"{p} (verdict recorded by kosmos-env judge {judge['label']})"
-                               if "judge state" not in p else p for p in problems)
+        report.problems.extend(
+            f"{p} (verdict recorded by kosmos-env judge {judge['label']})" if "judge state" not in p else p
+            for p in problems
+        )
         report.warnings.extend(warnings)
         n += k
     if n:

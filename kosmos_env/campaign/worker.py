@@ -12,6 +12,7 @@ worker: it never loads the judge, and files each rolled-out episode (record, art
 exact frames the judge is to see) for the judge workers of :mod:`kosmos_env.campaign.judge_stage`.
 Gate discards need no judge and are recorded at once.
 """
+
 from __future__ import annotations
 
 import os
@@ -76,8 +77,9 @@ class EpisodeRunner:
     ``staged``: the frames artifact and rate the judge workers are to use).
     """
 
-    def __init__(self, config: CampaignConfig, out_dir: str | os.PathLike, ledger: Ledger, owner: str,
-                 judge_stage: bool = False):
+    def __init__(
+        self, config: CampaignConfig, out_dir: str | os.PathLike, ledger: Ledger, owner: str, judge_stage: bool = False
+    ):
         import gymnasium
 
         import kosmos_env  # noqa: F401  (registers the env ids)
@@ -104,7 +106,8 @@ class EpisodeRunner:
         if base.spec_hash != config.spec_hash:
             raise RuntimeError(
                 f"{config.env_id} now has spec hash {base.spec_hash[:12]}, but the campaign was planned with "
-                f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory")
+                f"{config.spec_hash[:12]} (the env spec or task suite changed): use a new --out directory"
+            )
         self._provenance: dict[str, Any] | None = None
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self._policies: dict[tuple[str, int], Any] = {}
@@ -140,11 +143,14 @@ class EpisodeRunner:
             else:
                 from kosmos_env.judges.base import judge_identity
 
-                self._provenance = campaign_provenance(self.config, world, judge_identity(self.judge, self.config.judge))
+                self._provenance = campaign_provenance(
+                    self.config, world, judge_identity(self.judge, self.config.judge)
+                )
         return self._provenance
 
-    def run(self, key: EpisodeKey, episode: Any = None, started: float | None = None
-            ) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
+    def run(
+        self, key: EpisodeKey, episode: Any = None, started: float | None = None
+    ) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
         """Run ``key`` to the end, judge it, store artifacts; returns (ledger record, artifacts).
 
         ``episode``: the EpisodeResult of ``key`` already run elsewhere (the lockstep worker runs
@@ -305,9 +311,14 @@ def wait_for_work(ledger: Ledger, settings: WorkSettings) -> bool:
     return True
 
 
-def record_episode(ledger: Ledger, key: EpisodeKey, owner: str, record: dict[str, Any],
-                   artifacts: list[tuple[str, str, int, str]],
-                   on_episode: Callable[[str, str], None] | None = None) -> bool:
+def record_episode(
+    ledger: Ledger,
+    key: EpisodeKey,
+    owner: str,
+    record: dict[str, Any],
+    artifacts: list[tuple[str, str, int, str]],
+    on_episode: Callable[[str, str], None] | None = None,
+) -> bool:
     """Record ``key``'s finished episode (first finisher wins); returns whether this call recorded it
     as done. A rolled-out episode of a two-stage campaign is filed for the judge stage instead
     (returns False: it is not done yet)."""
@@ -324,20 +335,33 @@ def record_episode(ledger: Ledger, key: EpisodeKey, owner: str, record: dict[str
     return True
 
 
-def record_failure(ledger: Ledger, key: EpisodeKey, owner: str, exc: BaseException, settings: WorkSettings,
-                   on_episode: Callable[[str, str], None] | None = None) -> bool:
+def record_failure(
+    ledger: Ledger,
+    key: EpisodeKey,
+    owner: str,
+    exc: BaseException,
+    settings: WorkSettings,
+    on_episode: Callable[[str, str], None] | None = None,
+) -> bool:
     """Record ``exc`` as a failed attempt of ``key``; returns whether it was an infrastructure failure."""
     infra = is_infrastructure_failure(exc)
-    status = ledger.fail(key.episode_id, owner, "".join(traceback.format_exception(exc)), settings.max_attempts,
-                         infrastructure=infra)
+    status = ledger.fail(
+        key.episode_id, owner, "".join(traceback.format_exception(exc)), settings.max_attempts, infrastructure=infra
+    )
     if status == "done" and on_episode:
         on_episode(key.episode_id, "error")
     return infra
 
 
-def pause_after_infrastructure_failure(in_a_row: int, exc: BaseException, settings: WorkSettings,
-                                       stop: threading.Event | None = None, *, failed: str = "episodes",
-                                       kept: str = "they are left unfinished") -> None:
+def pause_after_infrastructure_failure(
+    in_a_row: int,
+    exc: BaseException,
+    settings: WorkSettings,
+    stop: threading.Event | None = None,
+    *,
+    failed: str = "episodes",
+    kept: str = "they are left unfinished",
+) -> None:
     """Back off after the ``in_a_row``-th infrastructure failure; past ``settings.infra_retries``, give up.
 
     One back-off for rollout workers, lockstep workers and judge workers (``failed`` and ``kept``
@@ -354,8 +378,14 @@ def pause_after_infrastructure_failure(in_a_row: int, exc: BaseException, settin
         time.sleep(pause)
 
 
-def work(out_dir: str | os.PathLike, config: CampaignConfig, owner: str, settings: WorkSettings = WorkSettings(),
-         on_episode: Callable[[str, str], None] | None = None, stop: threading.Event | None = None) -> int:
+def work(
+    out_dir: str | os.PathLike,
+    config: CampaignConfig,
+    owner: str,
+    settings: WorkSettings = WorkSettings(),
+    on_episode: Callable[[str, str], None] | None = None,
+    stop: threading.Event | None = None,
+) -> int:
     """Take and run episodes until none is left; returns how many this worker finished.
 
     ``on_episode(episode_id, outcome)`` is called after each recorded episode (progress).

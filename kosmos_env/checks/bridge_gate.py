@@ -14,6 +14,7 @@ records the method). Passing them is a consistency check of the gate's geometry 
 (camera model, start pose, direction measurement), not independent evidence that the gate
 recognises real robot motion: the commands were read off this very video.
 """
+
 from __future__ import annotations
 
 import copy
@@ -34,9 +35,17 @@ def integrated_positions(actions: np.ndarray, start: Sequence[float], workspace:
     return integrate_tcp(start, rows[:, :3], workspace)
 
 
-def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.ndarray, calibration: Any,
-                start: Sequence[float] | None, chunk: int = 1, controls: bool = False,
-                rng: np.random.Generator | None = None, pan_range: tuple[float, float] = (2.0, 8.0)) -> dict[str, np.ndarray]:
+def replay_gate(
+    gate_spec: Mapping[str, Any],
+    frames: np.ndarray,
+    actions: np.ndarray,
+    calibration: Any,
+    start: Sequence[float] | None,
+    chunk: int = 1,
+    controls: bool = False,
+    rng: np.random.Generator | None = None,
+    pan_range: tuple[float, float] = (2.0, 8.0),
+) -> dict[str, np.ndarray]:
     """Feed ``frames`` (T+1, H, W, 3) and ``actions`` (T, 7) to a fresh gate, ``chunk`` actions per call.
 
     The log of each call is the integrated commanded TCP (``start`` + running sum, clipped to the
@@ -57,8 +66,11 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
     if len(frames) != len(actions) + 1:
         raise ValueError(f"need one frame more than actions, got {len(frames)} frames and {len(actions)} actions")
     gate = ConsistencyGate.from_spec({k: v for k, v in gate_spec.items() if k != "enabled"})
-    path = integrated_positions(actions, start, gate_spec.get("workspace")) \
-        if (start is not None and calibration is not None) else None
+    path = (
+        integrated_positions(actions, start, gate_spec.get("workspace"))
+        if (start is not None and calibration is not None)
+        else None
+    )
     out: dict[str, list] = {"passed": [], "score": [], "demanded": [], "check": []}
     if controls:
         out.update(frozen_passed=[], frozen_demanded=[], pan_passed=[], pan_demanded=[], pan_detail=[])
@@ -78,17 +90,22 @@ def replay_gate(gate_spec: Mapping[str, Any], frames: np.ndarray, actions: np.nd
             panned = []
             for j in range(1, t1 - t0 + 1):  # the camera keeps drifting over the call
                 m = np.float32([[1, 0, j * mag * np.cos(angle)], [0, 1, j * mag * np.sin(angle)]])
-                panned.append(cv2.warpAffine(frames[t0], m, (w, h), flags=cv2.INTER_LINEAR,
-                                             borderMode=cv2.BORDER_REPLICATE))
+                panned.append(
+                    cv2.warpAffine(frames[t0], m, (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+                )
             v = copy.deepcopy(gate).check(frames[t0], np.stack(panned), act, calibration, log)
             out["pan_passed"].append(v.passed)
             out["pan_demanded"].append(any(s["demanded"] for s in v.segments))
             # what the pan measure saw (first segment), to tell why a pan got through
             seg = v.segments[0]
-            out["pan_detail"].append({"applied_px": [round(float(mag * np.cos(angle)), 3), round(float(mag * np.sin(angle)), 3)],
-                                      **{k: seg.get(k) for k in ("global_shift_px", "pan_explained", "pan_broken_static")},
-                                      "check": v.check})
-        v = gate.check(frames[t0], frames[t0 + 1: t1 + 1], act, calibration, log)
+            out["pan_detail"].append(
+                {
+                    "applied_px": [round(float(mag * np.cos(angle)), 3), round(float(mag * np.sin(angle)), 3)],
+                    **{k: seg.get(k) for k in ("global_shift_px", "pan_explained", "pan_broken_static")},
+                    "check": v.check,
+                }
+            )
+        v = gate.check(frames[t0], frames[t0 + 1 : t1 + 1], act, calibration, log)
         out["passed"].append(v.passed)
         out["score"].append(v.score)
         out["demanded"].append(any(s["demanded"] for s in v.segments))
@@ -115,12 +132,15 @@ def load_reference_commands() -> dict[str, Any]:
 
     digest = sha256_hex(np.ascontiguousarray(actions.round(6)).tobytes())
     if digest != data.get("actions_sha256"):
-        raise ReferenceDataError(f"{COMMANDS_FILE}: actions do not match their recorded actions_sha256; reinstall kosmos-env")
+        raise ReferenceDataError(
+            f"{COMMANDS_FILE}: actions do not match their recorded actions_sha256; reinstall kosmos-env"
+        )
     return dict(data, actions=actions)
 
 
-def commands_from_pixel_track(track_px: np.ndarray, calibration: Any, height_m: float,
-                              gripper: np.ndarray) -> np.ndarray:
+def commands_from_pixel_track(
+    track_px: np.ndarray, calibration: Any, height_m: float, gripper: np.ndarray
+) -> np.ndarray:
     """Env actions (T-1, 7) whose translations carry a gripper along a pixel track (T, 2).
 
     Each tracked point is back-projected through ``calibration`` onto the horizontal plane at

@@ -16,6 +16,7 @@ sees the same bytes:
 - ``shuffled``: the real frames in a seeded random order, first frame kept first (motion that
   no command sequence produced).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -56,7 +57,9 @@ def load_real_episode() -> ReferenceEpisode:
     """Decode the shipped real episode after checking its sha256."""
     path = reference_path(EPISODE_FILE)
     if not path.is_file():
-        raise ReferenceDataError(f"the real Bridge episode {EPISODE_FILE} is missing from the package; reinstall kosmos-env")
+        raise ReferenceDataError(
+            f"the real Bridge episode {EPISODE_FILE} is missing from the package; reinstall kosmos-env"
+        )
     data = path.read_bytes()
     digest = sha256_hex(data)
     if digest != EPISODE_SHA256:
@@ -65,7 +68,9 @@ def load_real_episode() -> ReferenceEpisode:
 
     frames = np.ascontiguousarray(iio.imread(data, extension=".mp4"))
     if frames.ndim != 4 or frames.shape[0] != EPISODE_FRAMES or frames.shape[-1] != 3:
-        raise ReferenceDataError(f"{EPISODE_FILE} decoded to shape {frames.shape}, expected ({EPISODE_FRAMES}, H, W, 3)")
+        raise ReferenceDataError(
+            f"{EPISODE_FILE} decoded to shape {frames.shape}, expected ({EPISODE_FRAMES}, H, W, 3)"
+        )
     return ReferenceEpisode(frames=frames, instruction=EPISODE_INSTRUCTION, fps=EPISODE_FPS, kind="real")
 
 

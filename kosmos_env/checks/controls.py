@@ -14,6 +14,7 @@ shuffled`` and ``kosmos-env study --control shuffled``:
 - :func:`gate_check` runs all of it and :func:`gate_check_acceptance` / :func:`format_gate_check`
   judge and print the result.
 """
+
 from __future__ import annotations
 
 import copy
@@ -26,6 +27,7 @@ import numpy as np
 
 from kosmos_env.gate.measurements import average_ranks
 from kosmos_env.worlds.shuffled import ShuffledCommandWorld  # noqa: F401  (re-exported: the controls use it)
+
 
 # -- recording --------------------------------------------------------------------------------
 @dataclass
@@ -89,9 +91,16 @@ def record(env, policy_args: Sequence[str], tasks: Sequence[str], seeds: Sequenc
 
 
 # -- replay -----------------------------------------------------------------------------------
-def replay(gate_spec: Mapping[str, Any], episode: Episode, actions: np.ndarray, calibration: Any,
-           use_log: bool = True, controls: bool = False, rng: np.random.Generator | None = None,
-           pan_range: tuple[float, float] = (2.0, 8.0)) -> dict[str, Any]:
+def replay(
+    gate_spec: Mapping[str, Any],
+    episode: Episode,
+    actions: np.ndarray,
+    calibration: Any,
+    use_log: bool = True,
+    controls: bool = False,
+    rng: np.random.Generator | None = None,
+    pan_range: tuple[float, float] = (2.0, 8.0),
+) -> dict[str, Any]:
     """Feed one recorded episode to a fresh gate, paired with ``actions`` (true or shuffled).
 
     Returns per-step ``passed``, ``score``, ``demanded`` and, with ``controls``, the verdicts
@@ -109,8 +118,8 @@ def replay(gate_spec: Mapping[str, Any], episode: Episode, actions: np.ndarray, 
     frames = episode.frames
     h, w = frames.shape[1:3]
     for t in range(len(actions)):
-        log = {"ee_pos": episode.ee_pos[t: t + 1]} if (use_log and episode.ee_pos is not None) else {}
-        act = actions[t: t + 1]
+        log = {"ee_pos": episode.ee_pos[t : t + 1]} if (use_log and episode.ee_pos is not None) else {}
+        act = actions[t : t + 1]
         if controls:
             frozen = copy.deepcopy(gate).check(frames[t], frames[t][None], act, calibration, log)
             ctrl["frozen_passed"].append(frozen.passed)
@@ -133,7 +142,9 @@ def replay(gate_spec: Mapping[str, Any], episode: Episode, actions: np.ndarray, 
     return out
 
 
-def shuffled_actions(episodes: Sequence[Episode], rng: np.random.Generator) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def shuffled_actions(
+    episodes: Sequence[Episode], rng: np.random.Generator
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(permuted, swapped) commands per episode: own commands permuted in time, and another
     episode's (same policy, the next one in order) permuted in time."""
     permuted, swapped = [], []
@@ -143,7 +154,9 @@ def shuffled_actions(episodes: Sequence[Episode], rng: np.random.Generator) -> t
     for i, ep in enumerate(episodes):
         permuted.append(ep.actions[rng.permutation(len(ep.actions))])
         group = by_policy[ep.policy]
-        other = episodes[group[(group.index(i) + 1) % len(group)]] if len(group) > 1 else episodes[(i + 1) % len(episodes)]
+        other = (
+            episodes[group[(group.index(i) + 1) % len(group)]] if len(group) > 1 else episodes[(i + 1) % len(episodes)]
+        )
         src = other.actions[rng.permutation(len(other.actions))]
         swapped.append(np.resize(src, ep.actions.shape))
     return permuted, swapped
@@ -163,7 +176,9 @@ def _rate(values) -> float | None:
     return float(values.mean()) if values.size else None
 
 
-def replay_controls(gate_spec, episodes: Sequence[Episode], calibration, use_log: bool, seed: int, progress=None) -> dict[str, Any]:
+def replay_controls(
+    gate_spec, episodes: Sequence[Episode], calibration, use_log: bool, seed: int, progress=None
+) -> dict[str, Any]:
     """Steps 2 and 3 of the module doc for one gate mode (calibrated or not)."""
     rng = np.random.default_rng(seed)
     permuted, swapped = shuffled_actions(episodes, rng)
@@ -196,25 +211,39 @@ def replay_controls(gate_spec, episodes: Sequence[Episode], calibration, use_log
         out[f"auroc_{kind}_episodes"] = auroc(ep_true, ep_shuf)
     frozen_dem = cat("true", "frozen_passed", "frozen_demanded")
     pan_dem = cat("true", "pan_passed", "pan_demanded")
-    out["frozen"] = {"rejection_rate_demanded": _rate(~frozen_dem) if frozen_dem.size else None,
-                     "demanded_steps": int(frozen_dem.size),
-                     "rejection_rate_all": _rate(~cat("true", "frozen_passed"))}
-    out["pan"] = {"rejection_rate_demanded": _rate(~pan_dem) if pan_dem.size else None,
-                  "demanded_steps": int(pan_dem.size),
-                  "rejection_rate_all": _rate(~cat("true", "pan_passed"))}
+    out["frozen"] = {
+        "rejection_rate_demanded": _rate(~frozen_dem) if frozen_dem.size else None,
+        "demanded_steps": int(frozen_dem.size),
+        "rejection_rate_all": _rate(~cat("true", "frozen_passed")),
+    }
+    out["pan"] = {
+        "rejection_rate_demanded": _rate(~pan_dem) if pan_dem.size else None,
+        "demanded_steps": int(pan_dem.size),
+        "rejection_rate_all": _rate(~cat("true", "pan_passed")),
+    }
     for label in dict.fromkeys(ep.policy for ep in episodes):
         idx = [i for i, ep in enumerate(episodes) if ep.policy == label]
         out["by_policy"][label] = {
-            kind: {"step_pass_rate": _rate(np.concatenate([runs[kind][i]["passed"] for i in idx])),
-                   "episode_pass_rate": _rate([runs[kind][i]["passed"].all() for i in idx])}
+            kind: {
+                "step_pass_rate": _rate(np.concatenate([runs[kind][i]["passed"] for i in idx])),
+                "episode_pass_rate": _rate([runs[kind][i]["passed"].all() for i in idx]),
+            }
             for kind in runs
         }
     return out
 
 
 # -- campaign ---------------------------------------------------------------------------------
-def campaign(env_id: str, image_size: int, gate_spec: Mapping[str, Any], skills: Sequence[float],
-             tasks: Sequence[str], seeds: Sequence[int], seed: int, progress=None) -> dict[str, Any]:
+def campaign(
+    env_id: str,
+    image_size: int,
+    gate_spec: Mapping[str, Any],
+    skills: Sequence[float],
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    seed: int,
+    progress=None,
+) -> dict[str, Any]:
     """Success rates of scripted skills in the true and the shuffled-command world, with and
     without the gate (see the module doc). Deterministic for a given ``seed``."""
     from kosmos_env.policies import make_policy
@@ -244,8 +273,11 @@ def campaign(env_id: str, image_size: int, gate_spec: Mapping[str, Any], skills:
         label = f"scripted:skill={skill}"
         # the executed actions of the shuffled world: another seed's true episode, permuted in time
         sources = {}
-        counts = {f"{w}_{'gate' if g else 'nogate'}": {"success": 0, "discarded": 0, "episodes": 0}
-                  for w in ("true", "shuffled", "expert") for g in (False, True)}
+        counts = {
+            f"{w}_{'gate' if g else 'nogate'}": {"success": 0, "discarded": 0, "episodes": 0}
+            for w in ("true", "shuffled", "expert")
+            for g in (False, True)
+        }
         for task in tasks:
             recorded = {}
             for s in seeds:
@@ -271,9 +303,11 @@ def campaign(env_id: str, image_size: int, gate_spec: Mapping[str, Any], skills:
                 if progress is not None:
                     progress.update(5)
         results[label] = {
-            k: {"episodes": c["episodes"],
+            k: {
+                "episodes": c["episodes"],
                 "success_rate": c["success"] / c["episodes"] if c["episodes"] else None,
-                "discard_rate": c["discarded"] / c["episodes"] if c["episodes"] else None}
+                "discard_rate": c["discarded"] / c["episodes"] if c["episodes"] else None,
+            }
             for k, c in counts.items()
         }
     for env in envs.values():
@@ -287,7 +321,6 @@ def _count(c: dict[str, int], res) -> None:
         c["discarded"] += 1
     elif res.judgment and res.judgment.get("success"):
         c["success"] += 1
-
 
 
 def _fmt(x, pct=True) -> str:
@@ -316,50 +349,75 @@ def gate_check_acceptance(cal: Mapping[str, Any], camp: Mapping[str, Any]) -> di
         out[f"{ctrl} rejected on 100% of steps over the motion threshold"] = {"value": v, "ok": v == 1.0}
     if camp:
         surviving = max(r["shuffled_gate"]["success_rate"] for r in camp.values())
-        out["shuffled world: success surviving the gate <= 5% for every skill"] = {"value": surviving, "ok": surviving <= 0.05}
+        out["shuffled world: success surviving the gate <= 5% for every skill"] = {
+            "value": surviving,
+            "ok": surviving <= 0.05,
+        }
         # an expert-playing world hands every policy the expert's successes; the gate must take
         # away those the policy's own commands would not have earned (for the skill-1 policy the
         # expert's moves *are* its commands, so nothing is to be taken away there)
         excess = max(r["expert_gate"]["success_rate"] - r["true_nogate"]["success_rate"] for r in camp.values())
         out["expert world: success surviving the gate exceeds the true world's by <= 5 points"] = {
-            "value": excess, "ok": excess <= 0.05}
+            "value": excess,
+            "ok": excess <= 0.05,
+        }
         change = max(abs(r["true_gate"]["success_rate"] - r["true_nogate"]["success_rate"]) for r in camp.values())
         out["gate changes true-world success by <= 5 points"] = {"value": change, "ok": change <= 0.05}
     return out
 
 
 def format_gate_check(r: Mapping[str, Any]) -> str:
-    lines = [f"gate-check on {r['env_id']} (spec {r['spec_hash'][:12]}), {r['image_size']}x{r['image_size']}, "
-             f"{len(r['policies'])} policies x {len(r['tasks'])} tasks x {len(r['seeds'])} seeds, {r['seconds']} s"]
+    lines = [
+        f"gate-check on {r['env_id']} (spec {r['spec_hash'][:12]}), {r['image_size']}x{r['image_size']}, "
+        f"{len(r['policies'])} policies x {len(r['tasks'])} tasks x {len(r['seeds'])} seeds, {r['seconds']} s"
+    ]
     for mode in ("calibrated", "calibration_free"):
         m = r[mode]
         lines.append("")
         lines.append(f"[{mode}] gate replayed on recorded episodes")
-        lines.append(f"  {'commands':<10} {'steps pass':>11} {'checkable pass':>15} {'episodes pass':>14} {'checkable':>10}")
+        lines.append(
+            f"  {'commands':<10} {'steps pass':>11} {'checkable pass':>15} {'episodes pass':>14} {'checkable':>10}"
+        )
         for kind in ("true", "permuted", "swapped"):
             k = m[kind]
-            lines.append(f"  {kind:<10} {_fmt(k['step_pass_rate']):>11} {_fmt(k['checkable_step_pass_rate']):>15} "
-                         f"{_fmt(k['episode_pass_rate']):>14} {k['checkable_steps']:>6}/{k['steps']}")
+            lines.append(
+                f"  {kind:<10} {_fmt(k['step_pass_rate']):>11} {_fmt(k['checkable_step_pass_rate']):>15} "
+                f"{_fmt(k['episode_pass_rate']):>14} {k['checkable_steps']:>6}/{k['steps']}"
+            )
         for kind in ("permuted", "swapped"):
-            lines.append(f"  AUROC true vs {kind:<8}: checkable steps {_fmt(m[f'auroc_{kind}_checkable_steps'], False)}, "
-                         f"all steps {_fmt(m[f'auroc_{kind}_all_steps'], False)}, "
-                         f"episodes {_fmt(m[f'auroc_{kind}_episodes'], False)}")
+            lines.append(
+                f"  AUROC true vs {kind:<8}: checkable steps {_fmt(m[f'auroc_{kind}_checkable_steps'], False)}, "
+                f"all steps {_fmt(m[f'auroc_{kind}_all_steps'], False)}, "
+                f"episodes {_fmt(m[f'auroc_{kind}_episodes'], False)}"
+            )
         for ctrl in ("frozen", "pan"):
             c = m[ctrl]
-            lines.append(f"  {ctrl:<6} rejected: {_fmt(c['rejection_rate_demanded'])} of {c['demanded_steps']} steps over the "
-                         f"motion threshold, {_fmt(c['rejection_rate_all'])} of all steps")
-        lines.append("  per policy (step pass / episode pass): "
-                     + "; ".join(f"{p}: true {_fmt(v['true']['step_pass_rate'])}/{_fmt(v['true']['episode_pass_rate'])}, "
-                                 f"swapped {_fmt(v['swapped']['step_pass_rate'])}/{_fmt(v['swapped']['episode_pass_rate'])}"
-                                 for p, v in m["by_policy"].items()))
+            lines.append(
+                f"  {ctrl:<6} rejected: {_fmt(c['rejection_rate_demanded'])} of {c['demanded_steps']} steps over the "
+                f"motion threshold, {_fmt(c['rejection_rate_all'])} of all steps"
+            )
+        lines.append(
+            "  per policy (step pass / episode pass): "
+            + "; ".join(
+                f"{p}: true {_fmt(v['true']['step_pass_rate'])}/{_fmt(v['true']['episode_pass_rate'])}, "
+                f"swapped {_fmt(v['swapped']['step_pass_rate'])}/{_fmt(v['swapped']['episode_pass_rate'])}"
+                for p, v in m["by_policy"].items()
+            )
+        )
     if r["campaign"]:
         lines.append("")
-        lines.append("[campaign] success rate (discard rate); with the gate, discarded episodes count as not successful")
-        lines.append("  world: true = executes the command; shuffled = executes another episode's commands permuted in "
-                     "time; expert = ignores the command and plays scripted:skill=1.0")
+        lines.append(
+            "[campaign] success rate (discard rate); with the gate, discarded episodes count as not successful"
+        )
+        lines.append(
+            "  world: true = executes the command; shuffled = executes another episode's commands permuted in "
+            "time; expert = ignores the command and plays scripted:skill=1.0"
+        )
         keys = [f"{w}_{g}" for w in ("true", "shuffled", "expert") for g in ("nogate", "gate")]
-        lines.append(f"  {'policy':<20} " + " ".join(f"{k.replace('_nogate', ', no gate').replace('_gate', ', gate'):>17}"
-                                                     for k in keys))
+        lines.append(
+            f"  {'policy':<20} "
+            + " ".join(f"{k.replace('_nogate', ', no gate').replace('_gate', ', gate'):>17}" for k in keys)
+        )
         for label, c in r["campaign"].items():
             cells = [f"{_fmt(c[k]['success_rate'])} ({_fmt(c[k]['discard_rate'])})" for k in keys]
             lines.append(f"  {label:<20} " + " ".join(f"{cell:>17}" for cell in cells))
@@ -391,9 +449,18 @@ def load_gate_spec(env_id: str, gate_json: str | None) -> dict[str, Any]:
     return gate_spec
 
 
-def gate_check(env_id: str, gate_spec: Mapping[str, Any], policies: Sequence[str], tasks: Sequence[str] | None,
-               n_seeds: int, first_seed: int, image_size: int, campaign_skills: Sequence[float],
-               campaign_seeds: int, progress: bool = True) -> dict[str, Any]:
+def gate_check(
+    env_id: str,
+    gate_spec: Mapping[str, Any],
+    policies: Sequence[str],
+    tasks: Sequence[str] | None,
+    n_seeds: int,
+    first_seed: int,
+    image_size: int,
+    campaign_skills: Sequence[float],
+    campaign_seeds: int,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Every control of ``kosmos-env gate-check`` (see that command's help); returns the report dict
     with its ``acceptance`` entries."""
     import sys
@@ -427,12 +494,26 @@ def gate_check(env_id: str, gate_spec: Mapping[str, Any], policies: Sequence[str
     camp = {}
     if campaign_skills:
         camp_seeds = list(range(first_seed + 1000, first_seed + 1000 + campaign_seeds))
-        with tqdm(total=len(campaign_skills) * len(tasks) * len(camp_seeds) * 6, desc="campaign", unit="ep",
-                  file=sys.stderr, disable=not progress) as bar:
+        with tqdm(
+            total=len(campaign_skills) * len(tasks) * len(camp_seeds) * 6,
+            desc="campaign",
+            unit="ep",
+            file=sys.stderr,
+            disable=not progress,
+        ) as bar:
             camp = campaign(env_id, image_size, gate_spec, campaign_skills, tasks, camp_seeds, first_seed, bar)
-    report = {"env_id": env_id, "spec_hash": spec.hash, "image_size": image_size, "policies": list(policies),
-              "tasks": tasks, "seeds": seeds, "gate": dict(gate_spec), "calibrated": calibrated,
-              "calibration_free": uncalibrated, "campaign": camp,
-              "seconds": round(time.perf_counter() - t_start, 1)}
+    report = {
+        "env_id": env_id,
+        "spec_hash": spec.hash,
+        "image_size": image_size,
+        "policies": list(policies),
+        "tasks": tasks,
+        "seeds": seeds,
+        "gate": dict(gate_spec),
+        "calibrated": calibrated,
+        "calibration_free": uncalibrated,
+        "campaign": camp,
+        "seconds": round(time.perf_counter() - t_start, 1),
+    }
     report["acceptance"] = gate_check_acceptance(calibrated, camp)
     return report

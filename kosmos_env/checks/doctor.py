@@ -17,6 +17,7 @@ The doctor fails (exit status 1) when any check fails. With ``tiny=True`` the wo
 are the tiny random models of :mod:`kosmos_env.testing` and a CPU is enough: every step runs,
 and the readiness check's expected "not ready" is reported, not counted as a failure.
 """
+
 from __future__ import annotations
 
 import time
@@ -53,15 +54,24 @@ class DoctorReport:
 
     def format(self) -> str:
         head = f"kosmos-env doctor: {self.env_id}" + (" with tiny random models (--tiny)" if self.tiny else "")
-        tail = ("RESULT: a run will work" + (" (tiny random models: the outputs mean nothing)" if self.tiny else "")
-                if self.ok else f"RESULT: a real run would fail ({sum(c.status == 'FAIL' for c in self.checks)} "
-                                 f"check(s) failed; fixes above)")
+        tail = (
+            "RESULT: a run will work" + (" (tiny random models: the outputs mean nothing)" if self.tiny else "")
+            if self.ok
+            else f"RESULT: a real run would fail ({sum(c.status == 'FAIL' for c in self.checks)} "
+            f"check(s) failed; fixes above)"
+        )
         return "\n".join([head, *(c.format() for c in self.checks), tail])
 
     def to_dict(self) -> dict[str, Any]:
-        return {"env_id": self.env_id, "tiny": self.tiny, "ok": self.ok,
-                "checks": [{"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix, "data": c.data}
-                           for c in self.checks]}
+        return {
+            "env_id": self.env_id,
+            "tiny": self.tiny,
+            "ok": self.ok,
+            "checks": [
+                {"name": c.name, "status": c.status, "detail": c.detail, "fix": c.fix, "data": c.data}
+                for c in self.checks
+            ],
+        }
 
 
 def _version_ok(installed: str, needed: str) -> bool:
@@ -92,14 +102,21 @@ def check_versions() -> Check:
         try:
             from diffusers import Cosmos3OmniPipeline, CosmosActionCondition  # noqa: F401
         except ImportError as exc:
-            unusable = f"diffusers with Cosmos3OmniPipeline ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+            unusable = (
+                f"diffusers with Cosmos3OmniPipeline ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+            )
     detail = ", ".join(f"{k} {v or 'missing'}" for k, v in found.items())
     need_text = ", ".join(f"{k}>={v}" for k, v in floors.items() if k != "torch")
     if bad or unusable:
         extra = (extra_for_module("diffusers") or ("diffusers", "models"))[1] or "models"
         also = f" (or: pip install -U {' '.join(repr(b) for b in bad)})" if bad else ""
-        return Check("packages", "FAIL", detail + f"; need {', '.join(bad + ([unusable] if unusable else []))}",
-                     fix=f"{install_hint(extra, upgrade=True)}{also}", data=found)
+        return Check(
+            "packages",
+            "FAIL",
+            detail + f"; need {', '.join(bad + ([unusable] if unusable else []))}",
+            fix=f"{install_hint(extra, upgrade=True)}{also}",
+            data=found,
+        )
     return Check("packages", "ok", detail + f" (need {need_text}; diffusers with Cosmos3OmniPipeline)", data=found)
 
 
@@ -109,42 +126,86 @@ def check_weights_present(spec: Any, weights_path: str | None, judge_spec: dict[
 
     problems = missing_weights(spec, {"weights_path": weights_path} if weights_path else None, judge_spec)
     if problems:
-        return Check("weights on disk", "FAIL", f"{len(problems)} missing: " + "; ".join(problems),
-                     fix="download each as shown and point the env at it (the hf download lines above)")
+        return Check(
+            "weights on disk",
+            "FAIL",
+            f"{len(problems)} missing: " + "; ".join(problems),
+            fix="download each as shown and point the env at it (the hf download lines above)",
+        )
     return Check("weights on disk", "ok", "every weight the world and the judge need is on disk")
 
 
-def check_device(world_cfg: dict[str, Any], weights_path: str | None, tiny: bool,
-                 free_bytes: Callable[[str], tuple[int, int]] | None = None) -> list[Check]:
+def check_device(
+    world_cfg: dict[str, Any],
+    weights_path: str | None,
+    tiny: bool,
+    free_bytes: Callable[[str], tuple[int, int]] | None = None,
+) -> list[Check]:
     from kosmos_env.worlds import cosmos3
 
     device, dtype = cosmos3.resolve_device_dtype(world_cfg)
     need = cosmos3.memory_need(weights_path, dtype) if weights_path else None
-    need_text = (f"need about {need['need_bytes'] / 2**30:.2f} GiB ({need['basis']})" if need
-                 else "need unknown until the weights are on disk")
+    need_text = (
+        f"need about {need['need_bytes'] / 2**30:.2f} GiB ({need['basis']})"
+        if need
+        else "need unknown until the weights are on disk"
+    )
     if not device.startswith("cuda"):
         if tiny:
-            return [Check("cuda", "info", f"no CUDA GPU: running on {device} with {dtype} (fine for --tiny); {need_text}")]
-        return [Check("cuda", "FAIL", f"no CUDA GPU visible (torch.cuda.is_available() is False); {need_text}",
-                      fix="run on a machine with an NVIDIA GPU and a CUDA build of torch "
-                          "(pip install torch --index-url https://download.pytorch.org/whl/cu128); "
-                          "`kosmos-env doctor --tiny` checks everything else on CPU")]
+            return [
+                Check("cuda", "info", f"no CUDA GPU: running on {device} with {dtype} (fine for --tiny); {need_text}")
+            ]
+        return [
+            Check(
+                "cuda",
+                "FAIL",
+                f"no CUDA GPU visible (torch.cuda.is_available() is False); {need_text}",
+                fix="run on a machine with an NVIDIA GPU and a CUDA build of torch "
+                "(pip install torch --index-url https://download.pytorch.org/whl/cu128); "
+                "`kosmos-env doctor --tiny` checks everything else on CPU",
+            )
+        ]
     import torch
 
     name = torch.cuda.get_device_name(torch.device(device))
     free, total = (free_bytes or cosmos3.cuda_free_bytes)(device)
-    data = {"device": device, "name": name, "free_bytes": free, "total_bytes": total,
-            "need_bytes": need["need_bytes"] if need else None}
+    data = {
+        "device": device,
+        "name": name,
+        "free_bytes": free,
+        "total_bytes": total,
+        "need_bytes": need["need_bytes"] if need else None,
+    }
     if need is None:
-        return [Check("cuda", "info", f"{name}: {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB; {need_text}", data=data)]
+        return [
+            Check(
+                "cuda",
+                "info",
+                f"{name}: {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB; {need_text}",
+                data=data,
+            )
+        ]
     try:
         cosmos3.check_memory(need, (free, total), device)
     except cosmos3.InsufficientMemoryError as exc:
-        return [Check("cuda memory", "FAIL", f"{name}: {exc}".split(". Free the GPU")[0],
-                      fix="free the GPU (other processes: nvidia-smi), use a larger GPU (CUDA_VISIBLE_DEVICES) or fewer "
-                          "workers per GPU", data=data)]
-    return [Check("cuda memory", "ok", f"{name}: {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB; {need_text}",
-                  data=data)]
+        return [
+            Check(
+                "cuda memory",
+                "FAIL",
+                f"{name}: {exc}".split(". Free the GPU")[0],
+                fix="free the GPU (other processes: nvidia-smi), use a larger GPU (CUDA_VISIBLE_DEVICES) or fewer "
+                "workers per GPU",
+                data=data,
+            )
+        ]
+    return [
+        Check(
+            "cuda memory",
+            "ok",
+            f"{name}: {free / 2**30:.2f} GiB free of {total / 2**30:.2f} GiB; {need_text}",
+            data=data,
+        )
+    ]
 
 
 def check_stats(spec: Any) -> Check:
@@ -154,11 +215,18 @@ def check_stats(spec: Any) -> Check:
     try:
         require_action_stats(norm, spec.id)
     except ActionStatsError as exc:
-        return Check("action statistics", "FAIL", str(exc).split(". ")[0],
-                     fix="use the registered spec (it carries NVIDIA's values) or pass q01/q99 as a spec override "
-                         "(kosmos_env.actions.read_action_stats reads a statistics file)")
-    return Check("action statistics", "ok", f"method {norm.get('method')!r}, 10 q01/q99 values; source: "
-                                            f"{norm.get('source', 'not stated')}")
+        return Check(
+            "action statistics",
+            "FAIL",
+            str(exc).split(". ")[0],
+            fix="use the registered spec (it carries NVIDIA's values) or pass q01/q99 as a spec override "
+            "(kosmos_env.actions.read_action_stats reads a statistics file)",
+        )
+    return Check(
+        "action statistics",
+        "ok",
+        f"method {norm.get('method')!r}, 10 q01/q99 values; source: {norm.get('source', 'not stated')}",
+    )
 
 
 def check_frames(spec: Any) -> Check:
@@ -183,7 +251,9 @@ def check_frames(spec: Any) -> Check:
         data = path.read_bytes()
         digest = sha256_hex(data)
         if digest != entry["sha256"]:
-            problems.append(f"{name}: {entry['path']} has sha256 {digest[:12]}..., the suite binds {entry['sha256'][:12]}...")
+            problems.append(
+                f"{name}: {entry['path']} has sha256 {digest[:12]}..., the suite binds {entry['sha256'][:12]}..."
+            )
             continue
         img = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR)
         if img is None:
@@ -191,8 +261,12 @@ def check_frames(spec: Any) -> Check:
             continue
         seen.append(f"{name} ({entry.get('kind', '?')}, {img.shape[1]}x{img.shape[0]})")
     if problems:
-        return Check("initial frames", "FAIL", "; ".join(problems),
-                     fix="reinstall kosmos-env (pip install --force-reinstall kosmos-env): shipped frames are bound by sha256")
+        return Check(
+            "initial frames",
+            "FAIL",
+            "; ".join(problems),
+            fix="reinstall kosmos-env (pip install --force-reinstall kosmos-env): shipped frames are bound by sha256",
+        )
     return Check("initial frames", "ok", f"{len(seen)} task(s), sha256 as bound: " + ", ".join(seen))
 
 
@@ -209,20 +283,29 @@ def check_weights(world_cfg: dict[str, Any], weights_path: str | None) -> tuple[
     except (MissingWeightsError, cosmos3.WrongArchitectureError) as exc:
         msg = str(exc)
         detail, _, fix = msg.partition("Download it with")
-        return Check("world weights", "FAIL", detail.strip(),
-                     fix=("download it with " + " ".join(fix.split())) if fix else cosmos3.weights_help(world_cfg)), None
+        return Check(
+            "world weights",
+            "FAIL",
+            detail.strip(),
+            fix=("download it with " + " ".join(fix.split())) if fix else cosmos3.weights_help(world_cfg),
+        ), None
     t0 = time.perf_counter()
     digest = folder_digest(path)
     resolved = Path(path).resolve()
     # a Hugging Face cache snapshot folder is named by the commit it holds
     snapshot = resolved.name if resolved.parent.name == "snapshots" else None
-    rev = f"revision {world_cfg['revision']!r}" + (f" (snapshot {snapshot})" if snapshot else " (local folder: revision not recorded)")
+    rev = f"revision {world_cfg['revision']!r}" + (
+        f" (snapshot {snapshot})" if snapshot else " (local folder: revision not recorded)"
+    )
     big = sorted(digest["files"].items(), key=lambda kv: -((resolved / kv[0]).stat().st_size))[:4]
     files = ", ".join(f"{k} {v[:12]}" for k, v in big)
-    return Check("world weights", "ok",
-                 f"{resolved}, {rev}, {len(digest['files'])} files, {digest['bytes'] / 2**20:.1f} MiB, folder sha256 "
-                 f"{digest['sha256'][:16]}... (largest: {files}; hashed in {time.perf_counter() - t0:.1f} s)",
-                 data={"path": str(resolved), "sha256": digest["sha256"], "files": digest["files"]}), path
+    return Check(
+        "world weights",
+        "ok",
+        f"{resolved}, {rev}, {len(digest['files'])} files, {digest['bytes'] / 2**20:.1f} MiB, folder sha256 "
+        f"{digest['sha256'][:16]}... (largest: {files}; hashed in {time.perf_counter() - t0:.1f} s)",
+        data={"path": str(resolved), "sha256": digest["sha256"], "files": digest["files"]},
+    ), path
 
 
 def time_world(spec: Any, weights_path: str) -> Check:
@@ -244,11 +327,14 @@ def time_world(spec: Any, weights_path: str) -> Check:
     shape = tuple(first.frames.shape)
     world.close()
     load = t["load_seconds"] or 0.0
-    return Check("world call", "ok",
-                 f"load (cold) {load:.2f} s, reset {reset_s:.2f} s, first call {t['call_seconds'][0]:.2f} s, "
-                 f"second call (warm) {t['call_seconds'][1]:.2f} s on {world.config['device']}/{world.config['dtype']}; "
-                 f"frames {shape}",
-                 data={"load_seconds": load, "call_seconds": list(t["call_seconds"]), "frames_shape": list(shape)})
+    return Check(
+        "world call",
+        "ok",
+        f"load (cold) {load:.2f} s, reset {reset_s:.2f} s, first call {t['call_seconds'][0]:.2f} s, "
+        f"second call (warm) {t['call_seconds'][1]:.2f} s on {world.config['device']}/{world.config['dtype']}; "
+        f"frames {shape}",
+        data={"load_seconds": load, "call_seconds": list(t["call_seconds"]), "frames_shape": list(shape)},
+    )
 
 
 def time_judge(judge_spec: dict[str, Any], image_size) -> tuple[Check, Any]:
@@ -265,22 +351,36 @@ def time_judge(judge_spec: dict[str, Any], image_size) -> tuple[Check, Any]:
     t0 = time.perf_counter()
     verdict = judge.judge(rollout)
     second = time.perf_counter() - t0
-    return Check("judge call", "ok", f"{judge_spec.get('type')} judge: load (cold) {load:.2f} s, first call {first:.2f} s, "
-                                     f"second call (warm) {second:.2f} s; verdict {verdict.outcome}",
-                 data={"load_seconds": load, "call_seconds": [first, second]}), judge
+    return Check(
+        "judge call",
+        "ok",
+        f"{judge_spec.get('type')} judge: load (cold) {load:.2f} s, first call {first:.2f} s, "
+        f"second call (warm) {second:.2f} s; verdict {verdict.outcome}",
+        data={"load_seconds": load, "call_seconds": [first, second]},
+    ), judge
 
 
-def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_path: str | None = None,
-               judge_spec: dict[str, Any] | None = None, spec: Any = None,
-               free_bytes: Callable[[str], tuple[int, int]] | None = None) -> DoctorReport:
+def run_doctor(
+    env_id: str = "Kosmos-Bridge-v1",
+    tiny: bool = False,
+    weights_path: str | None = None,
+    judge_spec: dict[str, Any] | None = None,
+    spec: Any = None,
+    free_bytes: Callable[[str], tuple[int, int]] | None = None,
+) -> DoctorReport:
     """Run every check for ``env_id`` (or the given ``spec``); see the module docstring."""
     from kosmos_env.spec import load_spec
 
     spec = spec if spec is not None else load_spec(env_id)
     report = DoctorReport(env_id=spec.id, tiny=tiny)
     if spec.world.get("type") != "cosmos3":
-        report.checks.append(Check("world", "info", f"{spec.id} runs a {spec.world.get('type')!r} world, which needs "
-                                                    f"no GPU and no downloaded weights"))
+        report.checks.append(
+            Check(
+                "world",
+                "info",
+                f"{spec.id} runs a {spec.world.get('type')!r} world, which needs no GPU and no downloaded weights",
+            )
+        )
     judge_spec = dict(judge_spec) if judge_spec is not None else dict(spec.judge)
     if tiny:
         from kosmos_env.testing.tiny_run import tiny_cosmos3_dir, tiny_judge_dir, tiny_judge_spec
@@ -295,8 +395,12 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
     versions = check_versions()
     if versions.status == "FAIL" and not needs_models_extra(spec, judge_spec):
         # a tabletop env on a core install: diffusers/transformers are not what a run of it needs
-        versions = Check("packages", "info", versions.detail + f" (not needed: {spec.id} with this judge needs no "
-                                                                f"'models' extra)", data=versions.data)
+        versions = Check(
+            "packages",
+            "info",
+            versions.detail + f" (not needed: {spec.id} with this judge needs no 'models' extra)",
+            data=versions.data,
+        )
     report.checks.append(versions)
     report.checks.append(check_weights_present(spec, weights_path, judge_spec))
     world_path = None
@@ -319,14 +423,23 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
     if not reads_video(judge_spec):
         # the readiness cases are real Bridge video and its negatives: a judge of simulator state or the
         # robot log has nothing to read there, and failing it would fail every tabletop env's doctor
-        report.checks.append(Check("judge call", "skip", f"the {judge_spec.get('type')!r} judge does not read video: "
-                                                         f"the readiness videos do not apply to it"))
+        report.checks.append(
+            Check(
+                "judge call",
+                "skip",
+                f"the {judge_spec.get('type')!r} judge does not read video: the readiness videos do not apply to it",
+            )
+        )
     elif report.checks[0].status != "FAIL":
         try:
             jcheck, judge = time_judge(judge_spec, spec.image_size)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a line with its fix
-            jcheck = Check("judge call", "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-                           fix=_judge_fix(judge_spec, exc))
+            jcheck = Check(
+                "judge call",
+                "FAIL",
+                f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                fix=_judge_fix(judge_spec, exc),
+            )
         report.checks.append(jcheck)
     if judge is not None:
         from kosmos_env.checks.judge_readiness import check_judge
@@ -336,13 +449,25 @@ def run_doctor(env_id: str = "Kosmos-Bridge-v1", tiny: bool = False, weights_pat
         if ready.ready:
             report.checks.append(Check("judge readiness", "ok", f"READY ({outcomes})", data=ready.to_dict()))
         elif tiny:
-            report.checks.append(Check("judge readiness", "info", f"NOT READY ({outcomes}), as expected of a random "
-                                                                  f"tiny judge: the check ran", data=ready.to_dict()))
+            report.checks.append(
+                Check(
+                    "judge readiness",
+                    "info",
+                    f"NOT READY ({outcomes}), as expected of a random tiny judge: the check ran",
+                    data=ready.to_dict(),
+                )
+            )
         else:
-            report.checks.append(Check("judge readiness", "FAIL", f"NOT READY ({outcomes}): the judge does not tell the "
-                                                                  f"real episode from its negatives",
-                                       fix="use a capable judge (e.g. Cosmos-Reason1-7B weights) before trusting a campaign; "
-                                           "`kosmos-env judge-check` shows the cases", data=ready.to_dict()))
+            report.checks.append(
+                Check(
+                    "judge readiness",
+                    "FAIL",
+                    f"NOT READY ({outcomes}): the judge does not tell the real episode from its negatives",
+                    fix="use a capable judge (e.g. Cosmos-Reason1-7B weights) before trusting a campaign; "
+                    "`kosmos-env judge-check` shows the cases",
+                    data=ready.to_dict(),
+                )
+            )
     else:
         report.checks.append(Check("judge readiness", "skip", "no judge to check (the judge call above did not run)"))
     return report
@@ -352,17 +477,23 @@ def _guard(name: str, fn: Callable[[], Check]) -> Check:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a failed step is reported, not raised
-        return Check(name, "FAIL", f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
-                     fix="see the error above; `kosmos-env doctor --tiny` tells an install problem from a weights problem")
+        return Check(
+            name,
+            "FAIL",
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}",
+            fix="see the error above; `kosmos-env doctor --tiny` tells an install problem from a weights problem",
+        )
 
 
 def _judge_fix(judge_spec: dict[str, Any], exc: Exception) -> str:
     text = str(exc)
     if "hf download" in text:
         lines = [ln.strip() for ln in text.splitlines() if ln.strip().startswith("hf download")]
-        return (f"download the judge weights ({lines[0] if lines else 'hf download ' + str(judge_spec.get('model_id'))}) "
-                f"and point the judge at them: --judge '{{\"type\": \"vlm\", \"local_path\": \"/path\"}}' or "
-                f"$KOSMOS_VLM_JUDGE_PATH")
+        return (
+            f"download the judge weights ({lines[0] if lines else 'hf download ' + str(judge_spec.get('model_id'))}) "
+            f'and point the judge at them: --judge \'{{"type": "vlm", "local_path": "/path"}}\' or '
+            f"$KOSMOS_VLM_JUDGE_PATH"
+        )
     from kosmos_env.errors import missing_module_message
 
     return missing_module_message(exc) or "check the judge spec (--judge) and its dependencies"

@@ -20,6 +20,7 @@ guesses, and the check reports it as not ready.
 Videos are shown at the env's image size (the frames a campaign's judge would see) and the
 episode's 5 fps.
 """
+
 from __future__ import annotations
 
 import functools
@@ -49,9 +50,16 @@ class ReadinessCase:
         return (self.outcome == "success") == self.expected_success
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "description": self.description, "instruction": self.instruction,
-                "expected": "success" if self.expected_success else "not success", "outcome": self.outcome,
-                "score": self.score, "seconds": self.seconds, "passed": self.passed}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "instruction": self.instruction,
+            "expected": "success" if self.expected_success else "not success",
+            "outcome": self.outcome,
+            "score": self.score,
+            "seconds": self.seconds,
+            "passed": self.passed,
+        }
 
 
 @dataclass
@@ -65,28 +73,44 @@ class ReadinessReport:
         return bool(self.cases) and all(c.passed for c in self.cases)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ready": self.ready, "judge": self.judge, "image_size": list(self.image_size),
-                "cases": [c.to_dict() for c in self.cases]}
+        return {
+            "ready": self.ready,
+            "judge": self.judge,
+            "image_size": list(self.image_size),
+            "cases": [c.to_dict() for c in self.cases],
+        }
 
     def format(self) -> str:
-        model = (self.judge.get("model") or {})
+        model = self.judge.get("model") or {}
         where = model.get("path") or model.get("model_id") or ""
         head = f"judge readiness check: judge {self.judge.get('name')}" + (f" ({where})" if where else "")
-        lines = [head, f"  videos: the real Bridge episode (37 frames, 5 fps) and negatives, shown at "
-                       f"{self.image_size[0]}x{self.image_size[1]}"]
+        lines = [
+            head,
+            f"  videos: the real Bridge episode (37 frames, 5 fps) and negatives, shown at "
+            f"{self.image_size[0]}x{self.image_size[1]}",
+        ]
         for c in self.cases:
-            mark = "ok" if c.passed else ("NOT OK (abstained: does not tell them apart)" if c.outcome == "abstained"
-                                          else "NOT OK")
-            lines.append(f"  {c.description:<44} \"{c.instruction}\": {c.outcome:<9} "
-                         f"(expected {'success' if c.expected_success else 'not success'}) {mark}")
+            mark = (
+                "ok"
+                if c.passed
+                else ("NOT OK (abstained: does not tell them apart)" if c.outcome == "abstained" else "NOT OK")
+            )
+            lines.append(
+                f'  {c.description:<44} "{c.instruction}": {c.outcome:<9} '
+                f"(expected {'success' if c.expected_success else 'not success'}) {mark}"
+            )
         if self.ready:
-            lines.append("READY: the judge calls the real success a success and both negatives not-success "
-                         "(a necessary check on one episode, not an accuracy estimate)")
+            lines.append(
+                "READY: the judge calls the real success a success and both negatives not-success "
+                "(a necessary check on one episode, not an accuracy estimate)"
+            )
         else:
             failed = ", ".join(c.name for c in self.cases if not c.passed)
-            lines.append(f"NOT READY: the judge does not tell the real episode from its negatives (failed: {failed}); "
-                         f"do not trust its verdicts in a campaign. Fix: use a capable judge model "
-                         f"(e.g. nvidia/Cosmos-Reason1-7B weights via judge local_path) or another judge type")
+            lines.append(
+                f"NOT READY: the judge does not tell the real episode from its negatives (failed: {failed}); "
+                f"do not trust its verdicts in a campaign. Fix: use a capable judge model "
+                f"(e.g. nvidia/Cosmos-Reason1-7B weights via judge local_path) or another judge type"
+            )
         return "\n".join(lines)
 
 
@@ -111,16 +135,28 @@ def readiness_rollouts(image_size: Sequence[int] = (240, 320)) -> list[tuple[Rea
     actions = np.zeros((len(frames) - 1, 7), np.float32)
 
     def rollout(video: np.ndarray, instruction: str, kind: str) -> Any:
-        return Rollout(frames=video, instruction=instruction, actions=actions, fps=ep.fps, task="readiness",
-                       meta={"readiness_case": kind})
+        return Rollout(
+            frames=video,
+            instruction=instruction,
+            actions=actions,
+            fps=ep.fps,
+            task="readiness",
+            meta={"readiness_case": kind},
+        )
 
     cases = [
-        (ReadinessCase("real", "real episode, its own instruction", ep.instruction, True),
-         rollout(frames, ep.instruction, "real")),
-        (ReadinessCase("frozen", "frozen copy (first frame repeated)", ep.instruction, False),
-         rollout(frozen_copy(frames), ep.instruction, "frozen")),
-        (ReadinessCase("mismatched", "real episode, mismatched instruction", MISMATCHED_INSTRUCTION, False),
-         rollout(frames, MISMATCHED_INSTRUCTION, "mismatched")),
+        (
+            ReadinessCase("real", "real episode, its own instruction", ep.instruction, True),
+            rollout(frames, ep.instruction, "real"),
+        ),
+        (
+            ReadinessCase("frozen", "frozen copy (first frame repeated)", ep.instruction, False),
+            rollout(frozen_copy(frames), ep.instruction, "frozen"),
+        ),
+        (
+            ReadinessCase("mismatched", "real episode, mismatched instruction", MISMATCHED_INSTRUCTION, False),
+            rollout(frames, MISMATCHED_INSTRUCTION, "mismatched"),
+        ),
     ]
     return cases
 
@@ -131,12 +167,15 @@ def check_judge(judge: Any, image_size: Sequence[int] = (240, 320), judge_spec: 
 
     from kosmos_env.judges.base import judge_identity
 
-    report = ReadinessReport(judge=judge_identity(judge, judge_spec), image_size=(int(image_size[0]), int(image_size[1])))
+    report = ReadinessReport(
+        judge=judge_identity(judge, judge_spec), image_size=(int(image_size[0]), int(image_size[1]))
+    )
     for case, rollout in readiness_rollouts(image_size):
         t0 = time.perf_counter()
         verdict = judge.judge(rollout)
-        report.cases.append(replace(case, outcome=verdict.outcome, score=float(verdict.score),
-                                    seconds=time.perf_counter() - t0))
+        report.cases.append(
+            replace(case, outcome=verdict.outcome, score=float(verdict.score), seconds=time.perf_counter() - t0)
+        )
     return report
 
 

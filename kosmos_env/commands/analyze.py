@@ -35,6 +35,7 @@ settings of a world: cost per rollout (with the judge's share), agreement with t
 ``--reference`` CSV, else the most expensive run) with intervals, and the cheapest run whose
 Kendall interval's lower end holds ``--cost-bar``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -43,27 +44,60 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("analyze", help="statistics of a campaign: intervals, ranking uncertainty, "
-                              "repeatability, detectable differences, horizon, A/B, agreement",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dir", type=Path, metavar="DIR", nargs="?", default=None,
-                   help="campaign output directory (holds results.json)")
-    p.add_argument("--reference", type=Path, default=None, metavar="FILE.csv",
-                   help="reference success rates: CSV with columns task, policy, reference (or real)")
-    p.add_argument("--map", dest="name_map", default=None, metavar="NAME=LABEL;...",
-                   help="map the reference CSV's policy/task names to campaign labels, e.g. "
-                        "\"rt-1-x=scripted:skill=0.3;widowx_spoon_on_towel=spoon_on_towel\"")
-    p.add_argument("--cost-sweep", nargs="+", default=None, metavar="RUN",
-                   help="campaign directories of one design at several world settings: find the cheapest that ranks "
-                        "correctly (DIR is then not needed)")
-    p.add_argument("--cost-bar", type=float, default=0.6,
-                   help="cost sweep bar: lower end of the Kendall interval must be >= this (default 0.6)")
-    p.add_argument("--registration", type=Path, default=None, metavar="REG.json",
-                   help="a pre-registered study: compute its registered metrics and report PASS/FAIL for each bar "
-                        "(with its interval) first; every other number is labelled exploratory")
-    p.add_argument("--judge", default=None, metavar="ID_OR_NAME",
-                   help="whose verdicts the success numbers are: 'campaign' (default: the campaign's own judge) or "
-                        "the identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`")
+    p = subparsers.add_parser(
+        "analyze",
+        help="statistics of a campaign: intervals, ranking uncertainty, "
+        "repeatability, detectable differences, horizon, A/B, agreement",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dir", type=Path, metavar="DIR", nargs="?", default=None, help="campaign output directory (holds results.json)"
+    )
+    p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        metavar="FILE.csv",
+        help="reference success rates: CSV with columns task, policy, reference (or real)",
+    )
+    p.add_argument(
+        "--map",
+        dest="name_map",
+        default=None,
+        metavar="NAME=LABEL;...",
+        help="map the reference CSV's policy/task names to campaign labels, e.g. "
+        '"rt-1-x=scripted:skill=0.3;widowx_spoon_on_towel=spoon_on_towel"',
+    )
+    p.add_argument(
+        "--cost-sweep",
+        nargs="+",
+        default=None,
+        metavar="RUN",
+        help="campaign directories of one design at several world settings: find the cheapest that ranks "
+        "correctly (DIR is then not needed)",
+    )
+    p.add_argument(
+        "--cost-bar",
+        type=float,
+        default=0.6,
+        help="cost sweep bar: lower end of the Kendall interval must be >= this (default 0.6)",
+    )
+    p.add_argument(
+        "--registration",
+        type=Path,
+        default=None,
+        metavar="REG.json",
+        help="a pre-registered study: compute its registered metrics and report PASS/FAIL for each bar "
+        "(with its interval) first; every other number is labelled exploratory",
+    )
+    p.add_argument(
+        "--judge",
+        default=None,
+        metavar="ID_OR_NAME",
+        help="whose verdicts the success numbers are: 'campaign' (default: the campaign's own judge) or "
+        "the identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="error level of intervals and tests (default 0.05)")
     p.add_argument("--power", type=float, default=0.8, help="power for the minimum detectable difference (default 0.8)")
     p.add_argument("--n-boot", type=int, default=2000, help="bootstrap resamples (default 2000)")
@@ -72,8 +106,11 @@ def add_parser(subparsers) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the resampling (default 0)")
     p.add_argument("--json", action="store_true", help="print the JSON instead of tables")
     p.add_argument("--no-write", action="store_true", help="do not write DIR/analysis.json")
-    p.add_argument("--no-verify", action="store_true",
-                   help="analyze even if DIR fails `kosmos-env verify` (default: refuse such a folder)")
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="analyze even if DIR fails `kosmos-env verify` (default: refuse such a folder)",
+    )
     p.set_defaults(func=run)
 
 
@@ -92,13 +129,22 @@ def run(args: argparse.Namespace) -> int:
 
         name_map = parse_name_map(args.name_map)
     if args.cost_sweep and args.judge is not None:
-        raise ValueError("--judge chooses the judge of one campaign DIR; --cost-sweep compares runs by their own judges")
+        raise ValueError(
+            "--judge chooses the judge of one campaign DIR; --cost-sweep compares runs by their own judges"
+        )
     if args.cost_sweep:
         from kosmos_env.report.cost_sweep import cost_sweep_runs, format_cost_sweep
 
         runs = ([args.dir] if args.dir is not None else []) + list(args.cost_sweep)
-        sweep = cost_sweep_runs(runs, reference=args.reference, name_map=name_map, bar=args.cost_bar,
-                                alpha=args.alpha, n_boot=args.n_boot, seed=args.seed)
+        sweep = cost_sweep_runs(
+            runs,
+            reference=args.reference,
+            name_map=name_map,
+            bar=args.cost_bar,
+            alpha=args.alpha,
+            n_boot=args.n_boot,
+            seed=args.seed,
+        )
         print(json.dumps(sweep, indent=2, default=_jsonable) if args.json else format_cost_sweep(sweep))
         return 0
     if args.dir is None:
@@ -116,9 +162,18 @@ def run(args: argparse.Namespace) -> int:
         from kosmos_env.registration.report import registered_from_bundle
 
         registered = registered_from_bundle(bundle, load_registration(args.registration))
-    result = analyze_bundle(bundle, alpha=args.alpha, power=args.power, reference=args.reference,
-                            n_boot=args.n_boot, n_splits=args.n_splits, seed=args.seed,
-                            horizon_step=args.horizon_step, name_map=name_map, judge=args.judge)
+    result = analyze_bundle(
+        bundle,
+        alpha=args.alpha,
+        power=args.power,
+        reference=args.reference,
+        n_boot=args.n_boot,
+        n_splits=args.n_splits,
+        seed=args.seed,
+        horizon_step=args.horizon_step,
+        name_map=name_map,
+        judge=args.judge,
+    )
     # how far to trust the world: what this run has of the truth-free diagnostics, read against the ladder
     from kosmos_env.study.trust import diagnostics_from_campaign, trust_lines
 

@@ -15,6 +15,7 @@
   by ``kosmos-env judge``): confusion table, raw and chance agreement, Cohen's kappa with a
   bootstrap interval.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,13 +34,21 @@ def add_parser(subparsers) -> None:
     p.add_argument("--reference-col", default=None, help="reference column name (default: reference or real)")
     p.add_argument("--evaluator-col", default=None, help="evaluator column name (default: evaluator or sim)")
     p.add_argument("--mmrv-weight", choices=("reference", "evaluator"), default="reference")
-    p.add_argument("--mmrv-ties", choices=("greater", "less", "strict"), default="greater",
-                   help="tie convention for MMRV (default greater = SIMPLER's released code)")
+    p.add_argument(
+        "--mmrv-ties",
+        choices=("greater", "less", "strict"),
+        default="greater",
+        help="tie convention for MMRV (default greater = SIMPLER's released code)",
+    )
     p.add_argument("--no-pooled", action="store_true", help="omit the pooled (all rows as one vector) line")
     p.add_argument("--a", dest="a", type=Path, help="per-seed scores of policy A (JSON)")
     p.add_argument("--b", dest="b", type=Path, help="per-seed scores of policy B (JSON)")
-    p.add_argument("--judges", nargs=3, metavar=("RUN", "JUDGE_A", "JUDGE_B"),
-                   help="agreement of two judges on campaign RUN's rollouts (see kosmos-env judge)")
+    p.add_argument(
+        "--judges",
+        nargs=3,
+        metavar=("RUN", "JUDGE_A", "JUDGE_B"),
+        help="agreement of two judges on campaign RUN's rollouts (see kosmos-env judge)",
+    )
     p.add_argument("--alpha", type=float, default=0.05, help="error level of the A/B test (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed for Monte Carlo random floors (large n)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a text table")
@@ -86,8 +95,9 @@ def run(args: argparse.Namespace) -> int:
     texts: list[str] = []
     if args.csv is not None:
         rows = read_agreement_csv(args.csv, reference_col=args.reference_col, evaluator_col=args.evaluator_col)
-        table = agreement_table(rows, mmrv_weight=args.mmrv_weight, mmrv_ties=args.mmrv_ties,
-                                pooled=not args.no_pooled, seed=args.seed)
+        table = agreement_table(
+            rows, mmrv_weight=args.mmrv_weight, mmrv_ties=args.mmrv_ties, pooled=not args.no_pooled, seed=args.seed
+        )
         out["agreement"] = table.to_dict()
         texts.append(report_text(table))
     if args.a is not None:

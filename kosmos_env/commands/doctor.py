@@ -1,4 +1,5 @@
 """`kosmos-env doctor`: tell whether a real run of an env will work here, and what to fix if not."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,19 +7,28 @@ import argparse
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "doctor", help="check GPU, memory, weights, packages, statistics, frames, a timed world and judge call",
+        "doctor",
+        help="check GPU, memory, weights, packages, statistics, frames, a timed world and judge call",
         description="Check everything a real run of an env needs: CUDA and free memory against the model's need, "
-                    "the weights (path, revision, file hashes), diffusers/transformers versions, the action statistics "
-                    "and initial frames, one timed world call and one judge call (cold and warm) and the judge "
-                    "readiness check. Every failure names its fix; the exit status is 1 when a real run would fail. "
-                    "--tiny runs every step with tiny random models on CPU.")
+        "the weights (path, revision, file hashes), diffusers/transformers versions, the action statistics "
+        "and initial frames, one timed world call and one judge call (cold and warm) and the judge "
+        "readiness check. Every failure names its fix; the exit status is 1 when a real run would fail. "
+        "--tiny runs every step with tiny random models on CPU.",
+    )
     p.add_argument("--env", default="Kosmos-Bridge-v1", help="registered env id (default: %(default)s)")
-    p.add_argument("--weights", default=None, metavar="DIR",
-                   help="world weights folder (default: the spec's environment variable or the Hugging Face cache)")
+    p.add_argument(
+        "--weights",
+        default=None,
+        metavar="DIR",
+        help="world weights folder (default: the spec's environment variable or the Hugging Face cache)",
+    )
     p.add_argument("--judge", default=None, help="judge type or JSON spec (default: the env spec's judge)")
-    p.add_argument("--tiny", action="store_true",
-                   help="use tiny random Cosmos 3 and Qwen-VL models (built once in ~/.cache/kosmos-env): checks the "
-                        "install end to end on CPU; outputs mean nothing")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="use tiny random Cosmos 3 and Qwen-VL models (built once in ~/.cache/kosmos-env): checks the "
+        "install end to end on CPU; outputs mean nothing",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 

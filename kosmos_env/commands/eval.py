@@ -4,6 +4,7 @@ Episodes go into a crash-safe SQLite ledger in ``--out``; rerunning the same com
 crash finishes exactly the missing episodes. At the end the results bundle (results.json,
 episodes.parquet, manifest.json, artifacts) is rewritten and a ranking table is printed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,76 +16,161 @@ DEFAULT_SEEDS = 5
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "eval", help="run or resume a campaign (policies × tasks × seeds) and print a ranking table",
+        "eval",
+        help="run or resume a campaign (policies × tasks × seeds) and print a ranking table",
         description="Run a paired campaign: every policy sees the same tasks, seeds and initial scenes. "
-                    "Results go to a crash-safe ledger in --out; rerun the same command to resume.")
+        "Results go to a crash-safe ledger in --out; rerun the same command to resume.",
+    )
     # design flags default to None so that, with --registration, a flag given can be told from one not given
     p.add_argument("--env", default=None, help=f"registered env id (default: {DEFAULT_ENV})")
-    p.add_argument("--policy", action="append", default=None, metavar="NAME[:k=v,...]",
-                   help="a policy (repeat for each), e.g. scripted:skill=0.6 or random (required without --registration)")
-    p.add_argument("--tasks", nargs="+", default=None,
-                   help="task names (space or comma separated) or 'all' (default: all tasks of the suite)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        default=None,
+        metavar="NAME[:k=v,...]",
+        help="a policy (repeat for each), e.g. scripted:skill=0.6 or random (required without --registration)",
+    )
+    p.add_argument(
+        "--tasks",
+        nargs="+",
+        default=None,
+        help="task names (space or comma separated) or 'all' (default: all tasks of the suite)",
+    )
     p.add_argument("--seeds", type=int, default=None, help=f"seeds per task, 0..N-1 (default: {DEFAULT_SEEDS})")
     p.add_argument("--repeats", type=int, default=None, help="repeats of each (task, seed) cell (default: 1)")
-    p.add_argument("--registration", default=None, metavar="REG.json",
-                   help="run exactly the design of a registration written by `kosmos-env register`; design flags "
-                        "given as well must match it, and any deviation is refused")
+    p.add_argument(
+        "--registration",
+        default=None,
+        metavar="REG.json",
+        help="run exactly the design of a registration written by `kosmos-env register`; design flags "
+        "given as well must match it, and any deviation is refused",
+    )
     p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
-    p.add_argument("--lockstep", type=int, default=1, metavar="N",
-                   help="each worker (process or Ray actor) runs N episodes side by side through one vector env; on "
-                        "Kosmos-Bridge-v1 a step's world calls run as one batched model call; a lane whose episode "
-                        "ended takes the next one at once. Same records as N=1 (default: %(default)s)")
-    p.add_argument("--executor", choices=("auto", "in-process", "process", "ray"), default="auto",
-                   help="auto: in this process for 1 worker, a spawn process pool for more; ray: --workers Ray "
-                        "actors (needs the ray extra) (default: %(default)s)")
-    p.add_argument("--address", default=None,
-                   help="Ray cluster to join (e.g. auto or ray://head:10001); default: start a local Ray instance")
+    p.add_argument(
+        "--lockstep",
+        type=int,
+        default=1,
+        metavar="N",
+        help="each worker (process or Ray actor) runs N episodes side by side through one vector env; on "
+        "Kosmos-Bridge-v1 a step's world calls run as one batched model call; a lane whose episode "
+        "ended takes the next one at once. Same records as N=1 (default: %(default)s)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("auto", "in-process", "process", "ray"),
+        default="auto",
+        help="auto: in this process for 1 worker, a spawn process pool for more; ray: --workers Ray "
+        "actors (needs the ray extra) (default: %(default)s)",
+    )
+    p.add_argument(
+        "--address",
+        default=None,
+        help="Ray cluster to join (e.g. auto or ray://head:10001); default: start a local Ray instance",
+    )
     p.add_argument("--ray-num-cpus", type=float, default=None, help="CPUs of the local Ray instance (default: all)")
-    p.add_argument("--actor-resources", default=None, metavar="JSON",
-                   help='Ray resources per worker actor, e.g. \'{"num_gpus": 1}\' (default: {"num_cpus": 1})')
-    p.add_argument("--judge-workers", type=int, default=0, metavar="N",
-                   help="judge as its own stage: N judge workers (processes, or Ray actors with --executor ray) take "
-                        "rolled-out episodes in batches while the --workers rollout workers, which load no judge, "
-                        "keep rolling out; 0 judges in-line in each worker (default: %(default)s)")
-    p.add_argument("--judge-batch", type=int, default=None, metavar="N",
-                   help="rollouts a judge worker takes at a time (default: the judge's own batch_size, which its "
-                        "memory_budget_mb may split further; 1 for judges that do not batch)")
-    p.add_argument("--rollout-resources", default=None, metavar="JSON",
-                   help='Ray resources per rollout actor (policy + world + gate), e.g. \'{"num_gpus": 1}\'; same as '
-                        "--actor-resources")
-    p.add_argument("--judge-resources", default=None, metavar="JSON",
-                   help='Ray resources per judge actor (with --judge-workers), e.g. \'{"num_gpus": 0.25}\' to pack '
-                        'four judges on a GPU (default: {"num_cpus": 1})')
+    p.add_argument(
+        "--actor-resources",
+        default=None,
+        metavar="JSON",
+        help='Ray resources per worker actor, e.g. \'{"num_gpus": 1}\' (default: {"num_cpus": 1})',
+    )
+    p.add_argument(
+        "--judge-workers",
+        type=int,
+        default=0,
+        metavar="N",
+        help="judge as its own stage: N judge workers (processes, or Ray actors with --executor ray) take "
+        "rolled-out episodes in batches while the --workers rollout workers, which load no judge, "
+        "keep rolling out; 0 judges in-line in each worker (default: %(default)s)",
+    )
+    p.add_argument(
+        "--judge-batch",
+        type=int,
+        default=None,
+        metavar="N",
+        help="rollouts a judge worker takes at a time (default: the judge's own batch_size, which its "
+        "memory_budget_mb may split further; 1 for judges that do not batch)",
+    )
+    p.add_argument(
+        "--rollout-resources",
+        default=None,
+        metavar="JSON",
+        help="Ray resources per rollout actor (policy + world + gate), e.g. '{\"num_gpus\": 1}'; same as "
+        "--actor-resources",
+    )
+    p.add_argument(
+        "--judge-resources",
+        default=None,
+        metavar="JSON",
+        help="Ray resources per judge actor (with --judge-workers), e.g. '{\"num_gpus\": 0.25}' to pack "
+        'four judges on a GPU (default: {"num_cpus": 1})',
+    )
     p.add_argument("--judge", default=None, help="judge type (e.g. state) or JSON spec; default: the env spec's judge")
-    p.add_argument("--tiny", action="store_true",
-                   help="run with tiny random models (Cosmos 3 world, Qwen-VL judge; built once in ~/.cache/kosmos-env): "
-                        "the whole campaign runs on a laptop CPU, results mean nothing; every result's provenance "
-                        "names the tiny weights")
-    p.add_argument("--image-size", type=int, nargs=2, metavar=("H", "W"), default=None,
-                   help="override the spec's image size (changes the spec hash)")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="run with tiny random models (Cosmos 3 world, Qwen-VL judge; built once in ~/.cache/kosmos-env): "
+        "the whole campaign runs on a laptop CPU, results mean nothing; every result's provenance "
+        "names the tiny weights",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        nargs=2,
+        metavar=("H", "W"),
+        default=None,
+        help="override the spec's image size (changes the spec hash)",
+    )
     p.add_argument("--no-video", action="store_true", help="do not keep MP4s of the rollouts")
-    p.add_argument("--control", choices=["shuffled"], default=None,
-                   help="shuffled: run the campaign in a control world that executes, at each step, a command drawn "
-                        "from the episode's earlier commands instead of the one given (any world; its spec hash "
-                        "differs). An evaluator whose ranking survives this control is not reading the commands")
-    p.add_argument("--price-table", default=None, metavar="FILE|JSON",
-                   help='device prices, e.g. \'{"accelerator_per_hour": {"cpu": 0, "h100": 2.5}, "world": "h100", '
-                        '"policy": "h100", "judge": "h100"}\' (see kosmos_env/campaign/cost.py)')
-    p.add_argument("--max-attempts", type=int, default=3,
-                   help="tries per episode before a failure of the policy itself is an error; infrastructure "
-                        "failures (server unreachable, out of memory, worker killed) never count and are retried "
-                        "by the next run (default: %(default)s)")
-    p.add_argument("--retry-errors", action="store_true",
-                   help="retry episodes that ended in error in an earlier run (the policy's own failures)")
-    p.add_argument("--lease-seconds", type=float, default=120.0,
-                   help="lease length; a worker silent this long loses its episode (default: %(default)s)")
+    p.add_argument(
+        "--control",
+        choices=["shuffled"],
+        default=None,
+        help="shuffled: run the campaign in a control world that executes, at each step, a command drawn "
+        "from the episode's earlier commands instead of the one given (any world; its spec hash "
+        "differs). An evaluator whose ranking survives this control is not reading the commands",
+    )
+    p.add_argument(
+        "--price-table",
+        default=None,
+        metavar="FILE|JSON",
+        help='device prices, e.g. \'{"accelerator_per_hour": {"cpu": 0, "h100": 2.5}, "world": "h100", '
+        '"policy": "h100", "judge": "h100"}\' (see kosmos_env/campaign/cost.py)',
+    )
+    p.add_argument(
+        "--max-attempts",
+        type=int,
+        default=3,
+        help="tries per episode before a failure of the policy itself is an error; infrastructure "
+        "failures (server unreachable, out of memory, worker killed) never count and are retried "
+        "by the next run (default: %(default)s)",
+    )
+    p.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="retry episodes that ended in error in an earlier run (the policy's own failures)",
+    )
+    p.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=120.0,
+        help="lease length; a worker silent this long loses its episode (default: %(default)s)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--json", action="store_true", help="print results.json's aggregated section as JSON instead of a table")
-    p.add_argument("--wandb", nargs="?", const="kosmos-env", default=None, metavar="PROJECT",
-                   help="log the spec, each episode as it finishes (with running success rates), sampled rollout "
-                        "videos, the episode table and per-policy summaries to W&B (project PROJECT, default "
-                        "kosmos-env; honours WANDB_MODE=offline)")
+    p.add_argument(
+        "--json", action="store_true", help="print results.json's aggregated section as JSON instead of a table"
+    )
+    p.add_argument(
+        "--wandb",
+        nargs="?",
+        const="kosmos-env",
+        default=None,
+        metavar="PROJECT",
+        help="log the spec, each episode as it finishes (with running success rates), sampled rollout "
+        "videos, the episode table and per-policy summaries to W&B (project PROJECT, default "
+        "kosmos-env; honours WANDB_MODE=offline)",
+    )
     p.set_defaults(func=run)
 
 
@@ -122,18 +208,32 @@ def run(args: argparse.Namespace) -> int:
         from kosmos_env.registration import bind_registration, load_registration, registered_config
 
         registration = load_registration(args.registration)
-        config = registered_config(registration, env=args.env, policies=args.policy, tasks=args.tasks and tasks,
-                                   seeds=args.seeds, repeats=args.repeats, judge=args.judge,
-                                   image_size=args.image_size, video=not args.no_video)
+        config = registered_config(
+            registration,
+            env=args.env,
+            policies=args.policy,
+            tasks=args.tasks and tasks,
+            seeds=args.seeds,
+            repeats=args.repeats,
+            judge=args.judge,
+            image_size=args.image_size,
+            video=not args.no_video,
+        )
     else:
         registration = None
         if not args.policy:
             raise ValueError("give at least one --policy (or --registration REG.json)")
-        config = make_config(args.env or DEFAULT_ENV, args.policy, tasks=tasks,
-                             seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds,
-                             repeats=1 if args.repeats is None else args.repeats,
-                             judge=args.judge, image_size=args.image_size, video=not args.no_video,
-                             spec_overrides=control_overrides(args.control))
+        config = make_config(
+            args.env or DEFAULT_ENV,
+            args.policy,
+            tasks=tasks,
+            seeds=DEFAULT_SEEDS if args.seeds is None else args.seeds,
+            repeats=1 if args.repeats is None else args.repeats,
+            judge=args.judge,
+            image_size=args.image_size,
+            video=not args.no_video,
+            spec_overrides=control_overrides(args.control),
+        )
     # nothing is written to --out before these checks pass: a refused campaign leaves no run folder
     check_weights(config)  # every missing world and judge weight, named at once
     check_lockstep(config, args.lockstep)  # before building policies: one that cannot run side by side is refused
@@ -146,19 +246,29 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--judge-batch and --judge-resources apply to judge workers: give --judge-workers N")
     if args.rollout_resources is not None and args.actor_resources is not None:
         raise ValueError("give --rollout-resources or --actor-resources (the same setting), not both")
-    ray_options = {"address": args.address, "num_cpus": args.ray_num_cpus,
-                   "actor_resources": args.rollout_resources or args.actor_resources,
-                   "judge_resources": args.judge_resources}
+    ray_options = {
+        "address": args.address,
+        "num_cpus": args.ray_num_cpus,
+        "actor_resources": args.rollout_resources or args.actor_resources,
+        "judge_resources": args.judge_resources,
+    }
     if registration is not None:
         bind_registration(args.out, config, registration)
         print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
     executor = make_executor(args.workers, args.executor, judge_workers=args.judge_workers, **ray_options)
-    settings = WorkSettings(lease_seconds=args.lease_seconds, max_attempts=args.max_attempts,
-                            judge_batch=args.judge_batch or 0, lockstep=args.lockstep)
-    print(f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
-          f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
-          f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s)"
-          f"{f' + {args.judge_workers} judge worker(s)' if args.judge_workers else ''} -> {args.out}", file=sys.stderr)
+    settings = WorkSettings(
+        lease_seconds=args.lease_seconds,
+        max_attempts=args.max_attempts,
+        judge_batch=args.judge_batch or 0,
+        lockstep=args.lockstep,
+    )
+    print(
+        f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
+        f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
+        f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s)"
+        f"{f' + {args.judge_workers} judge worker(s)' if args.judge_workers else ''} -> {args.out}",
+        file=sys.stderr,
+    )
     feed = None
     if args.wandb:  # episodes go to W&B as the ledger records them; workers in other processes need no handle
         from kosmos_env.publish.wandb_logger import LedgerFeed
@@ -166,9 +276,18 @@ def run(args: argparse.Namespace) -> int:
         feed = LedgerFeed(args.out, project=args.wandb)
     run_stats: dict = {}
     try:
-        results = run_campaign(config, args.out, executor, settings, price_table, argv=sys.argv,
-                               progress=not args.no_progress, on_progress=feed.poll if feed else None,
-                               retry_errors=args.retry_errors, run_stats=run_stats)
+        results = run_campaign(
+            config,
+            args.out,
+            executor,
+            settings,
+            price_table,
+            argv=sys.argv,
+            progress=not args.no_progress,
+            on_progress=feed.poll if feed else None,
+            retry_errors=args.retry_errors,
+            run_stats=run_stats,
+        )
     except BaseException:
         if feed is not None:
             feed.finish()
@@ -185,7 +304,9 @@ def run(args: argparse.Namespace) -> int:
         return 1 if errors or not results["campaign"]["complete"] else 0
     camp = results["campaign"]
     done = len(results["per_episode"])
-    print(f"\n{camp['env_id']} (spec {camp['spec_hash'][:12]}), campaign {camp['id']}: {done}/{camp['planned']} episodes")
+    print(
+        f"\n{camp['env_id']} (spec {camp['spec_hash'][:12]}), campaign {camp['id']}: {done}/{camp['planned']} episodes"
+    )
     print(format_ranking(results))
     print()
     print(format_cost(results["aggregated"]["cost"]))
@@ -195,8 +316,11 @@ def run(args: argparse.Namespace) -> int:
     if errors:
         print(f"kosmos-env eval: {errors}", file=sys.stderr)
     elif not camp["complete"]:
-        print(f"kosmos-env eval: {camp['planned'] - done} of {camp['planned']} episodes unfinished; rerun the same "
-              "command to finish them", file=sys.stderr)
+        print(
+            f"kosmos-env eval: {camp['planned'] - done} of {camp['planned']} episodes unfinished; rerun the same "
+            "command to finish them",
+            file=sys.stderr,
+        )
     return 0 if camp["complete"] and not errors else 1
 
 
@@ -208,8 +332,10 @@ def this_run_line(run_stats: dict, planned: int) -> str:
     before = run_stats["done_before"]
     line = f"this run: {run_stats['done_now']} episode(s) in {run_stats['seconds']:.1f} s of wall clock"
     if before:
-        line += (f"; {before} of the {planned} were already done by earlier runs of this campaign (the table and the "
-                 f"cost lines above cover all of them)")
+        line += (
+            f"; {before} of the {planned} were already done by earlier runs of this campaign (the table and the "
+            f"cost lines above cover all of them)"
+        )
     return line
 
 
@@ -225,9 +351,13 @@ def _say_discards(run_stats: dict) -> None:
     first = {}
     for label, reason, check in discards:
         first.setdefault(check, (label, reason))
-    print(f"discarded by the gate in this run: {len(discards)} episode(s) (not counted as failures): "
-          + "; ".join(f"{check} check x{n} (e.g. {first[check][0]}: {first[check][1]})" for check, n in by_check.most_common()),
-          file=sys.stderr)
+    print(
+        f"discarded by the gate in this run: {len(discards)} episode(s) (not counted as failures): "
+        + "; ".join(
+            f"{check} check x{n} (e.g. {first[check][0]}: {first[check][1]})" for check, n in by_check.most_common()
+        ),
+        file=sys.stderr,
+    )
 
 
 def control_overrides(control: str | None) -> dict | None:
@@ -251,5 +381,8 @@ def _say_if_cancelled(out: str, results: dict) -> None:
     with Ledger(os.path.join(out, LEDGER_NAME), create=False) as ledger:
         state = control_state(ledger)
     if state and state["action"] == "cancel" and not results["campaign"]["complete"]:
-        print(f"campaign cancelled (by {state['by']}) after {len(results['per_episode'])}/"
-              f"{results['campaign']['planned']} episodes; rerun the same command to resume", file=sys.stderr)
+        print(
+            f"campaign cancelled (by {state['by']}) after {len(results['per_episode'])}/"
+            f"{results['campaign']['planned']} episodes; rerun the same command to resume",
+            file=sys.stderr,
+        )

@@ -26,6 +26,7 @@ One command runs every control the gate must pass, seeded end to end:
 
 Defaults take about 2 minutes on 2 CPU cores at 128x128.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,29 +37,50 @@ DEFAULT_CAMPAIGN_SKILLS = "1.0,0.6,0.3"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("gate-check", help="validate the action-consistency gate (true vs shuffled commands, "
-                                          "frozen frames, camera pans, shuffled-command campaign)",
-                       description="Run every control the action-consistency gate must pass on a simulated world, "
-                                   "seeded end to end: true vs shuffled commands (AUROC, pass rates), frozen frames "
-                                   "and camera pans, the calibration-free mode, and a small campaign in the true "
-                                   "world and in two worlds that ignore the command. About 2 minutes on 2 CPU cores.")
-    p.add_argument("--env", default="Kosmos-Tabletop-v1", help="env id with a simulated (tabletop) world (default: %(default)s)")
-    p.add_argument("--policies", default=DEFAULT_POLICIES,
-                   help="';'- or ','-separated policies as name[:k=v] recorded for the replay controls "
-                        "(default: %(default)s)")
+    p = sub.add_parser(
+        "gate-check",
+        help="validate the action-consistency gate (true vs shuffled commands, "
+        "frozen frames, camera pans, shuffled-command campaign)",
+        description="Run every control the action-consistency gate must pass on a simulated world, "
+        "seeded end to end: true vs shuffled commands (AUROC, pass rates), frozen frames "
+        "and camera pans, the calibration-free mode, and a small campaign in the true "
+        "world and in two worlds that ignore the command. About 2 minutes on 2 CPU cores.",
+    )
+    p.add_argument(
+        "--env", default="Kosmos-Tabletop-v1", help="env id with a simulated (tabletop) world (default: %(default)s)"
+    )
+    p.add_argument(
+        "--policies",
+        default=DEFAULT_POLICIES,
+        help="';'- or ','-separated policies as name[:k=v] recorded for the replay controls (default: %(default)s)",
+    )
     p.add_argument("--tasks", default=None, help="comma-separated tasks (default: every task of the suite)")
     p.add_argument("--seeds", type=int, default=3, help="episodes per policy and task (default: %(default)s)")
-    p.add_argument("--seed", type=int, default=0, help="first episode seed; shuffles and pans use it too (default: %(default)s)")
+    p.add_argument(
+        "--seed", type=int, default=0, help="first episode seed; shuffles and pans use it too (default: %(default)s)"
+    )
     p.add_argument("--image-size", type=int, default=128, help="square frame size (default: %(default)s)")
-    p.add_argument("--campaign-skills", default=DEFAULT_CAMPAIGN_SKILLS,
-                   help="scripted skills for the campaign, comma-separated; empty to skip (default: %(default)s)")
-    p.add_argument("--campaign-seeds", type=int, default=3, help="campaign episodes per skill and task (default: %(default)s)")
+    p.add_argument(
+        "--campaign-skills",
+        default=DEFAULT_CAMPAIGN_SKILLS,
+        help="scripted skills for the campaign, comma-separated; empty to skip (default: %(default)s)",
+    )
+    p.add_argument(
+        "--campaign-seeds", type=int, default=3, help="campaign episodes per skill and task (default: %(default)s)"
+    )
     p.add_argument("--gate-json", default=None, help="JSON file with gate thresholds to use instead of the env spec's")
     # --json is a switch here as everywhere else (the report as JSON on stdout); the older
     # `--json FILE` still writes the file, and --json-out FILE says so explicitly
-    p.add_argument("--json", dest="json_flag", nargs="?", const=True, default=None, metavar="FILE",
-                   help="print every number as JSON instead of the text report (with FILE: write them there, "
-                        "as --json-out FILE does)")
+    p.add_argument(
+        "--json",
+        dest="json_flag",
+        nargs="?",
+        const=True,
+        default=None,
+        metavar="FILE",
+        help="print every number as JSON instead of the text report (with FILE: write them there, "
+        "as --json-out FILE does)",
+    )
     p.add_argument("--json-out", dest="json_out", default=None, metavar="FILE", help="also write every number to FILE")
     p.add_argument("--strict", action="store_true", help="exit 1 when an acceptance criterion fails")
     p.set_defaults(func=run)
@@ -77,8 +99,17 @@ def run(args: argparse.Namespace) -> int:
 
     gate_spec = load_gate_spec(args.env, args.gate_json)
     skills = [float(s) for s in args.campaign_skills.split(",") if s.strip()]
-    report = gate_check(args.env, gate_spec, parse_policies(args.policies), args.tasks.split(",") if args.tasks else None,
-                        args.seeds, args.seed, args.image_size, skills, args.campaign_seeds)
+    report = gate_check(
+        args.env,
+        gate_spec,
+        parse_policies(args.policies),
+        args.tasks.split(",") if args.tasks else None,
+        args.seeds,
+        args.seed,
+        args.image_size,
+        skills,
+        args.campaign_seeds,
+    )
     print_json, json_out = json_targets(args)
     if print_json:
         print(json.dumps(report, indent=2, default=json_default))

@@ -11,6 +11,7 @@ how two judges agree (``campaign`` names the campaign's own judge).
     kosmos-env judge runs/c1 --judge robot_log
     kosmos-env judge runs/c1 --judge '{"type": "vlm", "local_path": "/models/Cosmos-Reason1-7B", "k": 5}'
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,11 +19,19 @@ import json
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("judge", help="re-judge a campaign's stored rollouts with another judge",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "judge",
+        help="re-judge a campaign's stored rollouts with another judge",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("run", help="campaign folder (kosmos-env eval --out)")
-    p.add_argument("--judge", required=True, metavar="SPEC",
-                   help="judge type (robot_log, state, vlm, ...) or JSON spec {\"type\": ..., settings}")
+    p.add_argument(
+        "--judge",
+        required=True,
+        metavar="SPEC",
+        help='judge type (robot_log, state, vlm, ...) or JSON spec {"type": ..., settings}',
+    )
     p.add_argument("--batch-size", type=int, default=8, help="rollouts per judge batch (default 8)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
@@ -38,9 +47,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_dict(), indent=2))
     else:
         skipped = ", ".join(f"{n} {why}" for why, n in sorted(report.skipped.items())) or "none"
-        print(f"judge {report.label} [{report.judge_id}]: judged {report.judged_now} rollouts now, "
-              f"{report.already_judged} already judged, of {report.eligible} judged episodes "
-              f"(not judgeable: {skipped}); rollouts generated: {report.rollouts_generated}, artifacts added: "
-              f"{report.artifacts_added}; {report.seconds:.1f} s")
+        print(
+            f"judge {report.label} [{report.judge_id}]: judged {report.judged_now} rollouts now, "
+            f"{report.already_judged} already judged, of {report.eligible} judged episodes "
+            f"(not judgeable: {skipped}); rollouts generated: {report.rollouts_generated}, artifacts added: "
+            f"{report.artifacts_added}; {report.seconds:.1f} s"
+        )
         print(f"compare with: kosmos-env compare --judges {args.run} campaign {report.judge_id}")
     return 0

@@ -1,4 +1,5 @@
 """`kosmos-env judge-check`: does the configured judge tell a real Bridge success from its negatives?"""
+
 from __future__ import annotations
 
 import argparse
@@ -6,16 +7,24 @@ import argparse
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "judge-check", help="judge readiness: the real Bridge episode vs a frozen copy and a mismatched instruction",
+        "judge-check",
+        help="judge readiness: the real Bridge episode vs a frozen copy and a mismatched instruction",
         description="Feed the configured judge the real Bridge episode shipped with the package (its own instruction), "
-                    "a frozen copy and the real episode under a mismatched instruction. READY only if the judge calls "
-                    "the real one a success and both negatives not-success (abstentions count as not telling them "
-                    "apart). Exit status 0 when ready, 1 when not.")
+        "a frozen copy and the real episode under a mismatched instruction. READY only if the judge calls "
+        "the real one a success and both negatives not-success (abstentions count as not telling them "
+        "apart). Exit status 0 when ready, 1 when not.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--env", default=None, help="use this env's judge (default: Kosmos-Bridge-v1)")
-    src.add_argument("--judge", default=None, metavar="SPEC",
-                     help='judge type or JSON spec, e.g. \'{"type": "vlm", "local_path": "/models/Cosmos-Reason1-7B"}\'')
-    p.add_argument("--tiny", action="store_true", help="check the tiny random Qwen-VL judge (runs on CPU; reports not ready)")
+    src.add_argument(
+        "--judge",
+        default=None,
+        metavar="SPEC",
+        help='judge type or JSON spec, e.g. \'{"type": "vlm", "local_path": "/models/Cosmos-Reason1-7B"}\'',
+    )
+    p.add_argument(
+        "--tiny", action="store_true", help="check the tiny random Qwen-VL judge (runs on CPU; reports not ready)"
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=run)
 

@@ -10,6 +10,7 @@ ranked with Wilson 95% intervals; DIR gets leaderboard.json and a self-contained
 Rejected submissions are listed with the reason. Exit code 0 when every submission was accepted,
 1 when any was rejected (the leaderboard is still written).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,20 +18,38 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("leaderboard", help="build a leaderboard from verified result submissions",
-                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "leaderboard",
+        help="build a leaderboard from verified result submissions",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     lsub = p.add_subparsers(dest="leaderboard_command", metavar="ACTION")
-    b = lsub.add_parser("build", help="verify submissions and write leaderboard.json and index.html",
-                        description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    b.add_argument("submissions", nargs="+", metavar="SUBMISSION",
-                   help="submission folders (a campaign folder, or a published results/<env>/<spec>/<campaign>/ folder)")
+    b = lsub.add_parser(
+        "build",
+        help="verify submissions and write leaderboard.json and index.html",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    b.add_argument(
+        "submissions",
+        nargs="+",
+        metavar="SUBMISSION",
+        help="submission folders (a campaign folder, or a published results/<env>/<spec>/<campaign>/ folder)",
+    )
     b.add_argument("--out", required=True, help="output folder for leaderboard.json and index.html")
-    b.add_argument("--allow-overrides", action="store_true",
-                   help="accept campaigns with spec overrides or a non-default judge; they get their own boards")
+    b.add_argument(
+        "--allow-overrides",
+        action="store_true",
+        help="accept campaigns with spec overrides or a non-default judge; they get their own boards",
+    )
     b.add_argument("--json", action="store_true", help="print leaderboard.json to stdout as well")
-    b.add_argument("--replay", default=None, metavar="N|all",
-                   help="simulator episodes replayed per submission (default "
-                        "kosmos_env.publish.validate.DEFAULT_REPLAY_SAMPLE)")
+    b.add_argument(
+        "--replay",
+        default=None,
+        metavar="N|all",
+        help="simulator episodes replayed per submission (default kosmos_env.publish.validate.DEFAULT_REPLAY_SAMPLE)",
+    )
     b.add_argument("--replay-seed", type=int, default=0, help="seed of the replay sample (default 0)")
     b.set_defaults(func=run_build)
     p.set_defaults(func=lambda args: (p.print_help(), 2)[1])
@@ -47,8 +66,13 @@ def run_build(args: argparse.Namespace) -> int:
 
     replay = DEFAULT_REPLAY_SAMPLE if args.replay is None else replay_count(args.replay)
     check_writable_path(args.out)  # a file or read-only folder fails before any submission is checked
-    data = build_leaderboard(args.submissions, allow_overrides=args.allow_overrides, progress=len(args.submissions) > 5,
-                             replay_sample=replay, replay_seed=args.replay_seed)
+    data = build_leaderboard(
+        args.submissions,
+        allow_overrides=args.allow_overrides,
+        progress=len(args.submissions) > 5,
+        replay_sample=replay,
+        replay_seed=args.replay_seed,
+    )
     js, page = write_leaderboard(data, args.out)
     for r in data["rejected"]:
         print(f"REJECTED {r['submission']} ({r['check']}): {r['reason']}", file=sys.stderr)

@@ -17,6 +17,7 @@ with its SHA-256 and the UTC time to a registration file, which is never overwri
 `kosmos-env eval --registration REG --out DIR` and `kosmos-env analyze DIR --registration REG`.
 See kosmos_env/registration/protocol.py for the format and examples/protocol_example.yaml.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -25,21 +26,33 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("register", help="freeze a study protocol (design, metrics, pass bars) and its SHA-256",
-                       description=__doc__.split("\n\n", 1)[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "register",
+        help="freeze a study protocol (design, metrics, pass bars) and its SHA-256",
+        description=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     from kosmos_env.study.arguments import add_design_arguments
 
-    p.add_argument("protocol", metavar="PROTOCOL.yaml", nargs="?", default=None,
-                   help="a campaign protocol (omit with --study)")
-    p.add_argument("--out", default=None, metavar="REG.json",
-                   help="registration file to write (default: PROTOCOL.registration.json beside the protocol; with "
-                        "--study, study_registration.json); an existing file is never overwritten")
+    p.add_argument(
+        "protocol", metavar="PROTOCOL.yaml", nargs="?", default=None, help="a campaign protocol (omit with --study)"
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        metavar="REG.json",
+        help="registration file to write (default: PROTOCOL.registration.json beside the protocol; with "
+        "--study, study_registration.json); an existing file is never overwritten",
+    )
     study = p.add_argument_group("validity study (--study)", "the design arguments of `kosmos-env study`")
     study.add_argument("--study", action="store_true", help="register a validity study instead of a campaign protocol")
     add_design_arguments(study)
-    p.add_argument("--hashes", action="store_true",
-                   help="print the current spec hash (with the protocol's overrides) and policy content hashes the "
-                        "protocol must declare, then stop (writes nothing)")
+    p.add_argument(
+        "--hashes",
+        action="store_true",
+        help="print the current spec hash (with the protocol's overrides) and policy content hashes the "
+        "protocol must declare, then stop (writes nothing)",
+    )
     p.set_defaults(func=run)
 
 
@@ -60,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     out = write_registration(reg, args.out or default_registration_path(args.protocol))
     p = reg.protocol
     print(f"registered study {reg.name}: sha256 {reg.sha256} at {reg.registered_utc}")
-    print(f"  {p['env']['id']} (spec {p['env']['spec_hash'][:12]}), {len(p['policies'])} policies x "
-          f"{len(p['tasks'])} tasks x {len(p['seeds'])} seeds x {p['repeats']} repeats; "
-          f"{len(p['metrics'])} registered metric(s)")
+    print(
+        f"  {p['env']['id']} (spec {p['env']['spec_hash'][:12]}), {len(p['policies'])} policies x "
+        f"{len(p['tasks'])} tasks x {len(p['seeds'])} seeds x {p['repeats']} repeats; "
+        f"{len(p['metrics'])} registered metric(s)"
+    )
     print(f"wrote {out}\nnext: kosmos-env eval --registration {out} --out DIR", file=sys.stderr)
     return 0
 
@@ -76,9 +91,11 @@ def _register_study(args: argparse.Namespace) -> int:
     record = write_study_registration(body, out)
     n_seeds = sum(len(v) for v in record["evaluation_seeds"].values())
     print(f"registered validity study: sha256 {record['sha256']} at {record['registered_utc']}")
-    print(f"  world {cfg.world} (weights {record['world'].get('weights', {}).get('sha256', 'none')[:12]}, code "
-          f"{record['world']['code']['sha256'][:12]}), {len(cfg.policies)} policies, {n_seeds} evaluation seeds, "
-          f"{len(record['baselines'])} baselines, {len(record['bars'])} bars")
+    print(
+        f"  world {cfg.world} (weights {record['world'].get('weights', {}).get('sha256', 'none')[:12]}, code "
+        f"{record['world']['code']['sha256'][:12]}), {len(cfg.policies)} policies, {n_seeds} evaluation seeds, "
+        f"{len(record['baselines'])} baselines, {len(record['bars'])} bars"
+    )
     print(f"wrote {out}\nnext: kosmos-env study <the same arguments> --registration {out} --out DIR", file=sys.stderr)
     return 0
 
@@ -93,9 +110,14 @@ def current_hashes(path: str) -> dict:
     env = raw.get("env") if isinstance(raw.get("env"), dict) else None
     if env is None or not isinstance(env.get("id"), str):
         raise ProtocolError("protocol.env.id is needed to compute the spec hash")
-    out = {"env": {"id": env["id"], "overrides": env.get("overrides") or {},
-                   "spec_hash": load_spec(env["id"]).with_overrides(**(env.get("overrides") or {})).hash},
-           "policies": []}
+    out = {
+        "env": {
+            "id": env["id"],
+            "overrides": env.get("overrides") or {},
+            "spec_hash": load_spec(env["id"]).with_overrides(**(env.get("overrides") or {})).hash,
+        },
+        "policies": [],
+    }
     for entry in raw.get("policies") or []:
         if isinstance(entry, dict) and isinstance(entry.get("policy"), str):
             ref = PolicyRef.parse(entry["policy"])

@@ -7,6 +7,7 @@ and money per stage, model loads apart, with the judge's share of the bill. ``--
 ID_OR_NAME`` reports the verdicts of another judge stored with the campaign (``kosmos-env
 judge DIR --judge SPEC``) into DIR/judges/<judge id>/; an unknown judge is an error that lists
 the stored ones."""
+
 from __future__ import annotations
 
 import argparse
@@ -14,16 +15,24 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("report", help="write report.md and a self-contained report.html for a campaign",
-                              description=__doc__)
+    p = subparsers.add_parser(
+        "report", help="write report.md and a self-contained report.html for a campaign", description=__doc__
+    )
     p.add_argument("dir", type=Path, metavar="DIR", help="campaign output directory (holds results.json)")
     p.add_argument("--no-thumbnails", action="store_true", help="skip the animated rollout thumbnails")
     p.add_argument("--no-analysis", action="store_true", help="skip the statistical analysis section")
-    p.add_argument("--judge", default=None, metavar="ID_OR_NAME",
-                   help="whose verdicts the success numbers are: 'campaign' (default: the campaign's own judge) or "
-                        "the identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`")
-    p.add_argument("--no-verify", action="store_true",
-                   help="report even if DIR fails `kosmos-env verify` (default: refuse such a folder)")
+    p.add_argument(
+        "--judge",
+        default=None,
+        metavar="ID_OR_NAME",
+        help="whose verdicts the success numbers are: 'campaign' (default: the campaign's own judge) or "
+        "the identity, id prefix or label of a judge stored by `kosmos-env judge DIR --judge SPEC`",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="report even if DIR fails `kosmos-env verify` (default: refuse such a folder)",
+    )
     p.set_defaults(func=run)
 
 

@@ -1,4 +1,5 @@
 """`kosmos-env rollout`: run one policy on one task for N seeds, write MP4s, print the success rate."""
+
 from __future__ import annotations
 
 import argparse
@@ -8,20 +9,37 @@ import sys
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("rollout", help="run a policy for N episodes on one task and write one MP4 per episode",
-                       description="Run one policy on one task for N seeds (no ledger, no ranking), write one MP4 per "
-                                   "episode and summary.json, and print the success rate. For a paired comparison of "
-                                   "policies use `kosmos-env eval`.")
+    p = sub.add_parser(
+        "rollout",
+        help="run a policy for N episodes on one task and write one MP4 per episode",
+        description="Run one policy on one task for N seeds (no ledger, no ranking), write one MP4 per "
+        "episode and summary.json, and print the success rate. For a paired comparison of "
+        "policies use `kosmos-env eval`.",
+    )
     p.add_argument("--env", default="Kosmos-Tabletop-v1", help="registered env id (default: %(default)s)")
     # the flags are spelled as `eval` spells them (--tasks, --seeds N = seeds 0..N-1); the older
     # --task / --episodes / --seed stay as aliases so existing scripts keep working
-    p.add_argument("--tasks", "--task", dest="task", default=None, metavar="TASK",
-                   help="the task (one; default: the spec's default task)")
+    p.add_argument(
+        "--tasks",
+        "--task",
+        dest="task",
+        default=None,
+        metavar="TASK",
+        help="the task (one; default: the spec's default task)",
+    )
     p.add_argument("--policy", default="scripted", help="policy as name[:k=v,...] (default: %(default)s)")
-    p.add_argument("--seeds", "--episodes", dest="episodes", type=int, default=5, metavar="N",
-                   help="number of episodes: seeds 0..N-1, offset by --seed-offset (default: %(default)s)")
-    p.add_argument("--seed-offset", "--seed", dest="seed", type=int, default=0,
-                   help="first seed (default: %(default)s)")
+    p.add_argument(
+        "--seeds",
+        "--episodes",
+        dest="episodes",
+        type=int,
+        default=5,
+        metavar="N",
+        help="number of episodes: seeds 0..N-1, offset by --seed-offset (default: %(default)s)",
+    )
+    p.add_argument(
+        "--seed-offset", "--seed", dest="seed", type=int, default=0, help="first seed (default: %(default)s)"
+    )
     p.add_argument("--out", required=True, help="output directory for MP4s and summary.json")
     p.add_argument("--no-video", action="store_true", help="skip writing MP4s")
     p.set_defaults(func=run)
@@ -56,15 +74,23 @@ def run(args: argparse.Namespace) -> int:
         if not args.no_video:
             video = os.path.join(args.out, f"episode_{i:04d}.mp4")
             write_mp4(video, result.rollout.frames, base.metadata["render_fps"])
-        episodes.append({"seed": seed, "outcome": result.outcome, "success": success, "steps": result.steps, "video": video})
+        episodes.append(
+            {"seed": seed, "outcome": result.outcome, "success": success, "steps": result.steps, "video": video}
+        )
     env.close()
     rate = successes / args.episodes
     summary = {
-        "env_id": args.env, "spec_hash": base.spec_hash, "task": base.task.name, "policy": args.policy,
-        "episodes": episodes, "success_rate": rate,
+        "env_id": args.env,
+        "spec_hash": base.spec_hash,
+        "task": base.task.name,
+        "policy": args.policy,
+        "episodes": episodes,
+        "success_rate": rate,
     }
     with open(os.path.join(args.out, "summary.json"), "w") as fh:
         json.dump(summary, fh, indent=2)
-    print(f"{args.policy} on {args.env}/{base.task.name}: success rate {rate:.2f} ({successes}/{args.episodes}), "
-          f"spec {base.spec_hash[:12]}, videos in {args.out}")
+    print(
+        f"{args.policy} on {args.env}/{base.task.name}: success rate {rate:.2f} ({successes}/{args.episodes}), "
+        f"spec {base.spec_hash[:12]}, videos in {args.out}"
+    )
     return 0

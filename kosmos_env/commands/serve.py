@@ -11,6 +11,7 @@ Ledgers are read read-only while campaigns run. The console listens on 127.0.0.1
 ``--host ADDR --allow-remote`` is given. Cancelling needs the token printed at start-up
 (or set $KOSMOS_CONSOLE_TOKEN); a cancelled campaign resumes when its eval command is rerun.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -18,17 +19,30 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("serve", help="browser console: watch, browse, compare and cancel campaigns",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("dirs", nargs="*", type=Path, metavar="RUNS_DIR", help="campaign folders or folders of them "
-                   "(default: runs)")
+    p = subparsers.add_parser(
+        "serve",
+        help="browser console: watch, browse, compare and cancel campaigns",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "dirs", nargs="*", type=Path, metavar="RUNS_DIR", help="campaign folders or folders of them (default: runs)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
-    p.add_argument("--allow-remote", action="store_true",
-                   help="allow a --host other than loopback (the console has no login: anyone who reaches it reads "
-                        "every campaign)")
+    p.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host other than loopback (the console has no login: anyone who reaches it reads "
+        "every campaign)",
+    )
     p.add_argument("--port", type=int, default=8321, help="port (default: 8321; 0 picks a free one)")
-    p.add_argument("--reference", type=Path, default=None, metavar="FILE.csv",
-                   help="reference success rates (task, policy, reference) for the analysis pages' agreement section")
+    p.add_argument(
+        "--reference",
+        type=Path,
+        default=None,
+        metavar="FILE.csv",
+        help="reference success rates (task, policy, reference) for the analysis pages' agreement section",
+    )
     p.set_defaults(func=run)
 
 
@@ -43,8 +57,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         from kosmos_env.console.server import serve
     except ImportError as exc:
-        raise RuntimeError(f"the console needs the console extra ({exc.name} is missing): "
-                           "pip install 'kosmos-env[console]'") from None
-    serve(args.dirs or [Path("runs")], host=args.host, port=args.port, allow_remote=args.allow_remote,
-          reference=args.reference)
+        raise RuntimeError(
+            f"the console needs the console extra ({exc.name} is missing): pip install 'kosmos-env[console]'"
+        ) from None
+    serve(
+        args.dirs or [Path("runs")],
+        host=args.host,
+        port=args.port,
+        allow_remote=args.allow_remote,
+        reference=args.reference,
+    )
     return 0

@@ -10,6 +10,7 @@ Every episode is a session with its own policy instance (built on demand, up to
 workers or lockstep lanes without mixing their episodes; a session idle for ``--session-idle``
 seconds is ended.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -24,18 +25,32 @@ def add_parser(subparsers) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("policy", metavar="NAME[:k=v,...]", help="policy to serve, e.g. scripted:skill=0.6 or openvla:model_path=/ckpt")
+    p.add_argument(
+        "policy", metavar="NAME[:k=v,...]", help="policy to serve, e.g. scripted:skill=0.6 or openvla:model_path=/ckpt"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, default=8765, help="port to bind (0 picks a free one; default 8765)")
     p.add_argument("--max-mb", type=float, default=64.0, help="largest request accepted, MiB (default 64)")
-    p.add_argument("--request-timeout", type=float, default=60.0,
-                   help="seconds a connection may stay silent (a body that does not arrive, an idle keep-alive) "
-                        "before it is answered 408 or closed (default 60)")
-    p.add_argument("--max-sessions", type=int, default=8,
-                   help="most episodes served at once, each with its own policy instance (default 8); "
-                        "one more is refused (HTTP 503), never mixed with another's state")
-    p.add_argument("--session-idle", type=float, default=300.0,
-                   help="seconds without a request after which a session is ended (default 300)")
+    p.add_argument(
+        "--request-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a connection may stay silent (a body that does not arrive, an idle keep-alive) "
+        "before it is answered 408 or closed (default 60)",
+    )
+    p.add_argument(
+        "--max-sessions",
+        type=int,
+        default=8,
+        help="most episodes served at once, each with its own policy instance (default 8); "
+        "one more is refused (HTTP 503), never mixed with another's state",
+    )
+    p.add_argument(
+        "--session-idle",
+        type=float,
+        default=300.0,
+        help="seconds without a request after which a session is ended (default 300)",
+    )
     p.add_argument("--quiet", action="store_true", help="do not log each request")
     p.set_defaults(func=run)
 
@@ -59,11 +74,18 @@ def run(args: argparse.Namespace) -> int:
     policy = make_policy(name, **kwargs)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:
-        server = PolicyServer(policy, policy_info(policy), host=args.host, port=args.port,
-                              max_bytes=int(args.max_mb * 1024 * 1024), log=log,
-                              request_timeout=args.request_timeout,
-                              factory=lambda: make_policy(name, **kwargs),  # one instance per concurrent session
-                              max_sessions=args.max_sessions, session_idle=args.session_idle)
+        server = PolicyServer(
+            policy,
+            policy_info(policy),
+            host=args.host,
+            port=args.port,
+            max_bytes=int(args.max_mb * 1024 * 1024),
+            log=log,
+            request_timeout=args.request_timeout,
+            factory=lambda: make_policy(name, **kwargs),  # one instance per concurrent session
+            max_sessions=args.max_sessions,
+            session_idle=args.session_idle,
+        )
     except OSError as exc:
         policy.close()
         raise RuntimeError(f"cannot bind {args.host}:{args.port}: {exc}") from None

@@ -19,6 +19,7 @@ registration and this run (design, seeds, world weights or code, judges, policie
 refused in one line naming the field. Without one the study is exploratory, and says so on every
 page it writes.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,18 +31,29 @@ import time
 def add_parser(subparsers) -> None:
     from kosmos_env.study.arguments import add_design_arguments
 
-    p = subparsers.add_parser("study", help="evaluator-validity study: rank policies in a world, its simulator and "
-                                            "baselines; bars, drift, cost sweep",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "study",
+        help="evaluator-validity study: rank policies in a world, its simulator and baselines; bars, drift, cost sweep",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_design_arguments(p)
-    p.add_argument("--registration", default=None, metavar="REG.json",
-                   help="a registration made before this run by `kosmos-env register --study` with the same design "
-                        "arguments; without one the study is exploratory and no bar is judged")
+    p.add_argument(
+        "--registration",
+        default=None,
+        metavar="REG.json",
+        help="a registration made before this run by `kosmos-env register --study` with the same design "
+        "arguments; without one the study is exploratory and no bar is judged",
+    )
     p.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads (default 1)")
     p.add_argument("--out", default="study_out", help="output directory (default study_out)")
-    p.add_argument("--from-episodes", default=None, metavar="DIR",
-                   help="re-analyse the episodes a previous study saved in DIR (episodes.json, examples.npz) instead of "
-                        "running them; the registration in DIR, if any, is checked and kept")
+    p.add_argument(
+        "--from-episodes",
+        default=None,
+        metavar="DIR",
+        help="re-analyse the episodes a previous study saved in DIR (episodes.json, examples.npz) instead of "
+        "running them; the registration in DIR, if any, is checked and kept",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=run)
 
@@ -81,8 +93,11 @@ def run(args) -> int:
             from kosmos_env.study.arguments import config_from_args
 
             cfg, registration = config_from_args(args), None
-            print("exploratory study: no --registration, so no bar is judged (make one first with "
-                  "`kosmos-env register --study <the same arguments>`)", file=sys.stderr)
+            print(
+                "exploratory study: no --registration, so no bar is judged (make one first with "
+                "`kosmos-env register --study <the same arguments>`)",
+                file=sys.stderr,
+            )
         n_boot = args.n_boot
         study = run_study(cfg, progress=not args.quiet)
         study["started_utc"] = started
@@ -93,8 +108,15 @@ def run(args) -> int:
     trust = _trust_lines(study, n_boot)
     from kosmos_env.study.bars import default_bars
 
-    files = write_report(results, study, args.out, bars=bars if registration else default_bars(),
-                         registration=registration, status=status, trust=trust)
+    files = write_report(
+        results,
+        study,
+        args.out,
+        bars=bars if registration else default_bars(),
+        registration=registration,
+        status=status,
+        trust=trust,
+    )
     if registration:
         for b in bars:
             print(f"[{b['verdict']}] {b['text']}")

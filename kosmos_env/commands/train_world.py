@@ -24,6 +24,7 @@ It writes ``world.safetensors`` (segmenter, object dynamics and renderer in one 
 ``vision_judge.safetensors`` (the frame classifier that judges generated rollouts) and a
 held-out error table against the copy-last-frame baseline at steps 1..20 from the first frame.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,33 +34,63 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("train-world", help="train the learned tabletop world model (and its vision judge) on CPU",
-                              description=__doc__.split("\n\n")[0])
+    p = subparsers.add_parser(
+        "train-world",
+        help="train the learned tabletop world model (and its vision judge) on CPU",
+        description=__doc__.split("\n\n")[0],
+    )
     p.add_argument("--data", default=None, help="episodes .npz: read if it exists, else recorded and written there")
     p.add_argument("--seeds-per-task", type=int, default=16, help="recorded seeds per (policy, task) (default 16)")
-    p.add_argument("--policies", nargs="+", default=None, help="policy mix to record (default: scripted at 6 skills + random)")
-    p.add_argument("--holdout", type=float, default=0.15, help="fraction of each task's seeds held out whole (default 0.15)")
+    p.add_argument(
+        "--policies", nargs="+", default=None, help="policy mix to record (default: scripted at 6 skills + random)"
+    )
+    p.add_argument(
+        "--holdout", type=float, default=0.15, help="fraction of each task's seeds held out whole (default 0.15)"
+    )
     p.add_argument("--steps", type=int, default=2000, help="renderer training steps (default 2000)")
     p.add_argument("--segmenter-steps", type=int, default=400, help="segmenter training steps (default 400)")
     p.add_argument("--dynamics-steps", type=int, default=1500, help="object-dynamics training steps (default 1500)")
     p.add_argument("--batch", type=int, default=16, help="frames per renderer training step (default 16)")
     p.add_argument("--judge-steps", type=int, default=600, help="vision-judge training steps (default 600)")
-    p.add_argument("--parts", nargs="+", choices=["world", "judge", "slip"], default=["world", "judge"],
-                   help="what to train (default: world and judge; the world's last stage is its slip predictor). "
-                        "'slip' without 'world': only a new slip predictor over --objects-from's networks")
-    p.add_argument("--objects-from", default=None, metavar="WEIGHTS",
-                   help="reuse this world.safetensors' segmenter and object dynamics; train only the renderer "
-                        "(with --parts slip: keep all its networks; train only the slip predictor)")
-    p.add_argument("--slip-steps", type=int, default=500,
-                   help="slip-predictor full-batch steps, the world's last stage (default 500; 0: no slip predictor)")
-    p.add_argument("--slip-threshold", type=float, default=0.3,
-                   help="hazard threshold stored with the slip predictor (default 0.3, chosen on validation seeds)")
+    p.add_argument(
+        "--parts",
+        nargs="+",
+        choices=["world", "judge", "slip"],
+        default=["world", "judge"],
+        help="what to train (default: world and judge; the world's last stage is its slip predictor). "
+        "'slip' without 'world': only a new slip predictor over --objects-from's networks",
+    )
+    p.add_argument(
+        "--objects-from",
+        default=None,
+        metavar="WEIGHTS",
+        help="reuse this world.safetensors' segmenter and object dynamics; train only the renderer "
+        "(with --parts slip: keep all its networks; train only the slip predictor)",
+    )
+    p.add_argument(
+        "--slip-steps",
+        type=int,
+        default=500,
+        help="slip-predictor full-batch steps, the world's last stage (default 500; 0: no slip predictor)",
+    )
+    p.add_argument(
+        "--slip-threshold",
+        type=float,
+        default=0.3,
+        help="hazard threshold stored with the slip predictor (default 0.3, chosen on validation seeds)",
+    )
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
-    p.add_argument("--channels", type=int, nargs=4, default=[12, 24, 32, 48],
-                   help="renderer U-Net widths (default 12 24 32 48)")
+    p.add_argument(
+        "--channels", type=int, nargs=4, default=[12, 24, 32, 48], help="renderer U-Net widths (default 12 24 32 48)"
+    )
     p.add_argument("--error-horizon", type=int, default=20, help="steps of the held-out error table (default 20)")
-    p.add_argument("--threads", type=int, default=1, choices=[1, 2],
-                   help="torch CPU threads (default 1: on shared cores one thread wastes no time spinning)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        choices=[1, 2],
+        help="torch CPU threads (default 1: on shared cores one thread wastes no time spinning)",
+    )
     p.add_argument("--out-dir", default="learned_tabletop", help="where the .safetensors files go")
     p.add_argument("--error-report", default=None, help="also write the held-out error table here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -77,13 +108,19 @@ def run(args) -> int:
             print(f"error: --{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}", file=sys.stderr)
             return 2
     if args.slip_steps < 0 or not 0.0 < args.slip_threshold < 1.0:
-        print(f"error: --slip-steps must be >= 0 and --slip-threshold in (0, 1), got {args.slip_steps} and "
-              f"{args.slip_threshold}", file=sys.stderr)
+        print(
+            f"error: --slip-steps must be >= 0 and --slip-threshold in (0, 1), got {args.slip_steps} and "
+            f"{args.slip_threshold}",
+            file=sys.stderr,
+        )
         return 2
     slip_only = "slip" in args.parts and "world" not in args.parts
     if slip_only and (not args.objects_from or args.slip_steps < 1):
-        print("error: --parts slip trains a slip predictor over an existing world: it needs --objects-from WEIGHTS "
-              "and --slip-steps >= 1", file=sys.stderr)
+        print(
+            "error: --parts slip trains a slip predictor over an existing world: it needs --objects-from WEIGHTS "
+            "and --slip-steps >= 1",
+            file=sys.stderr,
+        )
         return 2
     if args.objects_from:
         problem = tr.object_networks_problem(args.objects_from)
@@ -104,17 +141,28 @@ def run(args) -> int:
         if args.data:
             episodes.save(args.data)
     train_eps, held_eps = ds.split_by_seed(episodes, args.holdout)
-    print(f"{len(train_eps)} training episodes, {len(held_eps)} held-out episodes "
-          f"(held-out seeds: {sorted(set(held_eps.seed.tolist()))})", file=sys.stderr)
+    print(
+        f"{len(train_eps)} training episodes, {len(held_eps)} held-out episodes "
+        f"(held-out seeds: {sorted(set(held_eps.seed.tolist()))})",
+        file=sys.stderr,
+    )
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     command = "kosmos-env train-world " + _args_text(args)
     text = ""
     if "world" in args.parts:
-        cfg = tr.TrainConfig(steps=args.steps, batch=args.batch, seed=args.seed, segmenter_steps=args.segmenter_steps,
-                             dynamics_steps=args.dynamics_steps, threads=args.threads,
-                             model={"channels": list(args.channels)}, objects_from=args.objects_from,
-                             slip_steps=args.slip_steps, slip_threshold=args.slip_threshold)
+        cfg = tr.TrainConfig(
+            steps=args.steps,
+            batch=args.batch,
+            seed=args.seed,
+            segmenter_steps=args.segmenter_steps,
+            dynamics_steps=args.dynamics_steps,
+            threads=args.threads,
+            model={"channels": list(args.channels)},
+            objects_from=args.objects_from,
+            slip_steps=args.slip_steps,
+            slip_threshold=args.slip_threshold,
+        )
         train_data, held_data = tr.prepare(train_eps, world), tr.prepare(held_eps, world)
         t0 = time.perf_counter()
         object_text = []
@@ -122,33 +170,49 @@ def run(args) -> int:
         def report_dynamics(stage, partial_model):
             res = tr.object_error(partial_model, held_data, world, threads=args.threads)
             object_text.append(tr.format_object_table(res))
-            print(f"held-out object state after the {stage} stage (from the first frame, no rendering):\n"
-                  f"{object_text[-1]}\n", file=sys.stderr, flush=True)
+            print(
+                f"held-out object state after the {stage} stage (from the first frame, no rendering):\n"
+                f"{object_text[-1]}\n",
+                file=sys.stderr,
+                flush=True,
+            )
 
         model, history = tr.train(train_data, cfg, progress=not args.quiet, after_stage=report_dynamics)
         train_seconds = time.perf_counter() - t0
         result = tr.multistep_error(model, held_data, world, horizon=args.error_horizon, threads=args.threads)
         provenance = {
-            "command": command, "train_seconds": round(train_seconds, 1), "steps": cfg.steps, "batch": cfg.batch,
-            "seed": cfg.seed, "policies": list(episodes.policy_names), "tasks": list(episodes.task_names),
-            "train_episodes": len(train_eps), "heldout_episodes": len(held_eps),
-            "heldout_seeds": sorted(set(int(s) for s in held_eps.seed)), "heldout_error": result,
+            "command": command,
+            "train_seconds": round(train_seconds, 1),
+            "steps": cfg.steps,
+            "batch": cfg.batch,
+            "seed": cfg.seed,
+            "policies": list(episodes.policy_names),
+            "tasks": list(episodes.task_names),
+            "train_episodes": len(train_eps),
+            "heldout_episodes": len(held_eps),
+            "heldout_seeds": sorted(set(int(s) for s in held_eps.seed)),
+            "heldout_error": result,
             "history": [h for h in history if h[1] == max(x[1] for x in history if x[0] == h[0])],
         }
         if cfg.objects_from:
             provenance["objects_from_sha256"] = history[0][2]
         save_weights(model, out / "world.safetensors", provenance)
         table = tr.format_error_table(result)
-        stages = (f"segmenter and dynamics reused from sha256 {history[0][2][:12]}..., " if cfg.objects_from
-                  else f"{cfg.segmenter_steps} segmenter, {cfg.dynamics_steps} dynamics, ")
-        text = (f"Held-out prediction error of the learned tabletop (Kosmos-TabletopLearned-v1) vs copying the last\n"
-                f"true frame the world saw (its first frame). The whole world runs open loop from each episode's\n"
-                f"first frame, as the env does (1 action per model call): per-pixel MSE in [0, 1] units, the\n"
-                f"object's centre error (cm) against the simulator, and the predicted measured gripper's error.\n"
-                f"command: {command}\n"
-                f"{result['n_episodes']} held-out episodes (whole seeds held out per task); training "
-                f"{train_seconds:.0f} s ({stages}{cfg.steps} renderer steps x batch {cfg.batch})\n\n{table}\n"
-                f"\nobject state over whole held-out episodes (40 steps, from the first frame):\n{object_text[0]}\n")
+        stages = (
+            f"segmenter and dynamics reused from sha256 {history[0][2][:12]}..., "
+            if cfg.objects_from
+            else f"{cfg.segmenter_steps} segmenter, {cfg.dynamics_steps} dynamics, "
+        )
+        text = (
+            f"Held-out prediction error of the learned tabletop (Kosmos-TabletopLearned-v1) vs copying the last\n"
+            f"true frame the world saw (its first frame). The whole world runs open loop from each episode's\n"
+            f"first frame, as the env does (1 action per model call): per-pixel MSE in [0, 1] units, the\n"
+            f"object's centre error (cm) against the simulator, and the predicted measured gripper's error.\n"
+            f"command: {command}\n"
+            f"{result['n_episodes']} held-out episodes (whole seeds held out per task); training "
+            f"{train_seconds:.0f} s ({stages}{cfg.steps} renderer steps x batch {cfg.batch})\n\n{table}\n"
+            f"\nobject state over whole held-out episodes (40 steps, from the first frame):\n{object_text[0]}\n"
+        )
         beats = all(m < c for m, c in zip(result["model_mse"], result["copy_mse"], strict=True))
         text += f"\nbelow copy-last-frame at every horizon 1..{len(result['horizons'])}: {'yes' if beats else 'NO'}\n"
         print(text)
@@ -156,22 +220,27 @@ def run(args) -> int:
             Path(args.error_report).parent.mkdir(parents=True, exist_ok=True)
             Path(args.error_report).write_text(text)
     if slip_only:
-        cfg = tr.TrainConfig(seed=args.seed, threads=args.threads, slip_steps=args.slip_steps,
-                             slip_threshold=args.slip_threshold)
+        cfg = tr.TrainConfig(
+            seed=args.seed, threads=args.threads, slip_steps=args.slip_steps, slip_threshold=args.slip_threshold
+        )
         train_data, held_data = tr.prepare(train_eps, world), tr.prepare(held_eps, world)
         model, history, base_sha, info = tr.train_slip_only(args.objects_from, train_data, cfg)
         held = tr.slip_error(model, held_data)
         info.pop("config", None)
-        info.update({"slip_command": command, "slip_from_sha256": base_sha, "slip_history": history,
-                     "slip_heldout": held})
+        info.update(
+            {"slip_command": command, "slip_from_sha256": base_sha, "slip_history": history, "slip_heldout": held}
+        )
         save_weights(model, out / "world.safetensors", info)
-        print(f"slip predictor over {args.objects_from} (sha256 {base_sha[:12]}...): trained on "
-              f"{history[0][3]} held steps ({history[0][4]} slips); held out: {json.dumps(held)}")
+        print(
+            f"slip predictor over {args.objects_from} (sha256 {base_sha[:12]}...): trained on "
+            f"{history[0][3]} held steps ({history[0][4]} slips); held out: {json.dumps(held)}"
+        )
     if "judge" in args.parts:
         from kosmos_env.judges import vision_frame as vj
 
-        judge_model, judge_eval = vj.train_classifier(train_eps, held_eps, steps=args.judge_steps, seed=args.seed,
-                                                      progress=not args.quiet)
+        judge_model, judge_eval = vj.train_classifier(
+            train_eps, held_eps, steps=args.judge_steps, seed=args.seed, progress=not args.quiet
+        )
         vj.save_classifier(judge_model, out / "vision_judge.safetensors", {"command": command, "heldout": judge_eval})
         line = f"\nvision judge (frame classifier) on held-out simulator frames: {json.dumps(judge_eval)}\n"
         print(line)

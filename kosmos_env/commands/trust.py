@@ -12,6 +12,7 @@ with such numbers ranked policies against simulator truth.
     kosmos-env trust --env Kosmos-Bridge-v1 --seeds 2 --policies scripted:skill=1.0 random   # needs its GPU model
     kosmos-env trust --env Kosmos-Bridge-v1 --tiny --seeds 2 --tasks move_can_to_left        # plumbing only, CPU
 """
+
 from __future__ import annotations
 
 import argparse
@@ -20,25 +21,49 @@ from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("trust", help="how far to trust a world: gate discards, shuffled-command gap, drift, "
-                              "read against the fidelity ladder", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = subparsers.add_parser(
+        "trust",
+        help="how far to trust a world: gate discards, shuffled-command gap, drift, read against the fidelity ladder",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--env", required=True, metavar="ID", help="registered env id (e.g. Kosmos-TabletopLearned-v1)")
-    p.add_argument("--policies", nargs="+", default=None, metavar="POLICY",
-                   help="policies to run (default: scripted at skills 1.0, 0.6, 0.3 and random)")
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=None,
+        metavar="POLICY",
+        help="policies to run (default: scripted at skills 1.0, 0.6, 0.3 and random)",
+    )
     p.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="tasks (default: every task of the env)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per (policy, task), at least 2 (default 3)")
-    p.add_argument("--seed-offset", type=int, default=100000,
-                   help="seed of (task 0, index 0); seeds are offset + 1000 * task index + i (default 100000)")
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=100000,
+        help="seed of (task 0, index 0); seeds are offset + 1000 * task index + i (default 100000)",
+    )
     p.add_argument("--judge", default=None, help="judge type or judge spec as JSON (default: the env spec's judge)")
-    p.add_argument("--tiny", action="store_true",
-                   help="tiny random models in place of a Cosmos 3 world and a VLM judge (as `kosmos-env eval --tiny`): "
-                        "checks that the diagnostics run end to end; its numbers mean nothing")
-    p.add_argument("--drift-seeds", type=int, default=1,
-                   help="seed indices per (policy, task) replayed open loop for the drift (default 1)")
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="tiny random models in place of a Cosmos 3 world and a VLM judge (as `kosmos-env eval --tiny`): "
+        "checks that the diagnostics run end to end; its numbers mean nothing",
+    )
+    p.add_argument(
+        "--drift-seeds",
+        type=int,
+        default=1,
+        help="seed indices per (policy, task) replayed open loop for the drift (default 1)",
+    )
     p.add_argument("--world-kwargs", default=None, metavar="JSON", help="world keyword arguments as a JSON object")
-    p.add_argument("--ladder", type=Path, default=None, metavar="FILE.json",
-                   help="another ladder reference (default: the one installed with the package)")
+    p.add_argument(
+        "--ladder",
+        type=Path,
+        default=None,
+        metavar="FILE.json",
+        help="another ladder reference (default: the one installed with the package)",
+    )
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1)")
     p.add_argument("--json", action="store_true", help="print the diagnostics as JSON instead of lines")
@@ -76,10 +101,17 @@ def run(args: argparse.Namespace) -> int:
     ladder = load_ladder(str(args.ladder)) if args.ladder else load_ladder()
     if args.ladder and ladder is None:
         raise ValueError(f"--ladder {args.ladder}: file not found")
-    cfg = TrustConfig(env_id=args.env, seeds=args.seeds, seed_offset=args.seed_offset, judge=judge,
-                      drift_seeds=args.drift_seeds, threads=args.threads, world_kwargs=world_kwargs,
-                      tasks=tuple(args.tasks) if args.tasks else None,
-                      **({"policies": tuple(args.policies)} if args.policies else {}))
+    cfg = TrustConfig(
+        env_id=args.env,
+        seeds=args.seeds,
+        seed_offset=args.seed_offset,
+        judge=judge,
+        drift_seeds=args.drift_seeds,
+        threads=args.threads,
+        world_kwargs=world_kwargs,
+        tasks=tuple(args.tasks) if args.tasks else None,
+        **({"policies": tuple(args.policies)} if args.policies else {}),
+    )
     diag = measure(cfg, progress=not args.quiet, n_boot=args.n_boot)
     text = json.dumps(diag, indent=2, default=float)
     if args.out is not None:

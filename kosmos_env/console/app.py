@@ -13,6 +13,7 @@ Routes: ``/`` campaigns; ``/c/{key}`` live view, ``/c/{key}/live.json`` and
 differ; ``/compare?a=&b=``; ``/c/{key}/artifacts/{sha256}.{ext}`` an artifact by content hash;
 ``/favicon.ico``. Every table page answers ``?format=csv`` and ``?format=parquet`` with its rows.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -35,13 +36,25 @@ HERE = Path(__file__).resolve().parent
 PAGE_SIZE = 100
 SQLITE_INT_MAX = 2**63 - 1  # integers from URLs go to SQLite, whose integers are signed 64-bit
 OUTCOME_CHOICES = ("success", "failure", "discarded", "abstained", "error", "pending", "leased")
-LIVE_QUEUE = ("pending", "leased", "rolled_out", "judging", "done", "success", "failure", "discarded", "abstained",
-              "error")
+LIVE_QUEUE = (
+    "pending",
+    "leased",
+    "rolled_out",
+    "judging",
+    "done",
+    "success",
+    "failure",
+    "discarded",
+    "abstained",
+    "error",
+)
 LIVE_STAGES = ("policy", "world", "gate", "judge", "io", "overhead", "total")
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 #: the tab icon, inline (no file, no 404): a ring around a dot in the console's blue
-FAVICON_SVG = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="13" '
-               'fill="none" stroke="#4c72b0" stroke-width="4"/><circle cx="16" cy="16" r="5" fill="#1d2433"/></svg>')
+FAVICON_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 32 32"><circle cx="16" cy="16" r="13" '
+    'fill="none" stroke="#4c72b0" stroke-width="4"/><circle cx="16" cy="16" r="5" fill="#1d2433"/></svg>'
+)
 
 
 def host_name(header: str) -> str:
@@ -90,7 +103,10 @@ class Verifier:
         try:
             report = verify_campaign(ref.path, max_listed=3, read_only=True)
             if report.ok:
-                status, note = "verified", f"verified: {report.checked.get('artifacts', 0)} artifacts hash to their names"
+                status, note = (
+                    "verified",
+                    f"verified: {report.checked.get('artifacts', 0)} artifacts hash to their names",
+                )
             else:
                 status, note = "failed", "; ".join(report.problems[:2])
         except Exception as exc:  # a broken folder is a finding, never a crash of the console
@@ -103,8 +119,16 @@ class Verifier:
 class Console:
     """The app's state: where campaigns are, the token, caches."""
 
-    def __init__(self, roots: Sequence[str | Path], token: str, *, reference: str | Path | None = None,
-                 bind_note: str = "", poll_seconds: float = 1.0, analysis_options: dict | None = None):
+    def __init__(
+        self,
+        roots: Sequence[str | Path],
+        token: str,
+        *,
+        reference: str | Path | None = None,
+        bind_note: str = "",
+        poll_seconds: float = 1.0,
+        analysis_options: dict | None = None,
+    ):
         import jinja2
 
         self.roots = [str(r) for r in roots]
@@ -117,8 +141,9 @@ class Console:
         self._analysis: dict[tuple, dict] = {}
         self._analysis_lock = threading.Lock()
         self._versions: dict[str, tuple[tuple, str | None]] = {}
-        self.templates = jinja2.Environment(loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True,
-                                            undefined=jinja2.StrictUndefined)
+        self.templates = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(HERE / "templates")), autoescape=True, undefined=jinja2.StrictUndefined
+        )
 
     # -- helpers ------------------------------------------------------------------------
     def refs(self) -> list[cz.CampaignRef]:
@@ -171,11 +196,18 @@ class Console:
         verification, note = (None, "")
         if s.complete:
             verification, note = self.verifier.status(ref, s.done)
-        row.update(campaign_id=s.campaign_id, env_id=s.env_id, spec_hash=s.spec_hash, done=s.done, planned=s.planned,
-                   percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
-                   design=f"{len(s.policies)}×{len(s.tasks)}×{s.seeds}×{s.repeats} = {s.planned}",
-                   state=s.state(verification), verification_note=note,
-                   success=[{"policy": p, **v} for p, v in s.success_so_far().items()])
+        row.update(
+            campaign_id=s.campaign_id,
+            env_id=s.env_id,
+            spec_hash=s.spec_hash,
+            done=s.done,
+            planned=s.planned,
+            percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
+            design=f"{len(s.policies)}×{len(s.tasks)}×{s.seeds}×{s.repeats} = {s.planned}",
+            state=s.state(verification),
+            verification_note=note,
+            success=[{"policy": p, **v} for p, v in s.success_so_far().items()],
+        )
         return row
 
     def analysis(self, ref: cz.CampaignRef, judge: str | None = None) -> tuple[dict | None, int, str]:
@@ -216,24 +248,41 @@ class Console:
         return a, done, ""
 
 
-def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path | None = None,
-               loopback_only: bool = True, bind_note: str = "bound to 127.0.0.1 only",
-               poll_seconds: float = 1.0, analysis_options: dict | None = None) -> FastAPI:
+def create_app(
+    roots: Sequence[str | Path],
+    token: str,
+    *,
+    reference: str | Path | None = None,
+    loopback_only: bool = True,
+    bind_note: str = "bound to 127.0.0.1 only",
+    poll_seconds: float = 1.0,
+    analysis_options: dict | None = None,
+) -> FastAPI:
     """The console app over the campaign folders under ``roots`` (see module doc)."""
     if not token or len(token) < 16:
         raise ValueError("the console token must be at least 16 characters")
-    con = Console(roots, token, reference=reference, bind_note=bind_note, poll_seconds=poll_seconds,
-                  analysis_options=analysis_options)
+    con = Console(
+        roots,
+        token,
+        reference=reference,
+        bind_note=bind_note,
+        poll_seconds=poll_seconds,
+        analysis_options=analysis_options,
+    )
     app = FastAPI(title="Kosmos-Env console", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.console = con
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
 
     if loopback_only:
+
         @app.middleware("http")
         async def only_loopback_hosts(request: Request, call_next):
             if host_name(request.headers.get("host") or "") not in LOOPBACK_HOSTS:
-                return Response("refused: the console only answers requests addressed to this machine's loopback "
-                                "name", status_code=421, media_type="text/plain")
+                return Response(
+                    "refused: the console only answers requests addressed to this machine's loopback name",
+                    status_code=421,
+                    media_type="text/plain",
+                )
             return await call_next(request)
 
     @app.middleware("http")
@@ -242,8 +291,10 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         response.headers["X-Content-Type-Options"] = "nosniff"
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Referrer-Policy"] = "no-referrer"
-        response.headers["Content-Security-Policy"] = ("default-src 'self'; img-src 'self' data:; media-src 'self'; "
-                                                       "style-src 'self' 'unsafe-inline'; script-src 'self'")
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; img-src 'self' data:; media-src 'self'; "
+            "style-src 'self' 'unsafe-inline'; script-src 'self'"
+        )
         return response
 
     def lookup(key: str) -> tuple[cz.CampaignRef | None, HTMLResponse | None]:
@@ -276,19 +327,48 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
 
             flat = []
             for r in rows:
-                base = {k: r.get(k) for k in ("key", "name", "campaign_id", "env_id", "spec_hash", "state", "done",
-                                              "planned", "error")}
+                base = {
+                    k: r.get(k)
+                    for k in ("key", "name", "campaign_id", "env_id", "spec_hash", "state", "done", "planned", "error")
+                }
                 for p in r.get("success") or [{}]:
-                    flat.append({**base, "policy": p.get("policy"), "successes": p.get("successes"),
-                                 "decided": p.get("decided"), "rate": p.get("rate"),
-                                 "wilson_lower": (p.get("wilson") or [None, None])[0],
-                                 "wilson_upper": (p.get("wilson") or [None, None])[1]})
-            cols = ["key", "name", "campaign_id", "env_id", "spec_hash", "state", "done", "planned", "policy",
-                    "successes", "decided", "rate", "wilson_lower", "wilson_upper", "error"]
+                    flat.append(
+                        {
+                            **base,
+                            "policy": p.get("policy"),
+                            "successes": p.get("successes"),
+                            "decided": p.get("decided"),
+                            "rate": p.get("rate"),
+                            "wilson_lower": (p.get("wilson") or [None, None])[0],
+                            "wilson_upper": (p.get("wilson") or [None, None])[1],
+                        }
+                    )
+            cols = [
+                "key",
+                "name",
+                "campaign_id",
+                "env_id",
+                "spec_hash",
+                "state",
+                "done",
+                "planned",
+                "policy",
+                "successes",
+                "decided",
+                "rate",
+                "wilson_lower",
+                "wilson_upper",
+                "error",
+            ]
             return table_response("campaigns", cols, flat, format)
         comparable = [r for r in rows if not r.get("error")]
-        return con.render("campaigns.html", rows=rows, roots=con.roots, comparable=comparable if len(comparable) >= 2 else [],
-                          refresh_ms=int(max(1.0, 4 * con.poll_seconds) * 1000))
+        return con.render(
+            "campaigns.html",
+            rows=rows,
+            roots=con.roots,
+            comparable=comparable if len(comparable) >= 2 else [],
+            refresh_ms=int(max(1.0, 4 * con.poll_seconds) * 1000),
+        )
 
     @app.get("/c/{key}", response_class=HTMLResponse)
     def campaign_page(key: str):
@@ -296,9 +376,16 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         if err:
             return err
         verification = con.verifier.status(ref, s.done)[0] if s.complete else None
-        return con.render("campaign.html", s=s, key=key, state=s.state(verification), judge=cz.judge_name(s.judge),
-                          percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
-                          queue_states=LIVE_QUEUE, stages=LIVE_STAGES)
+        return con.render(
+            "campaign.html",
+            s=s,
+            key=key,
+            state=s.state(verification),
+            judge=cz.judge_name(s.judge),
+            percent=round(100.0 * s.done / s.planned, 1) if s.planned else 0.0,
+            queue_states=LIVE_QUEUE,
+            stages=LIVE_STAGES,
+        )
 
     live_cache: dict[str, tuple[tuple, float, dict]] = {}
 
@@ -348,8 +435,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             while not await request.is_disconnected():
                 try:
                     d = await run_in_threadpool(live, ref)
-                    text = json.dumps({k: v for k, v in d.items() if k != "now"}, sort_keys=True, allow_nan=False,
-                                      default=str)
+                    text = json.dumps(
+                        {k: v for k, v in d.items() if k != "now"}, sort_keys=True, allow_nan=False, default=str
+                    )
                 except (cz.CampaignError, ValueError) as exc:
                     text = json.dumps({"error": str(exc)})
                 if text != last:
@@ -360,8 +448,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                     last_sent = time.monotonic()
                 await asyncio.sleep(con.poll_seconds)
 
-        return StreamingResponse(stream(), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        return StreamingResponse(
+            stream(), media_type="text/event-stream", headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
+        )
 
     def parse_filters(seed: str, outcome: str) -> tuple[int | None, HTMLResponse | None]:
         seed_val = None
@@ -373,8 +462,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             if not 0 <= seed_val <= SQLITE_INT_MAX:  # SQLite integers are 64-bit: larger ones overflow (HTTP 500)
                 return None, con.error("Bad filter", f"seed must be between 0 and {SQLITE_INT_MAX}", 400)
         if outcome and outcome not in OUTCOME_CHOICES:
-            return None, con.error("Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}",
-                                   400)
+            return None, con.error(
+                "Bad filter", f"unknown outcome {outcome!r}; choose from {', '.join(OUTCOME_CHOICES)}", 400
+            )
         return seed_val, None
 
     def filter_query(policy: str, task: str, seed: str, outcome: str) -> str:
@@ -384,8 +474,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         return ("?" + urlencode(q)) if q else ""
 
     @app.get("/c/{key}/episodes", response_class=HTMLResponse)
-    def episodes_page(key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1,
-                      format: str = ""):
+    def episodes_page(
+        key: str, policy: str = "", task: str = "", seed: str = "", outcome: str = "", page: int = 1, format: str = ""
+    ):
         ref, s, err = campaign_or_error(key)
         if err:
             return err
@@ -395,26 +486,50 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         if format:
             from kosmos_env.console.views import table_response
 
-            rows, _ = cz.list_episodes(ref, policy=policy or None, task=task or None, seed=seed_val,
-                                       outcome=outcome or None, offset=0, limit=SQLITE_INT_MAX)
+            rows, _ = cz.list_episodes(
+                ref,
+                policy=policy or None,
+                task=task or None,
+                seed=seed_val,
+                outcome=outcome or None,
+                offset=0,
+                limit=SQLITE_INT_MAX,
+            )
             return table_response(f"{ref.name}-episodes", list(cz.EPISODE_COLUMNS), rows, format)
         page = max(1, page)
         if page > SQLITE_INT_MAX // PAGE_SIZE:
             return con.error("Bad page", f"page must be between 1 and {SQLITE_INT_MAX // PAGE_SIZE}", 400)
         offset = (page - 1) * PAGE_SIZE
-        rows, total = cz.list_episodes(ref, policy=policy or None, task=task or None, seed=seed_val,
-                                       outcome=outcome or None, offset=offset, limit=PAGE_SIZE)
+        rows, total = cz.list_episodes(
+            ref,
+            policy=policy or None,
+            task=task or None,
+            seed=seed_val,
+            outcome=outcome or None,
+            offset=offset,
+            limit=PAGE_SIZE,
+        )
         from urllib.parse import urlencode
 
         fq = filter_query(policy, task, seed, outcome)
 
         def url(p: int) -> str:
             return f"/c/{key}/episodes" + (fq + "&" if fq else "?") + urlencode({"page": p})
-        return con.render("episodes.html", s=s, key=key, rows=rows, total=total, offset=offset,
-                          f={"policy": policy, "task": task, "seed": seed_val, "outcome": outcome},
-                          outcome_choices=OUTCOME_CHOICES, prev_url=url(page - 1) if page > 1 else None,
-                          next_url=url(page + 1) if offset + len(rows) < total else None, fq=fq,
-                          download=f"/c/{key}/episodes" + (fq + "&" if fq else "?") + "format=")
+
+        return con.render(
+            "episodes.html",
+            s=s,
+            key=key,
+            rows=rows,
+            total=total,
+            offset=offset,
+            f={"policy": policy, "task": task, "seed": seed_val, "outcome": outcome},
+            outcome_choices=OUTCOME_CHOICES,
+            prev_url=url(page - 1) if page > 1 else None,
+            next_url=url(page + 1) if offset + len(rows) < total else None,
+            fq=fq,
+            download=f"/c/{key}/episodes" + (fq + "&" if fq else "?") + "format=",
+        )
 
     @app.get("/c/{key}/episodes/{ord_}", response_class=HTMLResponse)
     def episode_page(key: str, ord_: int, policy: str = "", task: str = "", seed: str = "", outcome: str = ""):
@@ -432,26 +547,47 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         video = None
         parts = ev.split_relpath(e.get("video"))
         if parts and ev.store_path(ref.path, *parts) is not None:
-            video = {"url": f"/c/{key}/artifacts/{parts[0]}.{parts[1]}", "mime": ev.MEDIA_TYPES[parts[1]],
-                     "note": f"{parts[1].upper()} from the campaign's store, served by its content hash."}
+            video = {
+                "url": f"/c/{key}/artifacts/{parts[0]}.{parts[1]}",
+                "mime": ev.MEDIA_TYPES[parts[1]],
+                "note": f"{parts[1].upper()} from the campaign's store, served by its content hash.",
+            }
         actions_svg, actions_note = ev.actions_svg(ref.path, e)
         log_svgs, log_note = ev.log_svgs(ref.path, e)
         distance_svg, distance_note = ev.distance_svg(ref.path, e)
         gate_head, gate_rows, gate_note = ev.gate_table(e)
         fq = filter_query(policy, task, seed, outcome)
-        near = cz.neighbours(ref, ord_, policy=policy or None, task=task or None, seed=seed_val,
-                             outcome=outcome or None)
+        near = cz.neighbours(
+            ref, ord_, policy=policy or None, task=task or None, seed=seed_val, outcome=outcome or None
+        )
         config = e.get("config") or {}
         instruction = ev.instruction(config, str(e.get("task")))
-        return con.render("episode.html", s=s, key=key, e=e, video=video, judgment=ev.judgment_view(e),
-                          actions_svg=actions_svg, actions_note=actions_note, log_svgs=log_svgs, log_note=log_note,
-                          distance_svg=distance_svg, distance_note=distance_note,
-                          gate_head=gate_head, gate_rows=gate_rows, gate_note=gate_note,
-                          provenance=ev.provenance(e, config, con.package_version(ref), cz.run_rows(ref)),
-                          artifacts=ev.artifact_status(ref.path, e), near=near, fq=fq,
-                          verdicts=ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])),
-                          steps=int(e.get("steps") or 0), fps=ev.render_fps(config), instruction=instruction,
-                          filters=[v for v in (policy, task, seed, outcome) if v])
+        return con.render(
+            "episode.html",
+            s=s,
+            key=key,
+            e=e,
+            video=video,
+            judgment=ev.judgment_view(e),
+            actions_svg=actions_svg,
+            actions_note=actions_note,
+            log_svgs=log_svgs,
+            log_note=log_note,
+            distance_svg=distance_svg,
+            distance_note=distance_note,
+            gate_head=gate_head,
+            gate_rows=gate_rows,
+            gate_note=gate_note,
+            provenance=ev.provenance(e, config, con.package_version(ref), cz.run_rows(ref)),
+            artifacts=ev.artifact_status(ref.path, e),
+            near=near,
+            fq=fq,
+            verdicts=ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])),
+            steps=int(e.get("steps") or 0),
+            fps=ev.render_fps(config),
+            instruction=instruction,
+            filters=[v for v in (policy, task, seed, outcome) if v],
+        )
 
     @app.get("/c/{key}/artifacts/{name}")
     def artifact(key: str, name: str):
@@ -460,8 +596,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             return JSONResponse({"error": "unknown campaign"}, status_code=404)
         sha, dot, ext = name.partition(".")
         if not dot or not ev.SHA256_RE.match(sha) or ext not in ev.MEDIA_TYPES:
-            return JSONResponse({"error": "artifacts are served by content hash only: /artifacts/<64 hex>.<ext>"},
-                                status_code=400)
+            return JSONResponse(
+                {"error": "artifacts are served by content hash only: /artifacts/<64 hex>.<ext>"}, status_code=400
+            )
         try:
             known = cz.artifact_relpath(ref, sha)
         except cz.CampaignError:
@@ -482,8 +619,17 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             from kosmos_env.report.analysis_html import render_analysis_html
 
             html = render_analysis_html(a)
-        return con.render("analysis.html", s=s, key=key, analysis_html=html, analysis_error=message, n_done=n_done,
-                          reference=con.reference, judges=cz.stored_judges(ref), chosen=(a or {}).get("judge"))
+        return con.render(
+            "analysis.html",
+            s=s,
+            key=key,
+            analysis_html=html,
+            analysis_error=message,
+            n_done=n_done,
+            reference=con.reference,
+            judges=cz.stored_judges(ref),
+            chosen=(a or {}).get("judge"),
+        )
 
     @app.get("/compare", response_class=HTMLResponse)
     def compare_page(a: str = "", b: str = "", format: str = "", table: str = "per_policy"):
@@ -525,12 +671,27 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         t = policy_task_table(ref, judge or None)
         if format:
             return table_response(f"{ref.name}-policy-by-task", t["columns"], t["rows"], format)
-        return con.render("table.html", s=s, key=key, t=t, judges=choices, judge=judge or "campaign",
-                          qs=(f"?judge={judge}&" if judge else "?"))
+        return con.render(
+            "table.html",
+            s=s,
+            key=key,
+            t=t,
+            judges=choices,
+            judge=judge or "campaign",
+            qs=(f"?judge={judge}&" if judge else "?"),
+        )
 
     @app.get("/c/{key}/pair", response_class=HTMLResponse)
-    def pair_page(key: str, a: str = "", b: str = "", task: str = "", seed: str = "", repeat: str = "0",
-                  measure: str = "success", format: str = ""):
+    def pair_page(
+        key: str,
+        a: str = "",
+        b: str = "",
+        task: str = "",
+        seed: str = "",
+        repeat: str = "0",
+        measure: str = "success",
+        format: str = "",
+    ):
         from urllib.parse import urlencode
 
         from kosmos_env.console.views import pair_view, table_response
@@ -552,8 +713,13 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             return table_response(f"{ref.name}-pairs", pv["columns"], pv["rows"], format)
         chosen = None
         if pv["rows"]:
-            want = [r for r in pv["rows"] if (not task or r["task"] == task) and (not seed or str(r["seed"]) == seed)
-                    and str(r["repeat"]) == (repeat or "0")]
+            want = [
+                r
+                for r in pv["rows"]
+                if (not task or r["task"] == task)
+                and (not seed or str(r["seed"]) == seed)
+                and str(r["repeat"]) == (repeat or "0")
+            ]
             first_diff = next((r for r in pv["rows"] if r["differ"]), pv["rows"][0])
             chosen = want[0] if want else first_diff
         sides = []
@@ -565,16 +731,34 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
                     parts = ev.split_relpath(e.get("video"))
                     if parts and ev.store_path(ref.path, *parts) is not None:
                         video = {"url": f"/c/{key}/artifacts/{parts[0]}.{parts[1]}", "mime": ev.MEDIA_TYPES[parts[1]]}
-                sides.append({"policy": label, "e": e, "video": video,
-                              "verdicts": ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])) if e else []})
+                sides.append(
+                    {
+                        "policy": label,
+                        "e": e,
+                        "video": video,
+                        "verdicts": ev.verdict_rows(e, cz.episode_judgments(ref, e["episode_id"])) if e else [],
+                    }
+                )
         base = {"a": a, "b": b, "measure": measure}
         pair_steps = max([int(side["e"].get("steps") or 0) for side in sides if side["e"]] or [0])
         config = next((side["e"].get("config") for side in sides if side["e"]), None) or {}
-        return con.render("pair.html", s=s, key=key, pv=pv, chosen=chosen, sides=sides, a=a, b=b, measure=measure,
-                          pair_steps=pair_steps, fps=ev.render_fps(config),
-                          link=lambda r: f"/c/{key}/pair?" + urlencode({**base, "task": r["task"], "seed": r["seed"],
-                                                                        "repeat": r["repeat"]}),
-                          download=f"/c/{key}/pair?" + urlencode(base) + "&format=")
+        return con.render(
+            "pair.html",
+            s=s,
+            key=key,
+            pv=pv,
+            chosen=chosen,
+            sides=sides,
+            a=a,
+            b=b,
+            measure=measure,
+            pair_steps=pair_steps,
+            fps=ev.render_fps(config),
+            link=lambda r: (
+                f"/c/{key}/pair?" + urlencode({**base, "task": r["task"], "seed": r["seed"], "repeat": r["repeat"]})
+            ),
+            download=f"/c/{key}/pair?" + urlencode(base) + "&format=",
+        )
 
     @app.get("/c/{key}/disagree", response_class=HTMLResponse)
     def disagree_page(key: str, j1: str = "", j2: str = "", format: str = ""):
@@ -587,8 +771,9 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             return err
         choices = judge_choices(ref)
         if len(choices) < 2:
-            return con.render("disagree.html", s=s, key=key, choices=choices, d=None, j1="campaign", j2="",
-                              download="", names={})
+            return con.render(
+                "disagree.html", s=s, key=key, choices=choices, d=None, j1="campaign", j2="", download="", names={}
+            )
         j1 = j1 or choices[0]["id"]
         j2 = j2 or next(c["id"] for c in choices if c["id"] != j1)
         try:
@@ -598,8 +783,17 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
         if format:
             return table_response(f"{ref.name}-disagreements", d["columns"], d["rows"], format)
         names = {c["id"]: c["label"] for c in choices}
-        return con.render("disagree.html", s=s, key=key, choices=choices, d=d, j1=j1, j2=j2, names=names,
-                          download=f"/c/{key}/disagree?" + urlencode({"j1": j1, "j2": j2}) + "&format=")
+        return con.render(
+            "disagree.html",
+            s=s,
+            key=key,
+            choices=choices,
+            d=d,
+            j1=j1,
+            j2=j2,
+            names=names,
+            download=f"/c/{key}/disagree?" + urlencode({"j1": j1, "j2": j2}) + "&format=",
+        )
 
     @app.get("/favicon.ico")
     def favicon():
@@ -608,8 +802,10 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
     @app.post("/c/{key}/cancel")
     def cancel(key: str, request: Request):
         if not con.token_ok(request.headers.get("x-console-token")):
-            return JSONResponse({"message": "refused: a valid console token is needed (printed when the console "
-                                            "started)"}, status_code=403)
+            return JSONResponse(
+                {"message": "refused: a valid console token is needed (printed when the console started)"},
+                status_code=403,
+            )
         ref, err = lookup(key)
         if err:
             return JSONResponse({"message": "unknown or unreadable campaign"}, status_code=err.status_code)
@@ -623,8 +819,14 @@ def create_app(roots: Sequence[str | Path], token: str, *, reference: str | Path
             return JSONResponse({"message": "the campaign is already finished; nothing to cancel"}, status_code=409)
         with Ledger(ref.ledger_path, create=False) as ledger:  # the one write the console makes
             new = request_cancel(ledger, f"console {make_owner('console')}")
-        return JSONResponse({"message": "cancel recorded: running episodes finish, nothing new starts; rerun the "
-                                        "same kosmos-env eval command to resume" if new else
-                                        "the campaign was already cancelled", "cancelled": True})
+        return JSONResponse(
+            {
+                "message": "cancel recorded: running episodes finish, nothing new starts; rerun the "
+                "same kosmos-env eval command to resume"
+                if new
+                else "the campaign was already cancelled",
+                "cancelled": True,
+            }
+        )
 
     return app

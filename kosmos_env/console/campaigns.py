@@ -8,6 +8,7 @@ A folder is a campaign when it holds ``ledger.sqlite``. Each folder given to the
 either a campaign or a parent whose sub-folders (two levels deep) are searched for campaigns.
 A campaign is named in URLs by a short hash of its resolved path, never by the path itself.
 """
+
 from __future__ import annotations
 
 import functools
@@ -93,8 +94,14 @@ def discover(roots: Iterable[str | os.PathLike]) -> list[CampaignRef]:
             if (path / LEDGER_NAME).exists():
                 add(CampaignRef(folder_key(path), path))
             else:  # a results bundle without its ledger (e.g. copied without it)
-                add(CampaignRef(folder_key(path), path, f"{path} holds results.json but no {LEDGER_NAME}: "
-                                                        "the console reads campaigns from their ledger"))
+                add(
+                    CampaignRef(
+                        folder_key(path),
+                        path,
+                        f"{path} holds results.json but no {LEDGER_NAME}: "
+                        "the console reads campaigns from their ledger",
+                    )
+                )
         if len(found) == before:
             add(CampaignRef(folder_key(root), root, f"no campaign (no {LEDGER_NAME}) under {root}"))
     return sorted(found.values(), key=lambda r: str(r.path))
@@ -103,8 +110,9 @@ def discover(roots: Iterable[str | os.PathLike]) -> list[CampaignRef]:
 def _search(root: Path, depth: int) -> list[Path]:
     out = []
     try:
-        children = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")
-                          and p.name != "artifacts")
+        children = sorted(
+            p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "artifacts"
+        )
     except OSError:
         return out
     for child in children:
@@ -172,10 +180,14 @@ class Summary:
             k, decided = c.get("success", 0), c.get("success", 0) + c.get("failure", 0)
             n = sum(c.values())
             ci = _wilson(k, decided) if decided else None
-            out[p] = {"successes": k, "decided": decided, "done": n,
-                      "rate": k / decided if decided else None,
-                      "wilson": [ci.lower, ci.upper] if ci is not None else None,
-                      "undecided": n - decided}
+            out[p] = {
+                "successes": k,
+                "decided": decided,
+                "done": n,
+                "rate": k / decided if decided else None,
+                "wilson": [ci.lower, ci.upper] if ci is not None else None,
+                "undecided": n - decided,
+            }
         return out
 
 
@@ -201,19 +213,27 @@ def read_summary(ref: CampaignRef, conn: sqlite3.Connection | None = None) -> Su
         if "config" not in meta:
             raise CampaignError(f"{ref.ledger_path} holds no campaign config")
         config = json.loads(meta["config"])
-        s = Summary(ref, campaign_id=meta.get("campaign_id", ""), env_id=str(config.get("env_id", "")),
-                    spec_hash=str(config.get("spec_hash", "")), config_hash=meta.get("config_hash", ""),
-                    created=meta.get("created", ""),
-                    policies=[str(p.get("label")) for p in config.get("policies", [])],
-                    tasks=[str(t) for t in config.get("tasks", [])], seeds=len(config.get("seeds", [])),
-                    repeats=int(config.get("repeats", 1)), judge=dict(config.get("judge") or {}))
+        s = Summary(
+            ref,
+            campaign_id=meta.get("campaign_id", ""),
+            env_id=str(config.get("env_id", "")),
+            spec_hash=str(config.get("spec_hash", "")),
+            config_hash=meta.get("config_hash", ""),
+            created=meta.get("created", ""),
+            policies=[str(p.get("label")) for p in config.get("policies", [])],
+            tasks=[str(t) for t in config.get("tasks", [])],
+            seeds=len(config.get("seeds", [])),
+            repeats=int(config.get("repeats", 1)),
+            judge=dict(config.get("judge") or {}),
+        )
         s.price_table = json.loads(meta["price_table"]) if meta.get("price_table") else None
         s.queue = {st: 0 for st in QUEUE_STATES}
         for row in conn.execute("SELECT status, COUNT(*) AS n FROM episodes GROUP BY status"):
             s.queue[row["status"]] = row["n"]
         s.outcomes = {o: 0 for o in OUTCOMES}
-        for row in conn.execute("SELECT policy, outcome, COUNT(*) AS n FROM episodes WHERE status = 'done' "
-                                "GROUP BY policy, outcome"):
+        for row in conn.execute(
+            "SELECT policy, outcome, COUNT(*) AS n FROM episodes WHERE status = 'done' GROUP BY policy, outcome"
+        ):
             if row["outcome"] in s.outcomes:
                 s.outcomes[row["outcome"]] += row["n"]
                 s.per_policy.setdefault(row["policy"], {})[row["outcome"]] = row["n"]
@@ -263,7 +283,9 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         until = (current["finished"] or now) if current else now
         n_recent, first, _last = conn.execute(
             "SELECT COUNT(*), MIN(finished), MAX(finished) FROM episodes WHERE status = 'done' AND finished >= ? "
-            "AND finished <= ?", (since, until + 1e-6)).fetchone()
+            "AND finished <= ?",
+            (since, until + 1e-6),
+        ).fetchone()
         # Warm-up (model loads, the first episode's compile) is the time from the run's start to its
         # first finished episode; the rate counts only episodes finished after it, over the time
         # since it, so a slow start never inflates the ETA (n - 1 episodes in (first, until]).
@@ -276,16 +298,37 @@ def live_stats(ref: CampaignRef, window_seconds: float = 600.0) -> dict[str, Any
         per_rollout = {k: (v / n_timed if n_timed else None) for k, v in stages.items()}
         money = _money(stages, s.price_table)
         return {
-            "key": ref.key, "campaign_id": s.campaign_id, "state": s.state(), "running": s.running,
-            "planned": s.planned, "queue": s.queue, "stage_queue": _judge_stage_depth(conn), "outcomes": s.outcomes,
-            "rollouts_per_hour": rate, "eta_seconds": eta, "remaining": remaining,
-            "warmup_seconds": warmup, "warming_up": bool(current and s.running and not n_recent),
-            "run": None if current is None else {"started": current["started"], "finished": current["finished"],
-                                                  "workers": current["workers"], "executor": current["executor"],
-                                                  "episodes": n_recent, "warmup_seconds": warmup},
+            "key": ref.key,
+            "campaign_id": s.campaign_id,
+            "state": s.state(),
+            "running": s.running,
+            "planned": s.planned,
+            "queue": s.queue,
+            "stage_queue": _judge_stage_depth(conn),
+            "outcomes": s.outcomes,
+            "rollouts_per_hour": rate,
+            "eta_seconds": eta,
+            "remaining": remaining,
+            "warmup_seconds": warmup,
+            "warming_up": bool(current and s.running and not n_recent),
+            "run": None
+            if current is None
+            else {
+                "started": current["started"],
+                "finished": current["finished"],
+                "workers": current["workers"],
+                "executor": current["executor"],
+                "episodes": n_recent,
+                "warmup_seconds": warmup,
+            },
             "history": _history(conn),
-            "seconds_per_stage": stages, "seconds_per_rollout": per_rollout, "timed": n_timed,
-            "money": money, "ranking": ranking_so_far(s), "control": s.control, "now": now,
+            "seconds_per_stage": stages,
+            "seconds_per_rollout": per_rollout,
+            "timed": n_timed,
+            "money": money,
+            "ranking": ranking_so_far(s),
+            "control": s.control,
+            "now": now,
             "verdict": live_verdict(conn, s),
         }
     finally:
@@ -302,14 +345,25 @@ def live_verdict(conn: sqlite3.Connection, s: Summary) -> dict[str, Any]:
     never disagree; ``{"skipped": why}`` before two policies have decided episodes."""
     ranked = [r["policy"] for r in ranking_so_far(s) if r["decided"]]
     if len(ranked) < 2:
-        return {"skipped": "needs two policies with decided episodes", "headline": "verdict: none yet (needs two "
-                "policies with decided episodes)"}
+        return {
+            "skipped": "needs two policies with decided episodes",
+            "headline": "verdict: none yet (needs two policies with decided episodes)",
+        }
     from kosmos_env.report.analysis import pair_verdict, seed_matrix
 
-    rows = [{"policy": r["policy"], "task": r["task"], "seed": r["seed"], "repeat": r["repeat"],
-             "success": {"success": True, "failure": False}.get(r["outcome"])}
-            for r in conn.execute("SELECT policy, task, seed, repeat, outcome FROM episodes WHERE status = 'done' "
-                                  "AND policy IN (?, ?)", (ranked[0], ranked[1]))]
+    rows = [
+        {
+            "policy": r["policy"],
+            "task": r["task"],
+            "seed": r["seed"],
+            "repeat": r["repeat"],
+            "success": {"success": True, "failure": False}.get(r["outcome"]),
+        }
+        for r in conn.execute(
+            "SELECT policy, task, seed, repeat, outcome FROM episodes WHERE status = 'done' AND policy IN (?, ?)",
+            (ranked[0], ranked[1]),
+        )
+    ]
     try:
         return pair_verdict(seed_matrix(rows, ranked[:2]), ranked[0], ranked[1])
     except ValueError as exc:  # e.g. repeats averaged to a fraction: say why, never crash the live view
@@ -321,8 +375,9 @@ def _history(conn: sqlite3.Connection, bins: int = HISTORY_BINS) -> list[dict[st
     the first run's start to the last finished episode: per slice its end time, the episodes done
     by then, successes and decided by then, and episodes finished per minute within the slice."""
     start = conn.execute("SELECT MIN(started) FROM runs").fetchone()[0]
-    rows = conn.execute("SELECT finished, outcome FROM episodes WHERE status = 'done' AND finished IS NOT NULL "
-                        "ORDER BY finished").fetchall()
+    rows = conn.execute(
+        "SELECT finished, outcome FROM episodes WHERE status = 'done' AND finished IS NOT NULL ORDER BY finished"
+    ).fetchall()
     if not rows:
         return []
     t0 = min(start, rows[0][0]) if start is not None else rows[0][0]
@@ -340,8 +395,9 @@ def _history(conn: sqlite3.Connection, bins: int = HISTORY_BINS) -> list[dict[st
             succ += rows[i][1] == "success"
             decided += rows[i][1] in ("success", "failure")
             i += 1
-        out.append({"t": end - t0, "done": done, "successes": succ, "decided": decided,
-                    "per_minute": in_bin / width * 60.0})
+        out.append(
+            {"t": end - t0, "done": done, "successes": succ, "decided": decided, "per_minute": in_bin / width * 60.0}
+        )
     return out
 
 
@@ -350,8 +406,10 @@ def _judge_stage_depth(conn: sqlite3.Connection) -> dict[str, int]:
     (two-stage campaigns, ``eval --judge-workers``; zero elsewhere)."""
     out = {"rolled_out": 0, "judging": 0}
     if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judge_queue'").fetchone():
-        for status, n in conn.execute("SELECT q.status, COUNT(*) FROM judge_queue q JOIN episodes e USING (episode_id) "
-                                      "WHERE e.status = 'leased' GROUP BY q.status"):
+        for status, n in conn.execute(
+            "SELECT q.status, COUNT(*) FROM judge_queue q JOIN episodes e USING (episode_id) "
+            "WHERE e.status = 'leased' GROUP BY q.status"
+        ):
             key = {"awaiting": "rolled_out", "judging": "judging"}.get(status)
             if key:
                 out[key] = n
@@ -404,8 +462,13 @@ def _money(stages: dict[str, float], table: dict | None) -> dict[str, Any] | Non
         return {"error": f"price table: {exc}"}
     per_stage = {k: stages[k] * prices.price_per_second(k) for k in (*STAGES, "overhead")}
     total = sum(per_stage.values())
-    return {"currency": prices.currency, "per_stage": per_stage, "total": total, "judge": per_stage["judge"],
-            "judge_share": per_stage["judge"] / total if total > 0 else None}
+    return {
+        "currency": prices.currency,
+        "per_stage": per_stage,
+        "total": total,
+        "judge": per_stage["judge"],
+        "judge_share": per_stage["judge"] / total if total > 0 else None,
+    }
 
 
 def judge_name(spec: dict) -> str:
@@ -435,17 +498,38 @@ def ranking_so_far(s: Summary) -> list[dict[str, Any]]:
     def key(p):
         r = rates[p]
         return (r["rate"] is None, -(r["rate"] or 0.0), -(r["wilson"][0] if r["wilson"] else 0.0), pos[p])
+
     return [{"policy": p, **rates[p]} for p in sorted(rates, key=key)]
 
 
 # ----------------------------------------------------------------------------- episodes
 
-EPISODE_COLUMNS = ("ord", "episode_id", "policy", "task", "seed", "repeat", "status", "outcome", "score", "steps",
-                   "attempts", "finished")
+EPISODE_COLUMNS = (
+    "ord",
+    "episode_id",
+    "policy",
+    "task",
+    "seed",
+    "repeat",
+    "status",
+    "outcome",
+    "score",
+    "steps",
+    "attempts",
+    "finished",
+)
 
 
-def list_episodes(ref: CampaignRef, *, policy: str | None = None, task: str | None = None, seed: int | None = None,
-                  outcome: str | None = None, offset: int = 0, limit: int = 100) -> tuple[list[dict], int]:
+def list_episodes(
+    ref: CampaignRef,
+    *,
+    policy: str | None = None,
+    task: str | None = None,
+    seed: int | None = None,
+    outcome: str | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> tuple[list[dict], int]:
     """One page of episodes matching the filters (claim order), and how many match in all."""
     where, args = [], []
     for col, val in (("policy", policy), ("task", task), ("seed", seed)):
@@ -462,8 +546,10 @@ def list_episodes(ref: CampaignRef, *, policy: str | None = None, task: str | No
     conn = connect_readonly(ref.ledger_path)
     try:
         total = conn.execute("SELECT COUNT(*) FROM episodes" + clause, args).fetchone()[0]
-        rows = conn.execute(f"SELECT {', '.join(EPISODE_COLUMNS)} FROM episodes{clause} ORDER BY ord LIMIT ? OFFSET ?",
-                            (*args, int(limit), int(offset))).fetchall()
+        rows = conn.execute(
+            f"SELECT {', '.join(EPISODE_COLUMNS)} FROM episodes{clause} ORDER BY ord LIMIT ? OFFSET ?",
+            (*args, int(limit), int(offset)),
+        ).fetchall()
         return [dict(r) for r in rows], total
     finally:
         conn.close()
@@ -482,9 +568,13 @@ def read_episode(ref: CampaignRef, ord_: int) -> dict[str, Any] | None:
                 ep[k] = json.loads(ep[k]) if ep.get(k) is not None else None  # older ledgers lack provenance
             except json.JSONDecodeError:
                 ep[k] = {"unreadable": ep[k]}
-        ep["attempt_rows"] = [dict(r) for r in conn.execute(
-            "SELECT attempt, worker, started, finished, status, error FROM attempts WHERE episode_id = ? ORDER BY id",
-            (ep["episode_id"],))]
+        ep["attempt_rows"] = [
+            dict(r)
+            for r in conn.execute(
+                "SELECT attempt, worker, started, finished, status, error FROM attempts WHERE episode_id = ? ORDER BY id",
+                (ep["episode_id"],),
+            )
+        ]
         pol = conn.execute("SELECT * FROM policies WHERE label = ?", (ep["policy"],)).fetchone()
         ep["policy_row"] = dict(pol) if pol else None
         arts = {}
@@ -492,8 +582,12 @@ def read_episode(ref: CampaignRef, ord_: int) -> dict[str, Any] | None:
             rel = ep.get(kind)
             if rel:
                 a = conn.execute("SELECT sha256, size, kind FROM artifacts WHERE relpath = ?", (rel,)).fetchone()
-                arts[kind] = {"relpath": rel, "sha256": a["sha256"] if a else Path(rel).name.split(".")[0],
-                              "size": a["size"] if a else None, "in_ledger": a is not None}
+                arts[kind] = {
+                    "relpath": rel,
+                    "sha256": a["sha256"] if a else Path(rel).name.split(".")[0],
+                    "size": a["size"] if a else None,
+                    "in_ledger": a is not None,
+                }
         ep["artifact_rows"] = arts
         meta = {r["key"]: r["value"] for r in conn.execute("SELECT key, value FROM meta")}
         ep["campaign_meta"] = {k: meta.get(k) for k in ("campaign_id", "config_hash", "spec_hash", "created")}
@@ -513,8 +607,9 @@ def artifact_relpath(ref: CampaignRef, sha256: str) -> tuple[str, str] | None:
         conn.close()
 
 
-def _filter_clause(policy: str | None = None, task: str | None = None, seed: int | None = None,
-                   outcome: str | None = None) -> tuple[list[str], list[Any]]:
+def _filter_clause(
+    policy: str | None = None, task: str | None = None, seed: int | None = None, outcome: str | None = None
+) -> tuple[list[str], list[Any]]:
     where, args = [], []
     for col, val in (("policy", policy), ("task", task), ("seed", seed)):
         if val is not None and val != "":
@@ -555,8 +650,11 @@ def episode_judgments(ref: CampaignRef, episode_id: str) -> list[dict[str, Any]]
         if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'judgments'").fetchone():
             return []
         out = []
-        for r in conn.execute("SELECT judge_id, judge_label, judge_spec, outcome, score, judgment, seconds, created "
-                              "FROM judgments WHERE episode_id = ? ORDER BY created, judge_id", (episode_id,)):
+        for r in conn.execute(
+            "SELECT judge_id, judge_label, judge_spec, outcome, score, judgment, seconds, created "
+            "FROM judgments WHERE episode_id = ? ORDER BY created, judge_id",
+            (episode_id,),
+        ):
             row = dict(r)
             for k in ("judge_spec", "judgment"):
                 try:
@@ -576,17 +674,23 @@ def cells(ref: CampaignRef, judge: str | None = None) -> dict[str, dict[tuple, d
     try:
         out: dict[str, dict[tuple, dict[str, Any]]] = {}
         if judge in (None, "", "campaign"):
-            rows = conn.execute("SELECT ord, policy, task, seed, repeat, outcome, score FROM episodes "
-                                "WHERE status = 'done'")
+            rows = conn.execute(
+                "SELECT ord, policy, task, seed, repeat, outcome, score FROM episodes WHERE status = 'done'"
+            )
         else:
-            rows = conn.execute("SELECT e.ord, e.policy, e.task, e.seed, e.repeat, j.outcome, j.score FROM episodes e "
-                                "JOIN judgments j USING (episode_id) WHERE e.status = 'done' AND j.judge_id = ?",
-                                (judge,))
+            rows = conn.execute(
+                "SELECT e.ord, e.policy, e.task, e.seed, e.repeat, j.outcome, j.score FROM episodes e "
+                "JOIN judgments j USING (episode_id) WHERE e.status = 'done' AND j.judge_id = ?",
+                (judge,),
+            )
         for r in rows:
             o = r["outcome"]
             out.setdefault(r["policy"], {})[(r["task"], r["seed"], r["repeat"])] = {
-                "ord": r["ord"], "outcome": o, "score": r["score"],
-                "success": 1 if o == "success" else 0 if o == "failure" else None}
+                "ord": r["ord"],
+                "outcome": o,
+                "score": r["score"],
+                "success": 1 if o == "success" else 0 if o == "failure" else None,
+            }
         return out
     except sqlite3.OperationalError as exc:  # no judgments table
         raise CampaignError(f"no stored verdicts of judge {judge!r}: {exc}") from None

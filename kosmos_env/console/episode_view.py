@@ -5,6 +5,7 @@ Artifacts are located by content hash only (:func:`store_path`): the hash is che
 resolved file must stay inside the store, so nothing from a request or a ledger row becomes a
 file-system path. Arrays are read with ``allow_pickle=False``.
 """
+
 from __future__ import annotations
 
 import re
@@ -17,8 +18,12 @@ from kosmos_env.report.svg import line_chart
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 #: extensions the store writes, and the media type each is served with
-MEDIA_TYPES = {"mp4": "video/mp4", "webm": "video/webm", "npy": "application/octet-stream",
-               "npz": "application/octet-stream"}
+MEDIA_TYPES = {
+    "mp4": "video/mp4",
+    "webm": "video/webm",
+    "npy": "application/octet-stream",
+    "npz": "application/octet-stream",
+}
 ACTION_NAMES = ("dx", "dy", "dz", "droll", "dpitch", "dyaw", "gripper")
 MAX_LOG_PLOTS = 10
 MAX_SERIES = 8
@@ -58,11 +63,16 @@ def artifact_status(root: Path, ep: dict) -> list[dict[str, Any]]:
         else:
             actual = sha256_file(path)
             status = "verified" if actual == parts[0] else "mismatch"
-            text = "verified (bytes hash to the name)" if status == "verified" else f"MISMATCH: bytes hash to {actual[:16]}…"
+            text = (
+                "verified (bytes hash to the name)"
+                if status == "verified"
+                else f"MISMATCH: bytes hash to {actual[:16]}…"
+            )
         if not info.get("in_ledger"):
             text += "; not in the ledger's artifact table"
-        out.append({"kind": kind, "sha256": info["sha256"], "size": info.get("size"), "status": status,
-                    "status_text": text})
+        out.append(
+            {"kind": kind, "sha256": info["sha256"], "size": info.get("size"), "status": status, "status_text": text}
+        )
     return out
 
 
@@ -83,8 +93,16 @@ def actions_svg(root: Path, ep: dict) -> tuple[str | None, str]:
         return None, f"The actions artifact has shape {arr.shape}, not (steps, 7)."
     arr = arr.reshape(-1, 7)
     xs = list(range(len(arr)))
-    return with_cursor(line_chart(xs, {n: arr[:, i].tolist() for i, n in enumerate(ACTION_NAMES)},
-                                  xlabel="control step", ylabel="action", title="actions"), xs), ""
+    return with_cursor(
+        line_chart(
+            xs,
+            {n: arr[:, i].tolist() for i, n in enumerate(ACTION_NAMES)},
+            xlabel="control step",
+            ylabel="action",
+            title="actions",
+        ),
+        xs,
+    ), ""
 
 
 def log_svgs(root: Path, ep: dict) -> tuple[list[tuple[str, str]], str]:
@@ -110,9 +128,24 @@ def log_svgs(root: Path, ep: dict) -> tuple[list[tuple[str, str]], str]:
                     continue
                 cols = [name] if arr.shape[1] == 1 else [f"{name}[{j}]" for j in range(arr.shape[1])]
                 xs = list(range(arr.shape[0]))
-                out.append((name, with_cursor(line_chart(xs, {c: arr[:, j].tolist() for j, c in enumerate(cols)},
-                                                         xlabel="control step", ylabel=name, height=170, width=560,
-                                                         title=name, step=arr.dtype.kind == "b"), xs)))
+                out.append(
+                    (
+                        name,
+                        with_cursor(
+                            line_chart(
+                                xs,
+                                {c: arr[:, j].tolist() for j, c in enumerate(cols)},
+                                xlabel="control step",
+                                ylabel=name,
+                                height=170,
+                                width=560,
+                                title=name,
+                                step=arr.dtype.kind == "b",
+                            ),
+                            xs,
+                        ),
+                    )
+                )
     except (OSError, ValueError) as exc:
         return [], f"The robot log could not be read: {exc}"
     return out, ("" if out else "The robot log holds no numeric series to plot.")
@@ -125,18 +158,33 @@ def gate_table(ep: dict) -> tuple[list[str], list[dict], str]:
         return [], [], "No gate verdict recorded (the spec's gate is off, or the episode did not run)."
     calls = g.get("calls")
     if not calls:  # a campaign recorded before per-call verdicts were kept: the last call only
-        calls = [{"step": (ep.get("steps") or 1) - 1, "passed": g.get("passed"), "score": g.get("score"),
-                  "check": g.get("check", ""), "reason": g.get("reason", "")}]
+        calls = [
+            {
+                "step": (ep.get("steps") or 1) - 1,
+                "passed": g.get("passed"),
+                "score": g.get("score"),
+                "check": g.get("check", ""),
+                "reason": g.get("reason", ""),
+            }
+        ]
         note = "Only the last world call's verdict was recorded for this episode."
     else:
         note = ""
     rows = []
     for c in calls:
         score = c.get("score")
-        rows.append({"bad": not c.get("passed"),
-                     "cells": [str(c.get("step")), "pass" if c.get("passed") else "FAIL",
-                               "" if score is None else f"{float(score):.3f}", str(c.get("check") or ""),
-                               str(c.get("reason") or "")]})
+        rows.append(
+            {
+                "bad": not c.get("passed"),
+                "cells": [
+                    str(c.get("step")),
+                    "pass" if c.get("passed") else "FAIL",
+                    "" if score is None else f"{float(score):.3f}",
+                    str(c.get("check") or ""),
+                    str(c.get("reason") or ""),
+                ],
+            }
+        )
     return ["world call (step)", "verdict", "consistency score", "check", "reason"], rows, note
 
 
@@ -145,9 +193,14 @@ def judgment_view(ep: dict) -> dict | None:
     j = ep.get("judgment")
     if not j:
         return None
-    fields = [("outcome", ep.get("outcome")), ("score", j.get("score")), ("judge", j.get("judge") or ep.get("judge")),
-              ("model", j.get("model_id") or "-"), ("prompt sha256", j.get("prompt_sha256") or "-"),
-              ("seconds", f"{float(j['seconds']):.3g}" if isinstance(j.get("seconds"), (int, float)) else "-")]
+    fields = [
+        ("outcome", ep.get("outcome")),
+        ("score", j.get("score")),
+        ("judge", j.get("judge") or ep.get("judge")),
+        ("model", j.get("model_id") or "-"),
+        ("prompt sha256", j.get("prompt_sha256") or "-"),
+        ("seconds", f"{float(j['seconds']):.3g}" if isinstance(j.get("seconds"), (int, float)) else "-"),
+    ]
     votes = []
     for v in j.get("votes") or []:
         if not isinstance(v, dict):
@@ -166,16 +219,25 @@ def judgment_view(ep: dict) -> dict | None:
         else:  # one sample of a quorum judge
             text = str(v.get("reason", ""))
         votes.append({"vote": vote, "text": text})
-    return {"fields": fields, "votes": votes, "rationale": plain_rationale(j), "raw_rationale": j.get("rationale") or ""}
+    return {
+        "fields": fields,
+        "votes": votes,
+        "rationale": plain_rationale(j),
+        "raw_rationale": j.get("rationale") or "",
+    }
 
 
 NOT_RECORDED = "not recorded"
 #: settings whose values a page never shows (a command line may carry an API token)
-_SECRET = re.compile(r"""((?<![a-z0-9])(?:api[_-]?)?(?:token|key|secret|password|passwd|auth)[\w-]*)"""
-                     r"""(\\?["']?\s*[=:]\s*\\?["']?)([^,\s"'\\}]+)""", re.IGNORECASE)
+_SECRET = re.compile(
+    r"""((?<![a-z0-9])(?:api[_-]?)?(?:token|key|secret|password|passwd|auth)[\w-]*)"""
+    r"""(\\?["']?\s*[=:]\s*\\?["']?)([^,\s"'\\}]+)""",
+    re.IGNORECASE,
+)
 #: a flag naming a secret followed by its value as the next argv element: "--hf-token", "hf_..."
-_SECRET_FLAG = re.compile(r"""("--?[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*",\s*")([^"]*)""",
-                          re.IGNORECASE)
+_SECRET_FLAG = re.compile(
+    r"""("--?[\w-]*(?:token|key|secret|password|passwd|auth)[\w-]*",\s*")([^"]*)""", re.IGNORECASE
+)
 
 
 def redact(text: str) -> str:
@@ -208,8 +270,9 @@ def _find_hashes(value: Any, path: str = "") -> list[tuple[str, str]]:
     return found
 
 
-def provenance(ep: dict, config: dict, package_version: str | None = None,
-               runs: list[dict] | None = None) -> list[tuple[str, str]]:
+def provenance(
+    ep: dict, config: dict, package_version: str | None = None, runs: list[dict] | None = None
+) -> list[tuple[str, str]]:
     """Everything the ledger stores about where this episode's number came from; a field the
     campaign did not record reads "not recorded" (never guessed)."""
     meta = ep.get("campaign_meta") or {}
@@ -222,31 +285,54 @@ def provenance(ep: dict, config: dict, package_version: str | None = None,
     world_hashes = [(k, v) for k, v in _find_hashes(world) if not k.startswith("class")]
     judge_hashes = _find_hashes(pjudge)
     rows = [
-        ("kosmos-env version", package_version or f"{NOT_RECORDED} (the ledger keeps no package version; "
-                                                  "results.json does once the campaign finishes)"),
+        (
+            "kosmos-env version",
+            package_version
+            or f"{NOT_RECORDED} (the ledger keeps no package version; results.json does once the campaign finishes)",
+        ),
         ("env", str(config.get("env_id", "")) or NOT_RECORDED),
         ("spec hash", str(meta.get("spec_hash") or config.get("spec_hash", "")) or NOT_RECORDED),
-        ("campaign", f"{meta.get('campaign_id')} (config hash {meta.get('config_hash')}, created {meta.get('created')})"),
+        (
+            "campaign",
+            f"{meta.get('campaign_id')} (config hash {meta.get('config_hash')}, created {meta.get('created')})",
+        ),
         ("policy", str(ep.get("policy"))),
         ("policy content hash", str(pol.get("content_hash") or NOT_RECORDED)),
         ("policy hub model", str(pol.get("hub_model_id") or "none (not a hub model)")),
-        ("world", ", ".join(f"{k}={v}" for k, v in sorted(world.items()) if not isinstance(v, (dict, list))
-                            and "sha256" not in k) or NOT_RECORDED),
-        ("world weights hash", "; ".join(f"{k} {v}" for k, v in world_hashes)
-         or f"{NOT_RECORDED} (this world records no weights file)"),
+        (
+            "world",
+            ", ".join(
+                f"{k}={v}" for k, v in sorted(world.items()) if not isinstance(v, (dict, list)) and "sha256" not in k
+            )
+            or NOT_RECORDED,
+        ),
+        (
+            "world weights hash",
+            "; ".join(f"{k} {v}" for k, v in world_hashes) or f"{NOT_RECORDED} (this world records no weights file)",
+        ),
         ("judge (campaign)", ", ".join(f"{k}={v}" for k, v in sorted(judge.items())) or NOT_RECORDED),
-        ("judge (this episode)", f"{j.get('judge') or ep.get('judge') or NOT_RECORDED}; model "
-                                 f"{j.get('model_id') or NOT_RECORDED}; prompt sha256 {j.get('prompt_sha256') or 'none'}"),
+        (
+            "judge (this episode)",
+            f"{j.get('judge') or ep.get('judge') or NOT_RECORDED}; model "
+            f"{j.get('model_id') or NOT_RECORDED}; prompt sha256 {j.get('prompt_sha256') or 'none'}",
+        ),
         ("judge class", str(pjudge.get("class") or NOT_RECORDED)),
-        ("judge weights hash", "; ".join(f"{k} {v}" for k, v in judge_hashes)
-         or f"{NOT_RECORDED} (this judge records no weights file)"),
+        (
+            "judge weights hash",
+            "; ".join(f"{k} {v}" for k, v in judge_hashes) or f"{NOT_RECORDED} (this judge records no weights file)",
+        ),
         ("identity sha256 (spec, world, judge)", str(prov.get("identity_sha256") or NOT_RECORDED)),
         ("episode id", str(ep.get("episode_id"))),
         ("env seed", str(ep.get("env_seed"))),
     ]
     for r in (runs or [])[-3:]:
-        rows.append((f"eval run {r.get('run_id')}", f"{r.get('executor')}, {r.get('workers')} worker(s), by "
-                                                    f"{r.get('owner')}; argv {redact(str(r.get('argv')))}"))
+        rows.append(
+            (
+                f"eval run {r.get('run_id')}",
+                f"{r.get('executor')}, {r.get('workers')} worker(s), by "
+                f"{r.get('owner')}; argv {redact(str(r.get('argv')))}",
+            )
+        )
     return rows
 
 
@@ -267,10 +353,12 @@ def with_cursor(svg: str, xs: list[float]) -> str:
     x0, x1 = float(min(xs)), float(max(xs))
     if x1 - x0 < 1e-12:
         x1 = x0 + 1.0
-    attrs = (f' data-scrub="1" data-left="{left:g}" data-plot-width="{width:g}" data-x0="{x0:g}" data-x1="{x1:g}"')
+    attrs = f' data-scrub="1" data-left="{left:g}" data-plot-width="{width:g}" data-x0="{x0:g}" data-x1="{x1:g}"'
     svg = svg.replace("<svg ", "<svg" + attrs + " ", 1)
-    cursor = (f'<line class="cursor" x1="{left:g}" x2="{left:g}" y1="{top:g}" y2="{top + height:g}" '
-              'stroke="#d1495b" stroke-width="1.5" visibility="hidden"/>')
+    cursor = (
+        f'<line class="cursor" x1="{left:g}" x2="{left:g}" y1="{top:g}" y2="{top + height:g}" '
+        'stroke="#d1495b" stroke-width="1.5" visibility="hidden"/>'
+    )
     i = svg.rfind("</svg>")
     return svg[:i] + cursor + svg[i:]
 
@@ -319,8 +407,10 @@ def distance_svg(root: Path, ep: dict) -> tuple[str | None, str]:
     if path is None:
         return None, "No robot log in the store: no distances to plot."
     if not (isinstance(target, list) and len(target) == 3):
-        return None, ("The world recorded no goal position (no ground-truth state): distances to the goal need a "
-                      "world with a simulator state.")
+        return None, (
+            "The world recorded no goal position (no ground-truth state): distances to the goal need a "
+            "world with a simulator state."
+        )
     goal = np.asarray(target, dtype=float)
     try:
         with np.load(path, allow_pickle=False) as z:
@@ -341,16 +431,27 @@ def distance_svg(root: Path, ep: dict) -> tuple[str | None, str]:
     xs = list(range(n))
     notes = []
     if "object_pos" not in logged:
-        notes.append("This world's log records the gripper's position at each step, not the object's: the lines "
-                     "are the gripper's distance to the goal.")
+        notes.append(
+            "This world's log records the gripper's position at each step, not the object's: the lines "
+            "are the gripper's distance to the goal."
+        )
     if isinstance(obj_end, list) and len(obj_end) == 3:
         o = np.asarray(obj_end, dtype=float)
-        notes.append(f"At the end the object was {np.linalg.norm(o - goal):.3f} m from the goal "
-                     f"({np.linalg.norm(o[:2] - goal[:2]):.3f} m horizontally), by the simulator's evaluation"
-                     + (f": {truth.get('reason')}." if truth.get("reason") else "."))
-    svg = line_chart(xs, {k: [v for v in vals] + [None] * (n - len(vals)) for k, vals in series.items()},
-                     xlabel="control step", ylabel="distance (m)", height=200, width=560, title="distance to goal",
-                     hline=0.0)
+        notes.append(
+            f"At the end the object was {np.linalg.norm(o - goal):.3f} m from the goal "
+            f"({np.linalg.norm(o[:2] - goal[:2]):.3f} m horizontally), by the simulator's evaluation"
+            + (f": {truth.get('reason')}." if truth.get("reason") else ".")
+        )
+    svg = line_chart(
+        xs,
+        {k: [v for v in vals] + [None] * (n - len(vals)) for k, vals in series.items()},
+        xlabel="control step",
+        ylabel="distance (m)",
+        height=200,
+        width=560,
+        title="distance to goal",
+        hline=0.0,
+    )
     return with_cursor(svg, xs), " ".join(notes)
 
 
@@ -364,10 +465,18 @@ def _and(items: list[str]) -> str:
 def _robot_log_sentence(extras: dict, success: Any) -> str:
     """The robot-log judge's stored events (held, lifted, carried, released, empty grasps, idle,
     Z) as a sentence."""
-    did = {"held": "held an object in its gripper", "lifted": "lifted it", "carried": "carried it sideways",
-           "released": "let go of it"}
-    missing = {"held": "never held an object", "lifted": "never lifted a held object",
-               "carried": "never carried a held object sideways", "released": "never let go of a held object"}
+    did = {
+        "held": "held an object in its gripper",
+        "lifted": "lifted it",
+        "carried": "carried it sideways",
+        "released": "let go of it",
+    }
+    missing = {
+        "held": "never held an object",
+        "lifted": "never lifted a held object",
+        "carried": "never carried a held object sideways",
+        "released": "never let go of a held object",
+    }
     done = [k for k in did if extras.get(k)]
     not_done = [k for k in did if not extras.get(k)]
     if success is True:
@@ -375,8 +484,10 @@ def _robot_log_sentence(extras: dict, success: Any) -> str:
     elif not done:
         head = f"Failure: the robot {missing['held']}."
     elif not not_done:
-        head = ("Failure: the robot held, lifted, carried and let go of an object, but not all within one and the "
-                "same grasp.")
+        head = (
+            "Failure: the robot held, lifted, carried and let go of an object, but not all within one and the "
+            "same grasp."
+        )
     else:
         head = f"Failure: the robot {_and([did[k] for k in done])}, but {_and([missing[k] for k in not_done])}."
     extra = []
@@ -388,8 +499,10 @@ def _robot_log_sentence(extras: dict, success: Any) -> str:
         extra.append(f"{empty} of those closed on nothing")
     idle = extras.get("idle_fraction")
     if isinstance(idle, (int, float)):
-        extra.append(f"it stood still for {100 * float(idle):.0f}% of the steps" + (" (counted as idle)"
-                                                                                    if extras.get("idle") else ""))
+        extra.append(
+            f"it stood still for {100 * float(idle):.0f}% of the steps"
+            + (" (counted as idle)" if extras.get("idle") else "")
+        )
     tail = ("; ".join(extra) + ".") if extra else ""
     z = extras.get("z")
     score = f" Log score Z = {float(z):.2f} on a scale from -2 to 4." if isinstance(z, (int, float)) else ""
@@ -412,8 +525,11 @@ def plain_rationale(judgment: dict | None, judge_type: str = "") -> str:
     text = str(judgment.get("rationale") or "")
     votes = [v for v in judgment.get("votes") or [] if isinstance(v, dict) and "judge" in v and "weight" in v]
     if name == "fusion" and votes:
-        said = "; ".join(f"{v['judge']} said {_said(v.get('success'))} (score {float(v.get('score', 0.0)):.2f}, "
-                         f"weight {float(v['weight']):.2f})" for v in votes)
+        said = "; ".join(
+            f"{v['judge']} said {_said(v.get('success'))} (score {float(v.get('score', 0.0)):.2f}, "
+            f"weight {float(v['weight']):.2f})"
+            for v in votes
+        )
         return f"{text[:1].upper() + text[1:]}: {said}." if text else said + "."
     if name == "state" and text:
         return f"The simulator's evaluation at the end: {text}."
@@ -426,18 +542,40 @@ def verdict_rows(ep: dict, stored: list[dict]) -> list[dict[str, Any]]:
     rows = []
     j = ep.get("judgment")
     if isinstance(j, dict):
-        rows.append({"judge": f"{j.get('judge') or ep.get('judge') or '?'} (the campaign's own)", "judge_id": "campaign",
-                     "outcome": ep.get("outcome") or "-", "score": j.get("score"),
-                     "model": j.get("model_id") or "-", "why": plain_rationale(j)})
+        rows.append(
+            {
+                "judge": f"{j.get('judge') or ep.get('judge') or '?'} (the campaign's own)",
+                "judge_id": "campaign",
+                "outcome": ep.get("outcome") or "-",
+                "score": j.get("score"),
+                "model": j.get("model_id") or "-",
+                "why": plain_rationale(j),
+            }
+        )
     elif ep.get("outcome"):
-        rows.append({"judge": "campaign", "judge_id": "campaign", "outcome": ep.get("outcome"), "score": ep.get("score"),
-                     "model": "-", "why": "not judged (" + str(ep.get("outcome")) + ")"})
+        rows.append(
+            {
+                "judge": "campaign",
+                "judge_id": "campaign",
+                "outcome": ep.get("outcome"),
+                "score": ep.get("score"),
+                "model": "-",
+                "why": "not judged (" + str(ep.get("outcome")) + ")",
+            }
+        )
     for r in stored:
         jd = r.get("judgment") or {}
         spec = r.get("judge_spec") or {}
-        rows.append({"judge": f"{r.get('judge_label')} [{r.get('judge_id')}]", "judge_id": r.get("judge_id"),
-                     "outcome": r.get("outcome"), "score": r.get("score"), "model": jd.get("model_id") or "-",
-                     "why": plain_rationale(jd, str(spec.get("type", "")))})
+        rows.append(
+            {
+                "judge": f"{r.get('judge_label')} [{r.get('judge_id')}]",
+                "judge_id": r.get("judge_id"),
+                "outcome": r.get("outcome"),
+                "score": r.get("score"),
+                "model": jd.get("model_id") or "-",
+                "why": plain_rationale(jd, str(spec.get("type", ""))),
+            }
+        )
     for row in rows:
         row["score_text"] = f"{float(row['score']):.3f}" if isinstance(row["score"], (int, float)) else "-"
     return rows

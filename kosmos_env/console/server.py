@@ -3,6 +3,7 @@
 Binding the socket here, before uvicorn starts, means ``--port 0`` picks a free port and the
 printed address is the real one.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -53,36 +54,60 @@ def make_token() -> str:
 class ConsoleServer:
     """uvicorn serving the console app on an already bound socket (in this thread or another)."""
 
-    def __init__(self, roots: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 8321,
-                 allow_remote: bool = False, token: str | None = None, reference: str | Path | None = None,
-                 poll_seconds: float = 1.0, analysis_options: dict | None = None, log_level: str = "warning"):
+    def __init__(
+        self,
+        roots: Sequence[str | Path],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8321,
+        allow_remote: bool = False,
+        token: str | None = None,
+        reference: str | Path | None = None,
+        poll_seconds: float = 1.0,
+        analysis_options: dict | None = None,
+        log_level: str = "warning",
+    ):
         import uvicorn
 
         from kosmos_env.console.app import create_app
 
         loopback = is_loopback(host)
         if not loopback and not allow_remote:
-            raise ValueError(f"--host {host} would expose the console beyond this machine; add --allow-remote to do so "
-                             "on purpose (anyone who can reach the port can read every campaign)")
+            raise ValueError(
+                f"--host {host} would expose the console beyond this machine; add --allow-remote to do so "
+                "on purpose (anyone who can reach the port can read every campaign)"
+            )
         self.token = token or make_token()
         self.sock = bind_socket(host, port)
         self.host, self.port = host, self.sock.getsockname()[1]
         shown = f"[{host}]" if ":" in host else host
         self.url = f"http://{shown}:{self.port}/"
         note = f"bound to {host} only" if loopback else f"listening on {host} (remote access allowed)"
-        self.app = create_app(roots, self.token, reference=reference, loopback_only=loopback, bind_note=note,
-                              poll_seconds=poll_seconds, analysis_options=analysis_options)
+        self.app = create_app(
+            roots,
+            self.token,
+            reference=reference,
+            loopback_only=loopback,
+            bind_note=note,
+            poll_seconds=poll_seconds,
+            analysis_options=analysis_options,
+        )
         config = uvicorn.Config(self.app, log_level=log_level, lifespan="off", timeout_graceful_shutdown=1)
         self.server = uvicorn.Server(config)
         self.loopback = loopback
         self._thread: threading.Thread | None = None
 
     def banner(self) -> str:
-        where = (f"listening on {self.host} only: other machines cannot reach it (use --host ADDR --allow-remote "
-                 "to expose it)" if self.loopback else
-                 f"listening on {self.host}: reachable from other machines; anyone who can reach it reads every campaign")
-        return (f"Kosmos-Env console: {self.url}\n{where}\n"
-                f"token for the cancel control (paste it in the page): {self.token}")
+        where = (
+            f"listening on {self.host} only: other machines cannot reach it (use --host ADDR --allow-remote "
+            "to expose it)"
+            if self.loopback
+            else f"listening on {self.host}: reachable from other machines; anyone who can reach it reads every campaign"
+        )
+        return (
+            f"Kosmos-Env console: {self.url}\n{where}\n"
+            f"token for the cancel control (paste it in the page): {self.token}"
+        )
 
     def serve(self) -> None:
         self.server.run(sockets=[self.sock])

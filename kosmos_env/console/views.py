@@ -12,6 +12,7 @@
 Every table is a list of columns and a list of row dicts, so the HTML page and its downloads
 are the same numbers.
 """
+
 from __future__ import annotations
 
 import csv
@@ -43,8 +44,16 @@ def policy_task_table(ref: cz.CampaignRef, judge: str | None = None) -> dict[str
             k = sum(1 for c in vals if c["success"] == 1)
             n = sum(1 for c in vals if c["success"] is not None)
             lo, hi = _wilson(k, n) if n else (None, None)
-            row = {"policy": p, "task": t if t is not None else "all tasks", "successes": k, "decided": n,
-                   "undecided": len(vals) - n, "rate": k / n if n else None, "wilson_lower": lo, "wilson_upper": hi}
+            row = {
+                "policy": p,
+                "task": t if t is not None else "all tasks",
+                "successes": k,
+                "decided": n,
+                "undecided": len(vals) - n,
+                "rate": k / n if n else None,
+                "wilson_lower": lo,
+                "wilson_upper": hi,
+            }
             rows.append(row)
             line["cells"].append(row)
         matrix.append(line)
@@ -56,10 +65,14 @@ def _paired_arrays(ca: dict[tuple, dict], cb: dict[tuple, dict], measure: str) -
     keys = sorted(set(ca) & set(cb))
     field = "success" if measure == "success" else "score"
     nan = float("nan")
-    xa = [nan if ca[k][field] is None or (measure == "score" and ca[k]["success"] is None) else float(ca[k][field])
-          for k in keys]
-    xb = [nan if cb[k][field] is None or (measure == "score" and cb[k]["success"] is None) else float(cb[k][field])
-          for k in keys]
+    xa = [
+        nan if ca[k][field] is None or (measure == "score" and ca[k]["success"] is None) else float(ca[k][field])
+        for k in keys
+    ]
+    xb = [
+        nan if cb[k][field] is None or (measure == "score" and cb[k]["success"] is None) else float(cb[k][field])
+        for k in keys
+    ]
     return keys, xa, xb
 
 
@@ -83,12 +96,20 @@ def pair_view(ref: cz.CampaignRef, a: str, b: str, measure: str = "success") -> 
     rows = []
     for k in keys:
         x, y = ca.get(k), cb.get(k)
-        rows.append({"task": k[0], "seed": k[1], "repeat": k[2],
-                     "outcome_a": x["outcome"] if x else "not run", "score_a": x["score"] if x else None,
-                     "ord_a": x["ord"] if x else None,
-                     "outcome_b": y["outcome"] if y else "not run", "score_b": y["score"] if y else None,
-                     "ord_b": y["ord"] if y else None,
-                     "differ": bool(x and y and x["outcome"] != y["outcome"])})
+        rows.append(
+            {
+                "task": k[0],
+                "seed": k[1],
+                "repeat": k[2],
+                "outcome_a": x["outcome"] if x else "not run",
+                "score_a": x["score"] if x else None,
+                "ord_a": x["ord"] if x else None,
+                "outcome_b": y["outcome"] if y else "not run",
+                "score_b": y["score"] if y else None,
+                "ord_b": y["ord"] if y else None,
+                "differ": bool(x and y and x["outcome"] != y["outcome"]),
+            }
+        )
     verdict = verdict_of(ca, cb, (a, b), measure)
     columns = ["task", "seed", "repeat", "outcome_a", "score_a", "ord_a", "outcome_b", "score_b", "ord_b", "differ"]
     return {"columns": columns, "rows": rows, "verdict": verdict, "summary": s, "a": a, "b": b}
@@ -98,8 +119,10 @@ def judge_choices(ref: cz.CampaignRef) -> list[dict[str, str]]:
     """The campaign's own judge and every stored judge, as (id, label) for the pickers."""
     s = cz.read_summary(ref)
     out = [{"id": "campaign", "label": f"campaign's own ({cz.judge_name(s.judge)})"}]
-    out += [{"id": j["judge_id"], "label": f"{j['label']} [{j['judge_id']}] ({j['episodes']} judged)"}
-            for j in cz.stored_judges(ref)]
+    out += [
+        {"id": j["judge_id"], "label": f"{j['label']} [{j['judge_id']}] ({j['episodes']} judged)"}
+        for j in cz.stored_judges(ref)
+    ]
     return out
 
 
@@ -109,30 +132,52 @@ def disagreements(ref: cz.CampaignRef, j1: str, j2: str) -> dict[str, Any]:
     known = {c["id"] for c in judge_choices(ref)}
     for j in (j1, j2):
         if j not in known:
-            raise ValueError(f"campaign {ref.name} has no stored verdicts of judge {j!r}; judges: {', '.join(sorted(known))}")
+            raise ValueError(
+                f"campaign {ref.name} has no stored verdicts of judge {j!r}; judges: {', '.join(sorted(known))}"
+            )
     c1, c2 = cz.cells(ref, j1), cz.cells(ref, j2)
     rows, counts, n_both = [], {}, 0
     for p in sorted(set(c1) & set(c2)):
         for k in sorted(set(c1[p]) & set(c2[p])):
             x, y = c1[p][k], c2[p][k]
-            if x["outcome"] not in ("success", "failure", "abstained") or y["outcome"] not in ("success", "failure",
-                                                                                               "abstained"):
+            if x["outcome"] not in ("success", "failure", "abstained") or y["outcome"] not in (
+                "success",
+                "failure",
+                "abstained",
+            ):
                 continue  # discarded / errored episodes carry no verdict to compare
             n_both += 1
             counts[(x["outcome"], y["outcome"])] = counts.get((x["outcome"], y["outcome"]), 0) + 1
             if x["outcome"] != y["outcome"]:
-                rows.append({"ord": x["ord"], "policy": p, "task": k[0], "seed": k[1], "repeat": k[2],
-                             "verdict_1": x["outcome"], "score_1": x["score"], "verdict_2": y["outcome"],
-                             "score_2": y["score"]})
+                rows.append(
+                    {
+                        "ord": x["ord"],
+                        "policy": p,
+                        "task": k[0],
+                        "seed": k[1],
+                        "repeat": k[2],
+                        "verdict_1": x["outcome"],
+                        "score_1": x["score"],
+                        "verdict_2": y["outcome"],
+                        "score_2": y["score"],
+                    }
+                )
     rows.sort(key=lambda r: r["ord"])
     agree = n_both - len(rows)
     lo, hi = _wilson(agree, n_both) if n_both else (None, None)
     columns = ["ord", "policy", "task", "seed", "repeat", "verdict_1", "score_1", "verdict_2", "score_2"]
     outcomes = ("success", "failure", "abstained")
     matrix = [[counts.get((o1, o2), 0) for o2 in outcomes] for o1 in outcomes]
-    return {"columns": columns, "rows": rows, "n_both": n_both, "agree": agree,
-            "agreement": agree / n_both if n_both else None, "agreement_ci": (lo, hi), "matrix": matrix,
-            "outcomes": outcomes}
+    return {
+        "columns": columns,
+        "rows": rows,
+        "n_both": n_both,
+        "agree": agree,
+        "agreement": agree / n_both if n_both else None,
+        "agreement_ci": (lo, hi),
+        "matrix": matrix,
+        "outcomes": outcomes,
+    }
 
 
 def _cell(v: Any) -> Any:
@@ -152,18 +197,25 @@ def table_response(name: str, columns: Sequence[str], rows: Sequence[dict], fmt:
         w.writerow(columns)
         for r in rows:
             w.writerow(["" if _cell(r.get(c)) is None else _cell(r.get(c)) for c in columns])
-        return Response(buf.getvalue(), media_type="text/csv; charset=utf-8",
-                        headers={"Content-Disposition": f'attachment; filename="{safe}.csv"'})
+        return Response(
+            buf.getvalue(),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="{safe}.csv"'},
+        )
     if fmt == "parquet":
         try:
             import pyarrow as pa
             import pyarrow.parquet as pq
         except ImportError:
-            return PlainTextResponse("parquet download needs pyarrow: pip install pyarrow (CSV works without it)\n",
-                                     status_code=501)
+            return PlainTextResponse(
+                "parquet download needs pyarrow: pip install pyarrow (CSV works without it)\n", status_code=501
+            )
         table = pa.table({c: [_cell(r.get(c)) for r in rows] for c in columns})
         buf = io.BytesIO()
         pq.write_table(table, buf)
-        return Response(buf.getvalue(), media_type="application/vnd.apache.parquet",
-                        headers={"Content-Disposition": f'attachment; filename="{safe}.parquet"'})
+        return Response(
+            buf.getvalue(),
+            media_type="application/vnd.apache.parquet",
+            headers={"Content-Disposition": f'attachment; filename="{safe}.parquet"'},
+        )
     return PlainTextResponse(f"unknown format {fmt!r}; choose csv or parquet\n", status_code=400)

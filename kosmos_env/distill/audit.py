@@ -19,6 +19,7 @@ while leaving the second unchanged or worse:
   ``alpha``; otherwise the report says "no supported difference". Engineering differences
   follow the same rule (bootstrap interval and an exact sign test over rollouts).
 """
+
 from __future__ import annotations
 
 import json
@@ -34,10 +35,25 @@ from kosmos_env.utils.fileio import atomic_write
 AUDIT_SCHEMA = "kosmos-env/judge-audit"
 ROLES = ("teacher", "student")
 JUDGMENT_COLUMNS = {
-    "rollout_hash": "string", "episode_id": "string", "policy": "string", "task": "string", "role": "string",
-    "spec_hash": "string", "model_id": "string", "success": "bool", "verdict": "string", "score": "float64",
-    "n_valid": "int64", "k": "int64", "valid_votes": "int64", "bare_votes": "int64", "votes": "string",
-    "raw_answers": "string", "generated_tokens": "string", "seconds": "float64", "generate_seconds": "float64",
+    "rollout_hash": "string",
+    "episode_id": "string",
+    "policy": "string",
+    "task": "string",
+    "role": "string",
+    "spec_hash": "string",
+    "model_id": "string",
+    "success": "bool",
+    "verdict": "string",
+    "score": "float64",
+    "n_valid": "int64",
+    "k": "int64",
+    "valid_votes": "int64",
+    "bare_votes": "int64",
+    "votes": "string",
+    "raw_answers": "string",
+    "generated_tokens": "string",
+    "seconds": "float64",
+    "generate_seconds": "float64",
     "ground_truth": "bool",
 }
 
@@ -53,22 +69,45 @@ def judgment_record(ref, role: str, judgment, spec_hash: str) -> dict[str, Any]:
     if len(raw) != len(votes):
         raise ValueError(f"the {role} judge did not record its raw answers (a VLM judge is needed for the audit)")
     return {
-        "rollout_hash": ref.rollout_hash, "episode_id": ref.episode_id, "policy": ref.policy, "task": ref.task,
-        "role": role, "spec_hash": spec_hash, "model_id": judgment.model_id, "success": judgment.success,
-        "verdict": verdict_of(judgment.success), "score": float(judgment.score),
-        "n_valid": int(extras.get("n_valid", 0)), "k": len(votes),
-        "valid_votes": sum(bool(v.get("valid")) for v in votes), "bare_votes": sum(is_bare_json(t) for t in raw),
-        "votes": json.dumps(votes, default=str), "raw_answers": json.dumps(raw),
+        "rollout_hash": ref.rollout_hash,
+        "episode_id": ref.episode_id,
+        "policy": ref.policy,
+        "task": ref.task,
+        "role": role,
+        "spec_hash": spec_hash,
+        "model_id": judgment.model_id,
+        "success": judgment.success,
+        "verdict": verdict_of(judgment.success),
+        "score": float(judgment.score),
+        "n_valid": int(extras.get("n_valid", 0)),
+        "k": len(votes),
+        "valid_votes": sum(bool(v.get("valid")) for v in votes),
+        "bare_votes": sum(is_bare_json(t) for t in raw),
+        "votes": json.dumps(votes, default=str),
+        "raw_answers": json.dumps(raw),
         "generated_tokens": json.dumps([int(t) for t in extras.get("generated_tokens", [])]),
-        "seconds": float(judgment.seconds), "generate_seconds": float(extras.get("generate_seconds", judgment.seconds)),
+        "seconds": float(judgment.seconds),
+        "generate_seconds": float(extras.get("generate_seconds", judgment.seconds)),
         "ground_truth": ref.ground_truth,
     }
 
 
-def run_audit(teacher: Any, teacher_hash: str, student: Any, student_hash: str, campaign_dir: str | os.PathLike,
-              out: str | os.PathLike, *, heldout: Iterable[str] | None, split_source: str = "",
-              alpha: float = 0.05, n_boot: int = 2000, seed: int = 0, progress: bool = True,
-              distill_config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def run_audit(
+    teacher: Any,
+    teacher_hash: str,
+    student: Any,
+    student_hash: str,
+    campaign_dir: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    heldout: Iterable[str] | None,
+    split_source: str = "",
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+    progress: bool = True,
+    distill_config: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """Judge the held-out rollouts of a campaign with both judges; write judgments.parquet, report.json, report.md.
 
     ``heldout`` is the set of rollout hashes the student never trained on (its split file);
@@ -92,8 +131,10 @@ def run_audit(teacher: Any, teacher_hash: str, student: Any, student_hash: str, 
             seen.add(ref.rollout_hash)
             refs.append(ref)
     if not refs:
-        raise ValueError(f"none of the {len(campaign.rollouts)} rollouts of {campaign.root} is held out by {split_source or 'the split'}; "
-                         f"the audit runs on held-out rollouts only")
+        raise ValueError(
+            f"none of the {len(campaign.rollouts)} rollouts of {campaign.root} is held out by {split_source or 'the split'}; "
+            f"the audit runs on held-out rollouts only"
+        )
     size = max(int(getattr(teacher, "batch_size", 1) or 1), int(getattr(student, "batch_size", 1) or 1))
     records: list[dict[str, Any]] = []
     with tqdm(total=len(refs), desc="judge-audit", unit="rollout", disable=not progress) as bar:
@@ -109,15 +150,23 @@ def run_audit(teacher: Any, teacher_hash: str, student: Any, student_hash: str, 
     write_judgments(out / "judgments.parquet", records)
     report = compute_report(read_judgments(out / "judgments.parquet"), alpha=alpha, n_boot=n_boot, seed=seed)
     report["inputs"] = {
-        "campaign": str(campaign.root.resolve()), "campaign_id": campaign.campaign_id, "env_spec_hash": campaign.env_spec_hash,
-        "split": split_source or None, "heldout_only": held is not None, "rollouts_in_campaign": len(campaign.rollouts),
-        "excluded_not_heldout": excluded, "teacher": {"spec_hash": teacher_hash, "spec": getattr(teacher, "spec", {})},
+        "campaign": str(campaign.root.resolve()),
+        "campaign_id": campaign.campaign_id,
+        "env_spec_hash": campaign.env_spec_hash,
+        "split": split_source or None,
+        "heldout_only": held is not None,
+        "rollouts_in_campaign": len(campaign.rollouts),
+        "excluded_not_heldout": excluded,
+        "teacher": {"spec_hash": teacher_hash, "spec": getattr(teacher, "spec", {})},
         "student": {"spec_hash": student_hash, "spec": getattr(student, "spec", {})},
     }
     if distill_config is not None:
         labels = distill_config.get("teacher_labels", {})
-        report["inputs"]["distilled_from"] = {"labels_sha256": labels.get("sha256"), "teacher_spec_hash": labels.get("spec_hash"),
-                                              "same_teacher": labels.get("spec_hash") == teacher_hash}
+        report["inputs"]["distilled_from"] = {
+            "labels_sha256": labels.get("sha256"),
+            "teacher_spec_hash": labels.get("spec_hash"),
+            "same_teacher": labels.get("spec_hash") == teacher_hash,
+        }
     _write(out / "report.json", json.dumps(report, indent=1, default=str))
     _write(out / "report.md", render_markdown(report))
     return report
@@ -153,8 +202,13 @@ def _paired(student: Sequence[float], teacher: Sequence[float], alpha: float, n_
     from kosmos_env.stats.intervals import paired_bootstrap_diff
 
     d = paired_bootstrap_diff(student, teacher, n_boot=n_boot, alpha=alpha, seed=seed)
-    return {"difference": float(d.estimate), "lower": float(d.lower), "upper": float(d.upper),
-            "n_pairs": int(d.n_pairs), "method": "paired bootstrap over rollouts"}
+    return {
+        "difference": float(d.estimate),
+        "lower": float(d.lower),
+        "upper": float(d.upper),
+        "n_pairs": int(d.n_pairs),
+        "method": "paired bootstrap over rollouts",
+    }
 
 
 def _engineering(rows: Sequence[Mapping[str, Any]], alpha: float) -> dict[str, Any]:
@@ -185,7 +239,9 @@ def _per_rollout(rows: Sequence[Mapping[str, Any]], field: str) -> list[float]:
     return out
 
 
-def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_boot: int = 2000, seed: int = 0) -> dict[str, Any]:
+def compute_report(
+    rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_boot: int = 2000, seed: int = 0
+) -> dict[str, Any]:
     """Every number of the audit, from the per-rollout judgments alone."""
     from kosmos_env.distill.metrics import bootstrap_kappa, cohen_kappa, difference_claim, mcnemar_exact
 
@@ -200,20 +256,26 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
     n = len(keys)
     eng = {"teacher": _engineering(T, alpha), "student": _engineering(S, alpha), "paired_difference": {}}
     words_eng = []
-    labels = {"schema_valid": ("schema-valid answer rate", "higher", "lower"),
-              "bare_json": ("bare-JSON answer rate", "higher", "lower"),
-              "generated_tokens": ("generated tokens per answer", "more", "fewer"),
-              "generate_seconds": ("decode seconds per rollout", "slower", "faster")}
+    labels = {
+        "schema_valid": ("schema-valid answer rate", "higher", "lower"),
+        "bare_json": ("bare-JSON answer rate", "higher", "lower"),
+        "generated_tokens": ("generated tokens per answer", "more", "fewer"),
+        "generate_seconds": ("decode seconds per rollout", "slower", "faster"),
+    }
     for field, (what, up, down) in labels.items():
         s_vals, t_vals = _per_rollout(S, field), _per_rollout(T, field)
         d = _paired(s_vals, t_vals, alpha, n_boot, seed)
         diffs = [a - b for a, b in zip(s_vals, t_vals, strict=True) if not (math.isnan(a) or math.isnan(b))]
         p = mcnemar_exact(sum(x > 0 for x in diffs), sum(x < 0 for x in diffs))  # exact sign test
-        claim, supported = difference_claim(d["lower"], d["upper"], p, alpha,
-                                            f"student {up} than teacher", f"student {down} than teacher")
+        claim, supported = difference_claim(
+            d["lower"], d["upper"], p, alpha, f"student {up} than teacher", f"student {down} than teacher"
+        )
         eng["paired_difference"][field] = {**d, "sign_test_p": p, "claim": claim, "supported": supported}
         words_eng.append(f"{what}: {claim}")
-    t_sec, s_sec = eng["teacher"]["mean_generate_seconds_per_rollout"], eng["student"]["mean_generate_seconds_per_rollout"]
+    t_sec, s_sec = (
+        eng["teacher"]["mean_generate_seconds_per_rollout"],
+        eng["student"]["mean_generate_seconds_per_rollout"],
+    )
     eng["speedup_decode"] = (t_sec / s_sec) if s_sec > 0 else None
 
     tv, sv = [r["verdict"] for r in T], [r["verdict"] for r in S]
@@ -224,14 +286,21 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
         if a != b:
             changes[f"{a}->{b}"] = changes.get(f"{a}->{b}", 0) + 1
     teacher_agreement = {
-        "raw_agreement": _wilson(matches, n, alpha), "kappa": kappa,
-        "kappa_interval": {**bootstrap_kappa(sv, tv, n_boot=n_boot, alpha=alpha, seed=seed), "method": "percentile bootstrap over rollouts"},
-        "verdicts_changed": n - matches, "changes": changes,
+        "raw_agreement": _wilson(matches, n, alpha),
+        "kappa": kappa,
+        "kappa_interval": {
+            **bootstrap_kappa(sv, tv, n_boot=n_boot, alpha=alpha, seed=seed),
+            "method": "percentile bootstrap over rollouts",
+        },
+        "verdicts_changed": n - matches,
+        "changes": changes,
     }
     gt_keys = [i for i, r in enumerate(T) if r["ground_truth"] is not None]
     ground_truth: dict[str, Any] = {"n": len(gt_keys)}
-    words_q = [f"the student changed {n - matches} of {n} verdicts"
-               f" (raw agreement {matches}/{n}, kappa {'undefined' if kappa is None else f'{kappa:.3f}'})"]
+    words_q = [
+        f"the student changed {n - matches} of {n} verdicts"
+        f" (raw agreement {matches}/{n}, kappa {'undefined' if kappa is None else f'{kappa:.3f}'})"
+    ]
     if gt_keys:
         gt = [T[i]["ground_truth"] for i in gt_keys]
         want = ["success" if g else "failure" for g in gt]
@@ -241,23 +310,48 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
         only_t = sum(1 for a, b in zip(s_ok, t_ok, strict=True) if b and not a)
         d = _paired(s_ok, t_ok, alpha, n_boot, seed)
         p = mcnemar_exact(only_s, only_t)
-        claim, supported = difference_claim(d["lower"], d["upper"], p, alpha,
-                                            "student agrees with ground truth more than teacher",
-                                            "student agrees with ground truth less than teacher")
-        ground_truth.update({
-            "teacher": {**_wilson(int(sum(t_ok)), len(gt_keys), alpha), "abstained": sum(tv[i] == "abstained" for i in gt_keys)},
-            "student": {**_wilson(int(sum(s_ok)), len(gt_keys), alpha), "abstained": sum(sv[i] == "abstained" for i in gt_keys)},
-            "kappa_teacher": cohen_kappa([tv[i] for i in gt_keys], want),
-            "kappa_student": cohen_kappa([sv[i] for i in gt_keys], want),
-            "paired_difference": {**d, "only_student_right": only_s, "only_teacher_right": only_t,
-                                  "mcnemar_exact_p": p, "claim": claim, "supported": supported},
-        })
+        claim, supported = difference_claim(
+            d["lower"],
+            d["upper"],
+            p,
+            alpha,
+            "student agrees with ground truth more than teacher",
+            "student agrees with ground truth less than teacher",
+        )
+        ground_truth.update(
+            {
+                "teacher": {
+                    **_wilson(int(sum(t_ok)), len(gt_keys), alpha),
+                    "abstained": sum(tv[i] == "abstained" for i in gt_keys),
+                },
+                "student": {
+                    **_wilson(int(sum(s_ok)), len(gt_keys), alpha),
+                    "abstained": sum(sv[i] == "abstained" for i in gt_keys),
+                },
+                "kappa_teacher": cohen_kappa([tv[i] for i in gt_keys], want),
+                "kappa_student": cohen_kappa([sv[i] for i in gt_keys], want),
+                "paired_difference": {
+                    **d,
+                    "only_student_right": only_s,
+                    "only_teacher_right": only_t,
+                    "mcnemar_exact_p": p,
+                    "claim": claim,
+                    "supported": supported,
+                },
+            }
+        )
         words_q.append(f"agreement with ground truth: {claim}")
     else:
         words_q.append("agreement with ground truth: not measured (no rollout has ground truth)")
     return {
-        "schema": AUDIT_SCHEMA, "schema_version": 1, "rollouts": n, "alpha": alpha, "n_boot": n_boot, "seed": seed,
-        "engineering": eng, "quality": {"teacher_agreement": teacher_agreement, "ground_truth": ground_truth},
+        "schema": AUDIT_SCHEMA,
+        "schema_version": 1,
+        "rollouts": n,
+        "alpha": alpha,
+        "n_boot": n_boot,
+        "seed": seed,
+        "engineering": eng,
+        "quality": {"teacher_agreement": teacher_agreement, "ground_truth": ground_truth},
         "statements": {"engineering": words_eng, "quality": words_q},
         "definitions": {
             "verdict": "success, failure or abstained (an abstention is a verdict of its own)",
@@ -265,13 +359,13 @@ def compute_report(rows: Sequence[Mapping[str, Any]], *, alpha: float = 0.05, n_
             "bare_json": "share of answers that are exactly one JSON object, whitespace aside (no think/answer tags, fences or prose)",
             "generated_tokens": "tokens generated per answer, up to and including the end-of-turn token",
             "seconds": "judge wall seconds per rollout (inputs + generate); generate_seconds: the generate call only. "
-                       "Both are a batch's time divided by its size, so rollouts of one batch share a value and the "
-                       "interval of a speed difference is narrower than one over independent timings; both judges ran "
-                       "alternately in the same process on the same clips",
+            "Both are a batch's time divided by its size, so rollouts of one batch share a value and the "
+            "interval of a speed difference is narrower than one over independent timings; both judges ran "
+            "alternately in the same process on the same clips",
             "ground_truth": "the campaign's simulator verdict; an abstention counts as disagreement",
             "claims": "a directional claim needs the paired bootstrap interval of the difference to exclude 0 and "
-                      "an exact paired test to reject at alpha (engineering: sign test over rollouts; ground truth: "
-                      "McNemar on the discordant rollouts), so a handful of rollouts never supports a claim",
+            "an exact paired test to reject at alpha (engineering: sign test over rollouts; ground truth: "
+            "McNemar on the discordant rollouts), so a handful of rollouts never supports a claim",
         },
     }
 
@@ -297,18 +391,26 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "# Judge distillation audit",
         "",
         f"{report['rollouts']} rollouts, judged by both the teacher and the student"
-        + (" (held-out rollouts only: the student never trained on them)." if inputs.get("heldout_only")
-           else " (ALL rollouts of the campaign: this is not a held-out audit)."),
+        + (
+            " (held-out rollouts only: the student never trained on them)."
+            if inputs.get("heldout_only")
+            else " (ALL rollouts of the campaign: this is not a held-out audit)."
+        ),
         f"Intervals are {ci}% (Wilson for rates, percentile bootstrap over rollouts for kappa and paired differences). "
         "A difference is called only when its interval excludes 0 and an exact paired test (sign test; McNemar for "
         "ground truth) rejects at the same level.",
     ]
     origin = inputs.get("distilled_from")
     if origin is not None:
-        lines.append(f"The student was distilled from teacher labels {str(origin['labels_sha256'])[:12]} of teacher spec "
-                     f"{str(origin['teacher_spec_hash'])[:12]}; "
-                     + ("that is the teacher audited here." if origin["same_teacher"]
-                        else "WARNING: that is NOT the teacher audited here (different spec or weights)."))
+        lines.append(
+            f"The student was distilled from teacher labels {str(origin['labels_sha256'])[:12]} of teacher spec "
+            f"{str(origin['teacher_spec_hash'])[:12]}; "
+            + (
+                "that is the teacher audited here."
+                if origin["same_teacher"]
+                else "WARNING: that is NOT the teacher audited here (different spec or weights)."
+            )
+        )
     lines += [
         "",
         "## Engineering (format and cost): not evidence of better judging",
@@ -358,11 +460,15 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         "",
         "## What this audit supports",
         "",
-        "- Engineering differences supported by their intervals: " + ("; ".join(supported_eng) if supported_eng else "none") + ".",
+        "- Engineering differences supported by their intervals: "
+        + ("; ".join(supported_eng) if supported_eng else "none")
+        + ".",
         "- Judging-quality claims: " + ("; ".join(report["statements"]["quality"])) + ".",
     ]
     if not quality_supported:
-        lines.append("- No claim that the student is a better (or worse) judge than the teacher is supported by these data.")
+        lines.append(
+            "- No claim that the student is a better (or worse) judge than the teacher is supported by these data."
+        )
     lines.append("")
     return "\n".join(lines)
 

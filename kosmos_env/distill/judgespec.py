@@ -6,6 +6,7 @@ JSON object is accepted too. The *identity* of a built judge is its verdict-rele
 a fingerprint of the weights it loaded from disk (sha256 of every file of the model folder), so
 labels from different weights that happen to sit at the same path are never mixed.
 """
+
 from __future__ import annotations
 
 import json
@@ -82,7 +83,11 @@ def judge_identity(judge: Any, spec: Mapping[str, Any]) -> dict[str, Any]:
     """
     judge_spec = dict(getattr(judge, "spec", None) or {k: v for k, v in spec.items() if k not in ("model",)})
     source = model_source(spec)
-    weights = {"folder_sha256": folder_sha256(source)} if source else {"model_id": judge_spec.get("model_id", spec.get("model"))}
+    weights = (
+        {"folder_sha256": folder_sha256(source)}
+        if source
+        else {"model_id": judge_spec.get("model_id", spec.get("model"))}
+    )
     return {"judge": judge_spec, "weights": weights}
 
 

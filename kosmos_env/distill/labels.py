@@ -12,6 +12,7 @@ atomic rename), so a killed run loses at most the batch in flight and a rerun sk
 rollout whose key is already there. Readers ignore unfinished temp files and keep the first
 row of a key if two runs raced on the same folder.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -29,13 +30,37 @@ _PART_GLOB = "part-*.parquet"
 
 # column -> pyarrow type name (nested values are JSON strings)
 COLUMNS = {
-    "rollout_hash": "string", "spec_hash": "string", "episode_id": "string", "policy": "string",
-    "task": "string", "seed": "int64", "repeat": "int64", "instruction": "string", "video": "string",
-    "campaign_id": "string", "campaign_dir": "string", "env_spec_hash": "string", "ground_truth": "bool",
-    "judge": "string", "model": "string", "model_id": "string", "prompt_sha256": "string", "judge_spec": "string",
-    "success": "bool", "verdict": "string", "score": "float64", "rationale": "string",
-    "n_valid": "int64", "k": "int64", "votes": "string", "raw_answers": "string", "generated_tokens": "string",
-    "answer_json": "string", "seconds": "float64", "generate_seconds": "float64", "labelled_at": "string",
+    "rollout_hash": "string",
+    "spec_hash": "string",
+    "episode_id": "string",
+    "policy": "string",
+    "task": "string",
+    "seed": "int64",
+    "repeat": "int64",
+    "instruction": "string",
+    "video": "string",
+    "campaign_id": "string",
+    "campaign_dir": "string",
+    "env_spec_hash": "string",
+    "ground_truth": "bool",
+    "judge": "string",
+    "model": "string",
+    "model_id": "string",
+    "prompt_sha256": "string",
+    "judge_spec": "string",
+    "success": "bool",
+    "verdict": "string",
+    "score": "float64",
+    "rationale": "string",
+    "n_valid": "int64",
+    "k": "int64",
+    "votes": "string",
+    "raw_answers": "string",
+    "generated_tokens": "string",
+    "answer_json": "string",
+    "seconds": "float64",
+    "generate_seconds": "float64",
+    "labelled_at": "string",
 }
 KEY = ("rollout_hash", "spec_hash")
 
@@ -67,7 +92,9 @@ def majority_answer(votes: Sequence[Mapping[str, Any]], success: bool | None) ->
     return None
 
 
-def judgment_row(ref, judgment, identity: Mapping[str, Any], spec_hash: str, model: str, campaign_dir: str = "") -> dict[str, Any]:
+def judgment_row(
+    ref, judgment, identity: Mapping[str, Any], spec_hash: str, model: str, campaign_dir: str = ""
+) -> dict[str, Any]:
     """One dataset row for rollout ``ref`` (a :class:`~kosmos_env.distill.rollouts.RolloutRef`).
 
     ``campaign_dir`` (absolute, where the video was read) lets ``judge-distill`` find the
@@ -76,18 +103,36 @@ def judgment_row(ref, judgment, identity: Mapping[str, Any], spec_hash: str, mod
     extras = dict(judgment.extras)
     votes = [dict(v) for v in judgment.votes]
     return {
-        "rollout_hash": ref.rollout_hash, "spec_hash": spec_hash, "episode_id": ref.episode_id, "policy": ref.policy,
-        "task": ref.task, "seed": ref.seed, "repeat": ref.repeat, "instruction": ref.instruction, "video": ref.video,
-        "campaign_id": ref.campaign_id, "campaign_dir": campaign_dir, "env_spec_hash": ref.env_spec_hash, "ground_truth": ref.ground_truth,
-        "judge": judgment.judge, "model": model, "model_id": judgment.model_id, "prompt_sha256": judgment.prompt_sha256,
+        "rollout_hash": ref.rollout_hash,
+        "spec_hash": spec_hash,
+        "episode_id": ref.episode_id,
+        "policy": ref.policy,
+        "task": ref.task,
+        "seed": ref.seed,
+        "repeat": ref.repeat,
+        "instruction": ref.instruction,
+        "video": ref.video,
+        "campaign_id": ref.campaign_id,
+        "campaign_dir": campaign_dir,
+        "env_spec_hash": ref.env_spec_hash,
+        "ground_truth": ref.ground_truth,
+        "judge": judgment.judge,
+        "model": model,
+        "model_id": judgment.model_id,
+        "prompt_sha256": judgment.prompt_sha256,
         "judge_spec": json.dumps(identity, sort_keys=True, default=str),
-        "success": judgment.success, "verdict": verdict_of(judgment.success), "score": float(judgment.score),
-        "rationale": judgment.rationale, "n_valid": int(extras.get("n_valid", sum(bool(v.get("valid")) for v in votes))),
-        "k": int(extras.get("k", len(votes))), "votes": json.dumps(votes, default=str),
+        "success": judgment.success,
+        "verdict": verdict_of(judgment.success),
+        "score": float(judgment.score),
+        "rationale": judgment.rationale,
+        "n_valid": int(extras.get("n_valid", sum(bool(v.get("valid")) for v in votes))),
+        "k": int(extras.get("k", len(votes))),
+        "votes": json.dumps(votes, default=str),
         "raw_answers": json.dumps(list(extras.get("raw_answers", []))),
         "generated_tokens": json.dumps([int(t) for t in extras.get("generated_tokens", [])]),
         "answer_json": majority_answer(votes, judgment.success),
-        "seconds": float(judgment.seconds), "generate_seconds": float(extras.get("generate_seconds", judgment.seconds)),
+        "seconds": float(judgment.seconds),
+        "generate_seconds": float(extras.get("generate_seconds", judgment.seconds)),
         "labelled_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
 
@@ -106,17 +151,31 @@ class LabelStore:
         if meta.exists():
             self._check_meta()
             return
-        atomic_write(meta, json.dumps({"schema": LABELS_SCHEMA, "schema_version": LABELS_SCHEMA_VERSION,
-                                       "key": list(KEY), "columns": COLUMNS}, indent=1))
+        atomic_write(
+            meta,
+            json.dumps(
+                {
+                    "schema": LABELS_SCHEMA,
+                    "schema_version": LABELS_SCHEMA_VERSION,
+                    "key": list(KEY),
+                    "columns": COLUMNS,
+                },
+                indent=1,
+            ),
+        )
 
     def _check_meta(self) -> None:
         meta = self.root / "dataset.json"
         if not meta.is_file():
-            raise FileNotFoundError(f"{self.root} is not a judge-labels dataset ({meta} is missing; run kosmos-env judge-label)")
+            raise FileNotFoundError(
+                f"{self.root} is not a judge-labels dataset ({meta} is missing; run kosmos-env judge-label)"
+            )
         data = json.loads(meta.read_text(encoding="utf-8"))
         if data.get("schema") != LABELS_SCHEMA or data.get("schema_version") != LABELS_SCHEMA_VERSION:
-            raise ValueError(f"{meta} is {data.get('schema')!r} v{data.get('schema_version')}, "
-                             f"expected {LABELS_SCHEMA!r} v{LABELS_SCHEMA_VERSION}")
+            raise ValueError(
+                f"{meta} is {data.get('schema')!r} v{data.get('schema_version')}, "
+                f"expected {LABELS_SCHEMA!r} v{LABELS_SCHEMA_VERSION}"
+            )
 
     def parts(self) -> list[Path]:
         return sorted(self.root.glob(_PART_GLOB)) if self.root.is_dir() else []
@@ -167,13 +226,24 @@ def labels_sha256(rows: Iterable[Mapping[str, Any]]) -> str:
     """Content hash of a label set: every column but the write time, rows in key order."""
     from kosmos_env.distill.judgespec import identity_hash
 
-    body = sorted(({k: v for k, v in r.items() if k != "labelled_at"} for r in rows), key=lambda r: (r["rollout_hash"], r["spec_hash"]))
+    body = sorted(
+        ({k: v for k, v in r.items() if k != "labelled_at"} for r in rows),
+        key=lambda r: (r["rollout_hash"], r["spec_hash"]),
+    )
     return identity_hash(body)
 
 
-def label_campaign(judge: Any, identity: Mapping[str, Any], campaign_dir: str | os.PathLike, labels_dir: str | os.PathLike,
-                   *, model: str = "", batch_size: int | None = None, limit: int | None = None,
-                   progress: bool = True) -> dict[str, Any]:
+def label_campaign(
+    judge: Any,
+    identity: Mapping[str, Any],
+    campaign_dir: str | os.PathLike,
+    labels_dir: str | os.PathLike,
+    *,
+    model: str = "",
+    batch_size: int | None = None,
+    limit: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Judge every not-yet-labelled rollout of a campaign and append the judgments to ``labels_dir``.
 
     Returns counts: ``total`` judgeable rollouts, ``already`` labelled before this run,
@@ -207,9 +277,21 @@ def label_campaign(judge: Any, identity: Mapping[str, Any], campaign_dir: str | 
         for start in range(0, len(todo), size):
             chunk = todo[start : start + size]
             judgments = judge_many(judge, [load_rollout(campaign, ref) for ref in chunk])
-            store.append([judgment_row(ref, j, identity, shash, model, str(campaign.root.resolve())) for ref, j in zip(chunk, judgments, strict=True)])
+            store.append(
+                [
+                    judgment_row(ref, j, identity, shash, model, str(campaign.root.resolve()))
+                    for ref, j in zip(chunk, judgments, strict=True)
+                ]
+            )
             labelled += len(chunk)
             bar.update(len(chunk))
-    return {"campaign_id": campaign.campaign_id, "spec_hash": shash, "total": len({r.rollout_hash for r in campaign.rollouts}),
-            "already": len(done & {r.rollout_hash for r in campaign.rollouts}), "labelled": labelled,
-            "duplicates": duplicates, "skipped": dict(campaign.skipped), "labels": str(store.root)}
+    return {
+        "campaign_id": campaign.campaign_id,
+        "spec_hash": shash,
+        "total": len({r.rollout_hash for r in campaign.rollouts}),
+        "already": len(done & {r.rollout_hash for r in campaign.rollouts}),
+        "labelled": labelled,
+        "duplicates": duplicates,
+        "skipped": dict(campaign.skipped),
+        "labels": str(store.root),
+    }

@@ -4,12 +4,11 @@ Verdicts are the three judge outcomes ``success``, ``failure``, ``abstained``: a
 is a verdict of its own, so a student that abstains where the teacher decided has changed the
 verdict. Cohen's kappa uses the marginals of both raters over the categories either one used.
 """
+
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
 
-import numpy as np
 
 VERDICTS = ("success", "failure", "abstained")
 
@@ -44,8 +43,9 @@ def is_bare_json(text: str) -> bool:
         return False
 
 
-def difference_claim(lower: float | None, upper: float | None, p_value: float | None, alpha: float,
-                     more: str, less: str) -> tuple[str, bool]:
+def difference_claim(
+    lower: float | None, upper: float | None, p_value: float | None, alpha: float, more: str, less: str
+) -> tuple[str, bool]:
     """The words a paired difference supports: ``more``/``less`` only if the interval excludes 0
     (and, when given, the exact test rejects at ``alpha``); otherwise "no supported difference"."""
     if lower is None or upper is None:

@@ -7,6 +7,7 @@ the bytes when the video is read), so the same clip has the same key in every ca
 every split. Episodes without a video (``--no-video`` campaigns, errors) cannot be judged by a
 VLM and are skipped with a count.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,7 +57,9 @@ def load_campaign(root: str | os.PathLike) -> Campaign:
     root = Path(root)
     path = root / "results.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{root} is not a campaign folder: {path} is missing (run kosmos-env eval --out {root})")
+        raise FileNotFoundError(
+            f"{root} is not a campaign folder: {path} is missing (run kosmos-env eval --out {root})"
+        )
     with open(path, encoding="utf-8") as fh:
         data = json.load(fh)
     if data.get("schema") != "kosmos-env/results":
@@ -76,17 +79,32 @@ def load_campaign(root: str | os.PathLike) -> Campaign:
         task = row["task"]
         if suite is not None and task not in suite.tasks:
             raise ValueError(f"episode {row['episode_id']!r} has task {task!r}, not in suite {suite.name!r}")
-        refs.append(RolloutRef(
-            rollout_hash=Path(video).stem.lower(), episode_id=str(row["episode_id"]), policy=str(row["policy"]),
-            task=task, seed=int(row["seed"]), repeat=int(row.get("repeat", 0)),
-            instruction=suite.tasks[task].instruction if suite is not None else task,
-            video=video, actions=(row.get("artifacts") or {}).get("actions"), log=(row.get("artifacts") or {}).get("log"),
-            ground_truth=_ground_truth(row), campaign_id=str(campaign.get("id", "")),
-            env_spec_hash=str(campaign.get("spec_hash", "")),
-        ))
+        refs.append(
+            RolloutRef(
+                rollout_hash=Path(video).stem.lower(),
+                episode_id=str(row["episode_id"]),
+                policy=str(row["policy"]),
+                task=task,
+                seed=int(row["seed"]),
+                repeat=int(row.get("repeat", 0)),
+                instruction=suite.tasks[task].instruction if suite is not None else task,
+                video=video,
+                actions=(row.get("artifacts") or {}).get("actions"),
+                log=(row.get("artifacts") or {}).get("log"),
+                ground_truth=_ground_truth(row),
+                campaign_id=str(campaign.get("id", "")),
+                env_spec_hash=str(campaign.get("spec_hash", "")),
+            )
+        )
     refs.sort(key=lambda r: r.episode_id)
-    return Campaign(root=root, campaign_id=str(campaign.get("id", "")), env_id=str(campaign.get("env_id", "")),
-                    env_spec_hash=str(campaign.get("spec_hash", "")), rollouts=tuple(refs), skipped=skipped)
+    return Campaign(
+        root=root,
+        campaign_id=str(campaign.get("id", "")),
+        env_id=str(campaign.get("env_id", "")),
+        env_spec_hash=str(campaign.get("spec_hash", "")),
+        rollouts=tuple(refs),
+        skipped=skipped,
+    )
 
 
 def _suite(spec: Mapping[str, Any]):
@@ -114,8 +132,14 @@ def rollout_from_video(path: str | os.PathLike, instruction: str, rollout_hash: 
     if digest != rollout_hash:
         raise ValueError(f"video {path} does not match its rollout hash {rollout_hash[:12]}... (got {digest[:12]}...)")
     n = len(frames) - 1
-    return Rollout(frames=frames, instruction=instruction, actions=np.zeros((n, 7), np.float32), fps=fps, task=task,
-                   meta={"rollout_hash": rollout_hash})
+    return Rollout(
+        frames=frames,
+        instruction=instruction,
+        actions=np.zeros((n, 7), np.float32),
+        fps=fps,
+        task=task,
+        meta={"rollout_hash": rollout_hash},
+    )
 
 
 def load_rollout(campaign: Campaign, ref: RolloutRef):
@@ -124,7 +148,9 @@ def load_rollout(campaign: Campaign, ref: RolloutRef):
 
     frames, fps, digest = read_video_fps(campaign.root / ref.video)
     if digest != ref.rollout_hash:
-        raise ValueError(f"video {ref.video} does not match its content hash (got {digest[:12]}...): the bundle is corrupt")
+        raise ValueError(
+            f"video {ref.video} does not match its content hash (got {digest[:12]}...): the bundle is corrupt"
+        )
     actions = np.zeros((0, 7), np.float32)
     if ref.actions:
         actions = np.load(campaign.root / ref.actions, allow_pickle=False)
@@ -133,5 +159,13 @@ def load_rollout(campaign: Campaign, ref: RolloutRef):
         with np.load(campaign.root / ref.log, allow_pickle=False) as z:
             log = {k: z[k] for k in z.files}
     gt = None if ref.ground_truth is None else {"success": ref.ground_truth}
-    return Rollout(frames=frames, instruction=ref.instruction, actions=actions, fps=fps, task=ref.task, log=log,
-                   ground_truth=gt, meta={"episode_id": ref.episode_id, "rollout_hash": ref.rollout_hash})
+    return Rollout(
+        frames=frames,
+        instruction=ref.instruction,
+        actions=actions,
+        fps=fps,
+        task=ref.task,
+        log=log,
+        ground_truth=gt,
+        meta={"episode_id": ref.episode_id, "rollout_hash": ref.rollout_hash},
+    )

@@ -5,6 +5,7 @@ depends on the rollout's own hash only, not on the label set, the seed or the or
 same clip lands on the same side in every run, and a clip that appears in two campaigns (same
 video bytes, same hash) can never be trained on in one and audited in the other.
 """
+
 from __future__ import annotations
 
 import json
@@ -58,7 +59,11 @@ def read_split(path: str | os.PathLike) -> dict[str, Any]:
     overlap = set(split.get("train", [])) & set(split.get("heldout", []))
     if overlap:
         raise ValueError(f"{path}: {len(overlap)} rollout(s) are both in train and held out")
-    wrong = [h for h in split.get("heldout", []) if not is_heldout(h, pct)] + [h for h in split.get("train", []) if is_heldout(h, pct)]
+    wrong = [h for h in split.get("heldout", []) if not is_heldout(h, pct)] + [
+        h for h in split.get("train", []) if is_heldout(h, pct)
+    ]
     if wrong:
-        raise ValueError(f"{path}: {len(wrong)} rollout(s) are on the wrong side of the rule {RULE} with heldout_pct={pct}")
+        raise ValueError(
+            f"{path}: {len(wrong)} rollout(s) are on the wrong side of the rule {RULE} with heldout_pct={pct}"
+        )
     return split

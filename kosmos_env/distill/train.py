@@ -17,6 +17,7 @@ Order of operations, on purpose:
 4. save the adapter plus ``distill_config.json`` (teacher labels' sha256, split, hyperparameters,
    losses) and ``judge_spec.json`` (how to use the student as a judge).
 """
+
 from __future__ import annotations
 
 import json
@@ -66,7 +67,9 @@ class DistillConfig:
             raise ValueError("need lr > 0, lora_r >= 1, lora_alpha > 0 and 0 <= lora_dropout < 1")
 
 
-def select_teacher(rows: Sequence[Mapping[str, Any]], spec_hash: str | None = None) -> tuple[str, list[Mapping[str, Any]]]:
+def select_teacher(
+    rows: Sequence[Mapping[str, Any]], spec_hash: str | None = None
+) -> tuple[str, list[Mapping[str, Any]]]:
     """The rows of one teacher identity (the only one, or ``spec_hash`` / a unique prefix of it)."""
     hashes = sorted({r["spec_hash"] for r in rows})
     if not hashes:
@@ -76,7 +79,9 @@ def select_teacher(rows: Sequence[Mapping[str, Any]], spec_hash: str | None = No
         if len(hashes) != 1:
             raise ValueError(f"teacher spec hash {spec_hash!r} matches {len(hashes)} label sets")
     elif len(hashes) > 1:
-        raise ValueError(f"the labels hold {len(hashes)} teacher identities {[h[:12] for h in hashes]}; pick one with --teacher-spec-hash")
+        raise ValueError(
+            f"the labels hold {len(hashes)} teacher identities {[h[:12] for h in hashes]}; pick one with --teacher-spec-hash"
+        )
     return hashes[0], [r for r in rows if r["spec_hash"] == hashes[0]]
 
 
@@ -91,10 +96,18 @@ def video_settings(teacher_rows: Sequence[Mapping[str, Any]], overrides: Mapping
     return out
 
 
-def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str | os.PathLike,
-            config: DistillConfig = DistillConfig(), *, teacher_spec_hash: str | None = None,
-            video: Mapping[str, Any] | None = None, rollouts: Sequence[str | os.PathLike] = (),
-            progress: bool = True, device: str | None = None) -> dict[str, Any]:
+def distill(
+    labels_dir: str | os.PathLike,
+    student: str | os.PathLike,
+    out: str | os.PathLike,
+    config: DistillConfig = DistillConfig(),
+    *,
+    teacher_spec_hash: str | None = None,
+    video: Mapping[str, Any] | None = None,
+    rollouts: Sequence[str | os.PathLike] = (),
+    progress: bool = True,
+    device: str | None = None,
+) -> dict[str, Any]:
     """Train a LoRA adapter for ``student`` on the teacher labels; returns the saved config dict.
 
     ``rollouts`` are campaign folders to read videos from when they moved since labelling
@@ -110,7 +123,9 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
 
     student = os.fspath(student)
     if not os.path.isdir(student):
-        raise FileNotFoundError(f"student model folder {student!r} does not exist (save the student with save_pretrained first)")
+        raise FileNotFoundError(
+            f"student model folder {student!r} does not exist (save the student with save_pretrained first)"
+        )
     out = Path(out)
     rows = LabelStore(labels_dir).read()
     shash, rows = select_teacher(rows, teacher_spec_hash)
@@ -121,15 +136,23 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
     examples = [r for r in rows if r["rollout_hash"] in train_set and r["answer_json"]]
     no_target = sum(1 for r in rows if r["rollout_hash"] in train_set and not r["answer_json"])
     if not examples:
-        raise ValueError(f"no training example: of {len(train_set)} train rollouts none has a decided teacher answer "
-                         f"({no_target} abstentions); a teacher that only abstains cannot be distilled")
+        raise ValueError(
+            f"no training example: of {len(train_set)} train rollouts none has a decided teacher answer "
+            f"({no_target} abstentions); a teacher that only abstains cannot be distilled"
+        )
     vs = video_settings(rows, video or {})
     student_sha = folder_sha256(student)
     # steps and checkpoint cadence do not change the trajectory up to a step (no schedule), so a
     # run may be resumed with more steps; everything else must match
     trajectory = {k: v for k, v in asdict(config).items() if k not in ("steps", "save_every", "keep_checkpoints")}
-    identity = {"labels_sha256": labels_hash, "teacher_spec_hash": shash, "student_sha256": student_sha,
-                "hyperparameters": trajectory, "video": vs, "split": identity_hash(split)}
+    identity = {
+        "labels_sha256": labels_hash,
+        "teacher_spec_hash": shash,
+        "student_sha256": student_sha,
+        "hyperparameters": trajectory,
+        "video": vs,
+        "split": identity_hash(split),
+    }
     run_hash = identity_hash(identity)
     out.mkdir(parents=True, exist_ok=True)
     write_split(out, split)
@@ -151,8 +174,13 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
     from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 
     torch.manual_seed(config.seed)
-    lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=config.target_modules, bias="none")
+    lora = LoraConfig(
+        r=config.lora_r,
+        lora_alpha=config.lora_alpha,
+        lora_dropout=config.lora_dropout,
+        target_modules=config.target_modules,
+        bias="none",
+    )
     model = get_peft_model(judge.model, lora)
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
@@ -192,17 +220,38 @@ def distill(labels_dir: str | os.PathLike, student: str | os.PathLike, out: str 
     judging = {k: teacher_judge[k] for k in JUDGING_KEYS if teacher_judge.get(k) is not None}
     judge_spec = {"type": "vlm", "model": os.path.abspath(student), "adapter": str(out.resolve()), **judging, **vs}
     saved = {
-        "schema": DISTILL_SCHEMA, "schema_version": 1, "run_hash": run_hash,
-        "teacher_labels": {"path": str(Path(labels_dir).resolve()), "sha256": labels_hash, "spec_hash": shash,
-                           "rows": len(rows), "model_id": rows[0]["model_id"], "model": rows[0]["model"]},
+        "schema": DISTILL_SCHEMA,
+        "schema_version": 1,
+        "run_hash": run_hash,
+        "teacher_labels": {
+            "path": str(Path(labels_dir).resolve()),
+            "sha256": labels_hash,
+            "spec_hash": shash,
+            "rows": len(rows),
+            "model_id": rows[0]["model_id"],
+            "model": rows[0]["model"],
+        },
         "student": {"path": os.path.abspath(student), "folder_sha256": student_sha, "family": judge.family},
-        "split": {"file": "split.json", "rule": split["rule"], "heldout_pct": split["heldout_pct"],
-                  "train": len(split["train"]), "heldout": len(split["heldout"]), "sha256": identity_hash(split)},
-        "hyperparameters": asdict(config), "video": vs,
-        "training": {"examples": len(examples), "train_abstentions_skipped": no_target, "steps": step,
-                     "lora_parameters": int(n_lora), "losses": losses, "final_loss": losses[-1] if losses else None,
-                     "seconds_this_run": time.perf_counter() - t0,
-                     "example_rollouts": sorted({r["rollout_hash"] for r in examples})},
+        "split": {
+            "file": "split.json",
+            "rule": split["rule"],
+            "heldout_pct": split["heldout_pct"],
+            "train": len(split["train"]),
+            "heldout": len(split["heldout"]),
+            "sha256": identity_hash(split),
+        },
+        "hyperparameters": asdict(config),
+        "video": vs,
+        "training": {
+            "examples": len(examples),
+            "train_abstentions_skipped": no_target,
+            "steps": step,
+            "lora_parameters": int(n_lora),
+            "losses": losses,
+            "final_loss": losses[-1] if losses else None,
+            "seconds_this_run": time.perf_counter() - t0,
+            "example_rollouts": sorted({r["rollout_hash"] for r in examples}),
+        },
         "judge_spec": judge_spec,
     }
     _write_json(out / CONFIG_FILE, saved)
@@ -239,7 +288,9 @@ def _loss(model: Any, judge: Any, item: Mapping[str, Any]):
     device = judge.model.device
     dtype = next(judge.model.parameters()).dtype
     kwargs = {
-        "input_ids": ids.to(device), "attention_mask": torch.ones_like(ids).to(device), "labels": labels.to(device),
+        "input_ids": ids.to(device),
+        "attention_mask": torch.ones_like(ids).to(device),
+        "labels": labels.to(device),
         "mm_token_type_ids": mm.to(device),
         "pixel_values_videos": torch.from_numpy(item["patches"]).to(device, dtype),
         "video_grid_thw": torch.tensor([item["grid"]], dtype=torch.long, device=device),
@@ -261,8 +312,10 @@ def _row_rollout(row: Mapping[str, Any], roots: Mapping[str, str]):
     root = roots.get(row["campaign_id"], row.get("campaign_dir") or "")
     path = os.path.join(root, row["video"])
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"video {row['video']} of campaign {row['campaign_id']} is not under {root!r}; "
-                                f"pass the campaign folder with --rollouts")
+        raise FileNotFoundError(
+            f"video {row['video']} of campaign {row['campaign_id']} is not under {root!r}; "
+            f"pass the campaign folder with --rollouts"
+        )
     return rollout_from_video(path, row["instruction"], row["rollout_hash"], row["task"])
 
 
@@ -277,7 +330,9 @@ def _checkpoints(root: Path) -> list[Path]:
     return sorted(p for p in root.glob("step-*") if (p / "state.json").is_file())
 
 
-def _save_checkpoint(root: Path, step: int, run_hash: str, model: Any, optimizer: Any, losses: list[float], keep: int) -> Path:
+def _save_checkpoint(
+    root: Path, step: int, run_hash: str, model: Any, optimizer: Any, losses: list[float], keep: int
+) -> Path:
     """Adapter, optimizer and RNG state in ``step-NNNNNNN`` (written to a temp folder, then renamed)."""
     import torch
 
@@ -309,8 +364,10 @@ def _resume(root: Path, run_hash: str, model: Any, optimizer: Any) -> tuple[int,
     last = ckpts[-1]
     state = json.loads((last / "state.json").read_text(encoding="utf-8"))
     if state.get("run_hash") != run_hash:
-        raise ValueError(f"{root} holds checkpoints of another configuration (labels, student, split or hyperparameters "
-                         f"differ); use a new --out folder or delete {root}")
+        raise ValueError(
+            f"{root} holds checkpoints of another configuration (labels, student, split or hyperparameters "
+            f"differ); use a new --out folder or delete {root}"
+        )
     set_peft_model_state_dict(model, load_file(str(last / "adapter_model.safetensors")))
     optimizer.load_state_dict(torch.load(last / "optimizer.pt", weights_only=True))
     torch.set_rng_state(torch.load(last / "rng.pt", weights_only=True)["torch"])

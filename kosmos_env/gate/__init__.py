@@ -46,6 +46,7 @@ The package: :mod:`~kosmos_env.gate.thresholds` (every number it decides with, v
 :mod:`~kosmos_env.gate.verdict` (the decision on one call) and
 :mod:`~kosmos_env.gate.consistency` (:class:`ConsistencyGate`: segments and episode counters).
 """
+
 from __future__ import annotations
 
 from kosmos_env.gate.consistency import ConsistencyGate

@@ -1,6 +1,7 @@
 """The gate itself: :class:`ConsistencyGate` cuts each world call into segments, measures each
 (:mod:`kosmos_env.gate.measurements`) into a :class:`~kosmos_env.gate.segment.Segment` and
 keeps the episode's counters (measured position, direction mismatches, motion history)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -98,8 +99,11 @@ class ConsistencyGate:
         logged = logged_positions(log, k)
 
         last = self._last_raw
-        if last is not None and last.shape == prev_frame.shape \
-                and (same_memory(last, prev_frame) or np.array_equal(last, prev_frame)):
+        if (
+            last is not None
+            and last.shape == prev_frame.shape
+            and (same_memory(last, prev_frame) or np.array_equal(last, prev_frame))
+        ):
             first = self._last_gray  # the previous call's last frame: already converted
         else:
             first = self._gray(prev_frame)
@@ -120,7 +124,7 @@ class ConsistencyGate:
             if i + 1 < k and ends[i + 1] == ends[i]:
                 continue  # several actions end on the same frame: one segment
             end_frame = ends[i]
-            acts = actions[first_action: i + 1]
+            acts = actions[first_action : i + 1]
             commanded = acts[:, :3].astype(np.float64).sum(axis=0)
             start = pos
             if start is None and logged is not None:
@@ -147,10 +151,14 @@ class ConsistencyGate:
         # a slowly drifting camera moves the scene by less than an analysis pixel between two
         # frames but by several over a call of several frames: check the whole call as well
         if len(segments) > 1 and not any(f[0] == "camera_motion" for f in failures):
-            moved = (pos - call_start) if (pos is not None and call_start is not None) else \
-                actions[:, :3].astype(np.float64).sum(axis=0)
-            reason = self._call_pan(grays[0], grays[-1], moved, call_start, calibration, scale,
-                                    any(sg.demanded for sg in segments), n)
+            moved = (
+                (pos - call_start)
+                if (pos is not None and call_start is not None)
+                else actions[:, :3].astype(np.float64).sum(axis=0)
+            )
+            reason = self._call_pan(
+                grays[0], grays[-1], moved, call_start, calibration, scale, any(sg.demanded for sg in segments), n
+            )
             if reason:
                 failures.append(("camera_motion", reason, n - 1))
 
@@ -158,21 +166,42 @@ class ConsistencyGate:
         for j, g in enumerate(grays[1:]):
             ratio = detail(g) / max(self._base_detail, 1e-6)
             if ratio < th.collapse_ratio:
-                failures.append(("collapse", f"image detail collapsed to {ratio:.2f} of the first frame's "
-                                 f"(threshold {th.collapse_ratio})", j))
+                failures.append(
+                    (
+                        "collapse",
+                        f"image detail collapsed to {ratio:.2f} of the first frame's (threshold {th.collapse_ratio})",
+                        j,
+                    )
+                )
                 break
 
         # episode-level decisions
-        if not failures and self._checked and self._mismatches >= th.max_direction_mismatches \
-                and self._mismatches / self._checked >= th.max_mismatch_fraction:
-            failures.append(("direction", f"the gripper moved against the commanded direction in {self._mismatches} "
-                             f"of {self._checked} checked steps (cosine < {th.direction_min_cos}; at most "
-                             f"{th.max_direction_mismatches - 1} tolerated)", segments[-1].frame))
+        if (
+            not failures
+            and self._checked
+            and self._mismatches >= th.max_direction_mismatches
+            and self._mismatches / self._checked >= th.max_mismatch_fraction
+        ):
+            failures.append(
+                (
+                    "direction",
+                    f"the gripper moved against the commanded direction in {self._mismatches} "
+                    f"of {self._checked} checked steps (cosine < {th.direction_min_cos}; at most "
+                    f"{th.max_direction_mismatches - 1} tolerated)",
+                    segments[-1].frame,
+                )
+            )
         corr = self._magnitude_correlation()
         if not failures and corr is not None and corr < th.min_magnitude_correlation:
-            failures.append(("magnitude", f"visible motion does not follow the commanded motion over the episode "
-                             f"(rank correlation {corr:.2f} over {len(self._magnitudes)} steps < "
-                             f"{th.min_magnitude_correlation})", segments[-1].frame))
+            failures.append(
+                (
+                    "magnitude",
+                    f"visible motion does not follow the commanded motion over the episode "
+                    f"(rank correlation {corr:.2f} over {len(self._magnitudes)} steps < "
+                    f"{th.min_magnitude_correlation})",
+                    segments[-1].frame,
+                )
+            )
 
         first_index = self._frames_seen + 1
         self._frames_seen += n
@@ -182,15 +211,31 @@ class ConsistencyGate:
         if failures:
             check, reason, _ = failures[0]
             bad = sorted({f[2] for f in failures})
-            return GateVerdict(False, 0.0 if check in ("frozen", "camera_motion", "collapse") else score, reason,
-                               check=check, frames=bad, episode_frames=[first_index + j for j in bad],
-                               thresholds=dict(self._thresholds_dict), segments=[s.to_dict() for s in segments],
-                               episode=self.episode_summary)
+            return GateVerdict(
+                False,
+                0.0 if check in ("frozen", "camera_motion", "collapse") else score,
+                reason,
+                check=check,
+                frames=bad,
+                episode_frames=[first_index + j for j in bad],
+                thresholds=dict(self._thresholds_dict),
+                segments=[s.to_dict() for s in segments],
+                episode=self.episode_summary,
+            )
         demanded = sum(s.demanded for s in segments)
-        reason = (f"motion consistent with the command ({demanded} of {len(segments)} segment(s) demanded visible "
-                  f"motion; worst score {score:.2f})")
-        return GateVerdict(True, score, reason, check="ok", thresholds=dict(self._thresholds_dict), segments=[s.to_dict() for s in segments],
-                           episode=self.episode_summary)
+        reason = (
+            f"motion consistent with the command ({demanded} of {len(segments)} segment(s) demanded visible "
+            f"motion; worst score {score:.2f})"
+        )
+        return GateVerdict(
+            True,
+            score,
+            reason,
+            check="ok",
+            thresholds=dict(self._thresholds_dict),
+            segments=[s.to_dict() for s in segments],
+            episode=self.episode_summary,
+        )
 
     def _segment(self, a, b, commanded, rotation, start, calibration, scale) -> Segment:
         """Measure one action segment (frame a -> frame b) and update the episode counters."""
@@ -213,8 +258,9 @@ class ConsistencyGate:
         absdiff = np.abs(b - a)
         changed = None if box is None else absdiff > th.change_threshold
         # the gripper window's changed-pixel count, read by the pan pre-check and the measurement
-        window_changed = None if box is None else \
-            int(np.count_nonzero(changed[box[1]: box[1] + box[2], box[0]: box[0] + box[2]]))
+        window_changed = (
+            None if box is None else int(np.count_nonzero(changed[box[1] : box[1] + box[2], box[0] : box[0] + box[2]]))
+        )
         a_in = a
         a, pan, shift = camera_motion(th, self._hann, seg, a, b, box, absdiff, changed, window_changed=window_changed)
         if a is not a_in:  # after a pan, a is the camera-compensated frame: its own difference
@@ -235,8 +281,11 @@ class ConsistencyGate:
             # view: an arm out of view can be one close to the camera, filling the frame
             if seg.demanded or (shift >= 2 * th.pan_min_px and seg.in_view is not False):
                 sx, sy = seg.global_shift_px
-                seg.failure = ("camera_motion", f"the whole image moved by ({sx:.1f}, {sy:.1f}) px "
-                               f"(a camera pan explaining {seg.pan_explained:.0%} of the change)")
+                seg.failure = (
+                    "camera_motion",
+                    f"the whole image moved by ({sx:.1f}, {sy:.1f}) px "
+                    f"(a camera pan explaining {seg.pan_explained:.0%} of the change)",
+                )
         return seg
 
     def _call_pan(self, a, b, moved, start, calibration, scale, demanded: bool, n: int) -> str | None:
@@ -250,8 +299,10 @@ class ConsistencyGate:
         _, pan, shift = camera_motion(th, self._hann, seg, a, b, box)
         if pan and (demanded or (shift >= 2 * th.pan_min_px and in_view is not False)):
             sx, sy = seg.global_shift_px
-            return (f"the whole image moved by ({sx:.1f}, {sy:.1f}) px over the call's {n} frames "
-                    f"(a camera pan explaining {seg.pan_explained:.0%} of the change)")
+            return (
+                f"the whole image moved by ({sx:.1f}, {sy:.1f}) px over the call's {n} frames "
+                f"(a camera pan explaining {seg.pan_explained:.0%} of the change)"
+            )
         return None
 
     def _magnitude_correlation(self) -> float | None:
@@ -293,8 +344,10 @@ class ConsistencyGate:
         if prev_frame.ndim != 3 or prev_frame.shape[2] != 3 or prev_frame.dtype != np.uint8:
             raise ValueError(f"gate: prev_frame must be (H, W, 3) uint8, got {prev_frame.shape} {prev_frame.dtype}")
         if frames.ndim != 4 or frames.shape[1:] != prev_frame.shape or frames.dtype != np.uint8 or len(frames) == 0:
-            raise ValueError(f"gate: frames must be (n>=1, {prev_frame.shape[0]}, {prev_frame.shape[1]}, 3) uint8, "
-                             f"got {frames.shape} {frames.dtype}")
+            raise ValueError(
+                f"gate: frames must be (n>=1, {prev_frame.shape[0]}, {prev_frame.shape[1]}, 3) uint8, "
+                f"got {frames.shape} {frames.dtype}"
+            )
         if actions.ndim == 1:
             actions = actions[None]
         if actions.ndim != 2 or actions.shape[1] != 7 or len(actions) == 0:

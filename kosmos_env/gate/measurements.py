@@ -6,6 +6,7 @@ between calls (the episode's counters live in :class:`~kosmos_env.gate.Consisten
 What each measures and why is in :mod:`kosmos_env.gate`'s docstring. Deterministic:
 fixed-size integer and float OpenCV operations, no randomness. OpenCV is imported on use.
 """
+
 from __future__ import annotations
 
 import math
@@ -40,11 +41,22 @@ def clipped_move(workspace_rows: Sequence[tuple[float, float]], start: np.ndarra
         target = [_clip_to_bounds(t + d, lo, hi) for t, d, (lo, hi) in zip(target, move, workspace_rows, strict=True)]
     return np.array(target) - start
 
+
 # -- measurements -------------------------------------------------------------------
 
 
-def camera_motion(th: GateThresholds, hann: Callable[[tuple[int, int]], np.ndarray], seg: Segment, a, b, box,
-                  absdiff=None, changed=None, *, window_changed=None):
+def camera_motion(
+    th: GateThresholds,
+    hann: Callable[[tuple[int, int]], np.ndarray],
+    seg: Segment,
+    a,
+    b,
+    box,
+    absdiff=None,
+    changed=None,
+    *,
+    window_changed=None,
+):
     """Global shift between a and b, and whether it is a camera pan.
 
     The shift comes from phase correlation (Hann-windowed). It is a pan when
@@ -68,7 +80,7 @@ def camera_motion(th: GateThresholds, hann: Callable[[tuple[int, int]], np.ndarr
             changed = absdiff > th.change_threshold
             window_changed = None  # (a count passed without its mask is not this mask's)
         if window_changed is None:
-            window_changed = int(np.count_nonzero(changed[y0: y0 + c, x0: x0 + c]))
+            window_changed = int(np.count_nonzero(changed[y0 : y0 + c, x0 : x0 + c]))
         outside = int(np.count_nonzero(changed)) - window_changed
         if outside < th.frozen_min_changed_px:
             seg.global_shift_px = [0.0, 0.0]
@@ -87,7 +99,7 @@ def camera_motion(th: GateThresholds, hann: Callable[[tuple[int, int]], np.ndarr
     keep[m:-m, m:-m] = True
     if box is not None:
         x0, y0, c = box
-        keep[y0: y0 + c, x0: x0 + c] = False
+        keep[y0 : y0 + c, x0 : x0 + c] = False
     if absdiff is None:
         absdiff = np.abs(b - a)
     raw = float(np.mean(absdiff[keep])) if keep.any() else 0.0
@@ -100,8 +112,9 @@ def camera_motion(th: GateThresholds, hann: Callable[[tuple[int, int]], np.ndarr
     if th.pan_blur_px > 0:  # equal smoothing on both sides (see GateThresholds.pan_blur_px)
         ab = cv2.GaussianBlur(a, (0, 0), th.pan_blur_px)
         bb = cv2.GaussianBlur(b, (0, 0), th.pan_blur_px)
-        moved_b = cv2.warpAffine(ab, np.float32([[1, 0, sx], [0, 1, sy]]), (w, h), flags=cv2.INTER_LINEAR,
-                                 borderMode=cv2.BORDER_REPLICATE)
+        moved_b = cv2.warpAffine(
+            ab, np.float32([[1, 0, sx], [0, 1, sy]]), (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
         raw_b = float(np.mean(np.abs(bb - ab)[keep]))
         explained = 1.0 - float(np.mean(np.abs(bb - moved_b)[keep])) / raw_b if raw_b > 0 else 0.0
     else:
@@ -117,8 +130,10 @@ def camera_motion(th: GateThresholds, hann: Callable[[tuple[int, int]], np.ndarr
     broken = int(np.count_nonzero(still & (np.abs(b - moved) > th.change_threshold)))
     broken_fraction = broken / n_still if n_still >= th.frozen_min_changed_px else 0.0
     seg.pan_broken_static = round(broken_fraction, 3)
-    if explained >= (th.pan_explained if box is not None else th.pan_explained_uncalibrated) \
-            and broken_fraction <= th.pan_max_broken_static:
+    if (
+        explained >= (th.pan_explained if box is not None else th.pan_explained_uncalibrated)
+        and broken_fraction <= th.pan_max_broken_static
+    ):
         return moved, True, shift  # measure the arm against the camera-compensated frame
     return a, False, shift
 
@@ -135,8 +150,7 @@ def geometry(th: GateThresholds, lift: np.ndarray, commanded, start, calibration
     us, vs = uv[:, 0].tolist(), uv[:, 1].tolist()
     finite = all(map(math.isfinite, us)) and all(map(math.isfinite, vs))
     margin = th.view_margin_px
-    in_view = finite and (min(us) >= margin and max(us) <= w - margin
-                          and min(vs) >= margin and max(vs) <= h - margin)
+    in_view = finite and (min(us) >= margin and max(us) <= w - margin and min(vs) >= margin and max(vs) <= h - margin)
     if not finite:
         return Geometry(False, np.zeros(2), 0.0, None)
     expected = uv[1] - uv[0]
@@ -147,8 +161,18 @@ def geometry(th: GateThresholds, lift: np.ndarray, commanded, start, calibration
     return Geometry(in_view, expected, math.hypot(expected[0], expected[1]), (x0, y0, c))
 
 
-def measure_calibrated(th: GateThresholds, seg: Segment, a, b, geo: Geometry, commanded, rotation, changed_mask=None, *,
-                       window_changed=None) -> None:
+def measure_calibrated(
+    th: GateThresholds,
+    seg: Segment,
+    a,
+    b,
+    geo: Geometry,
+    commanded,
+    rotation,
+    changed_mask=None,
+    *,
+    window_changed=None,
+) -> None:
     """Measure a segment near the projected gripper: what changed there, which way it moved,
     how well the commanded displacement explains it; a frozen window under a demanded move
     fails the segment. Sets ``direction_checked`` and ``mismatch`` for the episode's direction
@@ -159,9 +183,9 @@ def measure_calibrated(th: GateThresholds, seg: Segment, a, b, geo: Geometry, co
         seg.observed_px, seg.changed_px, seg.cos, seg.score = [0.0, 0.0], 0, None, 1.0
         return
     x0, y0, c = box
-    ac, bc = a[y0: y0 + c, x0: x0 + c], b[y0: y0 + c, x0: x0 + c]
+    ac, bc = a[y0 : y0 + c, x0 : x0 + c], b[y0 : y0 + c, x0 : x0 + c]
     # the window's change mask: a crop of the segment's (b, a) mask where the caller has it
-    mask = (np.abs(bc - ac) > th.change_threshold) if changed_mask is None else changed_mask[y0: y0 + c, x0: x0 + c]
+    mask = (np.abs(bc - ac) > th.change_threshold) if changed_mask is None else changed_mask[y0 : y0 + c, x0 : x0 + c]
     # (``window_changed``: this mask's count, passed with ``changed_mask`` by _segment)
     changed = int(np.count_nonzero(mask)) if window_changed is None or changed_mask is None else window_changed
     observed, _ = _changed_centroid_shift(ac, bc, th.change_threshold, mask, count=changed)
@@ -185,9 +209,12 @@ def measure_calibrated(th: GateThresholds, seg: Segment, a, b, geo: Geometry, co
     if not seg.demanded:
         return
     if changed < th.frozen_min_changed_px:
-        seg.fail("frozen", f"no visible motion near the gripper ({changed} changed px < "
-                 f"{th.frozen_min_changed_px}) although the command moves it by {seg.commanded_m:.3f} m "
-                 f"({exp_px:.1f} px)")
+        seg.fail(
+            "frozen",
+            f"no visible motion near the gripper ({changed} changed px < "
+            f"{th.frozen_min_changed_px}) although the command moves it by {seg.commanded_m:.3f} m "
+            f"({exp_px:.1f} px)",
+        )
         return
     # a commanded rotation swings the hand about the TCP; when that swing is not small next
     # to the commanded translation, the direction of the visible motion says nothing
@@ -213,17 +240,24 @@ def measure_uncalibrated(th: GateThresholds, seg: Segment, a, b, cmd_m, demanded
     vis_level = min(1.0, changed / max(10 * th.frozen_min_changed_fraction, 1e-9))
     seg.score = round(1.0 - abs(cmd_level - vis_level), 4)
     if demanded_m and changed < th.frozen_min_changed_fraction:
-        seg.fail("frozen", f"no visible motion ({changed:.2%} of the image changed < "
-                 f"{th.frozen_min_changed_fraction:.2%}) although the command moves the gripper by "
-                 f"{seg.commanded_m:.3f} m")
+        seg.fail(
+            "frozen",
+            f"no visible motion ({changed:.2%} of the image changed < "
+            f"{th.frozen_min_changed_fraction:.2%}) although the command moves the gripper by "
+            f"{seg.commanded_m:.3f} m",
+        )
     return changed
 
 
 def same_memory(x: np.ndarray, y: np.ndarray) -> bool:
     """True when two arrays view the same bytes in the same layout: then their pixels are equal
     (the env hands the gate back the previous call's last frame, a view of the same buffer)."""
-    return (x.dtype == y.dtype and x.strides == y.strides and x.shape == y.shape
-            and x.__array_interface__["data"][0] == y.__array_interface__["data"][0])
+    return (
+        x.dtype == y.dtype
+        and x.strides == y.strides
+        and x.shape == y.shape
+        and x.__array_interface__["data"][0] == y.__array_interface__["data"][0]
+    )
 
 
 def _clip_to_bounds(x: float, lo: float, hi: float) -> float:
@@ -243,8 +277,9 @@ def logged_positions(log: Mapping[str, Any], k: int) -> np.ndarray | None:
     return ee
 
 
-def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float,
-                            mask: np.ndarray | None = None, *, count: int | None = None) -> tuple[np.ndarray, int]:
+def _changed_centroid_shift(
+    a: np.ndarray, b: np.ndarray, threshold: float, mask: np.ndarray | None = None, *, count: int | None = None
+) -> tuple[np.ndarray, int]:
     """Displacement of what changed between a and b: centroid of b's vs a's changed pixels.
 
     Each changed pixel weighs by how far its value lies from the window's background (the
@@ -267,7 +302,9 @@ def _changed_centroid_shift(a: np.ndarray, b: np.ndarray, threshold: float,
     mb = cv2.moments(np.where(mask, np.abs(b - background), 0.0).astype(np.float32, copy=False))
     if ma["m00"] < 1e-6 or mb["m00"] < 1e-6:
         return np.zeros(2), changed
-    return np.array([mb["m10"] / mb["m00"] - ma["m10"] / ma["m00"], mb["m01"] / mb["m00"] - ma["m01"] / ma["m00"]]), changed
+    return np.array(
+        [mb["m10"] / mb["m00"] - ma["m10"] / ma["m00"], mb["m01"] / mb["m00"] - ma["m01"] / ma["m00"]]
+    ), changed
 
 
 def _refine_shift(a: np.ndarray, b: np.ndarray, sx: float, sy: float, keep: np.ndarray, iterations: int = 2):
@@ -280,8 +317,9 @@ def _refine_shift(a: np.ndarray, b: np.ndarray, sx: float, sy: float, keep: np.n
 
     h, w = a.shape
     for i in range(iterations + 1):
-        moved = cv2.warpAffine(a, np.float32([[1, 0, sx], [0, 1, sy]]), (w, h), flags=cv2.INTER_LINEAR,
-                               borderMode=cv2.BORDER_REPLICATE)
+        moved = cv2.warpAffine(
+            a, np.float32([[1, 0, sx], [0, 1, sy]]), (w, h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        )
         if i == iterations:
             break
         gx = cv2.Sobel(moved, cv2.CV_32F, 1, 0, ksize=3, scale=0.125)[keep]
@@ -320,7 +358,7 @@ def _direction_errors(a: np.ndarray, bc: np.ndarray, x0: int, y0: int, expected:
     errors = []
     for dx, dy in shifts.tolist():
         xs, ys = x0 - dx + r, y0 - dy + r
-        errors.append(cv2.norm(bc, padded[ys: ys + c_h, xs: xs + c_w], cv2.NORM_L1) / bc.size)
+        errors.append(cv2.norm(bc, padded[ys : ys + c_h, xs : xs + c_w], cv2.NORM_L1) / bc.size)
     return errors[0], min(errors[1:])
 
 

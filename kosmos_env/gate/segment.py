@@ -7,6 +7,7 @@ calibration-free measure). Fields a measurement did not reach stay :data:`UNSET`
 out of :meth:`Segment.to_dict`, the form verdicts report and store; its keys come in the order
 the measurements set them, so a stored verdict reads the same as before the record existed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,11 +45,37 @@ UNSET: Any = _Unset()
 
 #: the order of Segment.to_dict's keys: calibrated (``in_view`` known before the camera motion is
 #: measured) and calibration-free (``in_view`` is None, set by the calibration-free measure)
-_CALIBRATED_KEYS = ("commanded_m", "in_view", "expected_px", "demanded", "global_shift_px", "pan_explained",
-                    "pan_broken_static", "observed_px", "changed_px", "cos", "direction_score", "centroid_score",
-                    "score", "direction_checked", "mismatch", "frame", "actions")
-_UNCALIBRATED_KEYS = ("commanded_m", "global_shift_px", "pan_explained", "pan_broken_static", "in_view", "demanded",
-                      "changed_fraction", "score", "frame", "actions")
+_CALIBRATED_KEYS = (
+    "commanded_m",
+    "in_view",
+    "expected_px",
+    "demanded",
+    "global_shift_px",
+    "pan_explained",
+    "pan_broken_static",
+    "observed_px",
+    "changed_px",
+    "cos",
+    "direction_score",
+    "centroid_score",
+    "score",
+    "direction_checked",
+    "mismatch",
+    "frame",
+    "actions",
+)
+_UNCALIBRATED_KEYS = (
+    "commanded_m",
+    "global_shift_px",
+    "pan_explained",
+    "pan_broken_static",
+    "in_view",
+    "demanded",
+    "changed_fraction",
+    "score",
+    "frame",
+    "actions",
+)
 
 
 @dataclass

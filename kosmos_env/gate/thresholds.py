@@ -1,4 +1,5 @@
 """The gate's thresholds: every number it decides with (the env spec's ``gate`` section), validated."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -75,18 +76,40 @@ class GateThresholds:
     hand_height_m: float = 0.08
 
     def __post_init__(self) -> None:
-        positive = ("analysis_size", "change_threshold", "pan_edge_gradient", "min_motion_px", "crop_px", "pan_min_px",
-                    "min_correlation_steps", "max_direction_mismatches")
+        positive = (
+            "analysis_size",
+            "change_threshold",
+            "pan_edge_gradient",
+            "min_motion_px",
+            "crop_px",
+            "pan_min_px",
+            "min_correlation_steps",
+            "max_direction_mismatches",
+        )
         for name in positive:
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
                 raise ValueError(f"gate threshold {name!r} must be a positive number, got {value!r}")
-        for name in ("min_translation_m", "view_margin_px", "frozen_min_changed_px", "frozen_min_changed_fraction",
-                     "hand_height_m", "max_rotation_swing", "pan_blur_px"):
+        for name in (
+            "min_translation_m",
+            "view_margin_px",
+            "frozen_min_changed_px",
+            "frozen_min_changed_fraction",
+            "hand_height_m",
+            "max_rotation_swing",
+            "pan_blur_px",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0):
                 raise ValueError(f"gate threshold {name!r} must be a number >= 0, got {value!r}")
-        for name in ("pan_explained", "pan_explained_uncalibrated", "pan_max_broken_static", "max_mismatch_fraction", "collapse_ratio", "direction_max_score"):
+        for name in (
+            "pan_explained",
+            "pan_explained_uncalibrated",
+            "pan_max_broken_static",
+            "max_mismatch_fraction",
+            "collapse_ratio",
+            "direction_max_score",
+        ):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1):
                 raise ValueError(f"gate threshold {name!r} must be in [0, 1], got {value!r}")
@@ -97,11 +120,15 @@ class GateThresholds:
         if self.analysis_size < 16:
             raise ValueError(f"gate threshold 'analysis_size' must be >= 16, got {self.analysis_size}")
         if self.crop_px > self.analysis_size:
-            raise ValueError(f"gate threshold 'crop_px' ({self.crop_px}) exceeds 'analysis_size' ({self.analysis_size})")
+            raise ValueError(
+                f"gate threshold 'crop_px' ({self.crop_px}) exceeds 'analysis_size' ({self.analysis_size})"
+            )
         if self.workspace is not None:
             ws = np.asarray(self.workspace, dtype=float)
             if ws.shape != (3, 2) or not np.all(np.isfinite(ws)) or np.any(ws[:, 0] >= ws[:, 1]):
-                raise ValueError(f"gate 'workspace' must be [[xmin, xmax], [ymin, ymax], [zmin, zmax]], got {self.workspace!r}")
+                raise ValueError(
+                    f"gate 'workspace' must be [[xmin, xmax], [ymin, ymax], [zmin, zmax]], got {self.workspace!r}"
+                )
             object.__setattr__(self, "workspace", tuple(tuple(float(v) for v in row) for row in ws))
 
     @classmethod
@@ -111,8 +138,13 @@ class GateThresholds:
         if unknown:
             raise ValueError(f"unknown gate setting(s) {unknown}; known: {sorted(known | set(_META_KEYS))}")
         kwargs = {k: v for k, v in raw.items() if k in known}
-        for name in ("analysis_size", "crop_px", "frozen_min_changed_px", "max_direction_mismatches",
-                     "min_correlation_steps"):
+        for name in (
+            "analysis_size",
+            "crop_px",
+            "frozen_min_changed_px",
+            "max_direction_mismatches",
+            "min_correlation_steps",
+        ):
             if name in kwargs and not (isinstance(kwargs[name], int) and not isinstance(kwargs[name], bool)):
                 raise ValueError(f"gate threshold {name!r} must be an integer, got {kwargs[name]!r}")
         return cls(**kwargs)

@@ -1,4 +1,5 @@
 """The gate's decision on one world call (:class:`GateVerdict`), as the env reports and stores it."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

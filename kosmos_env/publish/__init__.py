@@ -11,4 +11,5 @@ submissions, and Weights & Biases dashboards.
 
 Nothing here imports huggingface_hub, pyarrow or wandb at import time.
 """
+
 from __future__ import annotations

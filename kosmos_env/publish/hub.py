@@ -41,6 +41,7 @@ repo's tree, and ``PATH/commits.json`` lists the commits (repo, type, message, P
 The ``HfApi`` client is injectable (``api=``): tests pass a fake that records operations. A real
 client takes its token from ``HF_TOKEN`` or the cached login, as ``HfApi()`` always does.
 """
+
 from __future__ import annotations
 
 import json
@@ -72,12 +73,19 @@ class RepoCommit:
     def operations(self) -> list:
         from huggingface_hub import CommitOperationAdd
 
-        return [CommitOperationAdd(path_in_repo=path, path_or_fileobj=(data if isinstance(data, bytes) else str(data)))
-                for path, data in sorted(self.files.items())]
+        return [
+            CommitOperationAdd(path_in_repo=path, path_or_fileobj=(data if isinstance(data, bytes) else str(data)))
+            for path, data in sorted(self.files.items())
+        ]
 
     def summary(self) -> dict[str, Any]:
-        return {"repo_id": self.repo_id, "repo_type": self.repo_type, "message": self.message,
-                "create_pr": self.create_pr, "files": sorted(self.files)}
+        return {
+            "repo_id": self.repo_id,
+            "repo_type": self.repo_type,
+            "message": self.message,
+            "create_pr": self.create_pr,
+            "files": sorted(self.files),
+        }
 
 
 @dataclass
@@ -95,8 +103,9 @@ class PublishPlan:
         """``.eval_results`` commits for every policy with a Hub model id (none with ``skip``)."""
         if self.model_results == "skip":
             return []
-        return eval_results_commits(self.sub, self.repo_id, self.prefix, dataset_revision, source_url,
-                                    create_pr=self.model_results == "pr")
+        return eval_results_commits(
+            self.sub, self.repo_id, self.prefix, dataset_revision, source_url, create_pr=self.model_results == "pr"
+        )
 
 
 @dataclass
@@ -123,15 +132,18 @@ def select_videos(sub: VerifiedSubmission, per_policy: int) -> list[str]:
     chosen: list[str] = []
     task_order = {t: i for i, t in enumerate(sub.campaign["tasks"])}
     for label in sub.labels:
-        rows = sorted((r for r in sub.rows if r["policy"] == label),
-                      key=lambda r: (r["repeat"], r["seed"], task_order[r["task"]]))
+        rows = sorted(
+            (r for r in sub.rows if r["policy"] == label), key=lambda r: (r["repeat"], r["seed"], task_order[r["task"]])
+        )
         with_video = [r for r in rows if (r.get("artifacts") or {}).get("video") in listed]
         if per_policy < 0:
             picked = with_video
         else:
-            buckets = [[r for r in with_video if r["outcome"] == "success"],
-                       [r for r in with_video if r["outcome"] == "failure"],
-                       [r for r in with_video if r["outcome"] not in ("success", "failure")]]
+            buckets = [
+                [r for r in with_video if r["outcome"] == "success"],
+                [r for r in with_video if r["outcome"] == "failure"],
+                [r for r in with_video if r["outcome"] not in ("success", "failure")],
+            ]
             picked = []
             while len(picked) < per_policy and any(buckets):
                 for b in buckets:
@@ -144,8 +156,16 @@ def select_videos(sub: VerifiedSubmission, per_policy: int) -> list[str]:
     return chosen
 
 
-def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = False, videos_per_policy: int = 2,
-                 model_results: str = "pr", license: str = "cc-by-4.0", judge: str | None = None) -> PublishPlan:
+def plan_publish(
+    bundle_dir: str | os.PathLike,
+    repo_id: str,
+    *,
+    pr: bool = False,
+    videos_per_policy: int = 2,
+    model_results: str = "pr",
+    license: str = "cc-by-4.0",
+    judge: str | None = None,
+) -> PublishPlan:
     """Verify the bundle and plan the dataset commit (nothing is sent anywhere). ``judge`` chooses
     whose ranking the cards lead with (:mod:`kosmos_env.publish.judge_choice`; None: the
     campaign's own judge, whose verdicts results.json holds in any case)."""
@@ -159,8 +179,10 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
     sub = verify_submission(root, strict=False, allow_overrides=True)
     prefix = campaign_prefix(sub)
     choice = choose_judge(root, judge)
-    published: dict[str, bytes | Path] = {"results.json": root / "results.json",
-                                          "episodes.parquet": root / "episodes.parquet"}
+    published: dict[str, bytes | Path] = {
+        "results.json": root / "results.json",
+        "episodes.parquet": root / "episodes.parquet",
+    }
     if choice.verdicts_file is not None:  # another judge's verdicts, so its ranking can be recomputed
         published[choice.verdicts_file[0]] = choice.verdicts_file[1]
     videos = select_videos(sub, videos_per_policy)
@@ -168,36 +190,54 @@ def plan_publish(bundle_dir: str | os.PathLike, repo_id: str, *, pr: bool = Fals
         published[rel] = root / rel
     from kosmos_env.publish.validate import needed_artifacts
 
-    evidence = sorted({rel for rels in needed_artifacts(sub).values() for rel in rels
-                       if rel in sub.manifest["files"]} - set(videos))
+    evidence = sorted(
+        {rel for rels in needed_artifacts(sub).values() for rel in rels if rel in sub.manifest["files"]} - set(videos)
+    )
     for rel in evidence:  # what the leaderboard re-derives outcomes from (small arrays; frames where judged)
         published[rel] = root / rel
     published["README.md"] = campaign_card(sub, repo_id, prefix, choice).encode()
-    hashes = {rel: (sha256_hex(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_file(data))
-              for rel, data in published.items()}
-    manifest = {"schema": MANIFEST_SCHEMA, "campaign": sub.campaign_id, "files": dict(sorted(hashes.items())),
-                "source_manifest_sha256": sha256_file(root / "manifest.json")}
+    hashes = {
+        rel: (sha256_hex(data) if isinstance(data, bytes) else sub.manifest["files"].get(rel) or sha256_file(data))
+        for rel, data in published.items()
+    }
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "campaign": sub.campaign_id,
+        "files": dict(sorted(hashes.items())),
+        "source_manifest_sha256": sha256_file(root / "manifest.json"),
+    }
     published["manifest.json"] = (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()
     files: dict[str, bytes | Path] = {prefix + rel: data for rel, data in published.items()}
     files["README.md"] = dataset_card(sub, repo_id, prefix, license=license, choice=choice).encode()
-    ranking = ", ".join(f"{label} {_pct(sub.aggregated['per_policy'][label]['success_rate'])}"
-                        for label in sub.aggregated["ranking"])
+    ranking = ", ".join(
+        f"{label} {_pct(sub.aggregated['per_policy'][label]['success_rate'])}" for label in sub.aggregated["ranking"]
+    )
     commit = RepoCommit(
-        repo_id=repo_id, repo_type="dataset", files=files, create_pr=pr,
+        repo_id=repo_id,
+        repo_type="dataset",
+        files=files,
+        create_pr=pr,
         message=f"Add {sub.env_id} results: campaign {sub.campaign_id} (spec {sub.spec_hash[:12]})",
-        description=(f"{len(sub.rows)} episodes, {len(sub.labels)} policies × {len(sub.campaign['tasks'])} tasks × "
-                     f"{len(sub.campaign['seeds'])} seeds × {sub.campaign['repeats']} repeats. Ranking: {ranking}. "
-                     f"Spec hash {sub.spec_hash}. Published by kosmos-env publish."),
+        description=(
+            f"{len(sub.rows)} episodes, {len(sub.labels)} policies × {len(sub.campaign['tasks'])} tasks × "
+            f"{len(sub.campaign['seeds'])} seeds × {sub.campaign['repeats']} repeats. Ranking: {ranking}. "
+            f"Spec hash {sub.spec_hash}. Published by kosmos-env publish."
+        ),
     )
     notes = list(sub.notes)
     if not choice.is_campaign_judge:
-        notes.append(f"the cards lead with judge {choice.judge['label']} [{choice.judge['id']}]; its verdicts go to "
-                     f"{prefix}{choice.verdicts_file[0]}; results.json keeps the campaign's own judge "
-                     f"{choice.own['label']} [{choice.own['id']}]")
-    notes.append(f"{len(videos)} video(s) selected ({videos_per_policy if videos_per_policy >= 0 else 'all'} per policy)")
+        notes.append(
+            f"the cards lead with judge {choice.judge['label']} [{choice.judge['id']}]; its verdicts go to "
+            f"{prefix}{choice.verdicts_file[0]}; results.json keeps the campaign's own judge "
+            f"{choice.own['label']} [{choice.own['id']}]"
+        )
+    notes.append(
+        f"{len(videos)} video(s) selected ({videos_per_policy if videos_per_policy >= 0 else 'all'} per policy)"
+    )
     notes.append(f"{len(evidence)} artifact(s) the outcomes re-derive from (actions, robot logs, judged frames)")
-    return PublishPlan(sub=sub, repo_id=repo_id, prefix=prefix, dataset=commit, model_results=model_results,
-                       notes=notes)
+    return PublishPlan(
+        sub=sub, repo_id=repo_id, prefix=prefix, dataset=commit, model_results=model_results, notes=notes
+    )
 
 
 def campaign_judge_name(sub: VerifiedSubmission) -> str:
@@ -209,8 +249,14 @@ def campaign_judge_name(sub: VerifiedSubmission) -> str:
     return f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]"
 
 
-def eval_results_commits(sub: VerifiedSubmission, repo_id: str, prefix: str, dataset_revision: str | None,
-                         source_url: str | None, create_pr: bool = True) -> list[RepoCommit]:
+def eval_results_commits(
+    sub: VerifiedSubmission,
+    repo_id: str,
+    prefix: str,
+    dataset_revision: str | None,
+    source_url: str | None,
+    create_pr: bool = True,
+) -> list[RepoCommit]:
     """One ``.eval_results/*.yaml`` commit per policy with a ``hub_model_id`` and a success rate."""
     import yaml
     from huggingface_hub import EvalResultEntry, eval_result_entries_to_yaml
@@ -228,21 +274,35 @@ def eval_results_commits(sub: VerifiedSubmission, repo_id: str, prefix: str, dat
             continue  # no decided episode: there is no number to report
         lo, hi = s["wilson_95"]
         wlo, whi = s["worst_case_95"]
-        notes = (f"kosmos-env policy {pol['label']}; spec {sub.spec_hash[:12]}; success rate over "
-                 f"{s['successes'] + s['failures']} decided of {s['n']} episodes, Wilson 95% "
-                 f"[{100 * lo:.1f}, {100 * hi:.1f}], worst-case 95% [{100 * wlo:.1f}, {100 * whi:.1f}]; campaign "
-                 f"{sub.campaign_id}; judged by {campaign_judge_name(sub)}"
-                 + ("" if sub.official else "; NON-DEFAULT spec or judge"))
-        entry = EvalResultEntry(dataset_id=repo_id, task_id=sub.env_id, value=round(100 * s["success_rate"], 2),
-                                dataset_revision=dataset_revision, date=date, source_url=url,
-                                source_name="Kosmos-Env results", notes=notes)
+        notes = (
+            f"kosmos-env policy {pol['label']}; spec {sub.spec_hash[:12]}; success rate over "
+            f"{s['successes'] + s['failures']} decided of {s['n']} episodes, Wilson 95% "
+            f"[{100 * lo:.1f}, {100 * hi:.1f}], worst-case 95% [{100 * wlo:.1f}, {100 * whi:.1f}]; campaign "
+            f"{sub.campaign_id}; judged by {campaign_judge_name(sub)}"
+            + ("" if sub.official else "; NON-DEFAULT spec or judge")
+        )
+        entry = EvalResultEntry(
+            dataset_id=repo_id,
+            task_id=sub.env_id,
+            value=round(100 * s["success_rate"], 2),
+            dataset_revision=dataset_revision,
+            date=date,
+            source_url=url,
+            source_name="Kosmos-Env results",
+            notes=notes,
+        )
         text = yaml.safe_dump(eval_result_entries_to_yaml([entry]), sort_keys=False, width=1000)
         name = f"kosmos-env_{sub.env_id}_{sub.spec_hash[:12]}_{_label_slug(pol['label'])}.yaml"
-        commits.append(RepoCommit(
-            repo_id=model_id, repo_type="model", files={f".eval_results/{name}": text.encode()}, create_pr=create_pr,
-            message=f"Add {sub.env_id} evaluation result (kosmos-env, spec {sub.spec_hash[:12]})",
-            description=f"Success rate {100 * s['success_rate']:.1f}% on {sub.env_id}; details: {url}",
-        ))
+        commits.append(
+            RepoCommit(
+                repo_id=model_id,
+                repo_type="model",
+                files={f".eval_results/{name}": text.encode()},
+                create_pr=create_pr,
+                message=f"Add {sub.env_id} evaluation result (kosmos-env, spec {sub.spec_hash[:12]})",
+                description=f"Success rate {100 * s['success_rate']:.1f}% on {sub.env_id}; details: {url}",
+            )
+        )
     return commits
 
 
@@ -258,8 +318,13 @@ def write_tree(plan: PublishPlan, out: str | os.PathLike) -> Path:
             dest = base / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
             dest.write_bytes(data if isinstance(data, bytes) else Path(data).read_bytes())
-    listing = {"dataset_dir": "dataset", "model_repos_dir": "model_repos", "prefix": plan.prefix,
-               "notes": plan.notes, "commits": [c.summary() for c in commits]}
+    listing = {
+        "dataset_dir": "dataset",
+        "model_repos_dir": "model_repos",
+        "prefix": plan.prefix,
+        "notes": plan.notes,
+        "commits": [c.summary() for c in commits],
+    }
     (out / "commits.json").write_text(json.dumps(listing, indent=1) + "\n", encoding="utf-8")
     return out
 
@@ -273,12 +338,14 @@ def publish(plan: PublishPlan, api: Any = None, *, private: bool | None = None) 
         return _send(plan, api, private)
     except OSError as exc:  # requests' and huggingface_hub's errors (offline mode, HTTP, connection) are OSErrors
         if type(exc).__name__ == "OfflineModeIsEnabled":
-            raise RuntimeError(f"cannot publish to {plan.repo_id}: Hugging Face offline mode is on (HF_HUB_OFFLINE "
-                               "is set); unset it to publish, or write the exact commits locally with --dry-run PATH"
-                               ) from None
+            raise RuntimeError(
+                f"cannot publish to {plan.repo_id}: Hugging Face offline mode is on (HF_HUB_OFFLINE "
+                "is set); unset it to publish, or write the exact commits locally with --dry-run PATH"
+            ) from None
         lines = str(exc).strip().splitlines()
-        raise RuntimeError(f"publishing to {plan.repo_id} failed: {type(exc).__name__}: "
-                           f"{lines[0] if lines else ''}") from None
+        raise RuntimeError(
+            f"publishing to {plan.repo_id} failed: {type(exc).__name__}: {lines[0] if lines else ''}"
+        ) from None
 
 
 def _send(plan: PublishPlan, api: Any, private: bool | None) -> PublishResult:
@@ -289,23 +356,40 @@ def _send(plan: PublishPlan, api: Any, private: bool | None) -> PublishResult:
     ds = plan.dataset
     if not ds.create_pr:
         api.create_repo(ds.repo_id, repo_type="dataset", exist_ok=True, private=private)
-    info = api.create_commit(ds.repo_id, ds.operations(), commit_message=ds.message,
-                             commit_description=ds.description, repo_type="dataset", create_pr=ds.create_pr)
+    info = api.create_commit(
+        ds.repo_id,
+        ds.operations(),
+        commit_message=ds.message,
+        commit_description=ds.description,
+        repo_type="dataset",
+        create_pr=ds.create_pr,
+    )
     dataset_info = _commit_info(info, ds)
     revision = dataset_info.get("oid")
     source = dataset_info.get("pr_url") if ds.create_pr else None
     models = []
     for mc in plan.model_commits(dataset_revision=revision, source_url=source):
-        minfo = api.create_commit(mc.repo_id, mc.operations(), commit_message=mc.message,
-                                  commit_description=mc.description, repo_type="model", create_pr=mc.create_pr)
+        minfo = api.create_commit(
+            mc.repo_id,
+            mc.operations(),
+            commit_message=mc.message,
+            commit_description=mc.description,
+            repo_type="model",
+            create_pr=mc.create_pr,
+        )
         models.append(_commit_info(minfo, mc))
     return PublishResult(dataset_commit=dataset_info, model_commits=models)
 
 
 def _commit_info(info: Any, commit: RepoCommit) -> dict[str, Any]:
-    return {"repo_id": commit.repo_id, "repo_type": commit.repo_type, "files": sorted(commit.files),
-            "oid": getattr(info, "oid", None), "commit_url": getattr(info, "commit_url", None),
-            "pr_url": getattr(info, "pr_url", None)}
+    return {
+        "repo_id": commit.repo_id,
+        "repo_type": commit.repo_type,
+        "files": sorted(commit.files),
+        "oid": getattr(info, "oid", None),
+        "commit_url": getattr(info, "commit_url", None),
+        "pr_url": getattr(info, "pr_url", None),
+    }
 
 
 def _label_slug(label: str) -> str:

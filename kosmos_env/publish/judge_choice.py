@@ -8,6 +8,7 @@ into the commit as ``judgments/<judge id>.json`` (hash-bound by the published ma
 anyone can recompute that ranking from the published files. The card also states the time and
 money per stage with the judge's share of the bill, for whichever judge it shows.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,17 +48,41 @@ def choose_judge(root: str | Path, judge: str | None = None) -> JudgeChoice:
     if choice.is_campaign_judge:
         return choice
     rates = per_policy(view)
-    choice.ranking = [{"policy": p, "n": rates[p].n, "decided": rates[p].decided, "successes": rates[p].counts["success"],
-                       "success_rate": rates[p].rate, "wilson_95": list(rates[p].wilson) if rates[p].rate is not None
-                       else None, "abstained": rates[p].counts["abstained"]} for p in ranking(rates)]
-    verdicts = [{"episode_id": r["episode_id"], "policy": r["policy"], "task": r["task"], "seed": r["seed"],
-                 "repeat": r["repeat"], "outcome": r["outcome"], "success": r["success"], "score": r["score"],
-                 "judge_seconds": (r.get("timings") or {}).get("judge")}
-                for r in view.rows if r["outcome"] in ("success", "failure", "abstained")]
-    doc = {"schema": JUDGMENTS_SCHEMA, "schema_version": 1, "campaign": bundle.campaign.get("id"),
-           "judge": {k: info[k] for k in ("label", "id", "spec")}, "campaign_judge": {k: choice.own[k] for k in
-                                                                                   ("label", "id", "spec")},
-           "verdicts": verdicts}
+    choice.ranking = [
+        {
+            "policy": p,
+            "n": rates[p].n,
+            "decided": rates[p].decided,
+            "successes": rates[p].counts["success"],
+            "success_rate": rates[p].rate,
+            "wilson_95": list(rates[p].wilson) if rates[p].rate is not None else None,
+            "abstained": rates[p].counts["abstained"],
+        }
+        for p in ranking(rates)
+    ]
+    verdicts = [
+        {
+            "episode_id": r["episode_id"],
+            "policy": r["policy"],
+            "task": r["task"],
+            "seed": r["seed"],
+            "repeat": r["repeat"],
+            "outcome": r["outcome"],
+            "success": r["success"],
+            "score": r["score"],
+            "judge_seconds": (r.get("timings") or {}).get("judge"),
+        }
+        for r in view.rows
+        if r["outcome"] in ("success", "failure", "abstained")
+    ]
+    doc = {
+        "schema": JUDGMENTS_SCHEMA,
+        "schema_version": 1,
+        "campaign": bundle.campaign.get("id"),
+        "judge": {k: info[k] for k in ("label", "id", "spec")},
+        "campaign_judge": {k: choice.own[k] for k in ("label", "id", "spec")},
+        "verdicts": verdicts,
+    }
     choice.verdicts_file = (f"judgments/{info['id']}.json", (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
     choice.notes = [n for n in view.notes if n not in bundle.notes]
     return choice
@@ -78,5 +103,9 @@ def judge_shares(choice: JudgeChoice) -> dict[str, float | None]:
     """The judge's share of the time and (with a price table) of the money, warm and with model loads."""
     c = choice.cost
     m = c.get("money") or {}
-    return {"time": c.get("judge_share"), "time_with_loads": c.get("judge_share_with_loads"),
-            "money": m.get("judge_share"), "money_with_loads": m.get("judge_share_with_loads")}
+    return {
+        "time": c.get("judge_share"),
+        "time_with_loads": c.get("judge_share_with_loads"),
+        "money": m.get("judge_share"),
+        "money_with_loads": m.get("judge_share_with_loads"),
+    }

@@ -36,6 +36,7 @@ the spec hash and the sha256 of the bytes of its actions and robot log) — the 
 relabelled. A submission that shares only some episodes with another is accepted with a note
 naming the overlap.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,8 +47,14 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from kosmos_env.hashing import canonical_hash, canonical_json
-from kosmos_env.publish.validate import (DEFAULT_REPLAY_SAMPLE, SubmissionRejected, VerifiedSubmission,
-                                         episode_content_hashes, rederive_submission, verify_submission)
+from kosmos_env.publish.validate import (
+    DEFAULT_REPLAY_SAMPLE,
+    SubmissionRejected,
+    VerifiedSubmission,
+    episode_content_hashes,
+    rederive_submission,
+    verify_submission,
+)
 
 LEADERBOARD_SCHEMA = "kosmos-env/leaderboard"
 LEADERBOARD_SCHEMA_VERSION = 1
@@ -76,17 +83,20 @@ def judge_cost(sub: VerifiedSubmission) -> dict[str, Any]:
         prices = None
     cost = cost_summary([r for r in sub.rows if r.get("timings")], (), prices)
     money = cost.get("money") or {}
-    return {"judge_name": f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]",
-            "judge_share_time": cost["judge_share_of_time"]["warm"],
-            "judge_share_time_with_loads": cost["judge_share_of_time"]["with_loads"],
-            "judge_share_money": (money.get("judge") or {}).get("share"),
-            "judge_share_money_with_loads": (money.get("judge") or {}).get("share_with_loads")}
+    return {
+        "judge_name": f"{judgments.judge_label(spec)} [{judgments.judge_identity(spec)}]",
+        "judge_share_time": cost["judge_share_of_time"]["warm"],
+        "judge_share_time_with_loads": cost["judge_share_of_time"]["with_loads"],
+        "judge_share_money": (money.get("judge") or {}).get("share"),
+        "judge_share_money_with_loads": (money.get("judge") or {}).get("share_with_loads"),
+    }
 
 
 def _entry(sub: VerifiedSubmission, policy: dict, cost: dict[str, Any] | None = None) -> dict[str, Any]:
     label = policy["label"]
     s = sub.aggregated["per_policy"][label]
-    return {**(cost if cost is not None else judge_cost(sub)),
+    return {
+        **(cost if cost is not None else judge_cost(sub)),
         "policy": label,
         "policy_name": policy.get("name"),
         "kwargs": policy.get("kwargs") or {},
@@ -94,19 +104,37 @@ def _entry(sub: VerifiedSubmission, policy: dict, cost: dict[str, Any] | None = 
         "hub_model_id": policy.get("hub_model_id"),
         "campaign_id": sub.campaign_id,
         "submission": sub.root.name or str(sub.root),
-        **{k: s[k] for k in ("n", "successes", "failures", "discarded", "abstained", "errors",
-                             "success_rate", "wilson_95", "worst_case_95")},
+        **{
+            k: s[k]
+            for k in (
+                "n",
+                "successes",
+                "failures",
+                "discarded",
+                "abstained",
+                "errors",
+                "success_rate",
+                "wilson_95",
+                "worst_case_95",
+            )
+        },
         "tasks": list(sub.campaign["tasks"]),
         "seeds": len(sub.campaign["seeds"]),
         "repeats": sub.campaign["repeats"],
-        "per_task": {t: {k: v for k, v in sub.aggregated["per_policy_task"][label][t].items()
-                         if k in ("n", "successes", "failures", "success_rate", "wilson_95")}
-                     for t in sub.campaign["tasks"]},
+        "per_task": {
+            t: {
+                k: v
+                for k, v in sub.aggregated["per_policy_task"][label][t].items()
+                if k in ("n", "successes", "failures", "success_rate", "wilson_95")
+            }
+            for t in sub.campaign["tasks"]
+        },
     }
 
 
 def rank_entries(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Sort best first, number the ranks, and mark which neighbours are not separable."""
+
     def key(e):
         rate = e["success_rate"]
         lower = e["wilson_95"][0] if e["wilson_95"] else -1.0
@@ -132,11 +160,17 @@ def _policy_identity(policy: dict) -> Any:
 def design_hash(sub: VerifiedSubmission) -> str:
     """sha256 of what a campaign's design is, read from its content (not its stated id)."""
     c = sub.campaign
-    return canonical_hash({
-        "env_id": c["env_id"], "spec_hash": c["spec_hash"], "judge": c["judge"],
-        "policies": sorted(canonical_json(_policy_identity(p), spaced=True, allow_nan=True) for p in c["policies"]),
-        "tasks": sorted(c["tasks"]), "seeds": sorted(c["seeds"]), "repeats": c["repeats"],
-    })
+    return canonical_hash(
+        {
+            "env_id": c["env_id"],
+            "spec_hash": c["spec_hash"],
+            "judge": c["judge"],
+            "policies": sorted(canonical_json(_policy_identity(p), spaced=True, allow_nan=True) for p in c["policies"]),
+            "tasks": sorted(c["tasks"]),
+            "seeds": sorted(c["seeds"]),
+            "repeats": c["repeats"],
+        }
+    )
 
 
 def episode_hashes(sub: VerifiedSubmission) -> set[str]:
@@ -145,9 +179,14 @@ def episode_hashes(sub: VerifiedSubmission) -> set[str]:
     return episode_content_hashes(sub)
 
 
-def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrides: bool = False,
-                      progress: bool = False, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
-                      replay_seed: int = 0) -> dict[str, Any]:
+def build_leaderboard(
+    submissions: Sequence[str | os.PathLike],
+    *,
+    allow_overrides: bool = False,
+    progress: bool = False,
+    replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
+    replay_seed: int = 0,
+) -> dict[str, Any]:
     """Verify every submission, re-derive its outcomes, and build the leaderboard data (what
     leaderboard.json holds). ``replay_sample`` simulator episodes per submission (a number or
     ``"all"``) are replayed, drawn with ``replay_seed`` and the submission's own content hash."""
@@ -171,18 +210,28 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
             continue
         design = design_hash(sub)
         if design in seen:
-            rejected.append({"submission": str(path), "check": "duplicate",
-                             "reason": f"campaign {sub.campaign_id} has the same design (env, spec, policies, tasks, "
-                                       f"seeds, repeats, judge; hash {design[:12]}) as {seen[design]}, already "
-                                       "submitted; a design counts once, so add evidence with other seeds or repeats"})
+            rejected.append(
+                {
+                    "submission": str(path),
+                    "check": "duplicate",
+                    "reason": f"campaign {sub.campaign_id} has the same design (env, spec, policies, tasks, "
+                    f"seeds, repeats, judge; hash {design[:12]}) as {seen[design]}, already "
+                    "submitted; a design counts once, so add evidence with other seeds or repeats",
+                }
+            )
             continue
         episodes = episode_hashes(sub)
         shared = sorted({seen_episodes[h] for h in episodes if h in seen_episodes})
         if episodes and all(h in seen_episodes for h in episodes):
-            rejected.append({"submission": str(path), "check": "duplicate",
-                             "reason": f"every episode of campaign {sub.campaign_id} ({len(episodes)}) was already "
-                                       f"submitted in {', '.join(shared)} (the same actions and robot logs, byte for "
-                                       "byte): the same evidence counts once"})
+            rejected.append(
+                {
+                    "submission": str(path),
+                    "check": "duplicate",
+                    "reason": f"every episode of campaign {sub.campaign_id} ({len(episodes)}) was already "
+                    f"submitted in {', '.join(shared)} (the same actions and robot logs, byte for "
+                    "byte): the same evidence counts once",
+                }
+            )
             continue
         if shared:
             n = sum(1 for h in episodes if h in seen_episodes)
@@ -204,22 +253,26 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
         if len(task_sets) > 1:
             notes.append("submissions on this board cover different task sets; compare per-task rates too")
         first = subs[0]
-        rederivation = {"rederived": sorted({x for sub in subs for x in (sub.rederivation or {}).get("rederived", [])}),
-                        "on_trust": sorted({x for sub in subs for x in (sub.rederivation or {}).get("on_trust", [])}),
-                        "replayed": sum((sub.rederivation or {}).get("replayed", 0) for sub in subs)}
-        boards.append({
-            "env_id": env_id,
-            "spec_hash": spec_hash,
-            "official": first.official,
-            "registered_spec_hash": first.registered_spec_hash,
-            "judge": first.campaign["judge"],
-            "judge_hash": judge_hash,
-            "spec_overrides": first.campaign.get("spec_overrides") or {},
-            "campaigns": [s.campaign_id for s in subs],
-            "notes": notes,
-            "rederivation": rederivation,
-            "entries": rank_entries(entries),
-        })
+        rederivation = {
+            "rederived": sorted({x for sub in subs for x in (sub.rederivation or {}).get("rederived", [])}),
+            "on_trust": sorted({x for sub in subs for x in (sub.rederivation or {}).get("on_trust", [])}),
+            "replayed": sum((sub.rederivation or {}).get("replayed", 0) for sub in subs),
+        }
+        boards.append(
+            {
+                "env_id": env_id,
+                "spec_hash": spec_hash,
+                "official": first.official,
+                "registered_spec_hash": first.registered_spec_hash,
+                "judge": first.campaign["judge"],
+                "judge_hash": judge_hash,
+                "spec_overrides": first.campaign.get("spec_overrides") or {},
+                "campaigns": [s.campaign_id for s in subs],
+                "notes": notes,
+                "rederivation": rederivation,
+                "entries": rank_entries(entries),
+            }
+        )
     boards.sort(key=lambda b: (not b["official"], b["env_id"], b["spec_hash"], b["judge_hash"]))
     return {
         "schema": LEADERBOARD_SCHEMA,
@@ -231,19 +284,29 @@ def build_leaderboard(submissions: Sequence[str | os.PathLike], *, allow_overrid
             "interval": "Wilson score 95%",
             "worst_case": "95% bounds counting discarded/abstained/errored episodes as failures, then as successes",
             "separable": "95% Newcombe hybrid score interval of the difference to the next entry excludes 0 "
-                         "(independent samples; conservative for paired campaigns)",
+            "(independent samples; conservative for paired campaigns)",
             "grouping": "one board per (env id, spec hash, judge); official = registered spec and judge",
             "rederivation": "listed only when outcomes re-derive from the submission's artifacts: the campaign's "
-                            "deterministic judge re-run on every episode, and a seeded sample of simulator episodes "
-                            "replayed from their stored actions bit for bit",
+            "deterministic judge re-run on every episode, and a seeded sample of simulator episodes "
+            "replayed from their stored actions bit for bit",
             "replay_sample": replay_sample,
             "replay_seed": replay_seed,
             "duplicates": "by the sha256 of each episode's actions and robot log, never by stated ids or hashes",
         },
         "boards": boards,
-        "accepted": [{"submission": str(s.root), "campaign_id": s.campaign_id, "env_id": s.env_id,
-                      "spec_hash": s.spec_hash, "official": s.official, "results_sha256": s.results_sha256,
-                      "rederivation": s.rederivation, "notes": s.notes} for s in accepted],
+        "accepted": [
+            {
+                "submission": str(s.root),
+                "campaign_id": s.campaign_id,
+                "env_id": s.env_id,
+                "spec_hash": s.spec_hash,
+                "official": s.official,
+                "results_sha256": s.results_sha256,
+                "rederivation": s.rederivation,
+                "notes": s.notes,
+            }
+            for s in accepted
+        ],
         "rejected": rejected,
     }
 

@@ -5,6 +5,7 @@ load, which is how tests drive the script headlessly) and an inline SVG plot of 
 success rate with its Wilson 95% interval. Below: every rejected submission with its reason.
 Every string from a submission is HTML-escaped; submissions never reach the script as code.
 """
+
 from __future__ import annotations
 
 import json
@@ -79,10 +80,17 @@ _SCRIPT = r"""
 
 # (key, header, left-aligned, sort descending on first click)
 _COLUMNS = [
-    ("rank", "Rank", False, False), ("policy", "Policy", True, False), ("success", "Success", False, True),
-    ("wilson", "Wilson 95% CI", False, True), ("worst", "Worst-case 95%", False, True), ("n", "n", False, True),
-    ("discarded", "Discarded", False, True), ("abstained", "Abstained", False, True), ("errors", "Errors", False, True),
-    ("next", "vs next", False, False), ("judge_share", "Judge's share of the bill", False, True),
+    ("rank", "Rank", False, False),
+    ("policy", "Policy", True, False),
+    ("success", "Success", False, True),
+    ("wilson", "Wilson 95% CI", False, True),
+    ("worst", "Worst-case 95%", False, True),
+    ("n", "n", False, True),
+    ("discarded", "Discarded", False, True),
+    ("abstained", "Abstained", False, True),
+    ("errors", "Errors", False, True),
+    ("next", "vs next", False, False),
+    ("judge_share", "Judge's share of the bill", False, True),
     ("campaign", "Campaign", True, False),
 ]
 
@@ -104,7 +112,7 @@ def _judge_share_cell(e: dict[str, Any]) -> str:
     money = e.get("judge_share_money")
     share = money if money is not None else e.get("judge_share_time")
     what = "money" if money is not None else "time (no price table)"
-    title = f'judge {e.get("judge_name", "?")}: share of the {what}, warm inference'
+    title = f"judge {e.get('judge_name', '?')}: share of the {what}, warm inference"
     return f'<td data-sort="{_num(share)}" title="{escape(title)}">{_pct(share)}</td>'
 
 
@@ -124,7 +132,10 @@ def _row(e: dict[str, Any]) -> str:
         f'<td data-sort="{_num(e["success_rate"])}">{_pct(e["success_rate"])}</td>',
         f'<td data-sort="{_num(e["wilson_95"][0] if e["wilson_95"] else None)}">{_ci(e["wilson_95"])}</td>',
         f'<td data-sort="{_num(e["worst_case_95"][0] if e["worst_case_95"] else None)}">{_ci(e["worst_case_95"])}</td>',
-        f'<td>{e["n"]}</td>', f'<td>{e["discarded"]}</td>', f'<td>{e["abstained"]}</td>', f'<td>{e["errors"]}</td>',
+        f"<td>{e['n']}</td>",
+        f"<td>{e['discarded']}</td>",
+        f"<td>{e['abstained']}</td>",
+        f"<td>{e['errors']}</td>",
         f'<td data-sort="{nxt_sort}"{nxt_title}>{nxt}</td>',
         _judge_share_cell(e),
         f'<td class="l" data-sort="{escape(e["campaign_id"])}"><code>{escape(e["campaign_id"])}</code></td>',
@@ -136,8 +147,10 @@ def _plot(entries: list[dict[str, Any]], idx: int) -> str:
     """Inline SVG: one row per entry, a dot at the success rate and a bar over its Wilson interval."""
     left, width, row_h, top = 260, 420, 24, 28
     height = top + row_h * len(entries) + 30
-    parts = [f'<svg class="plot" id="plot-{idx}" xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" '
-             f'height="{height}" role="img" aria-label="success rate with Wilson 95% intervals">']
+    parts = [
+        f'<svg class="plot" id="plot-{idx}" xmlns="http://www.w3.org/2000/svg" width="{left + width + 30}" '
+        f'height="{height}" role="img" aria-label="success rate with Wilson 95% intervals">'
+    ]
     for t in range(0, 101, 20):
         x = left + width * t / 100
         parts.append(f'<line x1="{x}" y1="{top - 8}" x2="{x}" y2="{height - 26}" stroke="#d0d7de"/>')
@@ -148,74 +161,97 @@ def _plot(entries: list[dict[str, Any]], idx: int) -> str:
         parts.append(f'<text x="{left - 8}" y="{y + 4}" font-size="12" text-anchor="end">{escape(label)}</text>')
         if e["wilson_95"]:
             x0, x1 = (left + width * v for v in e["wilson_95"])
-            parts.append(f'<line class="ci" x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#0969da" '
-                         'stroke-width="3"/>')
+            parts.append(
+                f'<line class="ci" x1="{x0:.1f}" y1="{y}" x2="{x1:.1f}" y2="{y}" stroke="#0969da" stroke-width="3"/>'
+            )
         if e["success_rate"] is not None:
             cx = left + width * e["success_rate"]
-            parts.append(f'<circle class="rate" cx="{cx:.1f}" cy="{y}" r="5" fill="#1b1f24"><title>'
-                         f'{escape(e["policy"])}: {_pct(e["success_rate"])} {_ci(e["wilson_95"])}</title></circle>')
+            parts.append(
+                f'<circle class="rate" cx="{cx:.1f}" cy="{y}" r="5" fill="#1b1f24"><title>'
+                f"{escape(e['policy'])}: {_pct(e['success_rate'])} {_ci(e['wilson_95'])}</title></circle>"
+            )
     parts.append("</svg>")
     return "".join(parts)
 
 
 def _board(board: dict[str, Any], idx: int) -> str:
-    badge = '<span class="badge official">official</span>' if board["official"] else \
-        '<span class="badge nondefault">non-default spec or judge</span>'
+    badge = (
+        '<span class="badge official">official</span>'
+        if board["official"]
+        else '<span class="badge nondefault">non-default spec or judge</span>'
+    )
     cls = ' class="l"'
-    heads = "".join(f'<th data-key="{k}" data-desc="{int(d)}"{cls if left else ""}>{escape(h)}</th>'
-                    for k, h, left, d in _COLUMNS)
+    heads = "".join(
+        f'<th data-key="{k}" data-desc="{int(d)}"{cls if left else ""}>{escape(h)}</th>' for k, h, left, d in _COLUMNS
+    )
     rows = "".join(_row(e) for e in board["entries"])
     overrides = board.get("spec_overrides") or {}
     lines = [
         f'<section class="board" id="board-{idx}">',
-        f'<h2>{escape(board["env_id"])} · spec <code>{escape(board["spec_hash"][:12])}</code>{badge}</h2>',
+        f"<h2>{escape(board['env_id'])} · spec <code>{escape(board['spec_hash'][:12])}</code>{badge}</h2>",
         f'<p class="muted">spec hash <code>{escape(board["spec_hash"])}</code>; success judged by '
-        f'<b>{escape(board["entries"][0].get("judge_name", "?") if board["entries"] else "?")}</b> '
-        f'<code>{escape(json.dumps(board["judge"], sort_keys=True))}</code>'
-        + (f'; overrides <code>{escape(json.dumps(overrides, sort_keys=True))}</code>' if overrides else "")
-        + f'; campaigns: {escape(", ".join(board["campaigns"]))}</p>',
+        f"<b>{escape(board['entries'][0].get('judge_name', '?') if board['entries'] else '?')}</b> "
+        f"<code>{escape(json.dumps(board['judge'], sort_keys=True))}</code>"
+        + (f"; overrides <code>{escape(json.dumps(overrides, sort_keys=True))}</code>" if overrides else "")
+        + f"; campaigns: {escape(', '.join(board['campaigns']))}</p>",
     ]
     lines += [f'<p class="muted">{escape(n)}</p>' for n in board["notes"]]
     red = board.get("rederivation") or {}
     if red.get("rederived") or red.get("on_trust"):  # what the ranking rests on: recomputed, or believed
-        lines.append('<p class="muted rederivation">Re-derived here: '
-                     + escape("; ".join(red.get("rederived") or ["nothing"])) + ". Taken on trust: "
-                     + escape("; ".join(red.get("on_trust") or ["nothing"])) + ".</p>")
-    lines += [f'<table class="leaderboard" id="lb-{idx}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>',
-              _plot(board["entries"], idx), "</section>"]
+        lines.append(
+            '<p class="muted rederivation">Re-derived here: '
+            + escape("; ".join(red.get("rederived") or ["nothing"]))
+            + ". Taken on trust: "
+            + escape("; ".join(red.get("on_trust") or ["nothing"]))
+            + ".</p>"
+        )
+    lines += [
+        f'<table class="leaderboard" id="lb-{idx}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>',
+        _plot(board["entries"], idx),
+        "</section>",
+    ]
     return "\n".join(lines)
 
 
 def _rejected(rejected: list[dict[str, Any]]) -> str:
     if not rejected:
         return '<h2>Rejected submissions</h2><p class="muted" id="no-rejections">none</p>'
-    rows = "".join(f'<tr class="rejection" data-check="{escape(r["check"])}"><td><code>{escape(r["submission"])}'
-                   f'</code></td><td>{escape(r["check"])}</td><td>{escape(r["reason"])}</td></tr>' for r in rejected)
-    return ('<h2>Rejected submissions</h2><table class="rejected" id="rejected"><thead><tr><th class="l">Submission'
-            '</th><th class="l">Check</th><th class="l">Reason</th></tr></thead>'
-            f'<tbody>{rows}</tbody></table>')
+    rows = "".join(
+        f'<tr class="rejection" data-check="{escape(r["check"])}"><td><code>{escape(r["submission"])}'
+        f"</code></td><td>{escape(r['check'])}</td><td>{escape(r['reason'])}</td></tr>"
+        for r in rejected
+    )
+    return (
+        '<h2>Rejected submissions</h2><table class="rejected" id="rejected"><thead><tr><th class="l">Submission'
+        '</th><th class="l">Check</th><th class="l">Reason</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table>"
+    )
 
 
 def render_html(data: dict[str, Any]) -> str:
     """The whole page as one string."""
     method = data.get("method", {})
-    boards = "\n".join(_board(b, i) for i, b in enumerate(data["boards"])) or \
-        '<p id="no-boards">No submission was accepted.</p>'
-    return "\n".join([
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        "<title>Kosmos-Env leaderboard</title>",
-        f"<style>{_CSS}</style></head><body>",
-        "<h1>Kosmos-Env leaderboard</h1>",
-        f'<p class="muted">Built {escape(data.get("built", ""))} by kosmos-env {escape(data.get("package_version", ""))} '
-        f'from {len(data["accepted"])} verified submission(s); {len(data["rejected"])} rejected. Every number was '
-        "recomputed from per-episode rows after checking each file's sha256 and the env spec hash. "
-        f'Success: {escape(method.get("success_rate", ""))}. Intervals: {escape(method.get("interval", ""))}. '
-        f'"not separable": {escape(method.get("separable", ""))}.</p>',
-        boards,
-        _rejected(data["rejected"]),
-        f"<script>{_SCRIPT}</script>",
-        "</body></html>",
-        "",
-    ])
+    boards = (
+        "\n".join(_board(b, i) for i, b in enumerate(data["boards"]))
+        or '<p id="no-boards">No submission was accepted.</p>'
+    )
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            "<title>Kosmos-Env leaderboard</title>",
+            f"<style>{_CSS}</style></head><body>",
+            "<h1>Kosmos-Env leaderboard</h1>",
+            f'<p class="muted">Built {escape(data.get("built", ""))} by kosmos-env {escape(data.get("package_version", ""))} '
+            f"from {len(data['accepted'])} verified submission(s); {len(data['rejected'])} rejected. Every number was "
+            "recomputed from per-episode rows after checking each file's sha256 and the env spec hash. "
+            f"Success: {escape(method.get('success_rate', ''))}. Intervals: {escape(method.get('interval', ''))}. "
+            f'"not separable": {escape(method.get("separable", ""))}.</p>',
+            boards,
+            _rejected(data["rejected"]),
+            f"<script>{_SCRIPT}</script>",
+            "</body></html>",
+            "",
+        ]
+    )

@@ -37,6 +37,7 @@ message says what is wrong and what to do about it:
    and a seeded sample of simulator episodes replays bit for bit. Arrays are loaded with
    ``allow_pickle=False`` only; nothing in the submission is executed.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,17 +57,65 @@ SUPPORTED_SCHEMA_VERSIONS = (1,)
 OUTCOMES = ("success", "failure", "discarded", "abstained", "error")
 
 #: every file extension a submission may contain (lower case, with the dot)
-ALLOWED_EXTENSIONS = (".json", ".parquet", ".mp4", ".webm", ".npy", ".npz", ".md", ".yaml", ".yml", ".txt",
-                      ".png", ".jpg", ".jpeg", ".csv")
+ALLOWED_EXTENSIONS = (
+    ".json",
+    ".parquet",
+    ".mp4",
+    ".webm",
+    ".npy",
+    ".npz",
+    ".md",
+    ".yaml",
+    ".yml",
+    ".txt",
+    ".png",
+    ".jpg",
+    ".jpeg",
+    ".csv",
+)
 #: extensions named in the rejection because loading them can execute code
-FORBIDDEN_EXTENSIONS = (".pkl", ".pickle", ".pt", ".pth", ".bin", ".ckpt", ".joblib", ".dill", ".npy_obj",
-                        ".h5", ".hdf5", ".keras", ".pb", ".onnx", ".safetensors", ".py", ".pyc", ".sh", ".so",
-                        ".exe", ".dll", ".js", ".html", ".htm", ".zip", ".tar", ".gz")
+FORBIDDEN_EXTENSIONS = (
+    ".pkl",
+    ".pickle",
+    ".pt",
+    ".pth",
+    ".bin",
+    ".ckpt",
+    ".joblib",
+    ".dill",
+    ".npy_obj",
+    ".h5",
+    ".hdf5",
+    ".keras",
+    ".pb",
+    ".onnx",
+    ".safetensors",
+    ".py",
+    ".pyc",
+    ".sh",
+    ".so",
+    ".exe",
+    ".dll",
+    ".js",
+    ".html",
+    ".htm",
+    ".zip",
+    ".tar",
+    ".gz",
+)
 #: local campaign files that are never part of a submission: ignored, never opened
-IGNORED_LOCAL_FILES = ("ledger.sqlite", "ledger.sqlite-wal", "ledger.sqlite-shm", "ledger.sqlite-journal",
-                       "ledger.sqlite-setup.lock", ".bundle.lock",
-                       # what `kosmos-env report` and `analyze` write beside the bundle (never published)
-                       "report.html", "report.md", "analysis.json")
+IGNORED_LOCAL_FILES = (
+    "ledger.sqlite",
+    "ledger.sqlite-wal",
+    "ledger.sqlite-shm",
+    "ledger.sqlite-journal",
+    "ledger.sqlite-setup.lock",
+    ".bundle.lock",
+    # what `kosmos-env report` and `analyze` write beside the bundle (never published)
+    "report.html",
+    "report.md",
+    "analysis.json",
+)
 #: folders at the top of a campaign folder that hold local outputs, ignored like the files above
 IGNORED_LOCAL_DIRS = ("report_assets", "judges")  # judges/<id>/: reports and analyses by re-judging judges
 MAX_JSON_BYTES = 256 * 1024 * 1024
@@ -160,8 +209,12 @@ def _ext(name: str) -> str:
 def _load_json(root: Path, rel: str, check: str) -> Any:
     path = root / rel
     if not path.is_file():
-        raise SubmissionRejected(root, check, f"{rel} is missing; a submission needs results.json, "
-                                              "episodes.parquet and manifest.json (as `kosmos-env eval` writes them)")
+        raise SubmissionRejected(
+            root,
+            check,
+            f"{rel} is missing; a submission needs results.json, "
+            "episodes.parquet and manifest.json (as `kosmos-env eval` writes them)",
+        )
     if path.stat().st_size > MAX_JSON_BYTES:
         raise SubmissionRejected(root, check, f"{rel} is larger than {MAX_JSON_BYTES} bytes")
     try:
@@ -190,8 +243,12 @@ def scan_tree(root: Path) -> list[str]:
             rel = full.relative_to(root).as_posix()
             mode = os.lstat(full).st_mode
             if stat.S_ISLNK(mode):
-                raise SubmissionRejected(root, "tree", f"{rel} is a symlink; submissions may not contain links "
-                                                       "(copy the real file in and list it in the manifest)")
+                raise SubmissionRejected(
+                    root,
+                    "tree",
+                    f"{rel} is a symlink; submissions may not contain links "
+                    "(copy the real file in and list it in the manifest)",
+                )
             if stat.S_ISDIR(mode):
                 continue
             if not stat.S_ISREG(mode):
@@ -200,21 +257,33 @@ def scan_tree(root: Path) -> list[str]:
                 continue
             size = os.lstat(full).st_size
             if size > MAX_FILE_BYTES:
-                raise SubmissionRejected(root, "size", f"{rel} is {size} bytes, over the per-file limit of "
-                                                       f"{MAX_FILE_BYTES} bytes")
+                raise SubmissionRejected(
+                    root, "size", f"{rel} is {size} bytes, over the per-file limit of {MAX_FILE_BYTES} bytes"
+                )
             total += size
             if total > MAX_TOTAL_BYTES:
                 raise SubmissionRejected(root, "size", f"the submission holds more than {MAX_TOTAL_BYTES} bytes")
             ext = _ext(name)
             if ext in FORBIDDEN_EXTENSIONS or name.lower().endswith(".npy.pkl"):
-                raise SubmissionRejected(root, "tree", f"{rel}: {ext} files are not accepted because loading them "
-                                                       "can execute code; submissions hold only data formats "
-                                                       f"({', '.join(ALLOWED_EXTENSIONS)})")
+                raise SubmissionRejected(
+                    root,
+                    "tree",
+                    f"{rel}: {ext} files are not accepted because loading them "
+                    "can execute code; submissions hold only data formats "
+                    f"({', '.join(ALLOWED_EXTENSIONS)})",
+                )
             if ext not in ALLOWED_EXTENSIONS:
-                hint = " (a leftover from an interrupted write; delete it and re-run `kosmos-env eval`)" \
-                    if name.startswith(".tmp-") else ""
-                raise SubmissionRejected(root, "tree", f"{rel}: extension {ext or '(none)'!r} is not on the allow-list "
-                                                       f"{', '.join(ALLOWED_EXTENSIONS)}{hint}")
+                hint = (
+                    " (a leftover from an interrupted write; delete it and re-run `kosmos-env eval`)"
+                    if name.startswith(".tmp-")
+                    else ""
+                )
+                raise SubmissionRejected(
+                    root,
+                    "tree",
+                    f"{rel}: extension {ext or '(none)'!r} is not on the allow-list "
+                    f"{', '.join(ALLOWED_EXTENSIONS)}{hint}",
+                )
             files.append(rel)
     return sorted(files)
 
@@ -240,20 +309,31 @@ def check_manifest(root: Path, on_disk: Sequence[str], strict: bool) -> dict:
     present = set(on_disk)
     for rel in sorted(files):
         if rel not in present:
-            raise SubmissionRejected(root, "manifest", f"{rel} is listed in manifest.json but missing from the "
-                                                       "submission; upload every listed file")
+            raise SubmissionRejected(
+                root,
+                "manifest",
+                f"{rel} is listed in manifest.json but missing from the submission; upload every listed file",
+            )
     if strict:
         unlisted = sorted(present - set(files) - {"manifest.json"})
         if unlisted:
-            raise SubmissionRejected(root, "manifest", f"{unlisted[0]} is not listed in manifest.json"
-                                                       f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}; "
-                                                       "every file must be hash-bound by the manifest")
+            raise SubmissionRejected(
+                root,
+                "manifest",
+                f"{unlisted[0]} is not listed in manifest.json"
+                f"{f' (and {len(unlisted) - 1} more)' if len(unlisted) > 1 else ''}; "
+                "every file must be hash-bound by the manifest",
+            )
     for rel in sorted(files):
         actual = sha256_file(root / rel)
         if actual != files[rel]:
-            raise SubmissionRejected(root, "sha256", f"{rel} has sha256 {actual[:16]}… but manifest.json says "
-                                                     f"{files[rel][:16]}…: the file changed after the manifest was "
-                                                     "written (re-download it, or rebuild the bundle)")
+            raise SubmissionRejected(
+                root,
+                "sha256",
+                f"{rel} has sha256 {actual[:16]}… but manifest.json says "
+                f"{files[rel][:16]}…: the file changed after the manifest was "
+                "written (re-download it, or rebuild the bundle)",
+            )
     for required in ("results.json", "episodes.parquet"):
         if required not in files:
             raise SubmissionRejected(root, "manifest", f"{required} is not listed in manifest.json")
@@ -274,13 +354,18 @@ def check_numeric_arrays(root: Path, rel: str) -> None:
         if not isinstance(loaded, np.ndarray):
             loaded.close()
     except Exception as exc:  # noqa: BLE001 - object arrays raise ValueError; a corrupt file anything
-        raise SubmissionRejected(root, "arrays", f"{rel} is not a plain numeric array file ({type(exc).__name__}: "
-                                                 f"{str(exc).splitlines()[0] if str(exc) else ''}); object "
-                                                 "arrays are refused because reading them means unpickling") from None
+        raise SubmissionRejected(
+            root,
+            "arrays",
+            f"{rel} is not a plain numeric array file ({type(exc).__name__}: "
+            f"{str(exc).splitlines()[0] if str(exc) else ''}); object "
+            "arrays are refused because reading them means unpickling",
+        ) from None
     for arr in arrays:
         if arr.dtype.hasobject or arr.dtype.kind not in "biuf":
-            raise SubmissionRejected(root, "arrays", f"{rel} holds an array of dtype {arr.dtype}; only numeric "
-                                                     "arrays are accepted")
+            raise SubmissionRejected(
+                root, "arrays", f"{rel} holds an array of dtype {arr.dtype}; only numeric arrays are accepted"
+            )
 
 
 # ----------------------------------------------------------------------------- 3. the spec
@@ -296,8 +381,12 @@ def check_spec(root: Path, campaign: Mapping[str, Any], allow_overrides: bool) -
     try:
         registered = load_spec(env_id)
     except SpecError as exc:
-        raise SubmissionRejected(root, "spec", f"env {env_id!r} is not registered in this kosmos-env version ({exc}); "
-                                               "upgrade kosmos-env or evaluate on a registered env") from None
+        raise SubmissionRejected(
+            root,
+            "spec",
+            f"env {env_id!r} is not registered in this kosmos-env version ({exc}); "
+            "upgrade kosmos-env or evaluate on a registered env",
+        ) from None
     declared = campaign.get("spec_hash")
     if not isinstance(declared, str) or not _HEX64.match(declared):
         raise SubmissionRejected(root, "spec", f"campaign.spec_hash {declared!r} is not a sha256 hex digest")
@@ -309,21 +398,36 @@ def check_spec(root: Path, campaign: Mapping[str, Any], allow_overrides: bool) -
     except Exception as exc:  # noqa: BLE001 - untrusted data: any failure to build the spec is a rejection
         raise SubmissionRejected(root, "spec", f"campaign.spec is not a valid spec: {exc}") from None
     if spec.id != env_id:
-        raise SubmissionRejected(root, "spec", f"campaign.spec is for env {spec.id!r}, but campaign.env_id is {env_id!r}")
+        raise SubmissionRejected(
+            root, "spec", f"campaign.spec is for env {spec.id!r}, but campaign.env_id is {env_id!r}"
+        )
     if spec.hash != declared:
-        raise SubmissionRejected(root, "spec", f"spec hash mismatch: campaign.spec hashes to {spec.hash[:12]}… but "
-                                               f"campaign.spec_hash says {declared[:12]}… (the spec was edited "
-                                               "after the campaign ran, or the hash was forged)")
+        raise SubmissionRejected(
+            root,
+            "spec",
+            f"spec hash mismatch: campaign.spec hashes to {spec.hash[:12]}… but "
+            f"campaign.spec_hash says {declared[:12]}… (the spec was edited "
+            "after the campaign ran, or the hash was forged)",
+        )
     judge = campaign.get("judge")
     if not isinstance(judge, dict) or not isinstance(judge.get("type"), str):
         raise SubmissionRejected(root, "spec", "campaign.judge must be a judge spec with a 'type'")
     official = declared == registered.hash and canonical_hash(judge) == canonical_hash(dict(registered.judge))
     if not official and not allow_overrides:
-        why = (f"its spec hash {declared[:12]}… differs from registered {env_id} ({registered.short_hash}…): "
-               "the campaign overrode spec fields") if declared != registered.hash else \
-              f"its judge {judge.get('type')!r} differs from the judge {env_id} specifies"
-        raise SubmissionRejected(root, "spec", f"not an official {env_id} result: {why}. Re-run without overrides, or "
-                                               "build with --allow-overrides to rank it on a separate board")
+        why = (
+            (
+                f"its spec hash {declared[:12]}… differs from registered {env_id} ({registered.short_hash}…): "
+                "the campaign overrode spec fields"
+            )
+            if declared != registered.hash
+            else f"its judge {judge.get('type')!r} differs from the judge {env_id} specifies"
+        )
+        raise SubmissionRejected(
+            root,
+            "spec",
+            f"not an official {env_id} result: {why}. Re-run without overrides, or "
+            "build with --allow-overrides to rank it on a separate board",
+        )
     return official, registered.hash, canonical_hash(judge)
 
 
@@ -336,8 +440,11 @@ def _is_int(v: Any) -> bool:
 
 def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dict]:
     policies = campaign.get("policies")
-    if not isinstance(policies, list) or not policies or not all(isinstance(p, dict) and isinstance(p.get("label"), str)
-                                                                  for p in policies):
+    if (
+        not isinstance(policies, list)
+        or not policies
+        or not all(isinstance(p, dict) and isinstance(p.get("label"), str) for p in policies)
+    ):
         raise SubmissionRejected(root, "design", "campaign.policies must list policies with a 'label'")
     labels = [p["label"] for p in policies]
     tasks, seeds, repeats = campaign.get("tasks"), campaign.get("seeds"), campaign.get("repeats")
@@ -361,13 +468,21 @@ def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dic
             raise SubmissionRejected(root, "design", f"{where} is not an object")
         key = (row.get("policy"), row.get("task"), row.get("seed"), row.get("repeat"))
         where += f" ({key[0]} | {key[1]} | seed {key[2]} | repeat {key[3]})"
-        if not (isinstance(key[0], str) and isinstance(key[1], str) and _is_int(key[2]) and _is_int(key[3])) \
-                or key not in expected:
-            raise SubmissionRejected(root, "design", f"{where} is not a cell of the declared design "
-                                                     "(policy, task, seed or repeat not in campaign)")
+        if (
+            not (isinstance(key[0], str) and isinstance(key[1], str) and _is_int(key[2]) and _is_int(key[3]))
+            or key not in expected
+        ):
+            raise SubmissionRejected(
+                root,
+                "design",
+                f"{where} is not a cell of the declared design (policy, task, seed or repeat not in campaign)",
+            )
         if key in seen:
-            raise SubmissionRejected(root, "design", f"{where} appears twice (also per_episode[{seen[key]}]); "
-                                                     "each cell must be run exactly once")
+            raise SubmissionRejected(
+                root,
+                "design",
+                f"{where} appears twice (also per_episode[{seen[key]}]); each cell must be run exactly once",
+            )
         seen[key] = i
         eid = row.get("episode_id")
         if not isinstance(eid, str) or eid in ids:
@@ -379,11 +494,13 @@ def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dic
         success = row.get("success")
         want = {"success": True, "failure": False}.get(outcome)
         if success is not want:
-            raise SubmissionRejected(root, "design", f"{where}: success={success!r} contradicts outcome {outcome!r} "
-                                                     f"(expected {want!r})")
+            raise SubmissionRejected(
+                root, "design", f"{where}: success={success!r} contradicts outcome {outcome!r} (expected {want!r})"
+            )
         score = row.get("score")
-        if score is not None and (not isinstance(score, (int, float)) or isinstance(score, bool)
-                                  or not math.isfinite(score)):
+        if score is not None and (
+            not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
+        ):
             raise SubmissionRejected(root, "design", f"{where}: score {score!r} is not a finite number or null")
 
         arts = row.get("artifacts") or {}
@@ -398,10 +515,14 @@ def check_design(root: Path, campaign: Mapping[str, Any], rows: Any) -> list[dic
     missing = sorted(expected - set(seen), key=str)
     if missing:
         p, t, s, r = missing[0]
-        raise SubmissionRejected(root, "design", f"{len(missing)} of {len(expected)} planned episodes are missing "
-                                                 f"(first: {p} | {t} | seed {s} | repeat {r}); the campaign is "
-                                                 "incomplete: finish it (re-run the same `kosmos-env eval` command "
-                                                 "to resume) before submitting")
+        raise SubmissionRejected(
+            root,
+            "design",
+            f"{len(missing)} of {len(expected)} planned episodes are missing "
+            f"(first: {p} | {t} | seed {s} | repeat {r}); the campaign is "
+            "incomplete: finish it (re-run the same `kosmos-env eval` command "
+            "to resume) before submitting",
+        )
     return rows
 
 
@@ -415,23 +536,30 @@ def check_parquet(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
     try:
         table = pq.read_table(root / "episodes.parquet", columns=list(cols))
     except Exception as exc:  # noqa: BLE001 - any parse failure is the submission's problem
-        raise SubmissionRejected(root, "parquet", f"episodes.parquet cannot be read as a table with columns "
-                                                  f"{cols}: {exc}") from None
+        raise SubmissionRejected(
+            root, "parquet", f"episodes.parquet cannot be read as a table with columns {cols}: {exc}"
+        ) from None
     data = table.to_pydict()
     if table.num_rows != len(rows):
-        raise SubmissionRejected(root, "parquet", f"episodes.parquet has {table.num_rows} rows but results.json has "
-                                                  f"{len(rows)} episodes")
+        raise SubmissionRejected(
+            root, "parquet", f"episodes.parquet has {table.num_rows} rows but results.json has {len(rows)} episodes"
+        )
     by_id = {r["episode_id"]: r for r in rows}
     for i in range(table.num_rows):
         eid = data["episode_id"][i]
         row = by_id.get(eid)
         if row is None:
-            raise SubmissionRejected(root, "parquet", f"episodes.parquet row {i} has episode_id {eid!r}, "
-                                                      "which results.json does not have")
+            raise SubmissionRejected(
+                root, "parquet", f"episodes.parquet row {i} has episode_id {eid!r}, which results.json does not have"
+            )
         for col in cols[1:]:
             if data[col][i] != row.get(col):
-                raise SubmissionRejected(root, "parquet", f"episodes.parquet disagrees with results.json on episode "
-                                                          f"{eid!r}: {col} = {data[col][i]!r} vs {row.get(col)!r}")
+                raise SubmissionRejected(
+                    root,
+                    "parquet",
+                    f"episodes.parquet disagrees with results.json on episode "
+                    f"{eid!r}: {col} = {data[col][i]!r} vs {row.get(col)!r}",
+                )
 
 
 def check_judgments(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -447,8 +575,12 @@ def check_judgments(root: Path, rows: Sequence[Mapping[str, Any]]) -> None:
         except (AttributeError, TypeError, KeyError):
             problems = ["its judgment, gate or ground truth is malformed"]
         if problems:
-            raise SubmissionRejected(root, "judgments", f"per_episode[{i}] ({row.get('episode_id')}): {problems[0]}; "
-                                                        "an outcome must be what its own stored judgment says")
+            raise SubmissionRejected(
+                root,
+                "judgments",
+                f"per_episode[{i}] ({row.get('episode_id')}): {problems[0]}; "
+                "an outcome must be what its own stored judgment says",
+            )
 
 
 # ----------------------------------------------------------------------------- 5. the numbers
@@ -481,40 +613,60 @@ def _compare_summary(root: Path, where: str, mine: Mapping[str, Any], theirs: An
         if key not in theirs:
             raise SubmissionRejected(root, "aggregates", f"{where}.{key} is missing")
         if not _same(value, theirs[key]):
-            raise SubmissionRejected(root, "aggregates", f"forged or stale aggregate: {where}.{key} = {theirs[key]!r} "
-                                                         f"but the per-episode rows give {value!r}")
+            raise SubmissionRejected(
+                root,
+                "aggregates",
+                f"forged or stale aggregate: {where}.{key} = {theirs[key]!r} but the per-episode rows give {value!r}",
+            )
 
 
-def check_aggregates(root: Path, submitted: Any, mine: Mapping[str, Any], labels: Sequence[str],
-                     tasks: Sequence[str]) -> None:
+def check_aggregates(
+    root: Path, submitted: Any, mine: Mapping[str, Any], labels: Sequence[str], tasks: Sequence[str]
+) -> None:
     if not isinstance(submitted, dict):
         raise SubmissionRejected(root, "aggregates", "results.json has no 'aggregated' block")
     for block in ("per_policy", "per_policy_task"):
         theirs = submitted.get(block)
         if not isinstance(theirs, dict) or set(theirs) != set(labels):
-            raise SubmissionRejected(root, "aggregates", f"aggregated.{block} must have exactly the campaign's "
-                                                         f"policies {labels}, got {sorted(theirs or {})}")
+            raise SubmissionRejected(
+                root,
+                "aggregates",
+                f"aggregated.{block} must have exactly the campaign's policies {labels}, got {sorted(theirs or {})}",
+            )
     for label in labels:
-        _compare_summary(root, f"aggregated.per_policy[{label!r}]", mine["per_policy"][label],
-                         submitted["per_policy"][label])
+        _compare_summary(
+            root, f"aggregated.per_policy[{label!r}]", mine["per_policy"][label], submitted["per_policy"][label]
+        )
         theirs_t = submitted["per_policy_task"][label]
         if not isinstance(theirs_t, dict) or set(theirs_t) != set(tasks):
-            raise SubmissionRejected(root, "aggregates", f"aggregated.per_policy_task[{label!r}] must have exactly "
-                                                         f"the campaign's tasks {list(tasks)}")
+            raise SubmissionRejected(
+                root,
+                "aggregates",
+                f"aggregated.per_policy_task[{label!r}] must have exactly the campaign's tasks {list(tasks)}",
+            )
         for task in tasks:
-            _compare_summary(root, f"aggregated.per_policy_task[{label!r}][{task!r}]",
-                             mine["per_policy_task"][label][task], theirs_t[task])
+            _compare_summary(
+                root,
+                f"aggregated.per_policy_task[{label!r}][{task!r}]",
+                mine["per_policy_task"][label][task],
+                theirs_t[task],
+            )
     if submitted.get("ranking") != mine["ranking"]:
-        raise SubmissionRejected(root, "aggregates", f"forged or stale aggregate: aggregated.ranking = "
-                                                     f"{submitted.get('ranking')!r} but the per-episode rows rank "
-                                                     f"{mine['ranking']!r}")
+        raise SubmissionRejected(
+            root,
+            "aggregates",
+            f"forged or stale aggregate: aggregated.ranking = "
+            f"{submitted.get('ranking')!r} but the per-episode rows rank "
+            f"{mine['ranking']!r}",
+        )
 
 
 # ----------------------------------------------------------------------------- entry point
 
 
-def verify_submission(path: str | os.PathLike, *, strict: bool = True,
-                      allow_overrides: bool = False) -> VerifiedSubmission:
+def verify_submission(
+    path: str | os.PathLike, *, strict: bool = True, allow_overrides: bool = False
+) -> VerifiedSubmission:
     """Run every check on the submission at ``path``; return it verified or raise
     :class:`SubmissionRejected`.
 
@@ -530,13 +682,19 @@ def verify_submission(path: str | os.PathLike, *, strict: bool = True,
         raise SubmissionRejected(root, "schema", f"results.json must have schema {RESULTS_SCHEMA!r}")
     version = results.get("schema_version")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
-        raise SubmissionRejected(root, "schema", f"results.json schema_version {version!r} is not supported by this "
-                                                 f"kosmos-env (supported: {SUPPORTED_SCHEMA_VERSIONS}); upgrade kosmos-env")
+        raise SubmissionRejected(
+            root,
+            "schema",
+            f"results.json schema_version {version!r} is not supported by this "
+            f"kosmos-env (supported: {SUPPORTED_SCHEMA_VERSIONS}); upgrade kosmos-env",
+        )
     campaign = results.get("campaign")
     if not isinstance(campaign, dict) or not isinstance(campaign.get("id"), str) or not campaign["id"]:
         raise SubmissionRejected(root, "schema", "results.json has no campaign block with an id")
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$", campaign["id"]):
-        raise SubmissionRejected(root, "schema", f"campaign.id {campaign['id']!r} must be letters, digits, '.', '_', '-'")
+        raise SubmissionRejected(
+            root, "schema", f"campaign.id {campaign['id']!r} must be letters, digits, '.', '_', '-'"
+        )
     official, registered_hash, judge_hash = check_spec(root, campaign, allow_overrides)
     rows = check_design(root, campaign, results.get("per_episode"))
     check_parquet(root, rows)
@@ -545,15 +703,27 @@ def verify_submission(path: str | os.PathLike, *, strict: bool = True,
     mine = recompute(rows, labels, campaign["tasks"])
     check_aggregates(root, results.get("aggregated"), mine, labels, campaign["tasks"])
     listed = set(manifest["files"])
-    omitted = sum(1 for r in rows for rel in (r.get("artifacts") or {}).values() if rel is not None and rel not in listed)
+    omitted = sum(
+        1 for r in rows for rel in (r.get("artifacts") or {}).values() if rel is not None and rel not in listed
+    )
     notes = []
     if omitted:
         notes.append(f"{omitted} artifact(s) named by episodes are not included (only selected videos are published)")
     if not official:
         notes.append("non-default spec or judge: ranked on its own board")
-    return VerifiedSubmission(root=root, results=results, manifest=manifest, rows=rows, aggregated=mine,
-                              official=official, registered_spec_hash=registered_hash, judge_hash=judge_hash,
-                              results_sha256=manifest["files"]["results.json"], omitted_artifacts=omitted, notes=notes)
+    return VerifiedSubmission(
+        root=root,
+        results=results,
+        manifest=manifest,
+        rows=rows,
+        aggregated=mine,
+        official=official,
+        registered_spec_hash=registered_hash,
+        judge_hash=judge_hash,
+        results_sha256=manifest["files"]["results.json"],
+        omitted_artifacts=omitted,
+        notes=notes,
+    )
 
 
 # ----------------------------------------------------------------------------- 6. re-derivation
@@ -580,8 +750,9 @@ def needed_artifacts(sub: VerifiedSubmission) -> dict[str, list[str]]:
     return out
 
 
-def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
-                        replay_seed: int = 0) -> dict[str, Any]:
+def rederive_submission(
+    sub: VerifiedSubmission, *, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE, replay_seed: int = 0
+) -> dict[str, Any]:
     """Re-derive a verified submission's outcomes from its artifacts, or raise :class:`SubmissionRejected`.
 
     1. **Artifacts required.** Every episode with an outcome must carry the artifacts its
@@ -596,8 +767,14 @@ def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = D
 
     Returns what was re-derived and what is taken on trust (shown on the leaderboard page).
     """
-    from kosmos_env.campaign.rederive import (ON_TRUST_GENERATED, Replayer, judge_is_deterministic, rederive_rows,
-                                              sample_rows, world_is_simulator)
+    from kosmos_env.campaign.rederive import (
+        ON_TRUST_GENERATED,
+        Replayer,
+        judge_is_deterministic,
+        rederive_rows,
+        sample_rows,
+        world_is_simulator,
+    )
 
     root = sub.root
     listed = sub.manifest["files"]
@@ -607,41 +784,67 @@ def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = D
         row = next(r for r in sub.rows if str(r.get("episode_id")) == eid)
         arts = row.get("artifacts") or {}
         if not arts.get("actions"):
-            raise SubmissionRejected(root, "artifacts", f"episode {eid} names no actions artifact; a leaderboard "
-                                                        "submission must carry every episode's actions (and robot log "
-                                                        "and frames where its judge reads them) so its outcome can "
-                                                        "be re-derived")
+            raise SubmissionRejected(
+                root,
+                "artifacts",
+                f"episode {eid} names no actions artifact; a leaderboard "
+                "submission must carry every episode's actions (and robot log "
+                "and frames where its judge reads them) so its outcome can "
+                "be re-derived",
+            )
         if simulator and row.get("outcome") != "discarded" and not arts.get("log"):
-            raise SubmissionRejected(root, "artifacts", f"episode {eid} names no robot log, but {sub.env_id} is a "
-                                                        "simulator whose log records the ground truth: the outcome "
-                                                        "cannot be re-derived without it")
+            raise SubmissionRejected(
+                root,
+                "artifacts",
+                f"episode {eid} names no robot log, but {sub.env_id} is a "
+                "simulator whose log records the ground truth: the outcome "
+                "cannot be re-derived without it",
+            )
         for rel in rels:
             if rel not in listed:
-                raise SubmissionRejected(root, "artifacts", f"episode {eid}'s artifact {rel} is not in the "
-                                                            "submission: outcomes are ranked only when they re-derive "
-                                                            "from their artifacts; include every episode's actions, "
-                                                            "robot log (and video where the judge reads frames)")
+                raise SubmissionRejected(
+                    root,
+                    "artifacts",
+                    f"episode {eid}'s artifact {rel} is not in the "
+                    "submission: outcomes are ranked only when they re-derive "
+                    "from their artifacts; include every episode's actions, "
+                    "robot log (and video where the judge reads frames)",
+                )
             if PurePosixPath(rel).name.split(".")[0] != listed[rel]:
-                raise SubmissionRejected(root, "artifacts", f"{rel} is named for a sha256 its bytes do not have "
-                                                            f"({listed[rel][:16]}…): artifacts are content-addressed")
+                raise SubmissionRejected(
+                    root,
+                    "artifacts",
+                    f"{rel} is named for a sha256 its bytes do not have "
+                    f"({listed[rel][:16]}…): artifacts are content-addressed",
+                )
     world_type = ((sub.campaign.get("spec") or {}).get("world") or {}).get("type")
     for row in sub.rows:  # each episode's provenance must name the campaign's spec, world and judge
         prov = row.get("provenance")
         if not isinstance(prov, dict) or row.get("outcome") == "error":
             continue
-        named = {"spec hash": (prov.get("spec_hash"), sub.spec_hash),
-                 "world": ((prov.get("world") or {}).get("type"), world_type),
-                 "judge": (((prov.get("judge") or {}).get("spec") or {}).get("type"), judge.get("type"))}
+        named = {
+            "spec hash": (prov.get("spec_hash"), sub.spec_hash),
+            "world": ((prov.get("world") or {}).get("type"), world_type),
+            "judge": (((prov.get("judge") or {}).get("spec") or {}).get("type"), judge.get("type")),
+        }
         for what, (theirs, mine) in named.items():
             if theirs is not None and theirs != mine:
-                raise SubmissionRejected(root, "provenance", f"episode {row.get('episode_id')} was run with {what} "
-                                                             f"{str(theirs)[:24]!r}, but the campaign states "
-                                                             f"{str(mine)[:24]!r}")
+                raise SubmissionRejected(
+                    root,
+                    "provenance",
+                    f"episode {row.get('episode_id')} was run with {what} "
+                    f"{str(theirs)[:24]!r}, but the campaign states "
+                    f"{str(mine)[:24]!r}",
+                )
     problems, warnings, n = rederive_rows(root, sub.rows, judge, sub.campaign.get("spec") or {})
     if problems:
-        raise SubmissionRejected(root, "rederive", f"{problems[0]}"
-                                                   f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}"
-                                                   "; outcomes must be what their own artifacts give")
+        raise SubmissionRejected(
+            root,
+            "rederive",
+            f"{problems[0]}"
+            f"{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}"
+            "; outcomes must be what their own artifacts give",
+        )
     replayed = 0
     if simulator and replay_sample:
         rows = [r for r in sub.rows if r.get("outcome") != "error"]
@@ -649,34 +852,50 @@ def rederive_submission(sub: VerifiedSubmission, *, replay_sample: int | str = D
         try:
             replayer = Replayer(sub.env_id, sub.campaign.get("spec_overrides") or {}, judge, sub.spec_hash)
         except Exception as exc:  # noqa: BLE001 - a world that cannot be rebuilt cannot vouch for it
-            raise SubmissionRejected(root, "replay", f"its world cannot be rebuilt to replay episodes "
-                                                     f"({type(exc).__name__}: {exc})") from None
+            raise SubmissionRejected(
+                root, "replay", f"its world cannot be rebuilt to replay episodes ({type(exc).__name__}: {exc})"
+            ) from None
         try:
             for row in picked:
                 found = replayer.replay(root, row)
                 if found:
-                    raise SubmissionRejected(root, "replay", f"episode {row.get('episode_id')} does not replay from "
-                                                             f"its stored actions and seed: {found[0]}")
+                    raise SubmissionRejected(
+                        root,
+                        "replay",
+                        f"episode {row.get('episode_id')} does not replay from its stored actions and seed: {found[0]}",
+                    )
                 replayed += 1
         finally:
             replayer.close()
     deterministic = judge_is_deterministic(judge)
-    rederived = [f"judge {judge.get('type')} re-run on every episode's stored actions, log and frames"
-                 if deterministic else f"judge {judge.get('type')} is not deterministic: not re-run"]
+    rederived = [
+        f"judge {judge.get('type')} re-run on every episode's stored actions, log and frames"
+        if deterministic
+        else f"judge {judge.get('type')} is not deterministic: not re-run"
+    ]
     if simulator:
         rederived.append(f"{replayed} episode(s) replayed bit for bit from their stored actions and seeds")
-    on_trust = [] if simulator else [ON_TRUST_GENERATED, "the consistency gate's verdicts (recorded; not re-run "
-                                                          "on the stored frames)"]
+    on_trust = (
+        []
+        if simulator
+        else [ON_TRUST_GENERATED, "the consistency gate's verdicts (recorded; not re-run on the stored frames)"]
+    )
     if simulator:
         n_decided = sum(1 for r in sub.rows if r.get("outcome") != "error")
         if replayed < n_decided:  # a sample: the others' logs are re-judged but not re-simulated
-            on_trust.append(f"the stored logs of {n_decided - replayed} of {n_decided} episodes (re-judged, not "
-                            "replayed)")
+            on_trust.append(
+                f"the stored logs of {n_decided - replayed} of {n_decided} episodes (re-judged, not replayed)"
+            )
     if not deterministic:
         on_trust.append(f"the verdicts of judge {judge.get('type')} (not deterministic)")
     on_trust += warnings
-    info = {"rederived_episodes": n, "replayed": replayed, "rederived": rederived, "on_trust": on_trust,
-            "simulator": simulator}
+    info = {
+        "rederived_episodes": n,
+        "replayed": replayed,
+        "rederived": rederived,
+        "on_trust": on_trust,
+        "simulator": simulator,
+    }
     return info
 
 
@@ -691,6 +910,14 @@ def episode_content_hashes(sub: VerifiedSubmission) -> set[str]:
         arts = row.get("artifacts") or {}
         if row.get("outcome") == "error" or arts.get("actions") not in listed:
             continue
-        out.add(canonical_hash({"env_id": sub.env_id, "spec_hash": sub.spec_hash,
-                                "actions": listed[arts["actions"]], "log": listed.get(arts.get("log"))}))
+        out.add(
+            canonical_hash(
+                {
+                    "env_id": sub.env_id,
+                    "spec_hash": sub.spec_hash,
+                    "actions": listed[arts["actions"]],
+                    "log": listed.get(arts.get("log")),
+                }
+            )
+        )
     return out

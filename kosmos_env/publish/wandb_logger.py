@@ -27,6 +27,7 @@ sampled videos under ``files/media/videos/rollouts/``; ``wandb sync`` uploads it
 tables W&B stores media cells as placeholders; the full table (videos included) is in the run's
 table artifact. ``wandb`` is imported only when a logger starts (optional extra ``wandb``).
 """
+
 from __future__ import annotations
 
 import json
@@ -38,19 +39,60 @@ from typing import Any, Mapping
 
 import numpy as np
 
-EPISODE_COLUMNS = ["episode_id", "policy", "task", "seed", "repeat", "outcome", "success", "score", "judge",
-                   "judgment", "gate", "steps", "t_policy", "t_world", "t_gate", "t_judge", "t_io", "t_total",
-                   "video_file", "video"]
-POLICY_COLUMNS = ["policy", "n", "successes", "failures", "discarded", "abstained", "errors", "success_rate",
-                  "wilson_95_lo", "wilson_95_hi", "worst_case_95_lo", "worst_case_95_hi"]
+EPISODE_COLUMNS = [
+    "episode_id",
+    "policy",
+    "task",
+    "seed",
+    "repeat",
+    "outcome",
+    "success",
+    "score",
+    "judge",
+    "judgment",
+    "gate",
+    "steps",
+    "t_policy",
+    "t_world",
+    "t_gate",
+    "t_judge",
+    "t_io",
+    "t_total",
+    "video_file",
+    "video",
+]
+POLICY_COLUMNS = [
+    "policy",
+    "n",
+    "successes",
+    "failures",
+    "discarded",
+    "abstained",
+    "errors",
+    "success_rate",
+    "wilson_95_lo",
+    "wilson_95_hi",
+    "worst_case_95_lo",
+    "worst_case_95_hi",
+]
 
 
 class WandbLogger:
     """Log episodes, rollout videos and per-policy summaries to one W&B run (see module doc)."""
 
-    def __init__(self, project: str = "kosmos-env", *, entity: str | None = None, name: str | None = None,
-                 group: str | None = None, tags: list[str] | None = None, mode: str | None = None,
-                 dir: str | os.PathLike | None = None, videos_per_policy: int = 4, fps: float = 5.0):
+    def __init__(
+        self,
+        project: str = "kosmos-env",
+        *,
+        entity: str | None = None,
+        name: str | None = None,
+        group: str | None = None,
+        tags: list[str] | None = None,
+        mode: str | None = None,
+        dir: str | os.PathLike | None = None,
+        videos_per_policy: int = 4,
+        fps: float = 5.0,
+    ):
         if videos_per_policy < 0:
             raise ValueError(f"videos_per_policy must be >= 0, got {videos_per_policy}")
         if mode is not None and mode not in ("online", "offline", "disabled"):
@@ -81,13 +123,23 @@ class WandbLogger:
         # read WANDB_DIR / WANDB_MODE now and pass them explicitly: wandb caches its settings from the
         # first init of the process, so later changes to the environment would otherwise be ignored
         run_dir = self.dir or os.environ.get("WANDB_DIR") or None
-        mode = self.mode or (os.environ.get("WANDB_MODE") if os.environ.get("WANDB_MODE") in
-                             ("online", "offline", "disabled") else None)
+        mode = self.mode or (
+            os.environ.get("WANDB_MODE") if os.environ.get("WANDB_MODE") in ("online", "offline", "disabled") else None
+        )
         if run_dir is not None:
             os.makedirs(run_dir, exist_ok=True)
-        self.run = wandb.init(project=self.project, entity=self.entity, name=self.name, group=self.group,
-                              tags=self.tags or None, dir=run_dir, mode=mode, job_type="eval",
-                              config=dict(config), reinit="create_new")
+        self.run = wandb.init(
+            project=self.project,
+            entity=self.entity,
+            name=self.name,
+            group=self.group,
+            tags=self.tags or None,
+            dir=run_dir,
+            mode=mode,
+            job_type="eval",
+            config=dict(config),
+            reinit="create_new",
+        )
         self._tmp = tempfile.TemporaryDirectory(prefix="kosmos-wandb-")
         return self.run
 
@@ -109,14 +161,25 @@ class WandbLogger:
             video_file = video_file or os.path.basename(str(path))
         t = row.get("timings") or {}
         judgment = row.get("judgment") or {}
-        self._rows.append([
-            row.get("episode_id"), policy, row.get("task"), row.get("seed"), row.get("repeat"), outcome,
-            row.get("success"), row.get("score"), row.get("judge"),
-            judgment.get("rationale") if isinstance(judgment, Mapping) else _js(judgment),
-            _js(row.get("gate")), row.get("steps"),
-            *(t.get(k) for k in ("policy", "world", "gate", "judge", "io", "total")),
-            video_file, media,
-        ])
+        self._rows.append(
+            [
+                row.get("episode_id"),
+                policy,
+                row.get("task"),
+                row.get("seed"),
+                row.get("repeat"),
+                outcome,
+                row.get("success"),
+                row.get("score"),
+                row.get("judge"),
+                judgment.get("rationale") if isinstance(judgment, Mapping) else _js(judgment),
+                _js(row.get("gate")),
+                row.get("steps"),
+                *(t.get(k) for k in ("policy", "world", "gate", "judge", "io", "total")),
+                video_file,
+                media,
+            ]
+        )
         return media is not None
 
     def finish(self, per_policy_summary: Mapping[str, Mapping[str, Any]] | None = None) -> str:
@@ -126,19 +189,37 @@ class WandbLogger:
         from kosmos_env.campaign.bundle import summarize_counts
 
         wandb = self._wandb
-        summary = dict(per_policy_summary) if per_policy_summary is not None else {
-            label: summarize_counts(outcomes) for label, outcomes in self._outcomes.items()}
+        summary = (
+            dict(per_policy_summary)
+            if per_policy_summary is not None
+            else {label: summarize_counts(outcomes) for label, outcomes in self._outcomes.items()}
+        )
         table = wandb.Table(columns=EPISODE_COLUMNS, data=self._rows, allow_mixed_types=True)
         prow = []
         for label, s in summary.items():
             wl, wh = s.get("wilson_95") or (None, None)
             cl, ch = s.get("worst_case_95") or (None, None)
-            prow.append([label, s.get("n"), s.get("successes"), s.get("failures"), s.get("discarded"),
-                         s.get("abstained"), s.get("errors"), s.get("success_rate"), wl, wh, cl, ch])
+            prow.append(
+                [
+                    label,
+                    s.get("n"),
+                    s.get("successes"),
+                    s.get("failures"),
+                    s.get("discarded"),
+                    s.get("abstained"),
+                    s.get("errors"),
+                    s.get("success_rate"),
+                    wl,
+                    wh,
+                    cl,
+                    ch,
+                ]
+            )
             for key, value in zip(POLICY_COLUMNS[1:], prow[-1][1:], strict=True):
                 self.run.summary[f"{label}/{key}"] = value
-        self.run.log({"episodes": table,
-                      "policies": wandb.Table(columns=POLICY_COLUMNS, data=prow, allow_mixed_types=True)})
+        self.run.log(
+            {"episodes": table, "policies": wandb.Table(columns=POLICY_COLUMNS, data=prow, allow_mixed_types=True)}
+        )
         run_dir = os.path.dirname(self.run.dir) if self.run.dir else ""
         self.run.finish()
         self.run = None
@@ -165,10 +246,19 @@ class WandbLogger:
 def campaign_config(results: Mapping[str, Any]) -> dict[str, Any]:
     """The run config for a campaign: env id, spec (as config) and hash, and the design."""
     c = results["campaign"]
-    return {"env_id": c["env_id"], "spec_hash": c["spec_hash"], "spec": c["spec"], "campaign_id": c["id"],
-            "policies": [p["label"] for p in c["policies"]], "tasks": c["tasks"], "seeds": c["seeds"],
-            "repeats": c["repeats"], "judge": c["judge"], "spec_overrides": c.get("spec_overrides") or {},
-            "package_version": results.get("package_version")}
+    return {
+        "env_id": c["env_id"],
+        "spec_hash": c["spec_hash"],
+        "spec": c["spec"],
+        "campaign_id": c["id"],
+        "policies": [p["label"] for p in c["policies"]],
+        "tasks": c["tasks"],
+        "seeds": c["seeds"],
+        "repeats": c["repeats"],
+        "judge": c["judge"],
+        "spec_overrides": c.get("spec_overrides") or {},
+        "package_version": results.get("package_version"),
+    }
 
 
 def log_bundle(bundle_dir: str | os.PathLike, logger: WandbLogger | None = None, **logger_kwargs: Any) -> str:
@@ -203,8 +293,13 @@ class LedgerFeed:
     campaign's per-policy summary.
     """
 
-    def __init__(self, out_dir: str | os.PathLike, logger: WandbLogger | None = None, min_interval: float = 1.0,
-                 **logger_kwargs: Any):
+    def __init__(
+        self,
+        out_dir: str | os.PathLike,
+        logger: WandbLogger | None = None,
+        min_interval: float = 1.0,
+        **logger_kwargs: Any,
+    ):
         self.out_dir = Path(out_dir)
         self.logger = logger
         self.logger_kwargs = logger_kwargs
@@ -231,11 +326,21 @@ class LedgerFeed:
             self.logger = WandbLogger(**kwargs)
         from kosmos_env import __version__
 
-        self.logger.start({"env_id": config.env_id, "spec_hash": config.spec_hash, "spec": dict(config.spec),
-                           "campaign_id": meta["campaign_id"], "policies": [p.label for p in config.policies],
-                           "tasks": list(config.tasks), "seeds": list(config.seeds), "repeats": config.repeats,
-                           "judge": dict(config.judge), "spec_overrides": dict(config.spec_overrides),
-                           "package_version": __version__})
+        self.logger.start(
+            {
+                "env_id": config.env_id,
+                "spec_hash": config.spec_hash,
+                "spec": dict(config.spec),
+                "campaign_id": meta["campaign_id"],
+                "policies": [p.label for p in config.policies],
+                "tasks": list(config.tasks),
+                "seeds": list(config.seeds),
+                "repeats": config.repeats,
+                "judge": dict(config.judge),
+                "spec_overrides": dict(config.spec_overrides),
+                "package_version": __version__,
+            }
+        )
         return True
 
     def poll(self, force: bool = False) -> int:

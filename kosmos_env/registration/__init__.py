@@ -7,6 +7,7 @@ canonical form with its SHA-256 and a UTC time (:mod:`.registry`); ``kosmos-env 
 never ``eval``) and reports PASS or FAIL for each bar with its interval (:mod:`.report`),
 everything else labelled exploratory.
 """
+
 from __future__ import annotations
 
 from kosmos_env.registration.design import RegistrationDeviation, bind_registration, registered_config
@@ -27,7 +28,18 @@ from kosmos_env.registration.registry import (
 )
 
 __all__ = [
-    "ProtocolError", "Registration", "RegistrationDeviation", "RegistrationError", "bind_registration",
-    "build_registration", "default_registration_path", "load_protocol_file", "load_registration",
-    "protocol_hash", "registered_config", "registration_from_dict", "validate_protocol", "write_registration",
+    "ProtocolError",
+    "Registration",
+    "RegistrationDeviation",
+    "RegistrationError",
+    "bind_registration",
+    "build_registration",
+    "default_registration_path",
+    "load_protocol_file",
+    "load_registration",
+    "protocol_hash",
+    "registered_config",
+    "registration_from_dict",
+    "validate_protocol",
+    "write_registration",
 ]

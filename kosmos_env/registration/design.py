@@ -6,6 +6,7 @@ spec overrides from the registration. A design flag also given on the command li
 the same thing, or the run is refused before anything runs; so is an env spec whose hash is no
 longer the registered one, or a policy whose ``content_hash()`` changed.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,10 +21,19 @@ class RegistrationDeviation(ValueError):
     """The requested or current design differs from the registered one."""
 
 
-def registered_config(reg: Registration, *, env: str | None = None, policies: Sequence[str] | None = None,
-                      tasks: Sequence[str] | None = None, seeds: int | None = None, repeats: int | None = None,
-                      judge: Any = None, image_size: Sequence[int] | None = None, video: bool = True,
-                      check_policies: bool = True):
+def registered_config(
+    reg: Registration,
+    *,
+    env: str | None = None,
+    policies: Sequence[str] | None = None,
+    tasks: Sequence[str] | None = None,
+    seeds: int | None = None,
+    repeats: int | None = None,
+    judge: Any = None,
+    image_size: Sequence[int] | None = None,
+    video: bool = True,
+    check_policies: bool = True,
+):
     """The :class:`~kosmos_env.campaign.design.CampaignConfig` of the registered design.
 
     The keyword arguments are what the command line gave (None = not given). Every one given
@@ -61,20 +71,33 @@ def registered_config(reg: Registration, *, env: str | None = None, policies: Se
         spec_judge = load_spec(p["env"]["id"]).with_overrides(**overrides).judge
         if parse_judge(judge, spec_judge) != p["judge"]:
             dev.append(f"--judge {judge} (registered: {json.dumps(p['judge'], sort_keys=True)})")
-    config = make_config(p["env"]["id"], refs, tasks=p["tasks"], seeds=list(p["seeds"]), repeats=p["repeats"],
-                         judge=p["judge"], video=video, spec_overrides=overrides)
+    config = make_config(
+        p["env"]["id"],
+        refs,
+        tasks=p["tasks"],
+        seeds=list(p["seeds"]),
+        repeats=p["repeats"],
+        judge=p["judge"],
+        video=video,
+        spec_overrides=overrides,
+    )
     if config.spec_hash != p["env"]["spec_hash"]:
-        dev.append(f"the current spec of {p['env']['id']} with overrides {json.dumps(overrides, sort_keys=True)} "
-                   f"hashes to {config.spec_hash[:12]}..., the registered spec hash is {p['env']['spec_hash'][:12]}...")
+        dev.append(
+            f"the current spec of {p['env']['id']} with overrides {json.dumps(overrides, sort_keys=True)} "
+            f"hashes to {config.spec_hash[:12]}..., the registered spec hash is {p['env']['spec_hash'][:12]}..."
+        )
     if check_policies:
         for x, ref in zip(p["policies"], refs, strict=True):
             actual = policy_content_hash(ref.name, ref.kwargs)
             if actual != x["content_hash"]:
-                dev.append(f"policy {ref.label} now has content hash {actual[:12]}..., registered "
-                           f"{x['content_hash'][:12]}...")
+                dev.append(
+                    f"policy {ref.label} now has content hash {actual[:12]}..., registered {x['content_hash'][:12]}..."
+                )
     if dev:
-        raise RegistrationDeviation(f"refusing to run registration {reg.short} ({reg.name}): the design deviates "
-                                    f"from the registered one: " + "; ".join(dev))
+        raise RegistrationDeviation(
+            f"refusing to run registration {reg.short} ({reg.name}): the design deviates "
+            f"from the registered one: " + "; ".join(dev)
+        )
     return config
 
 
@@ -93,11 +116,15 @@ def bind_registration(out_dir: str | os.PathLike, config, reg: Registration) -> 
         stamp = json.loads(meta["registration"]) if meta.get("registration") else None
         if stamp is not None:
             if stamp.get("sha256") != reg.sha256:
-                raise RegistrationError(f"{out_dir} holds a campaign of registration {str(stamp.get('sha256'))[:12]}..., "
-                                        f"not {reg.short}: use a new --out")
+                raise RegistrationError(
+                    f"{out_dir} holds a campaign of registration {str(stamp.get('sha256'))[:12]}..., "
+                    f"not {reg.short}: use a new --out"
+                )
             return
         done = ledger.counts()["done"]
         if done:
-            raise RegistrationError(f"{out_dir} already holds {done} finished episode(s) run without a registration; "
-                                    f"a registration must come before any result: use a new --out")
+            raise RegistrationError(
+                f"{out_dir} already holds {done} finished episode(s) run without a registration; "
+                f"a registration must come before any result: use a new --out"
+            )
         ledger.set_meta("registration", json.dumps(reg.stamp(), sort_keys=True))

@@ -16,6 +16,7 @@ which names and arguments are allowed is decided by :mod:`kosmos_env.registratio
 :func:`format_call` writes the canonical text of a call (keyword arguments sorted, strings
 JSON-quoted) so the same definition always hashes the same.
 """
+
 from __future__ import annotations
 
 import json
@@ -71,8 +72,7 @@ def _tokens(text: str) -> list[_Tok]:
                     break
                 if ch == "\\":
                     if j + 1 >= n or text[j + 1] not in _ESCAPES:
-                        raise ExprError(f"unknown escape at character {j} of {text!r}; allowed: "
-                                        "\\\\ \\' \\\" \\n \\t")
+                        raise ExprError(f"unknown escape at character {j} of {text!r}; allowed: \\\\ \\' \\\" \\n \\t")
                     buf.append(_ESCAPES[text[j + 1]])
                     j += 2
                     continue
@@ -137,8 +137,9 @@ class _Parser:
                     kwargs[head.value] = self.literal()
                 else:
                     if kwargs:
-                        raise ExprError(f"positional argument after a keyword argument at character {head.pos} "
-                                        f"of {self.text!r}")
+                        raise ExprError(
+                            f"positional argument after a keyword argument at character {head.pos} of {self.text!r}"
+                        )
                     args.append(self.literal())
                 sep = self.peek()
                 if sep.kind == "punct" and sep.value == ",":

@@ -27,6 +27,7 @@ registered number of resamples and seed. Percentiles use the inverted empirical 
 interpolation), so for ``rank_order`` the lower bound of a 95% interval is 1 exactly when the
 order holds in more than 97.5% of resamples.
 """
+
 from __future__ import annotations
 
 import math
@@ -64,22 +65,58 @@ class MetricDef:
 
 _SCOPE = Param("scope", "choice", "task_mean", ("task_mean", "pooled"))
 _RATE_IV = ("wilson", "clopper_pearson", "bootstrap")
-METRICS: dict[str, MetricDef] = {m.name: m for m in (
-    MetricDef("success_rate", (Param("policy", "policy"), Param("task", "task?", None)), _RATE_IV, False, True,
-              "success rate of one policy (successes / decided episodes)"),
-    MetricDef("discard_rate", (Param("policy", "policy?", None), Param("task", "task?", None)), _RATE_IV, False, False,
-              "share of episodes the gate discarded"),
-    MetricDef("success_diff", (Param("a", "policy"), Param("b", "policy"), Param("task", "task?", None)),
-              ("bootstrap",), False, True, "success rate of a minus that of b"),
-    MetricDef("rank_order", (Param("order", "policies"), Param("task", "task?", None)), ("bootstrap",), False, True,
-              "1 when the success rates are strictly in the given order, else 0"),
-    MetricDef("pearson", (_SCOPE,), ("bootstrap",), True, True, "Pearson correlation with the reference"),
-    MetricDef("spearman", (_SCOPE,), ("bootstrap",), True, True, "Spearman correlation with the reference"),
-    MetricDef("kendall", (_SCOPE,), ("bootstrap",), True, True, "Kendall tau-b with the reference"),
-    MetricDef("mmrv", (Param("weight", "choice", "reference", ("reference", "evaluator")),
-                       Param("ties", "choice", "greater", ("greater", "less", "strict")), _SCOPE),
-              ("bootstrap",), True, False, "mean maximum rank violation against the reference (0 = perfect)"),
-)}
+METRICS: dict[str, MetricDef] = {
+    m.name: m
+    for m in (
+        MetricDef(
+            "success_rate",
+            (Param("policy", "policy"), Param("task", "task?", None)),
+            _RATE_IV,
+            False,
+            True,
+            "success rate of one policy (successes / decided episodes)",
+        ),
+        MetricDef(
+            "discard_rate",
+            (Param("policy", "policy?", None), Param("task", "task?", None)),
+            _RATE_IV,
+            False,
+            False,
+            "share of episodes the gate discarded",
+        ),
+        MetricDef(
+            "success_diff",
+            (Param("a", "policy"), Param("b", "policy"), Param("task", "task?", None)),
+            ("bootstrap",),
+            False,
+            True,
+            "success rate of a minus that of b",
+        ),
+        MetricDef(
+            "rank_order",
+            (Param("order", "policies"), Param("task", "task?", None)),
+            ("bootstrap",),
+            False,
+            True,
+            "1 when the success rates are strictly in the given order, else 0",
+        ),
+        MetricDef("pearson", (_SCOPE,), ("bootstrap",), True, True, "Pearson correlation with the reference"),
+        MetricDef("spearman", (_SCOPE,), ("bootstrap",), True, True, "Spearman correlation with the reference"),
+        MetricDef("kendall", (_SCOPE,), ("bootstrap",), True, True, "Kendall tau-b with the reference"),
+        MetricDef(
+            "mmrv",
+            (
+                Param("weight", "choice", "reference", ("reference", "evaluator")),
+                Param("ties", "choice", "greater", ("greater", "less", "strict")),
+                _SCOPE,
+            ),
+            ("bootstrap",),
+            True,
+            False,
+            "mean maximum rank violation against the reference (0 = perfect)",
+        ),
+    )
+}
 
 
 def default_interval(name: str) -> str:
@@ -101,8 +138,9 @@ def _policy_label(value: Any, policies: Sequence[str], where: str) -> str:
     return label
 
 
-def normalize_metric(text: str, policies: Sequence[str], tasks: Sequence[str], has_reference: bool,
-                     where: str = "metric") -> tuple[Call, MetricDef]:
+def normalize_metric(
+    text: str, policies: Sequence[str], tasks: Sequence[str], has_reference: bool, where: str = "metric"
+) -> tuple[Call, MetricDef]:
     """Parse, check and canonicalise one metric expression against the design.
 
     Returns the canonical :class:`Call` (every argument as a keyword, defaults filled in) and
@@ -116,8 +154,9 @@ def normalize_metric(text: str, policies: Sequence[str], tasks: Sequence[str], h
         raise ValueError(f"{where}: unknown metric {call.name!r}; allowed: {sorted(METRICS)}")
     mdef = METRICS[call.name]
     if len(call.args) > len(mdef.params):
-        raise ValueError(f"{where}: {call.name} takes at most {len(mdef.params)} argument(s), got {len(call.args)} "
-                         f"positional")
+        raise ValueError(
+            f"{where}: {call.name} takes at most {len(mdef.params)} argument(s), got {len(call.args)} positional"
+        )
     # positional args fill the first parameters; the rest keep their defaults or come by keyword
     given = dict(zip((p.name for p in mdef.params), call.args, strict=False))
     for key, value in call.kwargs.items():
@@ -127,8 +166,9 @@ def normalize_metric(text: str, policies: Sequence[str], tasks: Sequence[str], h
     known = {p.name for p in mdef.params}
     unknown = sorted(set(given) - known)
     if unknown:
-        raise ValueError(f"{where}: unknown argument(s) {unknown} for {call.name}; it takes "
-                         f"{[p.name for p in mdef.params]}")
+        raise ValueError(
+            f"{where}: unknown argument(s) {unknown} for {call.name}; it takes {[p.name for p in mdef.params]}"
+        )
     out: dict[str, Any] = {}
     for p in mdef.params:
         w = f"{where}: {call.name} argument {p.name!r}"
@@ -162,8 +202,10 @@ def normalize_metric(text: str, policies: Sequence[str], tasks: Sequence[str], h
     if call.name == "success_diff" and out["a"] == out["b"]:
         raise ValueError(f"{where}: success_diff needs two different policies, got {out['a']!r} twice")
     if mdef.needs_reference and not has_reference:
-        raise ValueError(f"{where}: {call.name} compares with reference data; the protocol must declare "
-                         f"'reference: {{path: FILE.csv, sha256: ...}}'")
+        raise ValueError(
+            f"{where}: {call.name} compares with reference data; the protocol must declare "
+            f"'reference: {{path: FILE.csv, sha256: ...}}'"
+        )
     return Call(call.name, (), out), mdef
 
 
@@ -251,15 +293,19 @@ def _rate_counts(cube: Cube, C: np.ndarray, name: str, kw: Mapping[str, Any]) ->
     return sub[:, _D].sum(axis=(1, 2)), sub.sum(axis=(1, 2, 3))
 
 
-def _agreement_values(cube: Cube, C: np.ndarray, name: str, kw: Mapping[str, Any],
-                      reference: Mapping[tuple[str, str], float]) -> np.ndarray:
+def _agreement_values(
+    cube: Cube, C: np.ndarray, name: str, kw: Mapping[str, Any], reference: Mapping[tuple[str, str], float]
+) -> np.ndarray:
     from kosmos_env.stats.agreement import measure_agreement
 
     rates = _rates(cube, C)
     extra = {"weight": kw["weight"], "ties": kw["ties"]} if name == "mmrv" else {}
     groups: list[tuple[list[int], list[int], list[float]]] = []  # (policy idx, task idx, reference)
-    cells = [(cube.tasks.index(t), cube.policies.index(p), v) for (t, p), v in sorted(reference.items())
-             if t in cube.tasks and p in cube.policies]
+    cells = [
+        (cube.tasks.index(t), cube.policies.index(p), v)
+        for (t, p), v in sorted(reference.items())
+        if t in cube.tasks and p in cube.policies
+    ]
     if kw["scope"] == "pooled":
         groups.append(([c[1] for c in cells], [c[0] for c in cells], [c[2] for c in cells]))
     else:
@@ -281,8 +327,9 @@ def _agreement_values(cube: Cube, C: np.ndarray, name: str, kw: Mapping[str, Any
     return out
 
 
-def metric_values(cube: Cube, C: np.ndarray, call: Call, reference: Mapping[tuple[str, str], float] | None = None
-                  ) -> np.ndarray:
+def metric_values(
+    cube: Cube, C: np.ndarray, call: Call, reference: Mapping[tuple[str, str], float] | None = None
+) -> np.ndarray:
     """The metric ``call`` (canonical) for each of the B count arrays in ``C``; NaN = undefined."""
     name, kw = call.name, call.kwargs
     if name in ("success_rate", "discard_rate"):
@@ -324,13 +371,24 @@ class MetricResult:
         return "PASS" if self.passed else "FAIL"
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "expr": self.expr, "estimate": self.estimate, "interval": self.interval,
-                "bar": dict(self.bar), "checked_value": self.checked, "verdict": self.verdict,
-                "reason": self.reason, **self.extra}
+        return {
+            "name": self.name,
+            "expr": self.expr,
+            "estimate": self.estimate,
+            "interval": self.interval,
+            "bar": dict(self.bar),
+            "checked_value": self.checked,
+            "verdict": self.verdict,
+            "reason": self.reason,
+            **self.extra,
+        }
 
 
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": lambda x, v: x >= v, ">": lambda x, v: x > v, "<=": lambda x, v: x <= v, "<": lambda x, v: x < v,
+    ">=": lambda x, v: x >= v,
+    ">": lambda x, v: x > v,
+    "<=": lambda x, v: x <= v,
+    "<": lambda x, v: x < v,
 }
 
 
@@ -338,8 +396,9 @@ def _finite(x: Any) -> float | None:
     return None if x is None or not math.isfinite(float(x)) else float(x)
 
 
-def evaluate_metric(metric: Mapping[str, Any], cube: Cube, boot: np.ndarray | None,
-                    reference: Mapping[tuple[str, str], float] | None) -> MetricResult:
+def evaluate_metric(
+    metric: Mapping[str, Any], cube: Cube, boot: np.ndarray | None, reference: Mapping[tuple[str, str], float] | None
+) -> MetricResult:
     """Compute one registered metric (canonical protocol entry) and check its bar.
 
     ``boot`` holds the bootstrap count arrays (shared by all metrics of the study, so they
@@ -373,8 +432,13 @@ def evaluate_metric(metric: Mapping[str, Any], cube: Cube, boot: np.ndarray | No
         if ok.size:
             lo = float(np.quantile(ok, alpha / 2, method="inverted_cdf"))
             hi = float(np.quantile(ok, 1 - alpha / 2, method="inverted_cdf"))
-            interval = {"method": "bootstrap", "level": level, "lower": lo, "upper": hi,
-                        "unit": "(task, seed), stratified by task"}
+            interval = {
+                "method": "bootstrap",
+                "level": level,
+                "lower": lo,
+                "upper": hi,
+                "unit": "(task, seed), stratified by task",
+            }
         if ok.size < vals.size:
             extra["bootstrap"]["note"] = f"{vals.size - ok.size} resample(s) left the metric undefined and were dropped"
     if METRICS[call.name].needs_reference and est is not None:
@@ -394,10 +458,16 @@ def _agreement_floor(cube: Cube, call: Call, reference: Mapping[tuple[str, str],
     from kosmos_env.stats.agreement import random_floor
 
     rates = _rates(cube, cube.total())[0]
-    cells = [(cube.tasks.index(t), cube.policies.index(p), v) for (t, p), v in sorted(reference.items())
-             if t in cube.tasks and p in cube.policies]
-    groups = [cells] if call.kwargs["scope"] == "pooled" else \
-        [[c for c in cells if c[0] == ti] for ti in sorted({c[0] for c in cells})]
+    cells = [
+        (cube.tasks.index(t), cube.policies.index(p), v)
+        for (t, p), v in sorted(reference.items())
+        if t in cube.tasks and p in cube.policies
+    ]
+    groups = (
+        [cells]
+        if call.kwargs["scope"] == "pooled"
+        else [[c for c in cells if c[0] == ti] for ti in sorted({c[0] for c in cells})]
+    )
     extra = {"weight": call.kwargs["weight"], "ties": call.kwargs["ties"]} if call.name == "mmrv" else {}
     floors = []
     for g in groups:

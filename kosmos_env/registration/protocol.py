@@ -35,6 +35,7 @@ as they are now: the env spec with the overrides, every policy's ``content_hash(
 reference file's sha256. It returns the canonical protocol (a plain dict with every default
 made explicit); :func:`protocol_hash` is the SHA-256 of its canonical JSON.
 """
+
 from __future__ import annotations
 
 import math
@@ -50,8 +51,22 @@ DEFAULT_N_BOOT = 2000
 MAX_N_BOOT = 100_000
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_TOP = {"schema", "schema_version", "name", "description", "hypothesis", "env", "policies", "tasks", "seeds",
-        "repeats", "judge", "reference", "analysis", "metrics"}
+_TOP = {
+    "schema",
+    "schema_version",
+    "name",
+    "description",
+    "hypothesis",
+    "env",
+    "policies",
+    "tasks",
+    "seeds",
+    "repeats",
+    "judge",
+    "reference",
+    "analysis",
+    "metrics",
+}
 _REQUIRED = ("schema_version", "name", "env", "policies", "tasks", "seeds", "metrics")
 BAR_OPS = (">=", ">", "<=", "<")
 BAR_BOUNDS = ("lower", "upper", "estimate")
@@ -73,8 +88,10 @@ def _refuse_aliases(yaml: Any, text: str, path: Path) -> None:
     The event stream is scanned lazily, so the refusal comes at the first alias, at no cost."""
     for event in yaml.parse(text, Loader=yaml.SafeLoader):
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-            raise ProtocolError(f"{path} uses YAML anchors or aliases (line {event.start_mark.line + 1}); a protocol "
-                                f"must spell out every value")
+            raise ProtocolError(
+                f"{path} uses YAML anchors or aliases (line {event.start_mark.line + 1}); a protocol "
+                f"must spell out every value"
+            )
 
 
 def load_protocol_file(path: str | Path) -> dict:
@@ -154,8 +171,7 @@ def _jsonable(v: Any, where: str) -> Any:
 # ----------------------------------------------------------------------------- validation
 
 
-def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None, *, check_hashes: bool = True
-                      ) -> dict:
+def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None, *, check_hashes: bool = True) -> dict:
     """Validate a protocol mapping and return its canonical form (see the module docstring).
 
     ``base_dir`` resolves a relative reference path. ``check_hashes=False`` checks structure
@@ -190,11 +206,16 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     except ValueError as exc:
         raise ProtocolError(f"protocol.env: {exc}") from None
     if check_hashes and spec.hash != spec_hash:
-        hint = (f" with overrides {canonical_json(overrides)}" if overrides else
-                " (no overrides declared: a non-default image size or horizon is an override and changes the hash)")
-        raise ProtocolError(f"protocol.env.spec_hash {spec_hash[:12]}... does not match the current spec of {env_id}"
-                            f"{hint}: {spec.hash}. The env changed since the protocol was written, or the "
-                            f"protocol names the wrong spec")
+        hint = (
+            f" with overrides {canonical_json(overrides)}"
+            if overrides
+            else " (no overrides declared: a non-default image size or horizon is an override and changes the hash)"
+        )
+        raise ProtocolError(
+            f"protocol.env.spec_hash {spec_hash[:12]}... does not match the current spec of {env_id}"
+            f"{hint}: {spec.hash}. The env changed since the protocol was written, or the "
+            f"protocol names the wrong spec"
+        )
 
     # policies
     pols = raw["policies"]
@@ -221,8 +242,10 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
         for i, (p, ref) in enumerate(zip(policies, policy_refs({"policies": policies}), strict=True)):
             actual = policy_content_hash(ref.name, ref.kwargs)
             if actual != p["content_hash"]:
-                raise ProtocolError(f"protocol.policies[{i}] ({p['policy']}): content_hash {p['content_hash'][:12]}... "
-                                    f"does not match make_policy(...).content_hash() = {actual}")
+                raise ProtocolError(
+                    f"protocol.policies[{i}] ({p['policy']}): content_hash {p['content_hash'][:12]}... "
+                    f"does not match make_policy(...).content_hash() = {actual}"
+                )
 
     # tasks, seeds, repeats
     suite = load_suite(spec.tasks["suite"]).names
@@ -252,7 +275,9 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     # judge
     judge_raw = raw.get("judge")
     if judge_raw is not None and not isinstance(judge_raw, (str, dict)):
-        raise ProtocolError(f"protocol.judge must be a judge type name or a mapping with 'type', got {_type(judge_raw)}")
+        raise ProtocolError(
+            f"protocol.judge must be a judge type name or a mapping with 'type', got {_type(judge_raw)}"
+        )
     try:
         judge = parse_judge(_jsonable(judge_raw, "protocol.judge") if judge_raw is not None else None, spec.judge)
     except ValueError as exc:
@@ -262,14 +287,17 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     reference = None
     if raw.get("reference") is not None:
         ref = _mapping(raw["reference"], "protocol.reference", {"path", "sha256"}, ("path", "sha256"))
-        reference = {"path": _str(ref["path"], "protocol.reference.path"),
-                     "sha256": _hex(ref["sha256"], "protocol.reference.sha256")}
+        reference = {
+            "path": _str(ref["path"], "protocol.reference.path"),
+            "sha256": _hex(ref["sha256"], "protocol.reference.sha256"),
+        }
         if check_hashes:
             path = resolve_reference(reference["path"], base_dir)
             actual = sha256_file(path)
             if actual != reference["sha256"]:
-                raise ProtocolError(f"protocol.reference.sha256 {reference['sha256'][:12]}... does not match "
-                                    f"{path}: {actual}")
+                raise ProtocolError(
+                    f"protocol.reference.sha256 {reference['sha256'][:12]}... does not match {path}: {actual}"
+                )
             check_reference_rows(parse_reference_text(path.read_text(encoding="utf-8"), str(path)), labels, tasks)
 
     # analysis settings
@@ -297,35 +325,60 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
         except ValueError as exc:
             raise ProtocolError(f"{where}.expr: {exc}") from None
         fn = expr.split("(", 1)[0]
-        bar = _mapping(m["bar"], f"{where}.bar", {"op", "value", "bound", "interval", "level"}, ("op", "value", "bound"))
+        bar = _mapping(
+            m["bar"], f"{where}.bar", {"op", "value", "bound", "interval", "level"}, ("op", "value", "bound")
+        )
         if bar["op"] not in BAR_OPS:
             raise ProtocolError(f"{where}.bar.op must be one of {list(BAR_OPS)}, got {bar['op']!r}")
         if not _is_num(bar["value"]):
-            raise ProtocolError(f"{where}.bar.value must be a finite number, got {_type(bar['value'])} {bar['value']!r}")
+            raise ProtocolError(
+                f"{where}.bar.value must be a finite number, got {_type(bar['value'])} {bar['value']!r}"
+            )
         if bar["bound"] not in BAR_BOUNDS:
-            raise ProtocolError(f"{where}.bar.bound must be one of {list(BAR_BOUNDS)} (which number the bar checks: "
-                                f"the interval's lower or upper bound, or the point estimate), got {bar['bound']!r}")
+            raise ProtocolError(
+                f"{where}.bar.bound must be one of {list(BAR_BOUNDS)} (which number the bar checks: "
+                f"the interval's lower or upper bound, or the point estimate), got {bar['bound']!r}"
+            )
         interval = bar.get("interval", default_interval(fn))
         if interval not in METRICS[fn].intervals:
-            raise ProtocolError(f"{where}.bar.interval {interval!r} is not available for {fn}; "
-                                f"choose from {list(METRICS[fn].intervals)}")
+            raise ProtocolError(
+                f"{where}.bar.interval {interval!r} is not available for {fn}; "
+                f"choose from {list(METRICS[fn].intervals)}"
+            )
         level = bar.get("level", 0.95)
         if not _is_num(level) or not 0.5 <= level < 1:
             raise ProtocolError(f"{where}.bar.level must be a number in [0.5, 1), got {level!r}")
-        metrics.append({"name": mname, "expr": expr,
-                        "bar": {"op": bar["op"], "value": float(bar["value"]), "bound": bar["bound"],
-                                "interval": interval, "level": float(level)}})
+        metrics.append(
+            {
+                "name": mname,
+                "expr": expr,
+                "bar": {
+                    "op": bar["op"],
+                    "value": float(bar["value"]),
+                    "bound": bar["bound"],
+                    "interval": interval,
+                    "level": float(level),
+                },
+            }
+        )
     names = [m["name"] for m in metrics]
     dupes = sorted({x for x in names if names.count(x) > 1})
     if dupes:
         raise ProtocolError(f"protocol.metrics: name(s) {dupes} used more than once")
 
     return {
-        "schema": PROTOCOL_SCHEMA, "schema_version": PROTOCOL_SCHEMA_VERSION,
-        "name": name, "description": description, "hypothesis": hypothesis,
+        "schema": PROTOCOL_SCHEMA,
+        "schema_version": PROTOCOL_SCHEMA_VERSION,
+        "name": name,
+        "description": description,
+        "hypothesis": hypothesis,
         "env": {"id": env_id, "overrides": overrides, "spec_hash": spec_hash},
-        "policies": policies, "tasks": list(tasks), "seeds": list(seeds), "repeats": int(repeats),
-        "judge": judge, "reference": reference,
+        "policies": policies,
+        "tasks": list(tasks),
+        "seeds": list(seeds),
+        "repeats": int(repeats),
+        "judge": judge,
+        "reference": reference,
         "analysis": {"n_boot": int(n_boot), "seed": int(boot_seed)},
         "metrics": metrics,
     }
@@ -380,5 +433,7 @@ def check_reference_rows(rows: list[dict], policies: list[str], tasks: list[str]
         if r["task"] in tasks and PolicyRef.parse(r["policy"]).label in policies:
             usable[r["task"]] = usable.get(r["task"], 0) + 1
     if not any(n >= 2 for n in usable.values()):
-        raise ProtocolError(f"the reference has no registered task with values for at least 2 registered policies "
-                            f"(policies {policies}, tasks {tasks})")
+        raise ProtocolError(
+            f"the reference has no registered task with values for at least 2 registered policies "
+            f"(policies {policies}, tasks {tasks})"
+        )

@@ -16,6 +16,7 @@ refused wherever it is used. (A hash is a tamper *seal*, not a signature: someon
 field and the hash together makes a new registration, whose hash no longer matches the one
 published or cited before the results.)
 """
+
 from __future__ import annotations
 
 import json
@@ -37,8 +38,16 @@ from kosmos_env.registration.protocol import (
 
 REGISTRATION_SCHEMA = "kosmos-env/registration"
 REGISTRATION_SCHEMA_VERSION = 1
-_KEYS = {"schema", "schema_version", "sha256", "registered_utc", "package_version", "protocol_file", "protocol",
-         "reference_data"}
+_KEYS = {
+    "schema",
+    "schema_version",
+    "sha256",
+    "registered_utc",
+    "package_version",
+    "protocol_file",
+    "protocol",
+    "reference_data",
+}
 
 
 class RegistrationError(ValueError):
@@ -72,9 +81,16 @@ class Registration:
         return parse_reference_text(self.reference_data["text"], "registered reference data")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schema": REGISTRATION_SCHEMA, "schema_version": REGISTRATION_SCHEMA_VERSION, "sha256": self.sha256,
-                "registered_utc": self.registered_utc, "package_version": self.package_version,
-                "protocol_file": self.protocol_file, "protocol": self.protocol, "reference_data": self.reference_data}
+        return {
+            "schema": REGISTRATION_SCHEMA,
+            "schema_version": REGISTRATION_SCHEMA_VERSION,
+            "sha256": self.sha256,
+            "registered_utc": self.registered_utc,
+            "package_version": self.package_version,
+            "protocol_file": self.protocol_file,
+            "protocol": self.protocol,
+            "reference_data": self.reference_data,
+        }
 
     def stamp(self) -> dict[str, Any]:
         """What a campaign carries (ledger meta, results.json ``campaign.registration``): the whole
@@ -103,8 +119,14 @@ def build_registration(protocol_path: str | Path, *, check_hashes: bool = True) 
         except UnicodeDecodeError:
             raise ProtocolError(f"reference file {ref_path} is not UTF-8 text") from None
         ref_data = {"sha256": canonical["reference"]["sha256"], "text": text}
-    return Registration(sha256=protocol_hash(canonical), registered_utc=utc_now(), protocol=canonical,
-                        reference_data=ref_data, package_version=__version__, protocol_file=path.name)
+    return Registration(
+        sha256=protocol_hash(canonical),
+        registered_utc=utc_now(),
+        protocol=canonical,
+        reference_data=ref_data,
+        package_version=__version__,
+        protocol_file=path.name,
+    )
 
 
 def default_registration_path(protocol_path: str | Path) -> Path:
@@ -120,8 +142,10 @@ def write_registration(reg: Registration, out: str | Path) -> Path:
     try:
         fd = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
     except FileExistsError:
-        raise RegistrationError(f"{out} already exists: a registration is never overwritten. A changed protocol is "
-                                f"a new study: register it under a new file name") from None
+        raise RegistrationError(
+            f"{out} already exists: a registration is never overwritten. A changed protocol is "
+            f"a new study: register it under a new file name"
+        ) from None
     with os.fdopen(fd, "wb") as fh:
         fh.write(data)
         fh.flush()
@@ -154,14 +178,16 @@ def registration_from_dict(data: Any, source: str = "registration") -> Registrat
         raise RegistrationError(
             f"{source} was edited after registration: its protocol now hashes to {actual[:12]}..., but the recorded "
             f"registration sha256 is {str(data['sha256'])[:12]}... A registered study cannot change; register the "
-            f"changed protocol as a new study")
+            f"changed protocol as a new study"
+        )
     try:  # structure only: the protocol must still be a canonical, valid protocol
         again = validate_protocol(protocol, None, check_hashes=False)
     except (ValueError, FileNotFoundError) as exc:
         raise RegistrationError(f"{source}: the registered protocol is not valid: {exc}") from None
     if canonical_json(again) != canonical_json(protocol):
-        raise RegistrationError(f"{source}: the registered protocol is not in canonical form (it was not written by "
-                                f"kosmos-env register)")
+        raise RegistrationError(
+            f"{source}: the registered protocol is not in canonical form (it was not written by kosmos-env register)"
+        )
     ref = data.get("reference_data")
     if protocol.get("reference") is None:
         if ref is not None:
@@ -171,11 +197,18 @@ def registration_from_dict(data: Any, source: str = "registration") -> Registrat
             raise RegistrationError(f"{source}: the protocol registers a reference but its data is missing")
         got = sha256_hex(ref["text"])
         if got != protocol["reference"]["sha256"] or ref.get("sha256") != got:
-            raise RegistrationError(f"{source}: the embedded reference data hashes to {got[:12]}..., not the "
-                                    f"registered {protocol['reference']['sha256'][:12]}...")
-    return Registration(sha256=data["sha256"], registered_utc=str(data["registered_utc"]), protocol=protocol,
-                        reference_data=ref, package_version=str(data.get("package_version", "")),
-                        protocol_file=str(data.get("protocol_file", "")))
+            raise RegistrationError(
+                f"{source}: the embedded reference data hashes to {got[:12]}..., not the "
+                f"registered {protocol['reference']['sha256'][:12]}..."
+            )
+    return Registration(
+        sha256=data["sha256"],
+        registered_utc=str(data["registered_utc"]),
+        protocol=protocol,
+        reference_data=ref,
+        package_version=str(data.get("package_version", "")),
+        protocol_file=str(data.get("protocol_file", "")),
+    )
 
 
 def load_registration(path: str | Path) -> Registration:

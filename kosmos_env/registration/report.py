@@ -5,6 +5,7 @@ The study's verdict is PASS when every bar passes, FAIL when any fails, and INCO
 (with the bars still computed, as provisional) when the campaign has not finished every
 planned episode. A failed study is reported exactly like a passed one.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -13,8 +14,10 @@ from kosmos_env.registration.registry import Registration, RegistrationError, re
 
 REGISTERED_TITLE = "REGISTERED RESULTS"
 EXPLORATORY_TITLE = "EXPLORATORY (not registered)"
-EXPLORATORY_NOTE = ("Every number below was not registered before the study ran: it is exploratory, chosen or read "
-                    "after looking, and is no evidence for or against the registered hypothesis.")
+EXPLORATORY_NOTE = (
+    "Every number below was not registered before the study ran: it is exploratory, chosen or read "
+    "after looking, and is no evidence for or against the registered hypothesis."
+)
 
 
 def check_campaign(campaign: Mapping[str, Any], reg: Registration) -> list[str]:
@@ -25,14 +28,24 @@ def check_campaign(campaign: Mapping[str, Any], reg: Registration) -> list[str]:
     p = reg.protocol
     stamp = campaign.get("registration")
     if not isinstance(stamp, Mapping):
-        raise RegistrationError(f"campaign {campaign.get('id')} was not run under a registration (results.json has no "
-                                f"campaign.registration); run it with kosmos-env eval --registration")
+        raise RegistrationError(
+            f"campaign {campaign.get('id')} was not run under a registration (results.json has no "
+            f"campaign.registration); run it with kosmos-env eval --registration"
+        )
     if stamp.get("sha256") != reg.sha256:
-        raise RegistrationError(f"campaign {campaign.get('id')} was run under registration "
-                                f"{str(stamp.get('sha256'))[:12]}..., not {reg.short} ({reg.name})")
+        raise RegistrationError(
+            f"campaign {campaign.get('id')} was run under registration "
+            f"{str(stamp.get('sha256'))[:12]}..., not {reg.short} ({reg.name})"
+        )
     dev = []
-    for key, want in (("env_id", p["env"]["id"]), ("spec_hash", p["env"]["spec_hash"]), ("tasks", p["tasks"]),
-                      ("seeds", p["seeds"]), ("repeats", p["repeats"]), ("judge", p["judge"])):
+    for key, want in (
+        ("env_id", p["env"]["id"]),
+        ("spec_hash", p["env"]["spec_hash"]),
+        ("tasks", p["tasks"]),
+        ("seeds", p["seeds"]),
+        ("repeats", p["repeats"]),
+        ("judge", p["judge"]),
+    ):
         if campaign.get(key) != want:
             dev.append(f"{key}: {campaign.get(key)!r} (registered {want!r})")
     labels = [x.get("label") for x in campaign.get("policies") or []]
@@ -45,9 +58,13 @@ def check_campaign(campaign: Mapping[str, Any], reg: Registration) -> list[str]:
         if got is None:
             notes.append(f"the campaign recorded no content hash for {x['policy']} (no episode of it ran)")
         elif got != x["content_hash"]:
-            dev.append(f"policy {x['policy']} ran with content hash {got[:12]}... (registered {x['content_hash'][:12]}...)")
+            dev.append(
+                f"policy {x['policy']} ran with content hash {got[:12]}... (registered {x['content_hash'][:12]}...)"
+            )
     if dev:
-        raise RegistrationError(f"campaign {campaign.get('id')} deviates from registration {reg.short}: " + "; ".join(dev))
+        raise RegistrationError(
+            f"campaign {campaign.get('id')} deviates from registration {reg.short}: " + "; ".join(dev)
+        )
     return notes
 
 
@@ -69,19 +86,35 @@ def evaluate_registration(reg: Registration, rows: Sequence[Mapping[str, Any]], 
     results = []
     for m in p["metrics"]:
         if boot is None and m["bar"]["interval"] == "bootstrap":
-            r = {"name": m["name"], "expr": m["expr"], "estimate": None, "interval": None, "bar": m["bar"],
-                 "checked_value": None, "verdict": "FAIL", "reason": "the campaign has no episode of the registered design"}
+            r = {
+                "name": m["name"],
+                "expr": m["expr"],
+                "estimate": None,
+                "interval": None,
+                "bar": m["bar"],
+                "checked_value": None,
+                "verdict": "FAIL",
+                "reason": "the campaign has no episode of the registered design",
+            }
         else:
             r = evaluate_metric(m, cube, boot, reference).to_dict()
         r["higher_is_better"] = METRICS[parse_expr(m["expr"]).name].higher_is_better
         results.append(r)
     passed = all(r["verdict"] == "PASS" for r in results)
     verdict = "INCOMPLETE" if not complete else ("PASS" if passed else "FAIL")
-    return {"registration": reg.sha256, "name": reg.name, "registered_utc": reg.registered_utc,
-            "hypothesis": p.get("hypothesis", ""), "verdict": verdict,
-            "bars_passed": sum(r["verdict"] == "PASS" for r in results), "bars": len(results),
-            "complete": bool(complete), "n_episodes": len(rows), "metrics": results,
-            "analysis": dict(p["analysis"])}
+    return {
+        "registration": reg.sha256,
+        "name": reg.name,
+        "registered_utc": reg.registered_utc,
+        "hypothesis": p.get("hypothesis", ""),
+        "verdict": verdict,
+        "bars_passed": sum(r["verdict"] == "PASS" for r in results),
+        "bars": len(results),
+        "complete": bool(complete),
+        "n_episodes": len(rows),
+        "metrics": results,
+        "analysis": dict(p["analysis"]),
+    }
 
 
 def registered_from_bundle(bundle, reg: Registration) -> dict:
@@ -129,10 +162,15 @@ def registered_text(res: Mapping[str, Any]) -> str:
     for m in res["metrics"]:
         iv = m.get("interval")
         ivs = "n/a" if not iv else f"[{_num(iv['lower'])}, {_num(iv['upper'])}] {iv['method']} {100 * iv['level']:g}%"
-        rows.append([m["name"], m["expr"], _num(m["estimate"]), ivs, bar_text(m["bar"]), _num(m["checked_value"]),
-                     m["verdict"]])
-    lines += ["", format_table(["metric", "definition", "estimate", "interval", "bar", "checked", "verdict"], rows,
-                               left=(0, 1, 3, 4))]
+        rows.append(
+            [m["name"], m["expr"], _num(m["estimate"]), ivs, bar_text(m["bar"]), _num(m["checked_value"]), m["verdict"]]
+        )
+    lines += [
+        "",
+        format_table(
+            ["metric", "definition", "estimate", "interval", "bar", "checked", "verdict"], rows, left=(0, 1, 3, 4)
+        ),
+    ]
     for m in res["metrics"]:
         if m.get("reason"):
             lines.append(f"  {m['name']}: {m['reason']}")
@@ -140,8 +178,10 @@ def registered_text(res: Mapping[str, Any]) -> str:
             lines.append(f"  {m['name']}: random-ranking floor {m['random_floor']:.3f}")
         boot = m.get("bootstrap") or {}
         if "share_order_holds" in boot:
-            lines.append(f"  {m['name']}: order holds in {100 * boot['share_order_holds']:.1f}% of "
-                         f"{boot['defined']} bootstrap resamples")
+            lines.append(
+                f"  {m['name']}: order holds in {100 * boot['share_order_holds']:.1f}% of "
+                f"{boot['defined']} bootstrap resamples"
+            )
     for n in res.get("notes") or []:
         lines.append(f"  note: {n}")
     verdict = res["verdict"]
@@ -160,20 +200,28 @@ def registered_markdown(res: Mapping[str, Any] | None, stamp: Mapping[str, Any] 
     """The dataset card section of a registered study (empty for an unregistered campaign)."""
     if stamp is None:
         return ""
-    lines = ["### Pre-registered study", "",
-             f"- Registration sha256: `{stamp.get('sha256')}` (study `{(stamp.get('protocol') or {}).get('name')}`, "
-             f"registered {stamp.get('registered_utc')})"]
+    lines = [
+        "### Pre-registered study",
+        "",
+        f"- Registration sha256: `{stamp.get('sha256')}` (study `{(stamp.get('protocol') or {}).get('name')}`, "
+        f"registered {stamp.get('registered_utc')})",
+    ]
     if res is None:
         lines += ["- The registered results could not be recomputed; see the notes of this publish.", ""]
         return "\n".join(lines)
-    lines += [f"- **Study verdict: {res['verdict']}** ({res['bars_passed']}/{res['bars']} registered bars passed). "
-              "Failed studies are published exactly like passed ones.", "",
-              "| metric | definition | estimate | interval | bar | verdict |", "|---|---|---:|---|---|---|"]
+    lines += [
+        f"- **Study verdict: {res['verdict']}** ({res['bars_passed']}/{res['bars']} registered bars passed). "
+        "Failed studies are published exactly like passed ones.",
+        "",
+        "| metric | definition | estimate | interval | bar | verdict |",
+        "|---|---|---:|---|---|---|",
+    ]
     for m in res["metrics"]:
         iv = m.get("interval")
         ivs = "–" if not iv else f"[{_num(iv['lower'])}, {_num(iv['upper'])}] {iv['method']} {100 * iv['level']:g}%"
         expr = str(m["expr"]).replace("|", "\\|")
-        lines.append(f"| {m['name']} | `{expr}` | {_num(m['estimate'])} | {ivs} | {bar_text(m['bar'])} | "
-                     f"**{m['verdict']}** |")
+        lines.append(
+            f"| {m['name']} | `{expr}` | {_num(m['estimate'])} | {ivs} | {bar_text(m['bar'])} | **{m['verdict']}** |"
+        )
     lines += ["", "Every other number on this card is exploratory (not registered).", ""]
     return "\n".join(lines)

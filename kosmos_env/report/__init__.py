@@ -9,6 +9,7 @@
 Numbers are always recomputed from the per-episode rows. matplotlib and Pillow (the
 ``results`` extra) are imported only when a report is drawn.
 """
+
 from __future__ import annotations
 
 from kosmos_env.report.analysis import analyze_bundle, paired_diffs, read_reference_csv, seed_matrix
@@ -16,5 +17,14 @@ from kosmos_env.report.bundle import Bundle, load_bundle, safe_relpath
 from kosmos_env.report.render import write_report
 from kosmos_env.report.text import analysis_text
 
-__all__ = ["Bundle", "load_bundle", "safe_relpath", "write_report", "analyze_bundle", "analysis_text",
-           "paired_diffs", "read_reference_csv", "seed_matrix"]
+__all__ = [
+    "Bundle",
+    "load_bundle",
+    "safe_relpath",
+    "write_report",
+    "analyze_bundle",
+    "analysis_text",
+    "paired_diffs",
+    "read_reference_csv",
+    "seed_matrix",
+]

@@ -19,6 +19,7 @@ seed share their difficulty; the A/B test consumes episodes paired on (task, see
 A section that cannot be computed (one policy, one seed, no logs) is reported as skipped with
 the reason, never silently dropped.
 """
+
 from __future__ import annotations
 
 import csv
@@ -100,8 +101,9 @@ def load_gt_success(path: Path) -> np.ndarray:
         return np.asarray(z["gt_success"]).astype(bool).ravel()
 
 
-def horizon_scores(bundle: Bundle, policies: Sequence[str], step: int = HORIZON_STEP
-                   ) -> tuple[list[int], np.ndarray, dict, list[str]]:
+def horizon_scores(
+    bundle: Bundle, policies: Sequence[str], step: int = HORIZON_STEP
+) -> tuple[list[int], np.ndarray, dict, list[str]]:
     """Ground-truth success of every policy when each rollout is judged at horizons
     h = step, 2 step, ..., and at the longest rollout's length.
 
@@ -113,8 +115,7 @@ def horizon_scores(bundle: Bundle, policies: Sequence[str], step: int = HORIZON_
     notes: list[str] = []
     gts: dict[str, list[np.ndarray]] = {p: [] for p in policies}
     todo = [r for r in bundle.rows if r["policy"] in gts and (r.get("artifacts") or {}).get("log")]
-    bar = tqdm(todo, desc="reading robot logs", unit="log", file=sys.stderr,
-               disable=len(todo) < PROGRESS_MIN_LOGS)
+    bar = tqdm(todo, desc="reading robot logs", unit="log", file=sys.stderr, disable=len(todo) < PROGRESS_MIN_LOGS)
     missing = bad = no_gt = 0
     for r in bar:
         path = bundle.artifact(r, "log")
@@ -133,8 +134,11 @@ def horizon_scores(bundle: Bundle, policies: Sequence[str], step: int = HORIZON_
             continue
         if gt.size:
             gts[r["policy"]].append(gt)
-    for n, what in ((missing, "log artifacts are missing from the artifact store"),
-                    (bad, "log artifacts could not be read"), (no_gt, "logs have no gt_success")):
+    for n, what in (
+        (missing, "log artifacts are missing from the artifact store"),
+        (bad, "log artifacts could not be read"),
+        (no_gt, "logs have no gt_success"),
+    ):
         if n:
             notes.append(f"{n} {what}; those episodes are left out of the horizon analysis")
     counts = {p: len(v) for p, v in gts.items()}
@@ -190,8 +194,9 @@ def read_reference_csv(path: str | Path) -> list[dict]:
     return out
 
 
-def reference_agreement(ref_rows: list[dict], cells: dict[str, dict[str, PolicyRate]], *, source: str = "reference CSV",
-                        seed: int = 0) -> tuple[Any, list[str]]:
+def reference_agreement(
+    ref_rows: list[dict], cells: dict[str, dict[str, PolicyRate]], *, source: str = "reference CSV", seed: int = 0
+) -> tuple[Any, list[str]]:
     """Agreement of the campaign's per-(task, policy) success rates with the reference values.
 
     Reference rows for policies or tasks the campaign did not run are left out (noted); if
@@ -211,17 +216,21 @@ def reference_agreement(ref_rows: list[dict], cells: dict[str, dict[str, PolicyR
         else:
             rows.append(r | {"evaluator": cells[r["policy"]][r["task"]].rate})
     if not rows:
-        raise ValueError(f"{source} matches no (task, policy) of the campaign: its policies are "
-                         f"{sorted({r['policy'] for r in ref_rows})}, tasks {sorted({r['task'] for r in ref_rows})}; "
-                         f"the campaign's policies are {sorted(pols)}, tasks {sorted(tasks)}")
+        raise ValueError(
+            f"{source} matches no (task, policy) of the campaign: its policies are "
+            f"{sorted({r['policy'] for r in ref_rows})}, tasks {sorted({r['task'] for r in ref_rows})}; "
+            f"the campaign's policies are {sorted(pols)}, tasks {sorted(tasks)}"
+        )
     if unknown_p:
         notes.append(f"reference policies not in the campaign, left out: {sorted(unknown_p)}")
     if unknown_t:
         notes.append(f"reference tasks not in the campaign, left out: {sorted(unknown_t)}")
     if undecided:
         notes.append(f"(task, policy) with no decided episode in the campaign, left out: {undecided}")
-    missing = sorted({(t, p) for p in cells for t in cells[p] if t in {r['task'] for r in rows}}
-                     - {(r["task"], r["policy"]) for r in rows})
+    missing = sorted(
+        {(t, p) for p in cells for t in cells[p] if t in {r["task"] for r in rows}}
+        - {(r["task"], r["policy"]) for r in rows}
+    )
     if missing:
         notes.append(f"campaign (task, policy) cells without a reference value: {missing}")
     no_ref = sorted(tasks - {r["task"] for r in rows})
@@ -270,10 +279,21 @@ def _quantiles(x: np.ndarray) -> dict:
     return dict(zip(("q05", "q25", "median", "q75", "q95"), map(float, q), strict=True))
 
 
-def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, reference: str | Path | None = None,
-                   n_boot: int = 2000, n_splits: int = 1000, seed: int = 0, horizon_step: int = HORIZON_STEP,
-                   horizon_metric: str = "kendall", horizon_threshold: float = 0.8,
-                   name_map: dict[str, str] | None = None, judge: str | None = None) -> dict:
+def analyze_bundle(
+    bundle: Bundle,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    reference: str | Path | None = None,
+    n_boot: int = 2000,
+    n_splits: int = 1000,
+    seed: int = 0,
+    horizon_step: int = HORIZON_STEP,
+    horizon_metric: str = "kendall",
+    horizon_threshold: float = 0.8,
+    name_map: dict[str, str] | None = None,
+    judge: str | None = None,
+) -> dict:
     """Run every applicable analysis on ``bundle``; returns a JSON-ready dict (see module doc).
 
     ``judge`` chooses whose verdicts the success numbers are (:mod:`kosmos_env.report.judge_view`;
@@ -304,13 +324,29 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     order = ranking(rates)
     notes = list(bundle.notes)
     out: dict[str, Any] = {
-        "schema": "kosmos-env/analysis", "schema_version": 1,
-        "campaign": {"id": camp.get("id"), "env_id": camp.get("env_id"), "spec_hash": camp.get("spec_hash"),
-                     "n_episodes": len(rows), "policies": list(bundle.policies), "tasks": list(bundle.tasks),
-                     "seeds": sorted({r["seed"] for r in rows}), "repeats": max(r["repeat"] for r in rows) + 1},
-        "settings": {"alpha": alpha, "power": power, "n_boot": n_boot, "n_splits": n_splits, "seed": seed,
-                     "horizon_step": horizon_step, "horizon_metric": horizon_metric,
-                     "horizon_threshold": horizon_threshold, "unit": "(task, seed), repeats averaged"},
+        "schema": "kosmos-env/analysis",
+        "schema_version": 1,
+        "campaign": {
+            "id": camp.get("id"),
+            "env_id": camp.get("env_id"),
+            "spec_hash": camp.get("spec_hash"),
+            "n_episodes": len(rows),
+            "policies": list(bundle.policies),
+            "tasks": list(bundle.tasks),
+            "seeds": sorted({r["seed"] for r in rows}),
+            "repeats": max(r["repeat"] for r in rows) + 1,
+        },
+        "settings": {
+            "alpha": alpha,
+            "power": power,
+            "n_boot": n_boot,
+            "n_splits": n_splits,
+            "seed": seed,
+            "horizon_step": horizon_step,
+            "horizon_metric": horizon_metric,
+            "horizon_threshold": horizon_threshold,
+            "unit": "(task, seed), repeats averaged",
+        },
         "per_policy": {p: rates[p].to_dict() | {"rank": order.index(p) + 1} for p in order},
         "per_policy_task": {p: {t: c.to_dict() for t, c in cells[p].items()} for p in order},
         "ranking": order,
@@ -319,8 +355,10 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     }
     ranked = [p for p in order if rates[p].rate is not None]
     if len(ranked) < len(order):
-        notes.append(f"policies without any decided episode are left out of the paired analyses: "
-                     f"{[p for p in order if p not in ranked]}")
+        notes.append(
+            f"policies without any decided episode are left out of the paired analyses: "
+            f"{[p for p in order if p not in ranked]}"
+        )
     mat = seed_matrix(rows, ranked) if ranked else None
     n_units = mat.values.shape[1] if mat is not None else 0
 
@@ -338,8 +376,9 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         for a, b in itertools.combinations(ranked, 2):
             try:
                 d = paired_bootstrap_diff(mat.row(a), mat.row(b), n_boot=n_boot, alpha=alpha, seed=seed)
-                pw.append({"a": a, "b": b, "measure": "success"} | d.to_dict()
-                          | {"collapsed": collapsed(d.lower, d.upper)})
+                pw.append(
+                    {"a": a, "b": b, "measure": "success"} | d.to_dict() | {"collapsed": collapsed(d.lower, d.upper)}
+                )
             except ValueError as exc:
                 pw.append({"a": a, "b": b, "skipped": str(exc)})
         out["pairwise"] = pw
@@ -357,12 +396,16 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         sh = {}
         for metric in ("spearman", "kendall"):
             s = split_half(mat.values, metric=metric, n_splits=n_splits, seed=seed)
-            sh[metric] = s.to_dict() | {"distribution": _quantiles(s.values),
-                                        "corrected_distribution": _quantiles(np.asarray(s.corrected, dtype=float))}
+            sh[metric] = s.to_dict() | {
+                "distribution": _quantiles(s.values),
+                "corrected_distribution": _quantiles(np.asarray(s.corrected, dtype=float)),
+            }
         out["split_half"] = sh
     else:
-        out["split_half"] = _skip(f"needs at least 3 policies (with 2, the halves' rank correlation is always +1 or "
-                                  f"-1) and 2 (task, seed) units; have {len(ranked)} and {n_units}")
+        out["split_half"] = _skip(
+            f"needs at least 3 policies (with 2, the halves' rank correlation is always +1 or "
+            f"-1) and 2 (task, seed) units; have {len(ranked)} and {n_units}"
+        )
 
     # minimum detectable difference
     if len(ranked) >= 2:
@@ -386,8 +429,11 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
     else:
         pols = [ranked[j] for j in have]
         res = horizon_agreement(hscores[:, have], hs, metric=horizon_metric, threshold=horizon_threshold, seed=seed)
-        out["horizon"] = res.to_dict() | {"policies": pols, "episodes": {p: hcounts[p] for p in pols},
-                                          "scores": {p: hscores[:, j].tolist() for p, j in zip(pols, have, strict=True)}}
+        out["horizon"] = res.to_dict() | {
+            "policies": pols,
+            "episodes": {p: hcounts[p] for p in pols},
+            "scores": {p: hscores[:, j].tolist() for p, j in zip(pols, have, strict=True)},
+        }
 
     # anytime-valid paired A/B test of the top two (secondary, on judge scores). Its decision is
     # read off its own empirical-Bernstein confidence sequence (rule "eb"), so the interval it
@@ -397,9 +443,16 @@ def analyze_bundle(bundle: Bundle, *, alpha: float = 0.05, power: float = 0.8, r
         diffs, keys = paired_diffs(rows, a, b, value="score")
         if diffs.size:
             res = sequential_ab(diffs, alpha=alpha, rule="eb")
-            out["ab"] = {"a": a, "b": b, "value": "score", "measure": "score", "rule": "eb",
-                         "order": "(repeat, seed, task)",
-                         "n_pairs": int(diffs.size), "mean_diff_all": float(diffs.mean())} | res.to_dict()
+            out["ab"] = {
+                "a": a,
+                "b": b,
+                "value": "score",
+                "measure": "score",
+                "rule": "eb",
+                "order": "(repeat, seed, task)",
+                "n_pairs": int(diffs.size),
+                "mean_diff_all": float(diffs.mean()),
+            } | res.to_dict()
         else:
             out["ab"] = _skip(f"{a!r} and {b!r} share no decided (task, seed, repeat)")
     else:

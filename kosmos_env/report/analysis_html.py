@@ -4,13 +4,27 @@ One renderer for two readers: report.html embeds it (offline readers get the ana
 the console's analysis page shows it for a live or finished campaign. Input is the dict of
 :func:`kosmos_env.report.analysis.analyze_bundle`; every value is escaped.
 """
+
 from __future__ import annotations
 
 import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import (VERDICT_HEAD, ab_lines, ab_title, bounds, cost_lines, diff_interval, iv, judge_line, num,
-                                    pct, spread, verdict_line, verdict_rows)
+from kosmos_env.report.text import (
+    VERDICT_HEAD,
+    ab_lines,
+    ab_title,
+    bounds,
+    cost_lines,
+    diff_interval,
+    iv,
+    judge_line,
+    num,
+    pct,
+    spread,
+    verdict_line,
+    verdict_rows,
+)
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}
@@ -34,8 +48,12 @@ def _h(x) -> str:
 
 def _table(head, rows, left=(0,)) -> str:
     th = "".join(f'<th class="l">{_h(h)}</th>' if i in left else f"<th>{_h(h)}</th>" for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>"
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
     return f'<div class="tw"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -53,40 +71,80 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
     sub = "h3" if heading == "h2" else "h4"
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
     st = a["settings"]
-    parts = ['<section class="an" id="analysis">' + (verdict_html(a.get("verdict")) if headline else "")
-             + f"<{heading}>Statistical analysis</{heading}>",
-             f"<p>The statistics of <code>kosmos-env analyze</code>: resampling unit (task, seed) with repeats "
-             f"averaged; alpha {st['alpha']:g}, power {st['power']:g}, {st['n_boot']} bootstrap resamples, "
-             f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>",
-             f'<p class="judge"><b>{_h(judge_line(a.get("judge")))}</b></p>']
+    parts = [
+        '<section class="an" id="analysis">'
+        + (verdict_html(a.get("verdict")) if headline else "")
+        + f"<{heading}>Statistical analysis</{heading}>",
+        f"<p>The statistics of <code>kosmos-env analyze</code>: resampling unit (task, seed) with repeats "
+        f"averaged; alpha {st['alpha']:g}, power {st['power']:g}, {st['n_boot']} bootstrap resamples, "
+        f"{st['n_splits']} split-half splits, seed {st['seed']}.</p>",
+        f'<p class="judge"><b>{_h(judge_line(a.get("judge")))}</b></p>',
+    ]
     # the headline (above) is one verdict from one pre-chosen rule, its interval the one that decides
     v = a.get("verdict")
     if isinstance(v, dict) and "skipped" not in v:
-        parts.append(f'<p class="small">Rule chosen before looking at the data: {_h(v["method"])} on success per '
-                     f'(task, seed), repeats averaged; the verdict is "the interval excludes 0". The tests further '
-                     f'down (bootstrap, paired t, anytime-valid A/B) are secondary.</p>')
+        parts.append(
+            f'<p class="small">Rule chosen before looking at the data: {_h(v["method"])} on success per '
+            f'(task, seed), repeats averaged; the verdict is "the interval excludes 0". The tests further '
+            f"down (bootstrap, paired t, anytime-valid A/B) are secondary.</p>"
+        )
     if len(a.get("verdicts") or []) > 1:
-        parts += [f"<{sub}>Verdict for every pair (same rule)</{sub}>",
-                  _table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1))]
+        parts += [
+            f"<{sub}>Verdict for every pair (same rule)</{sub}>",
+            _table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1)),
+        ]
 
     # rates with intervals and discard bounds
     rows, chart = [], []
     for p in a["ranking"]:
         r = a["per_policy"][p]
         k = r["counts"]
-        rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
-                     iv(r["clopper_pearson"]), bounds(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
-                     pct(r["abstain_rate"]), str(k["error"])])
+        rows.append(
+            [
+                str(r["rank"]),
+                p,
+                f"{k['success']}/{r['decided']}",
+                num(r["success_rate"]),
+                iv(r["wilson"]),
+                iv(r["clopper_pearson"]),
+                bounds(r["worst_case"]),
+                iv(r["worst_case_ci"]),
+                pct(r["discard_rate"]),
+                pct(r["abstain_rate"]),
+                str(k["error"]),
+            ]
+        )
         wc = r["worst_case_ci"] or (None, None)
         chart.append((p, r["success_rate"], *(r["wilson"] or (None, None)), *wc))
-    parts += [f"<{sub}>Success per policy, intervals and discard bounds</{sub}>",
-              interval_chart(chart, xlabel="success rate", title="success rate per policy",
-                             band_label=f"worst case {conf} (undecided as failure .. success)",
-                             point_label=f"rate with Wilson {conf}"),
-              _table(["rank", "policy", "succ/dec", "rate", f"Wilson {conf}", f"Clopper-Pearson {conf}",
-                      "worst case", f"worst case {conf}", "discarded", "abstained", "errors"], rows, left=(1,)),
-              "<p>Discard bounds: the worst case counts every discarded, abstained or errored episode as a failure "
-              "(lower end) and as a success (upper end).</p>"]
+    parts += [
+        f"<{sub}>Success per policy, intervals and discard bounds</{sub}>",
+        interval_chart(
+            chart,
+            xlabel="success rate",
+            title="success rate per policy",
+            band_label=f"worst case {conf} (undecided as failure .. success)",
+            point_label=f"rate with Wilson {conf}",
+        ),
+        _table(
+            [
+                "rank",
+                "policy",
+                "succ/dec",
+                "rate",
+                f"Wilson {conf}",
+                f"Clopper-Pearson {conf}",
+                "worst case",
+                f"worst case {conf}",
+                "discarded",
+                "abstained",
+                "errors",
+            ],
+            rows,
+            left=(1,),
+        ),
+        "<p>Discard bounds: the worst case counts every discarded, abstained or errored episode as a failure "
+        "(lower end) and as a success (upper end).</p>",
+    ]
 
     # pairwise differences
     parts.append(f"<{sub}>Secondary: paired differences in success (bootstrap over (task, seed))</{sub}>")
@@ -97,13 +155,33 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         # a zero-width bootstrap interval is not drawn: it is too few distinct pairs, not certainty
         ok = [d for d in a["pairwise"] if "skipped" not in d and not diff_interval(d).startswith("interval not")]
         if ok:
-            parts.append(interval_chart([(f"{d['a']} − {d['b']}", d["estimate"], d["lower"], d["upper"]) for d in ok],
-                                        lo=-1.0, hi=1.0, zero=0.0, xlabel=f"difference in success ({conf} interval)",
-                                        title="pairwise differences"))
-        parts.append(_table(["pair", "difference", f"{conf} interval", "P(a better)", "pairs"],
-                            [[f"{d['a']} − {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
-                             [f"{d['a']} − {d['b']}", f"{d['estimate']:+.3f}", diff_interval(d),
-                              num(d["prob_a_better"]), str(d["n_pairs"])] for d in a["pairwise"]]))
+            parts.append(
+                interval_chart(
+                    [(f"{d['a']} − {d['b']}", d["estimate"], d["lower"], d["upper"]) for d in ok],
+                    lo=-1.0,
+                    hi=1.0,
+                    zero=0.0,
+                    xlabel=f"difference in success ({conf} interval)",
+                    title="pairwise differences",
+                )
+            )
+        parts.append(
+            _table(
+                ["pair", "difference", f"{conf} interval", "P(a better)", "pairs"],
+                [
+                    [f"{d['a']} − {d['b']}", "n/a", "", "", d["skipped"]]
+                    if "skipped" in d
+                    else [
+                        f"{d['a']} − {d['b']}",
+                        f"{d['estimate']:+.3f}",
+                        diff_interval(d),
+                        num(d["prob_a_better"]),
+                        str(d["n_pairs"]),
+                    ]
+                    for d in a["pairwise"]
+                ],
+            )
+        )
 
     parts.append(f"<{sub}>Secondary: ranking uncertainty on success</{sub}>")
     sk = _skipped(a["bootstrap_ranking"])
@@ -111,9 +189,17 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         parts.append(sk)
     else:
         b = a["bootstrap_ranking"]
-        parts.append(_table(["policy", "mean", "mean rank", f"rank {conf}", "P(best)"],
-                            [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)] for p, m, rk, (lo, hi), pb in
-                             zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True)]))
+        parts.append(
+            _table(
+                ["policy", "mean", "mean rank", f"rank {conf}", "P(best)"],
+                [
+                    [p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
+                    for p, m, rk, (lo, hi), pb in zip(
+                        b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True
+                    )
+                ],
+            )
+        )
 
     parts.append(f"<{sub}>Secondary: split-half repeatability of the ranking on success</{sub}>")
     sk = _skipped(a["split_half"])
@@ -126,12 +212,31 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
             cd = s.get("corrected_distribution") or {}
             chart.append((f"{m} (half vs half)", s["median"], d.get("q05"), d.get("q95")))
             chart.append((f"{m}, Spearman-Brown", s["corrected_median"], cd.get("q05"), cd.get("q95")))
-            rows.append([m, num(s["median"]), spread(d), num(s["corrected_median"]), spread(cd),
-                         str(s["n_splits"]), str(s["n_undefined"]), str(s["half_size"])])
-        parts += [interval_chart(chart, lo=-1.0, hi=1.0, zero=0.0, xlabel="rank correlation: median, 5-95% of splits",
-                                 title="split-half repeatability"),
-                  _table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
-                          "units/half"], rows)]
+            rows.append(
+                [
+                    m,
+                    num(s["median"]),
+                    spread(d),
+                    num(s["corrected_median"]),
+                    spread(cd),
+                    str(s["n_splits"]),
+                    str(s["n_undefined"]),
+                    str(s["half_size"]),
+                ]
+            )
+        parts += [
+            interval_chart(
+                chart,
+                lo=-1.0,
+                hi=1.0,
+                zero=0.0,
+                xlabel="rank correlation: median, 5-95% of splits",
+                title="split-half repeatability",
+            ),
+            _table(
+                ["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined", "units/half"], rows
+            ),
+        ]
 
     parts.append(f"<{sub}>Secondary: minimum detectable difference and paired t-tests on success</{sub}>")
     sk = _skipped(a["detectable"])
@@ -140,18 +245,39 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
     else:
         d = a["detectable"]
         n_pairs = len(d["pairs"])
-        parts.append(f"<p>Paired MDD (median over pairs): <b>{_h(num(d['paired_mdd_median']))}</b>; unpaired MDD at "
-                     f"the pooled rate {_h(num(d['pooled_rate']))} with {_h(d['n_seeds'])} units: "
-                     f"{_h(num(d['unpaired_mdd']))}. Separable pairs (paired t, Holm): "
-                     f"{round(d['fraction_separable'] * n_pairs)}/{n_pairs}.</p>")
+        parts.append(
+            f"<p>Paired MDD (median over pairs): <b>{_h(num(d['paired_mdd_median']))}</b>; unpaired MDD at "
+            f"the pooled rate {_h(num(d['pooled_rate']))} with {_h(d['n_seeds'])} units: "
+            f"{_h(num(d['unpaired_mdd']))}. Separable pairs (paired t, Holm): "
+            f"{round(d['fraction_separable'] * n_pairs)}/{n_pairs}.</p>"
+        )
         if d.get("resampled"):
             ks = list(d["resampled"])
-            parts.append(line_chart([float(k) for k in ks], {"MDD": [d["resampled"][k] for k in ks]},
-                                    xlabel="units (task, seed) subsampled", ylabel="minimum detectable difference",
-                                    height=200, title="MDD by number of units"))
-        parts.append(_table(["pair", "difference", "p", "MDD", "separated"],
-                            [[f"{t['a']} vs {t['b']}", f"{t['mean_diff']:+.3f}", num(t["p_value"], 4), num(t["mdd"]),
-                              "yes" if t["separated"] else "no"] for t in d["pairs"]]))
+            parts.append(
+                line_chart(
+                    [float(k) for k in ks],
+                    {"MDD": [d["resampled"][k] for k in ks]},
+                    xlabel="units (task, seed) subsampled",
+                    ylabel="minimum detectable difference",
+                    height=200,
+                    title="MDD by number of units",
+                )
+            )
+        parts.append(
+            _table(
+                ["pair", "difference", "p", "MDD", "separated"],
+                [
+                    [
+                        f"{t['a']} vs {t['b']}",
+                        f"{t['mean_diff']:+.3f}",
+                        num(t["p_value"], 4),
+                        num(t["mdd"]),
+                        "yes" if t["separated"] else "no",
+                    ]
+                    for t in d["pairs"]
+                ],
+            )
+        )
 
     parts.append(f"<{sub}>Horizon sensitivity</{sub}>")
     h = a["horizon"]
@@ -160,15 +286,36 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         parts.append(sk)
     else:
         pols = h["policies"]
-        parts.append(line_chart(h["horizons"], {p: h["scores"][p] for p in pols}, xlabel="horizon (steps)",
-                                ylabel="ground-truth success", ylim=(0.0, 1.0), title="success by horizon"))
-        parts.append(line_chart(h["horizons"], {f"{h['metric']} vs longest horizon": [g["value"] for g in h["agreements"]],
-                                                "random floor": [g["random_floor"] for g in h["agreements"]]},
-                                xlabel="horizon (steps)", ylabel=h["metric"], ylim=(-1.0, 1.0), hline=h["threshold"],
-                                height=200, title="ranking agreement by horizon"))
-        parts.append(f"<p>Reference: {_h(h['reference_source'])}; threshold {_h(h['metric'])} ≥ {h['threshold']:g}; "
-                     f"ranking breaks at horizon {_h(h['break_horizon'] if h['break_horizon'] is not None else 'never')}; "
-                     f"shortest safe horizon {_h(h['shortest_safe_horizon'])}.</p>")
+        parts.append(
+            line_chart(
+                h["horizons"],
+                {p: h["scores"][p] for p in pols},
+                xlabel="horizon (steps)",
+                ylabel="ground-truth success",
+                ylim=(0.0, 1.0),
+                title="success by horizon",
+            )
+        )
+        parts.append(
+            line_chart(
+                h["horizons"],
+                {
+                    f"{h['metric']} vs longest horizon": [g["value"] for g in h["agreements"]],
+                    "random floor": [g["random_floor"] for g in h["agreements"]],
+                },
+                xlabel="horizon (steps)",
+                ylabel=h["metric"],
+                ylim=(-1.0, 1.0),
+                hline=h["threshold"],
+                height=200,
+                title="ranking agreement by horizon",
+            )
+        )
+        parts.append(
+            f"<p>Reference: {_h(h['reference_source'])}; threshold {_h(h['metric'])} ≥ {h['threshold']:g}; "
+            f"ranking breaks at horizon {_h(h['break_horizon'] if h['break_horizon'] is not None else 'never')}; "
+            f"shortest safe horizon {_h(h['shortest_safe_horizon'])}.</p>"
+        )
 
     ab = a["ab"]
     parts.append(f"<{sub}>{_h(ab_title(ab)[0].upper() + ab_title(ab)[1:])}</{sub}>")
@@ -180,27 +327,45 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         # the interval is drawn only when it is the rule that decided (its own confidence sequence)
         if f.get("rule", ab.get("rule")) == "eb":
             on = "judge scores" if ab.get("value", "score") == "score" else "success"
-            parts.append(interval_chart([(f"{ab['a']} − {ab['b']}", f["mean_diff"], f["lower"], f["upper"])], lo=-1.0,
-                                        hi=1.0, zero=0.0,
-                                        xlabel=f"mean paired difference in {on}, {conf} confidence sequence",
-                                        title="A/B test"))
+            parts.append(
+                interval_chart(
+                    [(f"{ab['a']} − {ab['b']}", f["mean_diff"], f["lower"], f["upper"])],
+                    lo=-1.0,
+                    hi=1.0,
+                    zero=0.0,
+                    xlabel=f"mean paired difference in {on}, {conf} confidence sequence",
+                    title="A/B test",
+                )
+            )
         parts.append("<p>" + "<br>".join(_h(line) for line in ab_lines(ab, conf)) + "</p>")
 
     if "agreement" in a:
         from kosmos_env.stats.agreement import METRICS
 
         ag = a["agreement"]
-        parts += [f"<{sub}>Agreement with the reference {_h(ag['reference'])}</{sub}>",
-                  _table(["task", "n"] + list(METRICS),
-                         [[r["label"], str(r["n"])] + [f"{num(r['metrics'][m]['value'])} "
-                                                       f"(floor {num(r['metrics'][m]['random_floor'])})"
-                                                       for m in METRICS] for r in ag["rows"]]),
-                  "<p>Each value with its random floor; MMRV: lower is better.</p>"]
+        parts += [
+            f"<{sub}>Agreement with the reference {_h(ag['reference'])}</{sub}>",
+            _table(
+                ["task", "n"] + list(METRICS),
+                [
+                    [r["label"], str(r["n"])]
+                    + [
+                        f"{num(r['metrics'][m]['value'])} (floor {num(r['metrics'][m]['random_floor'])})"
+                        for m in METRICS
+                    ]
+                    for r in ag["rows"]
+                ],
+            ),
+            "<p>Each value with its random floor; MMRV: lower is better.</p>",
+        ]
     if "cost" in a:
         parts.append(f"<{sub}>Time and cost per stage: the judge's share of the bill</{sub}>")
         parts.append("<ul>" + "".join(f"<li>{_h(line)}</li>" for line in cost_lines(a["cost"])) + "</ul>")
     if a.get("notes"):
-        parts.append('<div class="notes"><strong>Analysis notes</strong><ul>'
-                     + "".join(f"<li>{_h(n)}</li>" for n in a["notes"]) + "</ul></div>")
+        parts.append(
+            '<div class="notes"><strong>Analysis notes</strong><ul>'
+            + "".join(f"<li>{_h(n)}</li>" for n in a["notes"])
+            + "</ul></div>"
+        )
     parts.append("</section>")
     return "\n".join(parts)

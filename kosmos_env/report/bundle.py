@@ -7,6 +7,7 @@ directory (a relative path without ``..``; symlinks are resolved and must not le
 either). Every problem raises a ValueError (FileNotFoundError for a missing file) that names
 the file, the row and the field.
 """
+
 from __future__ import annotations
 
 import json
@@ -101,8 +102,12 @@ def _check_row(root: Path, path: Path, i: int, row: Any) -> dict:
         raise ValueError(f"{where}: outcome {out!r} needs success={expected}, got {succ!r}")
     score = row.get("score")
     if score is not None:
-        if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score) \
-                or not 0.0 <= score <= 1.0:
+        if (
+            isinstance(score, bool)
+            or not isinstance(score, (int, float))
+            or not math.isfinite(score)
+            or not 0.0 <= score <= 1.0
+        ):
             raise ValueError(f"{where}: 'score' must be null or a number in [0, 1], got {score!r}")
     if out in ("success", "failure") and score is None:
         raise ValueError(f"{where}: a decided episode ({out}) needs a score, got null")
@@ -139,11 +144,15 @@ def load_bundle(directory: str | Path) -> Bundle:
     if not root.exists():
         raise FileNotFoundError(f"campaign directory not found: {root}")
     if not root.is_dir():
-        raise ValueError(f"{root} is not a directory; give the campaign output directory (the --out of kosmos-env eval)")
+        raise ValueError(
+            f"{root} is not a directory; give the campaign output directory (the --out of kosmos-env eval)"
+        )
     path = root / "results.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {root} does not look like a campaign directory "
-                                f"(kosmos-env eval writes results.json there)")
+        raise FileNotFoundError(
+            f"{path} not found: {root} does not look like a campaign directory "
+            f"(kosmos-env eval writes results.json there)"
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
@@ -162,8 +171,10 @@ def bundle_from_data(root: Path, path: Path, data: Any) -> Bundle:
     if data.get("schema") != RESULTS_SCHEMA:
         raise ValueError(f"{path}: 'schema' is {data.get('schema')!r}, expected {RESULTS_SCHEMA!r}")
     if data.get("schema_version") not in SUPPORTED_SCHEMA_VERSIONS:
-        raise ValueError(f"{path}: schema_version {data.get('schema_version')!r} is not supported "
-                         f"(this kosmos-env reads {list(SUPPORTED_SCHEMA_VERSIONS)})")
+        raise ValueError(
+            f"{path}: schema_version {data.get('schema_version')!r} is not supported "
+            f"(this kosmos-env reads {list(SUPPORTED_SCHEMA_VERSIONS)})"
+        )
     campaign = data.get("campaign")
     if campaign is not None and not isinstance(campaign, dict):
         raise ValueError(f"{path}: 'campaign' must be an object")
@@ -177,8 +188,10 @@ def bundle_from_data(root: Path, path: Path, data: Any) -> Bundle:
     for i, r in enumerate(rows):
         key = (r["policy"], r["task"], r["seed"], r["repeat"])
         if key in seen:
-            raise ValueError(f"{path}: per_episode[{i}] repeats the episode (policy, task, seed, repeat)={key} "
-                             f"of per_episode[{seen[key]}]")
+            raise ValueError(
+                f"{path}: per_episode[{i}] repeats the episode (policy, task, seed, repeat)={key} "
+                f"of per_episode[{seen[key]}]"
+            )
         seen[key] = i
     campaign = campaign or {}
     declared_pols = [p.get("label") for p in campaign.get("policies") or [] if isinstance(p, dict)]
@@ -193,10 +206,15 @@ def bundle_from_data(root: Path, path: Path, data: Any) -> Bundle:
         planned = campaign.get("planned")
         queue = campaign.get("queue") if isinstance(campaign.get("queue"), dict) else {}
         # queue depth per stage when the bundle was written
-        depth = [f"{k.replace('_', ' ')} {queue[k]}" for k in ("pending", "rolling_out", "rolled_out", "judging")
-                 if queue.get(k)]
-        notes.append(f"the campaign is incomplete: {len(rows)} finished episodes"
-                     + (f" of {planned} planned" if isinstance(planned, int) else "")
-                     + (f" ({', '.join(depth)})" if depth else "")
-                     + "; rerun kosmos-env eval with the same arguments to resume it")
+        depth = [
+            f"{k.replace('_', ' ')} {queue[k]}"
+            for k in ("pending", "rolling_out", "rolled_out", "judging")
+            if queue.get(k)
+        ]
+        notes.append(
+            f"the campaign is incomplete: {len(rows)} finished episodes"
+            + (f" of {planned} planned" if isinstance(planned, int) else "")
+            + (f" ({', '.join(depth)})" if depth else "")
+            + "; rerun kosmos-env eval with the same arguments to resume it"
+        )
     return Bundle(root=root, results_path=path, data=data, rows=rows, policies=policies, tasks=tasks, notes=notes)

@@ -15,6 +15,7 @@ loads are replaced by this judge's (each ``kosmos-env judge`` run that judged re
 gate discards and errors stay as they are (no judge saw them); a judged episode the chosen judge
 has not judged yet (re-judging still running) is left out, with a note saying how many.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,8 +35,12 @@ def campaign_judge(bundle: Bundle) -> dict[str, Any]:
     """Name, identity and spec of the judge that judged the campaign while it ran."""
     spec = bundle.campaign.get("judge")
     spec = dict(spec) if isinstance(spec, dict) else {"type": str(spec)}
-    return {"label": table.judge_label(spec), "id": table.judge_identity(spec), "spec": spec,
-            "source": table.CAMPAIGN_JUDGE}
+    return {
+        "label": table.judge_label(spec),
+        "id": table.judge_identity(spec),
+        "spec": spec,
+        "source": table.CAMPAIGN_JUDGE,
+    }
 
 
 def judge_name(info: dict[str, Any]) -> str:
@@ -70,7 +75,9 @@ def stored_judges(bundle: Bundle) -> list[dict[str, Any]]:
 def _unknown(bundle: Bundle, name: str, others: list[dict[str, Any]], why: str) -> ValueError:
     own = campaign_judge(bundle)
     listed = [f"{table.CAMPAIGN_JUDGE} = {judge_name(own)} (the campaign's own)"]
-    listed += [f"{j['label']} [{j['judge_id']}] ({j['episodes']} episodes)" for j in others if j["judge_id"] != own["id"]]
+    listed += [
+        f"{j['label']} [{j['judge_id']}] ({j['episodes']} episodes)" for j in others if j["judge_id"] != own["id"]
+    ]
     return ValueError(f"--judge {name!r} {why}; stored judges: {'; '.join(listed)}")
 
 
@@ -87,8 +94,7 @@ def select_judge(bundle: Bundle, name: str | None) -> tuple[Bundle, dict[str, An
     # the campaign's own judge first; a stored judge with its identity is the same judge (same verdict source)
     candidates = [{"judge_id": own["id"], "label": own["label"], "own": True}]
     candidates += [j for j in stored if j["judge_id"] != own["id"]]
-    matches = ([j for j in candidates if j["judge_id"].startswith(name)]
-               or [j for j in candidates if j["label"] == name])
+    matches = [j for j in candidates if j["judge_id"].startswith(name)] or [j for j in candidates if j["label"] == name]
     if not matches:
         raise _unknown(bundle, name, stored, "names no judge of this campaign")
     if len(matches) > 1:
@@ -100,8 +106,10 @@ def select_judge(bundle: Bundle, name: str | None) -> tuple[Bundle, dict[str, An
 
     ledger = ReadOnlyLedger(bundle.root / LEDGER_NAME)
     try:
-        cur = ledger.conn.execute(f"SELECT episode_id, outcome, success, score, judgment, seconds FROM {table.TABLE} "
-                                  "WHERE judge_id = ?", (chosen["judge_id"],))
+        cur = ledger.conn.execute(
+            f"SELECT episode_id, outcome, success, score, judgment, seconds FROM {table.TABLE} WHERE judge_id = ?",
+            (chosen["judge_id"],),
+        )
         verdicts = {r[0]: r for r in cur}
         loads = table.load_seconds(ledger, chosen["judge_id"])
     finally:
@@ -126,19 +134,39 @@ def select_judge(bundle: Bundle, name: str | None) -> tuple[Bundle, dict[str, An
             if loads:  # this judge's own builds (kosmos-env judge runs), filed with its first verdict
                 timings["load_judge"] = sum(loads)
                 loads = []
-        rows.append({**row, "outcome": outcome, "success": None if success is None else bool(success),
-                     "score": None if score is None else min(1.0, max(0.0, float(score))),
-                     "judge": chosen["label"], "judgment": json.loads(judgment), "timings": timings})
+        rows.append(
+            {
+                **row,
+                "outcome": outcome,
+                "success": None if success is None else bool(success),
+                "score": None if score is None else min(1.0, max(0.0, float(score))),
+                "judge": chosen["label"],
+                "judgment": json.loads(judgment),
+                "timings": timings,
+            }
+        )
     if not any(r["outcome"] in JUDGED for r in rows):
-        raise ValueError(f"judge {chosen['label']} [{chosen['judge_id']}] has judged none of this campaign's judged "
-                         f"episodes yet: run kosmos-env judge {bundle.root} --judge SPEC first")
+        raise ValueError(
+            f"judge {chosen['label']} [{chosen['judge_id']}] has judged none of this campaign's judged "
+            f"episodes yet: run kosmos-env judge {bundle.root} --judge SPEC first"
+        )
     notes = list(bundle.notes)
     if missing:
-        notes.append(f"judge {chosen['label']} [{chosen['judge_id']}] has not judged {missing} of the campaign's "
-                     f"{sum(r['outcome'] in JUDGED for r in bundle.rows)} judged episodes yet; they are left out "
-                     f"(finish with kosmos-env judge {bundle.root} --judge SPEC)")
-    notes.append(f"success numbers come from judge {chosen['label']} [{chosen['judge_id']}], which re-judged the "
-                 f"stored rollouts; the campaign's own judge is {judge_name(own)}")
-    info = {"label": chosen["label"], "id": chosen["judge_id"], "spec": chosen["spec"], "source": "judgments",
-            "episodes": len(verdicts), "not_yet_judged": missing}
+        notes.append(
+            f"judge {chosen['label']} [{chosen['judge_id']}] has not judged {missing} of the campaign's "
+            f"{sum(r['outcome'] in JUDGED for r in bundle.rows)} judged episodes yet; they are left out "
+            f"(finish with kosmos-env judge {bundle.root} --judge SPEC)"
+        )
+    notes.append(
+        f"success numbers come from judge {chosen['label']} [{chosen['judge_id']}], which re-judged the "
+        f"stored rollouts; the campaign's own judge is {judge_name(own)}"
+    )
+    info = {
+        "label": chosen["label"],
+        "id": chosen["judge_id"],
+        "spec": chosen["spec"],
+        "source": "judgments",
+        "episodes": len(verdicts),
+        "not_yet_judged": missing,
+    }
     return dataclasses.replace(bundle, rows=rows, notes=notes), info

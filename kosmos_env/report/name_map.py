@@ -6,6 +6,7 @@ no ``;`` is given and no label contains a comma); each splits at its first ``=``
 ``scripted:skill=0.3`` are kept whole. With a map, every CSV name must end on a campaign label,
 mapped or as it stands; any that does not is one error naming them all.
 """
+
 from __future__ import annotations
 
 from typing import Iterable
@@ -29,8 +30,9 @@ def parse_name_map(text: str) -> dict[str, str]:
     return out
 
 
-def apply_name_map(ref_rows: list[dict], mapping: dict[str, str], policies: Iterable[str],
-                   tasks: Iterable[str]) -> list[dict]:
+def apply_name_map(
+    ref_rows: list[dict], mapping: dict[str, str], policies: Iterable[str], tasks: Iterable[str]
+) -> list[dict]:
     """``ref_rows`` ({task, policy, reference}) with names mapped; every name must reach the campaign."""
     pols, tsks = set(policies), set(tasks)
     bad_targets = sorted(v for v in set(mapping.values()) if v not in pols | tsks)

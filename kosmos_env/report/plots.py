@@ -9,15 +9,27 @@
 matplotlib is imported inside each function (it is an optional dependency, the ``results``
 extra) and a fresh Figure is built without pyplot, so nothing global changes.
 """
+
 from __future__ import annotations
 
 import io
 from typing import Mapping, Sequence
 
-OUTCOME_COLOURS = {"success": "#2e9e4f", "failure": "#d1495b", "discarded": "#8d99ae", "abstained": "#edae49",
-                   "error": "#3d3d3d"}
-STAGE_COLOURS = {"policy": "#4c72b0", "world": "#55a868", "gate": "#8172b2", "judge": "#c44e52", "io": "#ccb974",
-                 "overhead": "#bbbbbb"}
+OUTCOME_COLOURS = {
+    "success": "#2e9e4f",
+    "failure": "#d1495b",
+    "discarded": "#8d99ae",
+    "abstained": "#edae49",
+    "error": "#3d3d3d",
+}
+STAGE_COLOURS = {
+    "policy": "#4c72b0",
+    "world": "#55a868",
+    "gate": "#8172b2",
+    "judge": "#c44e52",
+    "io": "#ccb974",
+    "overhead": "#bbbbbb",
+}
 DPI = 100
 #: PNGs are saved at SCALE × DPI and shown at 1/SCALE size, so they stay sharp on high-density screens
 SCALE = 1.5
@@ -53,12 +65,28 @@ def ranking_plot(order: Sequence[str], rates: Mapping, conf: str = "95%") -> byt
         r = rates[p]
         s = r.summary
         if s.worst_case:
-            ax.barh(y, s.worst_case[1] - s.worst_case[0], left=s.worst_case[0], height=0.8, color="#dddddd",
-                    zorder=1, label="worst case (undecided as failure .. success)" if y == ys[0] else None)
+            ax.barh(
+                y,
+                s.worst_case[1] - s.worst_case[0],
+                left=s.worst_case[0],
+                height=0.8,
+                color="#dddddd",
+                zorder=1,
+                label="worst case (undecided as failure .. success)" if y == ys[0] else None,
+            )
         if r.rate is not None:
             ax.barh(y, r.rate, height=0.5, color="#4c72b0", zorder=2, label="success rate" if y == ys[0] else None)
-            ax.errorbar(r.rate, y, xerr=[[max(0.0, r.rate - r.wilson[0])], [max(0.0, r.wilson[1] - r.rate)]], fmt="none", ecolor="black",
-                        capsize=4, lw=1.2, zorder=3, label=f"Wilson {conf}" if y == ys[0] else None)
+            ax.errorbar(
+                r.rate,
+                y,
+                xerr=[[max(0.0, r.rate - r.wilson[0])], [max(0.0, r.wilson[1] - r.rate)]],
+                fmt="none",
+                ecolor="black",
+                capsize=4,
+                lw=1.2,
+                zorder=3,
+                label=f"Wilson {conf}" if y == ys[0] else None,
+            )
             text = f"{r.rate:.2f} [{r.wilson[0]:.2f}, {r.wilson[1]:.2f}]  n={r.decided}"
         else:
             text = "no decided episode"
@@ -96,7 +124,12 @@ def task_heatmap(order: Sequence[str], tasks: Sequence[str], cells: Mapping) -> 
             else:
                 txt, dark = f"{c.rate:.2f}\n[{c.wilson[0]:.2f}, {c.wilson[1]:.2f}]", c.rate > 0.6
             ax.text(j, i, txt, ha="center", va="center", fontsize=8, color="black" if dark else "white")
-    ax.set_xticks(range(len(tasks)), [_short(t, 22) for t in tasks], rotation=20 if len(tasks) > 3 else 0, ha="right" if len(tasks) > 3 else "center")
+    ax.set_xticks(
+        range(len(tasks)),
+        [_short(t, 22) for t in tasks],
+        rotation=20 if len(tasks) > 3 else 0,
+        ha="right" if len(tasks) > 3 else "center",
+    )
     ax.set_yticks(range(len(order)), [_short(p) for p in order])
     fig.colorbar(im, ax=ax, label="success rate", fraction=0.05)
     return _png(fig)
@@ -116,7 +149,14 @@ def outcome_plot(order: Sequence[str], rates: Mapping) -> bytes:
         for o in OUTCOMES:
             w = counts[o] / n
             if w:
-                ax.barh(y, w, left=left, color=OUTCOME_COLOURS[o], height=0.6, label=o if o not in ax.get_legend_handles_labels()[1] else None)
+                ax.barh(
+                    y,
+                    w,
+                    left=left,
+                    color=OUTCOME_COLOURS[o],
+                    height=0.6,
+                    label=o if o not in ax.get_legend_handles_labels()[1] else None,
+                )
                 if w >= 0.06:
                     ax.text(left + w / 2, y, f"{counts[o]}", ha="center", va="center", fontsize=8, color="white")
             left += w
@@ -143,8 +183,14 @@ def time_plot(cost: Mapping, order: Sequence[str]) -> bytes:
         for s in stages:
             w = row.get(s, 0.0)
             if w > 0:
-                ax.barh(y, w, left=left, color=STAGE_COLOURS[s], height=0.6,
-                        label=s if s not in ax.get_legend_handles_labels()[1] else None)
+                ax.barh(
+                    y,
+                    w,
+                    left=left,
+                    color=STAGE_COLOURS[s],
+                    height=0.6,
+                    label=s if s not in ax.get_legend_handles_labels()[1] else None,
+                )
             left += w
         ax.text(left, y, f"  {row['total']:.3g} s", va="center", fontsize=8)
     ax.set_yticks(ys, [_short(p) for p in labels])

@@ -8,6 +8,7 @@ stored ``actions`` artifacts, so "the world adds information" has the same meani
 study: the interval of the difference to that baseline lies above 0. A null world needs the
 policies rerun and is only in ``kosmos-env study``.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -77,8 +78,9 @@ def reference_uncertainty(bundle, ref_rows: list[dict], *, alpha: float, n_boot:
     if why is not None:
         mats.pop(ACTION_ONLY)
     truth = np.array([[ref_value[c]] * len(units) for c in cells], dtype=float)
-    res = agreement_uncertainty(mats, truth, baselines=[ACTION_ONLY] if ACTION_ONLY in mats else [], alpha=alpha,
-                                n_boot=n_boot, seed=seed)
+    res = agreement_uncertainty(
+        mats, truth, baselines=[ACTION_ONLY] if ACTION_ONLY in mats else [], alpha=alpha, n_boot=n_boot, seed=seed
+    )
     res["cells"] = [list(c) for c in cells]
     res["action_only"] = "available" if why is None else f"not available: {why}"
     res["null_world"] = "not available from a bundle (the policies must be rerun): see kosmos-env study"

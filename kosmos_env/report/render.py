@@ -10,6 +10,7 @@ The report names the judge of its success numbers (label and identity); ``judge=
 another judge stored with the campaign (:mod:`kosmos_env.report.judge_view`), whose report is
 written to DIR/judges/<judge id>/ so the campaign's own report is never overwritten.
 """
+
 from __future__ import annotations
 
 import base64
@@ -19,8 +20,15 @@ from pathlib import Path
 
 from kosmos_env.report.analysis_html import CSS as ANALYSIS_CSS
 from kosmos_env.report.bundle import OUTCOMES, Bundle, load_bundle
-from kosmos_env.report.summary import (TIME_STAGES, PolicyRate, aggregated_mismatches, cost_breakdown, per_policy,
-                                       per_policy_task, ranking)
+from kosmos_env.report.summary import (
+    TIME_STAGES,
+    PolicyRate,
+    aggregated_mismatches,
+    cost_breakdown,
+    per_policy,
+    per_policy_task,
+    ranking,
+)
 from kosmos_env.report.text import iv, judge_line, num, pct
 
 ASSETS = "report_assets"
@@ -111,15 +119,36 @@ def collect(bundle: Bundle, *, thumbnails: bool = True, analysis: bool = True, j
 
 
 def _ranking_rows(d: ReportData) -> tuple[list[str], list[list[str]]]:
-    head = ["rank", "policy", "success rate", "Wilson 95%", "successes / decided", "worst case 95%",
-            "discarded", "abstained", "errors", "episodes"]
+    head = [
+        "rank",
+        "policy",
+        "success rate",
+        "Wilson 95%",
+        "successes / decided",
+        "worst case 95%",
+        "discarded",
+        "abstained",
+        "errors",
+        "episodes",
+    ]
     rows = []
     for i, p in enumerate(d.order):
         r = d.rates[p]
         s = r.summary
-        rows.append([str(i + 1), p, num(r.rate), iv(r.wilson) if r.rate is not None else "n/a",
-                     f"{r.counts['success']} / {r.decided}", iv(s.worst_case_ci), pct(s.discard_rate),
-                     pct(s.abstain_rate), str(r.counts["error"]), str(r.n)])
+        rows.append(
+            [
+                str(i + 1),
+                p,
+                num(r.rate),
+                iv(r.wilson) if r.rate is not None else "n/a",
+                f"{r.counts['success']} / {r.decided}",
+                iv(s.worst_case_ci),
+                pct(s.discard_rate),
+                pct(s.abstain_rate),
+                str(r.counts["error"]),
+                str(r.n),
+            ]
+        )
     return head, rows
 
 
@@ -130,16 +159,25 @@ def _task_rows(d: ReportData) -> tuple[list[str], list[list[str]]]:
         row = [p]
         for t in d.bundle.tasks:
             c = d.cells[p].get(t)
-            row.append("-" if c is None else (f"n/a (0 of {c.n} decided)" if c.rate is None else
-                                              f"{c.rate:.2f} {iv(c.wilson, 2)} n={c.decided}"))
+            row.append(
+                "-"
+                if c is None
+                else (
+                    f"n/a (0 of {c.n} decided)" if c.rate is None else f"{c.rate:.2f} {iv(c.wilson, 2)} n={c.decided}"
+                )
+            )
         rows.append(row)
     return head, rows
 
 
 def _outcome_rows(d: ReportData) -> tuple[list[str], list[list[str]]]:
     head = ["policy"] + list(OUTCOMES) + ["discard rate", "abstain rate"]
-    rows = [[p] + [str(d.rates[p].counts[o]) for o in OUTCOMES] +
-            [pct(d.rates[p].summary.discard_rate), pct(d.rates[p].summary.abstain_rate)] for p in d.order]
+    rows = [
+        [p]
+        + [str(d.rates[p].counts[o]) for o in OUTCOMES]
+        + [pct(d.rates[p].summary.discard_rate), pct(d.rates[p].summary.abstain_rate)]
+        for p in d.order
+    ]
     return head, rows
 
 
@@ -157,8 +195,11 @@ def _time_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
         row = [s, money_text(sec[s]), pct(sec[s] / total if total > 0 else None)]
         if money:
             m = money["per_rollout"] if s == "total" else money["per_rollout_by_stage"][s]
-            row += ["" if s == "total" else str(money["devices"][s] or "-"), money_text(1000 * m),
-                    pct(m / money["per_rollout"] if money["per_rollout"] > 0 else None)]
+            row += [
+                "" if s == "total" else str(money["devices"][s] or "-"),
+                money_text(1000 * m),
+                pct(m / money["per_rollout"] if money["per_rollout"] > 0 else None),
+            ]
         rows.append(row)
     return head, rows
 
@@ -203,13 +244,18 @@ def _money_rows(d: ReportData) -> tuple[list[str], list[list[str]]] | None:
     cur = m["currency"]
     head = ["", cur]
     rows = [[f"price per hour: {k}", money_text(v)] for k, v in m["price_per_hour"].items()]
-    rows += [["per rollout", money_text(m["per_rollout"])], ["per 1000 rollouts", money_text(m["per_1000_rollouts"])],
-             [f"this campaign ({d.cost['n_timed']} timed rollouts, warm)", money_text(m["campaign_total"])],
-             ["judge's share of the money (warm inference)", pct(m["judge_share"])]]
+    rows += [
+        ["per rollout", money_text(m["per_rollout"])],
+        ["per 1000 rollouts", money_text(m["per_1000_rollouts"])],
+        [f"this campaign ({d.cost['n_timed']} timed rollouts, warm)", money_text(m["campaign_total"])],
+        ["judge's share of the money (warm inference)", pct(m["judge_share"])],
+    ]
     if m.get("load_total"):
-        rows += [["model loads (all workers)", money_text(m["load_total"])],
-                 ["this campaign with model loads", money_text(m["campaign_total_with_loads"])],
-                 ["judge's share of the money with model loads", pct(m["judge_share_with_loads"])]]
+        rows += [
+            ["model loads (all workers)", money_text(m["load_total"])],
+            ["this campaign with model loads", money_text(m["campaign_total_with_loads"])],
+            ["judge's share of the money with model loads", pct(m["judge_share_with_loads"])],
+        ]
     return head, rows
 
 
@@ -224,12 +270,17 @@ def _meta_rows(d: ReportData) -> list[tuple[str, str]]:
         judge_txt = str(judge)
     seeds = sorted({r["seed"] for r in d.bundle.rows})
     return [
-        ("campaign", str(c.get("id"))), ("env", str(c.get("env_id"))), ("spec hash", str(c.get("spec_hash"))),
-        ("created", str(c.get("created"))), ("judge", judge_line(d.judge) if d.judge else "-"),
+        ("campaign", str(c.get("id"))),
+        ("env", str(c.get("env_id"))),
+        ("spec hash", str(c.get("spec_hash"))),
+        ("created", str(c.get("created"))),
+        ("judge", judge_line(d.judge) if d.judge else "-"),
         ("judge settings", judge_txt),
-        ("policies", ", ".join(d.bundle.policies)), ("tasks", ", ".join(d.bundle.tasks)),
+        ("policies", ", ".join(d.bundle.policies)),
+        ("tasks", ", ".join(d.bundle.tasks)),
         ("seeds", f"{len(seeds)} ({seeds[0]} .. {seeds[-1]})"),
-        ("repeats", str(max(r["repeat"] for r in d.bundle.rows) + 1)), ("episodes", str(len(d.bundle.rows))),
+        ("repeats", str(max(r["repeat"] for r in d.bundle.rows) + 1)),
+        ("episodes", str(len(d.bundle.rows))),
         ("kosmos-env", str(d.bundle.data.get("package_version"))),
     ]
 
@@ -238,13 +289,17 @@ def _time_summary(d: ReportData) -> str:
     c = d.cost
     if not c["seconds_per_rollout"]:
         return "No episode recorded timings."
-    text = (f"{c['n_timed']} timed rollouts, {num(c['seconds_per_rollout']['total'], 3)} s of warm inference each on "
-            f"average ({num(c['rollouts_per_hour'], 1)} rollouts per hour of serial compute); the judge takes "
-            f"{pct(c['judge_share'])} of the time")
+    text = (
+        f"{c['n_timed']} timed rollouts, {num(c['seconds_per_rollout']['total'], 3)} s of warm inference each on "
+        f"average ({num(c['rollouts_per_hour'], 1)} rollouts per hour of serial compute); the judge takes "
+        f"{pct(c['judge_share'])} of the time"
+    )
     if any((c.get("load_seconds") or {}).values()):
-        text += (f" ({pct(c['judge_share_with_loads'])} counting model loads, which took "
-                 f"{money_text(sum(c['load_seconds'].values()))} s over all workers and are kept out of the "
-                 "per-rollout seconds)")
+        text += (
+            f" ({pct(c['judge_share_with_loads'])} counting model loads, which took "
+            f"{money_text(sum(c['load_seconds'].values()))} s over all workers and are kept out of the "
+            "per-rollout seconds)"
+        )
     m = c.get("money")
     if m:
         text += f"; its share of the bill is {pct(m['judge_share'])}"
@@ -262,8 +317,12 @@ def _h(x) -> str:
 
 def _html_table(head, rows, left=(0,)) -> str:
     th = "".join(f'<th class="l">{_h(h)}</th>' if i in left else f"<th>{_h(h)}</th>" for i, h in enumerate(head))
-    body = "".join("<tr>" + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>"
-                                    for i, c in enumerate(r)) + "</tr>" for r in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>" for i, c in enumerate(r))
+        + "</tr>"
+        for r in rows
+    )
     return f'<div class="tw"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
@@ -276,16 +335,20 @@ def _img(d: ReportData, key: str) -> str:
 
     title, png = d.figures[key]
     w, h = png_size(png)
-    return (f'<img class="plot" alt="{_h(title)}" width="{round(w / SCALE)}" height="{round(h / SCALE)}" '
-            f'src="{_data_uri("image/png", png)}">')
+    return (
+        f'<img class="plot" alt="{_h(title)}" width="{round(w / SCALE)}" height="{round(h / SCALE)}" '
+        f'src="{_data_uri("image/png", png)}">'
+    )
 
 
 def render_html(d: ReportData) -> str:
     c = d.bundle.campaign
     parts = [
-        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>Kosmos-Env report: {_h(c.get('id'))}</title>", f"<style>{CSS}{ANALYSIS_CSS}</style></head><body><main>",
+        f"<title>Kosmos-Env report: {_h(c.get('id'))}</title>",
+        f"<style>{CSS}{ANALYSIS_CSS}</style></head><body><main>",
         f"<h1>Campaign report: {_h(c.get('id'))}</h1>",
         f'<p class="sub">{_h(c.get("env_id"))} &middot; spec <code>{_h(str(c.get("spec_hash"))[:12])}</code> &middot; '
         f"{len(d.bundle.rows)} episodes &middot; {len(d.bundle.policies)} policies &times; {len(d.bundle.tasks)} tasks</p>",
@@ -295,22 +358,36 @@ def render_html(d: ReportData) -> str:
         from kosmos_env.report.analysis_html import verdict_html
 
         parts.append(verdict_html(d.verdict))
-    parts.append('<table class="meta"><tbody>' + "".join(f"<tr><td>{_h(k)}</td><td>{_h(v)}</td></tr>"
-                                                          for k, v in _meta_rows(d)) + "</tbody></table>")
+    parts.append(
+        '<table class="meta"><tbody>'
+        + "".join(f"<tr><td>{_h(k)}</td><td>{_h(v)}</td></tr>" for k, v in _meta_rows(d))
+        + "</tbody></table>"
+    )
     if d.notes:
-        parts.append('<div class="notes"><strong>Notes</strong><ul>' + "".join(f"<li>{_h(n)}</li>" for n in d.notes)
-                     + "</ul></div>")
-    parts += ["<h2>Ranking</h2>", f"<p><b>{_h(judge_line(d.judge))}</b></p>",
-              "<p>Success rate = successes / decided episodes (discarded, abstained and errored episodes are "
-              "undecided). The worst-case interval counts every undecided episode as a failure (lower end) "
-              "and as a success (upper end), widened by sampling error.</p>",
-              _img(d, "ranking"), _html_table(*_ranking_rows(d), left=(1,)),
-              "<h2>Success per policy &times; task</h2>", _img(d, "tasks"), _html_table(*_task_rows(d)),
-              "<h2>Discards and abstentions</h2>",
-              "<p>A discarded episode is one the consistency gate stopped because the world model broke; an "
-              "abstention is one the judge would not decide. Neither is a policy failure.</p>",
-              _img(d, "outcomes"), _html_table(*_outcome_rows(d)),
-              "<h2>Time and cost</h2>", f"<p>{_h(_time_summary(d))}</p>"]
+        parts.append(
+            '<div class="notes"><strong>Notes</strong><ul>'
+            + "".join(f"<li>{_h(n)}</li>" for n in d.notes)
+            + "</ul></div>"
+        )
+    parts += [
+        "<h2>Ranking</h2>",
+        f"<p><b>{_h(judge_line(d.judge))}</b></p>",
+        "<p>Success rate = successes / decided episodes (discarded, abstained and errored episodes are "
+        "undecided). The worst-case interval counts every undecided episode as a failure (lower end) "
+        "and as a success (upper end), widened by sampling error.</p>",
+        _img(d, "ranking"),
+        _html_table(*_ranking_rows(d), left=(1,)),
+        "<h2>Success per policy &times; task</h2>",
+        _img(d, "tasks"),
+        _html_table(*_task_rows(d)),
+        "<h2>Discards and abstentions</h2>",
+        "<p>A discarded episode is one the consistency gate stopped because the world model broke; an "
+        "abstention is one the judge would not decide. Neither is a policy failure.</p>",
+        _img(d, "outcomes"),
+        _html_table(*_outcome_rows(d)),
+        "<h2>Time and cost</h2>",
+        f"<p>{_h(_time_summary(d))}</p>",
+    ]
     if "time" in d.figures:
         parts.append(_img(d, "time"))
     times = _time_rows(d)
@@ -320,34 +397,44 @@ def render_html(d: ReportData) -> str:
     if loads:
         parts.append(_html_table(*loads))
     money = _money_rows(d)
-    parts.append(_html_table(*money) if money else "<p>No price table was given to the campaign, so no money "
-                                                   "figures.</p>")
+    parts.append(
+        _html_table(*money) if money else "<p>No price table was given to the campaign, so no money figures.</p>"
+    )
     if d.analysis is not None:
         from kosmos_env.report.analysis_html import render_analysis_html
 
         parts.append(render_analysis_html(d.analysis, headline=False))
     parts.append("<h2>Sampled rollouts</h2>")
     if d.thumbnails:
-        parts.append("<p>The first success and the first failure of each policy in (task, seed, repeat) order.</p>"
-                     '<div class="grid">')
+        parts.append(
+            "<p>The first success and the first failure of each policy in (task, seed, repeat) order.</p>"
+            '<div class="grid">'
+        )
         for policy in d.bundle.policies:
             mine = [t for t in d.thumbnails if t.policy == policy]
             if not mine:
                 continue
             parts.append(f'<div class="pol"><div class="pt">{_h(policy)}</div><div class="row">')
             for t in mine:
-                img = (f'<img alt="{_h(t.episode_id)}" src="{_data_uri("image/gif", t.gif)}">' if t.gif else
-                       f"<p>{_h(t.problem)}</p>")
-                parts.append(f"<figure>{img}<figcaption>{_h(t.task)} seed {t.seed}"
-                             f"{' rep ' + str(t.repeat) if t.repeat else ''}<br>"
-                             f'<span class="{_h(t.outcome)}">{_h(t.outcome)}</span></figcaption></figure>')
+                img = (
+                    f'<img alt="{_h(t.episode_id)}" src="{_data_uri("image/gif", t.gif)}">'
+                    if t.gif
+                    else f"<p>{_h(t.problem)}</p>"
+                )
+                parts.append(
+                    f"<figure>{img}<figcaption>{_h(t.task)} seed {t.seed}"
+                    f"{' rep ' + str(t.repeat) if t.repeat else ''}<br>"
+                    f'<span class="{_h(t.outcome)}">{_h(t.outcome)}</span></figcaption></figure>'
+                )
             parts.append("</div></div>")
         parts.append("</div>")
     else:
         parts.append("<p>No episode with a video artifact to show.</p>")
-    parts.append(f"<footer>Generated by kosmos-env report from {_h(d.bundle.results_path.name)} "
-                 "(aggregates recomputed from the per-episode rows); the analysis section is what "
-                 "<code>kosmos-env analyze</code> computes.</footer></main></body></html>")
+    parts.append(
+        f"<footer>Generated by kosmos-env report from {_h(d.bundle.results_path.name)} "
+        "(aggregates recomputed from the per-episode rows); the analysis section is what "
+        "<code>kosmos-env analyze</code> computes.</footer></main></body></html>"
+    )
     return "\n".join(parts)
 
 
@@ -376,15 +463,35 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     out += [_md_table(["", ""], _meta_rows(d)), ""]
     if d.notes:
         out += ["**Notes**", ""] + [f"- {n}" for n in d.notes] + [""]
-    out += ["## Ranking", "", f"**{judge_line(d.judge)}**", "",
-            "Success rate = successes / decided episodes; the worst-case interval counts undecided episodes "
-            "as failures (lower end) and as successes (upper end).", "",
-            f"![{d.figures['ranking'][0]}]({assets['ranking']})", "", _md_table(*_ranking_rows(d), left=(1,)), "",
-            "## Success per policy × task", "", f"![{d.figures['tasks'][0]}]({assets['tasks']})", "",
-            _md_table(*_task_rows(d)), "",
-            "## Discards and abstentions", "", f"![{d.figures['outcomes'][0]}]({assets['outcomes']})", "",
-            _md_table(*_outcome_rows(d)), "",
-            "## Time and cost", "", _time_summary(d), ""]
+    out += [
+        "## Ranking",
+        "",
+        f"**{judge_line(d.judge)}**",
+        "",
+        "Success rate = successes / decided episodes; the worst-case interval counts undecided episodes "
+        "as failures (lower end) and as successes (upper end).",
+        "",
+        f"![{d.figures['ranking'][0]}]({assets['ranking']})",
+        "",
+        _md_table(*_ranking_rows(d), left=(1,)),
+        "",
+        "## Success per policy × task",
+        "",
+        f"![{d.figures['tasks'][0]}]({assets['tasks']})",
+        "",
+        _md_table(*_task_rows(d)),
+        "",
+        "## Discards and abstentions",
+        "",
+        f"![{d.figures['outcomes'][0]}]({assets['outcomes']})",
+        "",
+        _md_table(*_outcome_rows(d)),
+        "",
+        "## Time and cost",
+        "",
+        _time_summary(d),
+        "",
+    ]
     if "time" in d.figures:
         out += [f"![{d.figures['time'][0]}]({assets['time']})", ""]
     times = _time_rows(d)
@@ -403,14 +510,20 @@ def render_markdown(d: ReportData, assets: dict[str, str]) -> str:
     if d.thumbnails:
         for t in d.thumbnails:
             if t.gif:
-                out.append(f"- **{t.policy}**, {t.task} seed {t.seed}, {t.outcome}: "
-                           f"![{t.episode_id}]({assets[t.episode_id]}) (video: `{t.video}`)")
+                out.append(
+                    f"- **{t.policy}**, {t.task} seed {t.seed}, {t.outcome}: "
+                    f"![{t.episode_id}]({assets[t.episode_id]}) (video: `{t.video}`)"
+                )
             else:
                 out.append(f"- **{t.policy}**, {t.task} seed {t.seed}, {t.outcome}: {t.problem}")
     else:
         out.append("No episode with a video artifact to show.")
-    out += ["", "_Generated by `kosmos-env report` from results.json (aggregates recomputed from the per-episode "
-                "rows). Statistical analysis: `kosmos-env analyze`._", ""]
+    out += [
+        "",
+        "_Generated by `kosmos-env report` from results.json (aggregates recomputed from the per-episode "
+        "rows). Statistical analysis: `kosmos-env analyze`._",
+        "",
+    ]
     return "\n".join(out)
 
 
@@ -423,8 +536,9 @@ def _asset_name(episode_id: str) -> str:
     return "rollout-" + sha256_hex(episode_id)[:12] + ".gif"
 
 
-def write_report(directory: str | Path, *, thumbnails: bool = True, analysis: bool = True,
-                 judge: str | None = None) -> dict[str, Path]:
+def write_report(
+    directory: str | Path, *, thumbnails: bool = True, analysis: bool = True, judge: str | None = None
+) -> dict[str, Path]:
     """Write report.html, report.md and report_assets/ into the campaign ``directory`` (another
     judge's report: into ``directory/judges/<judge id>/``); return their paths."""
     from kosmos_env.report.judge_view import judge_output_dir

@@ -5,6 +5,7 @@ The bundle's own ``aggregated`` block is never used for numbers; :func:`aggregat
 only compares it with the recomputation so a report can flag a bundle whose summary disagrees
 with its rows.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,12 +46,20 @@ class PolicyRate:
 
     def to_dict(self) -> dict:
         s = self.summary
-        return {"n": self.n, "counts": dict(s.counts), "decided": self.decided, "success_rate": self.rate,
-                "wilson": list(self.wilson), "clopper_pearson": list(self.clopper_pearson),
-                "worst_case": list(s.worst_case) if s.worst_case else None,
-                "worst_case_ci": list(s.worst_case_ci) if s.worst_case_ci else None,
-                "discard_rate": s.discard_rate, "abstain_rate": s.abstain_rate, "undecided_rate": s.undecided_rate,
-                "alpha": s.raw.alpha}
+        return {
+            "n": self.n,
+            "counts": dict(s.counts),
+            "decided": self.decided,
+            "success_rate": self.rate,
+            "wilson": list(self.wilson),
+            "clopper_pearson": list(self.clopper_pearson),
+            "worst_case": list(s.worst_case) if s.worst_case else None,
+            "worst_case_ci": list(s.worst_case_ci) if s.worst_case_ci else None,
+            "discard_rate": s.discard_rate,
+            "abstain_rate": s.abstain_rate,
+            "undecided_rate": s.undecided_rate,
+            "alpha": s.raw.alpha,
+        }
 
 
 def rate_of(label: str, outcomes: Iterable[str], alpha: float = 0.05) -> PolicyRate:
@@ -88,6 +97,7 @@ def ranking(rates: Mapping[str, PolicyRate]) -> list[str]:
     def key(p: str):
         r = rates[p]
         return (r.rate is None, -(r.rate or 0.0), -r.wilson[0], pos[p])
+
     return sorted(rates, key=key)
 
 
@@ -126,11 +136,18 @@ def cost_breakdown(bundle: Bundle) -> dict:
             loads[k] += v
     out = {
         "seconds_per_rollout": overall,
-        "seconds_per_rollout_by_policy": {p: _stage_means([r for r in rows if r["policy"] == p]) for p in bundle.policies},
+        "seconds_per_rollout_by_policy": {
+            p: _stage_means([r for r in rows if r["policy"] == p]) for p in bundle.policies
+        },
         "load_seconds": loads,
         "load_seconds_per_rollout": {k: v / n_timed for k, v in loads.items()} if n_timed else None,
-        "judge_share": None, "judge_share_with_loads": None, "rollouts_per_hour": None, "n_rollouts": len(rows),
-        "n_timed": n_timed, "money": None, "notes": [],
+        "judge_share": None,
+        "judge_share_with_loads": None,
+        "rollouts_per_hour": None,
+        "n_rollouts": len(rows),
+        "n_timed": n_timed,
+        "money": None,
+        "notes": [],
     }
     if n_timed < len(rows):
         out["notes"].append(f"{len(rows) - n_timed} episode(s) have no timings and are left out of the time breakdown")
@@ -162,8 +179,9 @@ def cost_breakdown(bundle: Bundle) -> dict:
             "load_by_stage": load_money,
             "load_total": sum(load_money.values()),
             "campaign_total_with_loads": per_rollout * n_timed + sum(load_money.values()),
-            "judge_share_with_loads": judge_shares({s: v * n_timed for s, v in per_stage.items()},
-                                                   load_money)["with_loads"],
+            "judge_share_with_loads": judge_shares({s: v * n_timed for s, v in per_stage.items()}, load_money)[
+                "with_loads"
+            ],
         }
     return out
 
@@ -174,8 +192,13 @@ def aggregated_mismatches(bundle: Bundle, rates: Mapping[str, PolicyRate]) -> li
     if not isinstance(agg, Mapping):
         return []
     out = []
-    names = {"successes": "success", "failures": "failure", "discarded": "discarded", "abstained": "abstained",
-             "errors": "error"}
+    names = {
+        "successes": "success",
+        "failures": "failure",
+        "discarded": "discarded",
+        "abstained": "abstained",
+        "errors": "error",
+    }
     for p, r in rates.items():
         block = agg.get(p)
         if not isinstance(block, Mapping):
@@ -187,5 +210,14 @@ def aggregated_mismatches(bundle: Bundle, rates: Mapping[str, PolicyRate]) -> li
     return out
 
 
-__all__ = ["OUTCOMES", "PolicyRate", "rate_of", "per_policy", "per_policy_task", "ranking", "cost_breakdown", "TIME_STAGES",
-           "aggregated_mismatches"]
+__all__ = [
+    "OUTCOMES",
+    "PolicyRate",
+    "rate_of",
+    "per_policy",
+    "per_policy_task",
+    "ranking",
+    "cost_breakdown",
+    "TIME_STAGES",
+    "aggregated_mismatches",
+]

@@ -1,5 +1,6 @@
 """Terminal text for an analysis dict (:func:`kosmos_env.report.analysis.analyze_bundle`):
 one titled, column-aligned table per section."""
+
 from __future__ import annotations
 
 from kosmos_env.stats.agreement import METRICS
@@ -12,7 +13,11 @@ def format_table(headers, rows, left=(0,)) -> str:
     widths = [max(len(r[j]) for r in table) for j in range(len(headers))]
     lines = []
     for i, r in enumerate(table):
-        lines.append("  ".join(c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip())
+        lines.append(
+            "  ".join(
+                c.ljust(w) if j in left else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths, strict=True))
+            ).rstrip()
+        )
         if i == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)
@@ -78,8 +83,9 @@ def verdict_rows(vs: list[dict]) -> list[list[str]]:
         lo, hi = v["interval"]
         word = {"a_better": f"{v['a']} better", "b_better": f"{v['b']} better"}.get(v["outcome"], "undecided")
         more = "" if v["more_pairs_needed"] is None else f"about {v['more_pairs_needed']}"
-        out.append([f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]",
-                    str(v["n_pairs"]), more])
+        out.append(
+            [f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]", str(v["n_pairs"]), more]
+        )
     return out
 
 
@@ -121,30 +127,43 @@ def cost_lines(cost: dict | None) -> list[str]:
         return ["no episode recorded timings"]
     sec = cost["seconds_per_rollout"]
     stages = [k for k in sec if k != "total"]
-    lines = [f"warm seconds per rollout ({cost['n_timed']} timed): "
-             + ", ".join(f"{k} {seconds_text(sec[k])}" for k in stages) + f"; total {seconds_text(sec['total'])}"]
+    lines = [
+        f"warm seconds per rollout ({cost['n_timed']} timed): "
+        + ", ".join(f"{k} {seconds_text(sec[k])}" for k in stages)
+        + f"; total {seconds_text(sec['total'])}"
+    ]
     loads = cost.get("load_seconds") or {}
     if any(loads.values()):
-        lines.append("model loads (once per worker, kept out of the seconds above): "
-                     + ", ".join(f"{k} {seconds_text(v)} s" for k, v in loads.items())
-                     + f"; spread over the rollouts {seconds_text(sum((cost.get('load_seconds_per_rollout') or {}).values()))}"
-                     " s each")
+        lines.append(
+            "model loads (once per worker, kept out of the seconds above): "
+            + ", ".join(f"{k} {seconds_text(v)} s" for k, v in loads.items())
+            + f"; spread over the rollouts {seconds_text(sum((cost.get('load_seconds_per_rollout') or {}).values()))}"
+            " s each"
+        )
     else:
         lines.append("model loads: none recorded with these episodes")
-    lines.append(f"judge's share of the time: {pct(cost.get('judge_share'))} of warm inference"
-                 + (f", {pct(cost.get('judge_share_with_loads'))} with model loads" if any(loads.values()) else ""))
+    lines.append(
+        f"judge's share of the time: {pct(cost.get('judge_share'))} of warm inference"
+        + (f", {pct(cost.get('judge_share_with_loads'))} with model loads" if any(loads.values()) else "")
+    )
     m = cost.get("money")
     if m:
         cur = m["currency"]
-        lines.append(f"money per rollout (warm): {seconds_text(m['per_rollout'])} {cur} = "
-                     + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["per_rollout_by_stage"].items())
-                     + f"; campaign {seconds_text(m['campaign_total'])} {cur}")
+        lines.append(
+            f"money per rollout (warm): {seconds_text(m['per_rollout'])} {cur} = "
+            + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["per_rollout_by_stage"].items())
+            + f"; campaign {seconds_text(m['campaign_total'])} {cur}"
+        )
         if m.get("load_total"):
-            lines.append(f"model loads: {seconds_text(m['load_total'])} {cur} ("
-                         + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["load_by_stage"].items())
-                         + f"); campaign with loads {seconds_text(m['campaign_total_with_loads'])} {cur}")
-        lines.append(f"judge's share of the bill: {pct(m.get('judge_share'))} of warm inference"
-                     + (f", {pct(m.get('judge_share_with_loads'))} with model loads" if m.get("load_total") else ""))
+            lines.append(
+                f"model loads: {seconds_text(m['load_total'])} {cur} ("
+                + ", ".join(f"{k} {seconds_text(v)}" for k, v in m["load_by_stage"].items())
+                + f"); campaign with loads {seconds_text(m['campaign_total_with_loads'])} {cur}"
+            )
+        lines.append(
+            f"judge's share of the bill: {pct(m.get('judge_share'))} of warm inference"
+            + (f", {pct(m.get('judge_share_with_loads'))} with model loads" if m.get("load_total") else "")
+        )
     else:
         lines.append("no price table: the judge's share of the bill is its share of the time above")
     return lines
@@ -161,17 +180,23 @@ def ab_lines(ab: dict, conf: str) -> list[str]:
     capital, which has no interval, so none is printed beside it (the capital is shown instead)."""
     f = ab["final"]
     on = "judge scores" if ab.get("value", "score") == "score" else "success"
-    lines = [f"A = {ab['a']}, B = {ab['b']} on {on}: {ab['decision']} after {ab['n_used']} of {ab['n_pairs']} paired "
-             f"episodes (paired on task, seed, repeat; order {ab['order']})"]
+    lines = [
+        f"A = {ab['a']}, B = {ab['b']} on {on}: {ab['decision']} after {ab['n_used']} of {ab['n_pairs']} paired "
+        f"episodes (paired on task, seed, repeat; order {ab['order']})"
+    ]
     if f.get("rule", ab.get("rule", "betting")) == "eb":
-        lines.append(f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime-valid confidence sequence "
-                     f"{iv((f['lower'], f['upper']))} (the decision is this interval excluding 0)")
+        lines.append(
+            f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime-valid confidence sequence "
+            f"{iv((f['lower'], f['upper']))} (the decision is this interval excluding 0)"
+        )
     else:
         import math
 
-        kp, km = (f.get("log_capital") or (0.0, 0.0))
-        lines.append(f"mean(A - B) = {num(f['mean_diff'])}; decided by betting: capital for A {math.exp(kp):.3g}, "
-                     f"for B {math.exp(km):.3g}, threshold 2/alpha = {2 / f['alpha']:g}")
+        kp, km = f.get("log_capital") or (0.0, 0.0)
+        lines.append(
+            f"mean(A - B) = {num(f['mean_diff'])}; decided by betting: capital for A {math.exp(kp):.3g}, "
+            f"for B {math.exp(km):.3g}, threshold 2/alpha = {2 / f['alpha']:g}"
+        )
     return lines
 
 
@@ -190,40 +215,97 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
     if headline:
         parts[0:0] = [f"VERDICT: {verdict_line(a.get('verdict'))}", ""]
     if len(a.get("verdicts") or []) > 1:
-        parts += ["", _title("verdict for every pair (same rule as the headline, success per (task, seed))"),
-                  format_table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1))]
+        parts += [
+            "",
+            _title("verdict for every pair (same rule as the headline, success per (task, seed))"),
+            format_table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1)),
+        ]
 
     rows = []
     for p in a["ranking"]:
         r = a["per_policy"][p]
         k = r["counts"]
-        rows.append([str(r["rank"]), p, f"{k['success']}/{r['decided']}", num(r["success_rate"]), iv(r["wilson"]),
-                     iv(r["clopper_pearson"]), bounds(r["worst_case"]), iv(r["worst_case_ci"]), pct(r["discard_rate"]),
-                     pct(r["abstain_rate"]), str(k["error"])])
-    parts += ["", _title("success per policy (raw rate over decided episodes)"),
-              format_table(["rank", "policy", "succ/dec", "rate", f"wilson {conf}", f"clopper-pearson {conf}",
-                            "worst case", f"worst case {conf}", "discard", "abstain", "errors"], rows, left=(0, 1)),
-              "worst case: every discarded/abstained/errored episode counted as failure .. as success."]
+        rows.append(
+            [
+                str(r["rank"]),
+                p,
+                f"{k['success']}/{r['decided']}",
+                num(r["success_rate"]),
+                iv(r["wilson"]),
+                iv(r["clopper_pearson"]),
+                bounds(r["worst_case"]),
+                iv(r["worst_case_ci"]),
+                pct(r["discard_rate"]),
+                pct(r["abstain_rate"]),
+                str(k["error"]),
+            ]
+        )
+    parts += [
+        "",
+        _title("success per policy (raw rate over decided episodes)"),
+        format_table(
+            [
+                "rank",
+                "policy",
+                "succ/dec",
+                "rate",
+                f"wilson {conf}",
+                f"clopper-pearson {conf}",
+                "worst case",
+                f"worst case {conf}",
+                "discard",
+                "abstain",
+                "errors",
+            ],
+            rows,
+            left=(0, 1),
+        ),
+        "worst case: every discarded/abstained/errored episode counted as failure .. as success.",
+    ]
 
     tasks = a["campaign"]["tasks"]
     if len(tasks) > 1:
-        rows = [[p] + [f"{num(a['per_policy_task'][p][t]['success_rate'], 2)} {iv(a['per_policy_task'][p][t]['wilson'], 2)}"
-                       if t in a["per_policy_task"][p] else "-" for t in tasks] for p in a["ranking"]]
+        rows = [
+            [p]
+            + [
+                f"{num(a['per_policy_task'][p][t]['success_rate'], 2)} {iv(a['per_policy_task'][p][t]['wilson'], 2)}"
+                if t in a["per_policy_task"][p]
+                else "-"
+                for t in tasks
+            ]
+            for p in a["ranking"]
+        ]
         parts += ["", _title(f"success per policy x task (Wilson {conf})"), format_table(["policy"] + tasks, rows)]
 
-    parts += ["", _title(f"secondary: paired bootstrap by (task, seed) of pairwise differences in success "
-                         f"({a['settings']['n_boot']} resamples)")]
+    parts += [
+        "",
+        _title(
+            f"secondary: paired bootstrap by (task, seed) of pairwise differences in success "
+            f"({a['settings']['n_boot']} resamples)"
+        ),
+    ]
     sk = _skipped(a["pairwise"])
     if sk:
         parts.append(sk)
     else:
-        rows = [[f"{d['a']} - {d['b']}", "n/a", "", "", d["skipped"]] if "skipped" in d else
-                [f"{d['a']} - {d['b']}", f"{d['estimate']:+.3f}", diff_interval(d), num(d["prob_a_better"]),
-                 str(d["n_pairs"])] for d in a["pairwise"]]
+        rows = [
+            [f"{d['a']} - {d['b']}", "n/a", "", "", d["skipped"]]
+            if "skipped" in d
+            else [
+                f"{d['a']} - {d['b']}",
+                f"{d['estimate']:+.3f}",
+                diff_interval(d),
+                num(d["prob_a_better"]),
+                str(d["n_pairs"]),
+            ]
+            for d in a["pairwise"]
+        ]
         parts.append(format_table(["pair", "diff", f"{conf} interval", "P(a better)", "pairs"], rows))
         if any("skipped" not in d and diff_interval(d).startswith("interval not") for d in a["pairwise"]):
-            parts.append("a bootstrap interval of zero width is not shown: every resample gave the same difference, "
-                         "which says too few distinct pairs, not certainty; the verdict's interval is the honest one.")
+            parts.append(
+                "a bootstrap interval of zero width is not shown: every resample gave the same difference, "
+                "which says too few distinct pairs, not certainty; the verdict's interval is the honest one."
+            )
 
     parts += ["", _title("secondary: ranking uncertainty on success (paired bootstrap)")]
     sk = _skipped(a["bootstrap_ranking"])
@@ -231,8 +313,12 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         parts.append(sk)
     else:
         b = a["bootstrap_ranking"]
-        rows = [[p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
-                for p, m, rk, (lo, hi), pb in zip(b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True)]
+        rows = [
+            [p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
+            for p, m, rk, (lo, hi), pb in zip(
+                b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True
+            )
+        ]
         parts.append(format_table(["policy", "mean", "rank", f"rank {conf}", "P(best)"], rows))
 
     parts += ["", _title("secondary: split-half repeatability of the ranking on success (random seed splits)")]
@@ -244,31 +330,65 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         for m, s in a["split_half"].items():
             d = s.get("distribution") or {}
             cd = s.get("corrected_distribution") or {}
-            rows.append([m, num(s["median"]), spread(d), num(s["corrected_median"]), spread(cd),
-                         f"{s['n_splits']}", str(s["n_undefined"]), str(s["half_size"])])
-        parts.append(format_table(["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined",
-                                   "units/half"], rows))
+            rows.append(
+                [
+                    m,
+                    num(s["median"]),
+                    spread(d),
+                    num(s["corrected_median"]),
+                    spread(cd),
+                    f"{s['n_splits']}",
+                    str(s["n_undefined"]),
+                    str(s["half_size"]),
+                ]
+            )
+        parts.append(
+            format_table(
+                ["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined", "units/half"], rows
+            )
+        )
 
-    parts += ["", _title(f"secondary: minimum detectable difference and paired t-tests on success "
-                         f"(alpha {a['settings']['alpha']:g}, power {a['settings']['power']:g})")]
+    parts += [
+        "",
+        _title(
+            f"secondary: minimum detectable difference and paired t-tests on success "
+            f"(alpha {a['settings']['alpha']:g}, power {a['settings']['power']:g})"
+        ),
+    ]
     sk = _skipped(a["detectable"])
     if sk:
         parts.append(sk)
     else:
         d = a["detectable"]
-        parts.append(f"paired MDD (median over pairs): {num(d['paired_mdd_median'])}   unpaired MDD at pooled rate "
-                     f"{num(d['pooled_rate'])} with {d['n_seeds']} units: {num(d['unpaired_mdd'])}")
+        parts.append(
+            f"paired MDD (median over pairs): {num(d['paired_mdd_median'])}   unpaired MDD at pooled rate "
+            f"{num(d['pooled_rate'])} with {d['n_seeds']} units: {num(d['unpaired_mdd'])}"
+        )
         if d["resampled"]:
-            parts.append("MDD by subsampling units (median-variance pair): " +
-                         ", ".join(f"{k} units: {num(v)}" for k, v in d["resampled"].items()))
+            parts.append(
+                "MDD by subsampling units (median-variance pair): "
+                + ", ".join(f"{k} units: {num(v)}" for k, v in d["resampled"].items())
+            )
         if d.get("n_pairs_not_estimable"):
-            parts.append(f"({d['n_pairs_not_estimable']} pair(s) have per-unit differences with no spread: their MDD is "
-                         f"not estimable; the design's resolution is 1/{d['n_seeds']} = {num(d.get('resolution'))})")
+            parts.append(
+                f"({d['n_pairs_not_estimable']} pair(s) have per-unit differences with no spread: their MDD is "
+                f"not estimable; the design's resolution is 1/{d['n_seeds']} = {num(d.get('resolution'))})"
+            )
         n_pairs = len(d["pairs"])
-        parts.append(f"separable pairs (paired t, Holm): {round(d['fraction_separable'] * n_pairs)}/{n_pairs} "
-                     f"= {pct(d['fraction_separable'])}")
-        rows = [[f"{t['a']} vs {t['b']}", f"{t['mean_diff']:+.3f}", num(t["p_value"], 4), num(t["mdd"]),
-                 "yes" if t["separated"] else "no"] for t in d["pairs"]]
+        parts.append(
+            f"separable pairs (paired t, Holm): {round(d['fraction_separable'] * n_pairs)}/{n_pairs} "
+            f"= {pct(d['fraction_separable'])}"
+        )
+        rows = [
+            [
+                f"{t['a']} vs {t['b']}",
+                f"{t['mean_diff']:+.3f}",
+                num(t["p_value"], 4),
+                num(t["mdd"]),
+                "yes" if t["separated"] else "no",
+            ]
+            for t in d["pairs"]
+        ]
         parts.append(format_table(["pair", "diff", "p", "MDD", "separated"], rows))
 
     h = a["horizon"]
@@ -278,15 +398,19 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         parts.append(sk)
     else:
         pols = h["policies"]
-        rows = [[str(hz)] + [num(h["scores"][p][i], 2) for p in pols] +
-                [num(ag["value"]), num(ag["random_floor"])] for i, (hz, ag) in enumerate(zip(h["horizons"], h["agreements"], strict=True))]
+        rows = [
+            [str(hz)] + [num(h["scores"][p][i], 2) for p in pols] + [num(ag["value"]), num(ag["random_floor"])]
+            for i, (hz, ag) in enumerate(zip(h["horizons"], h["agreements"], strict=True))
+        ]
         parts.append(format_table(["horizon"] + pols + [h["metric"], "floor"], rows))
         why = next((ag["reason"] for ag in h["agreements"] if ag["value"] is None and ag["reason"]), None)
         if why:
             parts.append(f"n/a: {why} (undefined: neither passes nor breaks)")
-        parts.append(f"reference: {h['reference_source']}; threshold {h['metric']} >= {h['threshold']:g}; "
-                     f"ranking breaks at horizon: {h['break_horizon'] if h['break_horizon'] is not None else 'never'}; "
-                     f"shortest safe horizon: {h['shortest_safe_horizon']}")
+        parts.append(
+            f"reference: {h['reference_source']}; threshold {h['metric']} >= {h['threshold']:g}; "
+            f"ranking breaks at horizon: {h['break_horizon'] if h['break_horizon'] is not None else 'never'}; "
+            f"shortest safe horizon: {h['shortest_safe_horizon']}"
+        )
 
     ab = a["ab"]
     parts += ["", _title(ab_title(ab))]
@@ -298,12 +422,18 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
 
     if "agreement" in a:
         ag = a["agreement"]
-        rows = [[r["label"], str(r["n"])] + [f"{num(r['metrics'][m]['value'])} ({num(r['metrics'][m]['random_floor'])})"
-                                             for m in METRICS] for r in ag["rows"]]
-        parts += ["", _title(f"agreement with reference {ag['reference']} (value (random floor))"),
-                  format_table(["task", "n"] + list(METRICS), rows),
-                  f"mmrv: lower is better; weight={ag['convention'].get('mmrv_weight')}, "
-                  f"ties={ag['convention'].get('mmrv_ties')} (SIMPLER's convention)."]
+        rows = [
+            [r["label"], str(r["n"])]
+            + [f"{num(r['metrics'][m]['value'])} ({num(r['metrics'][m]['random_floor'])})" for m in METRICS]
+            for r in ag["rows"]
+        ]
+        parts += [
+            "",
+            _title(f"agreement with reference {ag['reference']} (value (random floor))"),
+            format_table(["task", "n"] + list(METRICS), rows),
+            f"mmrv: lower is better; weight={ag['convention'].get('mmrv_weight')}, "
+            f"ties={ag['convention'].get('mmrv_ties')} (SIMPLER's convention).",
+        ]
 
     if "agreement_uncertainty" in a:
         from kosmos_env.stats.uncertainty import format_difference, format_metric
@@ -311,16 +441,26 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         u = a["agreement_uncertainty"]
         order = ("kendall", "spearman", "pearson", "mmrv")
         rows = [[name] + [format_metric(e[m]) for m in order] for name, e in u["evaluators"].items()]
-        parts += ["", _title(f"agreement over all {len(u['cells'])} (task, policy) cells, with 95 % intervals over "
-                             f"{u['n_units']} (task, seed) units and permutation p-values"),
-                  format_table(["evaluator"] + list(order), rows)]
+        parts += [
+            "",
+            _title(
+                f"agreement over all {len(u['cells'])} (task, policy) cells, with 95 % intervals over "
+                f"{u['n_units']} (task, seed) units and permutation p-values"
+            ),
+            format_table(["evaluator"] + list(order), rows),
+        ]
         for name, by_b in u["differences"].items():
             for b, d in by_b.items():
                 parts.append(f"{name} - {b}: " + ", ".join(f"{m} {format_difference(d[m])}" for m in order))
-        adds = [n for n, by_b in u["differences"].items() if by_b.get("baseline/action_only", {}).get("kendall", {})
-                .get("excludes_zero")]
-        parts.append(f"the world adds information over the action-only baseline (Kendall): {'yes' if adds else 'no'}; "
-                     f"action-only baseline {u['action_only']}; null world {u['null_world']}")
+        adds = [
+            n
+            for n, by_b in u["differences"].items()
+            if by_b.get("baseline/action_only", {}).get("kendall", {}).get("excludes_zero")
+        ]
+        parts.append(
+            f"the world adds information over the action-only baseline (Kendall): {'yes' if adds else 'no'}; "
+            f"action-only baseline {u['action_only']}; null world {u['null_world']}"
+        )
         parts.append(u["convention"])
 
     if "cost" in a:

@@ -5,6 +5,7 @@ failure in (task, seed, repeat) order whose video exists. GIFs keep at most ``ma
 evenly spaced frames and are never upscaled (the page scales them with CSS), so a thumbnail
 of a 64×64 rollout stays a few kilobytes.
 """
+
 from __future__ import annotations
 
 import io
@@ -54,8 +55,13 @@ def pick_episodes(bundle: Bundle, outcomes=("success", "failure")) -> list[dict]
     return picked
 
 
-def gif_bytes(frames: np.ndarray, max_frames: int = MAX_FRAMES, max_side: int = MAX_SIDE,
-              frame_ms: int = FRAME_MS, colors: int = COLORS) -> bytes:
+def gif_bytes(
+    frames: np.ndarray,
+    max_frames: int = MAX_FRAMES,
+    max_side: int = MAX_SIDE,
+    frame_ms: int = FRAME_MS,
+    colors: int = COLORS,
+) -> bytes:
     """Encode (T, H, W, 3) uint8 frames as a looping animated GIF."""
     from PIL import Image
 
@@ -82,8 +88,16 @@ def gif_bytes(frames: np.ndarray, max_frames: int = MAX_FRAMES, max_side: int = 
     buf = io.BytesIO()
     # hold the last frame so the outcome is visible before the loop restarts
     durations = [frame_ms] * (len(images) - 1) + [frame_ms * 8]
-    images[0].save(buf, format="GIF", save_all=True, append_images=images[1:], duration=durations, loop=0,
-                   optimize=False, disposal=1)
+    images[0].save(
+        buf,
+        format="GIF",
+        save_all=True,
+        append_images=images[1:],
+        duration=durations,
+        loop=0,
+        optimize=False,
+        disposal=1,
+    )
     return buf.getvalue()
 
 
@@ -102,6 +116,18 @@ def make_thumbnails(bundle: Bundle) -> list[Thumbnail]:
             gif = gif_bytes(frames)
         except (OSError, RuntimeError, ValueError, StopIteration) as exc:
             problem = f"could not read {r['artifacts']['video']}: {exc or type(exc).__name__}"
-        out.append(Thumbnail(r["policy"], r["task"], r["seed"], r["repeat"], r["outcome"], r["episode_id"],
-                             r["artifacts"]["video"], gif, n, problem))
+        out.append(
+            Thumbnail(
+                r["policy"],
+                r["task"],
+                r["seed"],
+                r["repeat"],
+                r["outcome"],
+                r["episode_id"],
+                r["artifacts"]["video"],
+                gif,
+                n,
+                problem,
+            )
+        )
     return out

@@ -6,6 +6,7 @@ that every page shows first.
 Everything takes plain numpy arrays / lists; :func:`success_matrix` turns campaign episode rows
 into the (policy × seed) matrix the rest expects. Only numpy and scipy are used.
 """
+
 from __future__ import annotations
 
 from kosmos_env.stats.agreement import (
@@ -47,12 +48,51 @@ from kosmos_env.stats.sequential import ABResult, ABState, SequentialABTest, eb_
 from kosmos_env.stats.verdict import Verdict, paired_verdict, tango_interval
 
 __all__ = [
-    "METRICS", "Agreement", "measure_agreement", "all_agreements", "kendall", "meets", "mmrv", "passes", "pearson",
-    "random_floor", "spearman", "CostSweep", "Setting", "cost_sweep", "detectable_summary", "mdd_paired",
-    "mdd_resampled", "mdd_two_proportion", "separable_pairs", "HorizonResult", "horizon_agreement",
-    "Interval", "RateSummary", "bootstrap_ranking", "clopper_pearson", "paired_bootstrap_diff",
-    "rate_interval", "summarize_rate", "wilson", "PairedMatrix", "success_matrix", "SplitHalf",
-    "spearman_brown", "split_half", "AgreementTable", "agreement_table", "format_table",
-    "read_agreement_csv", "report_text", "ABResult", "ABState", "SequentialABTest",
-    "eb_confidence_sequence", "sequential_ab", "Verdict", "paired_verdict", "tango_interval",
+    "METRICS",
+    "Agreement",
+    "measure_agreement",
+    "all_agreements",
+    "kendall",
+    "meets",
+    "mmrv",
+    "passes",
+    "pearson",
+    "random_floor",
+    "spearman",
+    "CostSweep",
+    "Setting",
+    "cost_sweep",
+    "detectable_summary",
+    "mdd_paired",
+    "mdd_resampled",
+    "mdd_two_proportion",
+    "separable_pairs",
+    "HorizonResult",
+    "horizon_agreement",
+    "Interval",
+    "RateSummary",
+    "bootstrap_ranking",
+    "clopper_pearson",
+    "paired_bootstrap_diff",
+    "rate_interval",
+    "summarize_rate",
+    "wilson",
+    "PairedMatrix",
+    "success_matrix",
+    "SplitHalf",
+    "spearman_brown",
+    "split_half",
+    "AgreementTable",
+    "agreement_table",
+    "format_table",
+    "read_agreement_csv",
+    "report_text",
+    "ABResult",
+    "ABState",
+    "SequentialABTest",
+    "eb_confidence_sequence",
+    "sequential_ab",
+    "Verdict",
+    "paired_verdict",
+    "tango_interval",
 ]

@@ -10,6 +10,7 @@ undefined for the input (e.g. Pearson of a constant vector) has ``value=None`` a
 Everything is vectorised over rows of a 2-D evaluator array so the random floor (thousands of
 permutations) costs one numpy pass.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,8 +61,12 @@ class Agreement:
 
     def to_dict(self) -> dict:
         return {
-            "metric": self.metric, "value": self.value, "random_floor": self.random_floor,
-            "n": self.n, "reason": self.reason, "floor_method": self.floor_method,
+            "metric": self.metric,
+            "value": self.value,
+            "random_floor": self.random_floor,
+            "n": self.n,
+            "reason": self.reason,
+            "floor_method": self.floor_method,
             "convention": self.convention,
         }
 
@@ -196,9 +201,19 @@ def random_floor(
     return (total / count if count else None), method
 
 
-def _result(metric: str, e: np.ndarray, r: np.ndarray, value: float, reason: str | None,
-            floor: bool, convention: str | None, weight: str = "reference", ties: str = "greater",
-            n_samples: int = FLOOR_SAMPLES, seed: int = 0) -> Agreement:
+def _result(
+    metric: str,
+    e: np.ndarray,
+    r: np.ndarray,
+    value: float,
+    reason: str | None,
+    floor: bool,
+    convention: str | None,
+    weight: str = "reference",
+    ties: str = "greater",
+    n_samples: int = FLOOR_SAMPLES,
+    seed: int = 0,
+) -> Agreement:
     fl, method = (None, None)
     if floor:
         fl, method = random_floor(e, r, metric, weight=weight, ties=ties, n_samples=n_samples, seed=seed)
@@ -298,8 +313,16 @@ def measure_agreement(evaluator, reference, metric: str = "kendall", **kwargs) -
     return fns[metric](evaluator, reference, **kwargs)
 
 
-def all_agreements(evaluator, reference, *, mmrv_weight: str = "reference", mmrv_ties: str = "greater",
-                   floor: bool = True, n_samples: int = FLOOR_SAMPLES, seed: int = 0) -> dict[str, Agreement]:
+def all_agreements(
+    evaluator,
+    reference,
+    *,
+    mmrv_weight: str = "reference",
+    mmrv_ties: str = "greater",
+    floor: bool = True,
+    n_samples: int = FLOOR_SAMPLES,
+    seed: int = 0,
+) -> dict[str, Agreement]:
     """All four metrics for one (evaluator, reference) pair, keyed by metric name."""
     kw = dict(floor=floor, n_samples=n_samples, seed=seed)
     return {

@@ -4,6 +4,7 @@ Given results at several settings (fewer denoising steps, lower resolution, fewe
 each with per-policy scores and a cost per rollout, compare every setting's ranking with the
 most expensive setting's and pick the cheapest one whose agreement stays within a tolerance.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -39,9 +40,13 @@ class CostSweep:
     cheapest_ok: str
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "tolerance": self.tolerance, "reference": self.reference,
-                "cheapest_ok": self.cheapest_ok,
-                "rows": [{"name": n, "cost": c, "agreement": a.to_dict(), "passes": p} for n, c, a, p in self.rows]}
+        return {
+            "metric": self.metric,
+            "tolerance": self.tolerance,
+            "reference": self.reference,
+            "cheapest_ok": self.cheapest_ok,
+            "rows": [{"name": n, "cost": c, "agreement": a.to_dict(), "passes": p} for n, c, a, p in self.rows],
+        }
 
 
 def _as_setting(s) -> Setting:
@@ -68,8 +73,9 @@ def _vector(scores, policies: list | None) -> np.ndarray:
     return np.asarray(scores, dtype=float).ravel()
 
 
-def cost_sweep(settings: Sequence, *, metric: str = "kendall", tolerance: float = 0.1,
-               floor: bool = True, seed: int = 0) -> CostSweep:
+def cost_sweep(
+    settings: Sequence, *, metric: str = "kendall", tolerance: float = 0.1, floor: bool = True, seed: int = 0
+) -> CostSweep:
     """Agreement of each setting with the most expensive one, and the cheapest that passes.
 
     If several settings share the highest cost, the first listed is the reference.

@@ -12,6 +12,7 @@ the estimated gap.
 ``separable_pairs`` answers the practical question: which policy pairs in *this* campaign
 differ significantly (paired t-test on per-seed differences, Holm-corrected by default).
 """
+
 from __future__ import annotations
 
 import itertools
@@ -59,8 +60,10 @@ def mdd_paired(diffs: Sequence[float], alpha: float = 0.05, power: float = 0.8) 
     sd = d.std(ddof=1)
     if sd == 0:
         # the normal approximation has nothing to work with; a 0 here would claim a perfect design
-        raise NotEstimable(f"paired MDD is not estimable: the {d.size} per-seed differences have no spread "
-                           f"(all equal {d[0]:+g}); the design's resolution is 1/{d.size} = {1 / d.size:.3g}")
+        raise NotEstimable(
+            f"paired MDD is not estimable: the {d.size} per-seed differences have no spread "
+            f"(all equal {d[0]:+g}); the design's resolution is 1/{d.size} = {1 / d.size:.3g}"
+        )
     return mdd_from_se(sd / math.sqrt(d.size), alpha, power)
 
 
@@ -71,13 +74,22 @@ def mdd_two_proportion(p: float, n: int, alpha: float = 0.05, power: float = 0.8
     if n < 1:
         raise ValueError(f"episodes per policy n must be >= 1, got {n}")
     if p in (0.0, 1.0):
-        raise NotEstimable(f"unpaired MDD is not estimable at success rate {p:g} (zero variance); "
-                           f"the design's resolution is 1/{n} = {1 / n:.3g}")
+        raise NotEstimable(
+            f"unpaired MDD is not estimable at success rate {p:g} (zero variance); "
+            f"the design's resolution is 1/{n} = {1 / n:.3g}"
+        )
     return mdd_from_se(math.sqrt(2 * p * (1 - p) / n), alpha, power)
 
 
-def mdd_resampled(diffs: Sequence[float], sizes: Sequence[int] | None = None, *, n_resamples: int = 2000,
-                  alpha: float = 0.05, power: float = 0.8, seed: int = 0) -> dict[int, float]:
+def mdd_resampled(
+    diffs: Sequence[float],
+    sizes: Sequence[int] | None = None,
+    *,
+    n_resamples: int = 2000,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    seed: int = 0,
+) -> dict[int, float]:
     """MDD at several numbers of seeds by resampling the per-seed differences.
 
     For each size m (default: n/4, n/2, n, 2n), draw ``n_resamples`` sets of m differences
@@ -123,8 +135,9 @@ def _paired_p(d: np.ndarray) -> float:
     return float(2 * t_dist.sf(abs(t), df=n - 1))
 
 
-def separable_pairs(matrix, policies: Sequence[str] | None = None, *, alpha: float = 0.05, power: float = 0.8,
-                    correction: str = "holm") -> tuple[list[PairTest], float]:
+def separable_pairs(
+    matrix, policies: Sequence[str] | None = None, *, alpha: float = 0.05, power: float = 0.8, correction: str = "holm"
+) -> tuple[list[PairTest], float]:
     """Paired t-test for every policy pair on the seeds both have; returns (tests, fraction separated).
 
     ``correction`` is "holm" (family-wise error <= alpha over all pairs) or "none". A pair
@@ -157,7 +170,9 @@ def separable_pairs(matrix, policies: Sequence[str] | None = None, *, alpha: flo
                 reject[idx] = True
             else:
                 break
-    tests = [PairTest(names[i], names[j], md, n, p, rej, mdd) for (i, j, md, n, p, mdd), rej in zip(raw, reject, strict=True)]
+    tests = [
+        PairTest(names[i], names[j], md, n, p, rej, mdd) for (i, j, md, n, p, mdd), rej in zip(raw, reject, strict=True)
+    ]
     return tests, (sum(reject) / k if k else 0.0)
 
 
@@ -185,16 +200,29 @@ class DetectableSummary:
 
     def to_dict(self) -> dict:
         return {
-            "paired_mdd_median": self.paired_mdd_median, "unpaired_mdd": self.unpaired_mdd,
-            "n_pairs_not_estimable": self.n_pairs_not_estimable, "resolution": self.resolution,
-            "pooled_rate": self.pooled_rate, "n_seeds": self.n_seeds, "resampled": self.resampled,
-            "fraction_separable": self.fraction_separable, "alpha": self.alpha, "power": self.power,
+            "paired_mdd_median": self.paired_mdd_median,
+            "unpaired_mdd": self.unpaired_mdd,
+            "n_pairs_not_estimable": self.n_pairs_not_estimable,
+            "resolution": self.resolution,
+            "pooled_rate": self.pooled_rate,
+            "n_seeds": self.n_seeds,
+            "resampled": self.resampled,
+            "fraction_separable": self.fraction_separable,
+            "alpha": self.alpha,
+            "power": self.power,
             "pairs": [p.__dict__ for p in self.pairs],
         }
 
 
-def detectable_summary(matrix, policies: Sequence[str] | None = None, *, alpha: float = 0.05,
-                       power: float = 0.8, correction: str = "holm", seed: int = 0) -> DetectableSummary:
+def detectable_summary(
+    matrix,
+    policies: Sequence[str] | None = None,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+    correction: str = "holm",
+    seed: int = 0,
+) -> DetectableSummary:
     """Everything above for one (policies × seeds) success (or score) matrix."""
     m = np.asarray(matrix, dtype=float)
     names = list(policies) if policies is not None else [f"policy_{i}" for i in range(m.shape[0])]
@@ -215,8 +243,13 @@ def detectable_summary(matrix, policies: Sequence[str] | None = None, *, alpha: 
     return DetectableSummary(
         paired_mdd_median=float(np.median(mdds)) if mdds else None,
         unpaired_mdd=unpaired,
-        pooled_rate=pooled, n_seeds=n_seeds, resampled=resampled, fraction_separable=frac,
-        pairs=tests, alpha=alpha, power=power,
+        pooled_rate=pooled,
+        n_seeds=n_seeds,
+        resampled=resampled,
+        fraction_separable=frac,
+        pairs=tests,
+        alpha=alpha,
+        power=power,
         n_pairs_not_estimable=sum(t.mdd is None for t in tests),
         resolution=design_resolution(n_seeds) if n_seeds >= 1 else None,
     )

@@ -5,6 +5,7 @@ judged on the first 40, 80, ... steps of each rollout. Each row is compared with
 ranking (given, or the longest horizon's row). World-model rollouts drift with length, so a
 short horizon that keeps the ranking is cheaper and safer; this finds where it breaks.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -38,15 +39,28 @@ class HorizonResult:
     undefined_horizons: list = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "threshold": self.threshold, "horizons": list(self.horizons),
-                "agreements": [a.to_dict() for a in self.agreements], "reference_source": self.reference_source,
-                "break_horizon": self.break_horizon, "shortest_safe_horizon": self.shortest_safe_horizon,
-                "undefined_horizons": list(self.undefined_horizons)}
+        return {
+            "metric": self.metric,
+            "threshold": self.threshold,
+            "horizons": list(self.horizons),
+            "agreements": [a.to_dict() for a in self.agreements],
+            "reference_source": self.reference_source,
+            "break_horizon": self.break_horizon,
+            "shortest_safe_horizon": self.shortest_safe_horizon,
+            "undefined_horizons": list(self.undefined_horizons),
+        }
 
 
-def horizon_agreement(scores, horizons: Sequence, reference: Sequence[float] | None = None, *,
-                      metric: str = "kendall", threshold: float = 0.8, floor: bool = True,
-                      seed: int = 0) -> HorizonResult:
+def horizon_agreement(
+    scores,
+    horizons: Sequence,
+    reference: Sequence[float] | None = None,
+    *,
+    metric: str = "kendall",
+    threshold: float = 0.8,
+    floor: bool = True,
+    seed: int = 0,
+) -> HorizonResult:
     """Agreement of each horizon's per-policy scores with ``reference`` (default: the longest
     horizon's scores) and the horizon at which it breaks.
 

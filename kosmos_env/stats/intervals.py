@@ -7,6 +7,7 @@ discards correlate with the policy, so besides the raw rate over decided episode
 the worst-case bounds: every undecided episode counted as a failure vs as a success. The width
 of those bounds equals the undecided rate, which makes the cost of discards visible.
 """
+
 from __future__ import annotations
 
 import math
@@ -34,8 +35,13 @@ class Interval:
         return self.upper - self.lower
 
     def to_dict(self) -> dict:
-        return {"estimate": self.estimate, "lower": self.lower, "upper": self.upper,
-                "alpha": self.alpha, "method": self.method}
+        return {
+            "estimate": self.estimate,
+            "lower": self.lower,
+            "upper": self.upper,
+            "alpha": self.alpha,
+            "method": self.method,
+        }
 
 
 def _check_counts(k: int, n: int, alpha: float) -> None:
@@ -109,10 +115,17 @@ class RateSummary:
     abstain_rate: float | None
 
     def to_dict(self) -> dict:
-        return {"counts": dict(self.counts), "raw": self.raw.to_dict(), "worst_case": self.worst_case,
-                "worst_case_ci": self.worst_case_ci, "discard_bounds": self.discard_bounds,
-                "abstain_bounds": self.abstain_bounds, "undecided_rate": self.undecided_rate,
-                "discard_rate": self.discard_rate, "abstain_rate": self.abstain_rate}
+        return {
+            "counts": dict(self.counts),
+            "raw": self.raw.to_dict(),
+            "worst_case": self.worst_case,
+            "worst_case_ci": self.worst_case_ci,
+            "discard_bounds": self.discard_bounds,
+            "abstain_bounds": self.abstain_bounds,
+            "undecided_rate": self.undecided_rate,
+            "discard_rate": self.discard_rate,
+            "abstain_rate": self.abstain_rate,
+        }
 
 
 def count_outcomes(outcomes: Iterable[str]) -> dict:
@@ -198,8 +211,9 @@ def _paired(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndar
     return a[keep], b[keep]
 
 
-def paired_bootstrap_diff(a: Sequence[float], b: Sequence[float], *, n_boot: int = 5000,
-                          alpha: float = 0.05, seed: int = 0) -> BootstrapDiff:
+def paired_bootstrap_diff(
+    a: Sequence[float], b: Sequence[float], *, n_boot: int = 5000, alpha: float = 0.05, seed: int = 0
+) -> BootstrapDiff:
     """Difference of two policies' mean scores, resampling seeds (pairs) with replacement.
 
     ``a[i]`` and ``b[i]`` must come from the same seed (same initial state); pairs with a NaN
@@ -237,14 +251,20 @@ class BootstrapRanking:
 
     def to_dict(self) -> dict:
         return {
-            "policies": list(self.policies), "means": self.means.tolist(), "ranks": self.ranks.tolist(),
-            "rank_interval": self.rank_interval.tolist(), "prob_best": self.prob_best.tolist(),
-            "win_prob": self.win_prob.tolist(), "n_boot": self.n_boot, "alpha": self.alpha,
+            "policies": list(self.policies),
+            "means": self.means.tolist(),
+            "ranks": self.ranks.tolist(),
+            "rank_interval": self.rank_interval.tolist(),
+            "prob_best": self.prob_best.tolist(),
+            "win_prob": self.win_prob.tolist(),
+            "n_boot": self.n_boot,
+            "alpha": self.alpha,
         }
 
 
-def bootstrap_ranking(matrix, policies: Sequence[str] | None = None, *, n_boot: int = 2000,
-                      alpha: float = 0.05, seed: int = 0) -> BootstrapRanking:
+def bootstrap_ranking(
+    matrix, policies: Sequence[str] | None = None, *, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> BootstrapRanking:
     """Paired bootstrap of the ranking: resample seeds (columns) jointly for all policies.
 
     ``matrix`` is (policies × seeds), NaN where a policy has no value for a seed (that seed
@@ -272,7 +292,7 @@ def bootstrap_ranking(matrix, policies: Sequence[str] | None = None, *, n_boot: 
         cnt = (~np.isnan(sub)).sum(axis=2)
         with np.errstate(invalid="ignore", divide="ignore"):
             bm = (vals / cnt).T
-        boot_means[b0:b0 + nb] = np.where(cnt.T > 0, bm, -np.inf)
+        boot_means[b0 : b0 + nb] = np.where(cnt.T > 0, bm, -np.inf)
     boot_ranks = rankdata(-boot_means, axis=1)
     rank_iv = np.quantile(boot_ranks, [alpha / 2, 1 - alpha / 2], axis=0).T
     best = boot_means == boot_means.max(axis=1, keepdims=True)

@@ -3,6 +3,7 @@
 Used wherever two judges are compared on the same rollouts (the judge audit, re-judging a
 campaign). Kappa uses the marginals of both raters over the categories either one used.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,8 +28,9 @@ def cohen_kappa(a: Sequence[str], b: Sequence[str]) -> float | None:
     return (p_o - p_e) / (1.0 - p_e)
 
 
-def bootstrap_kappa(a: Sequence[str], b: Sequence[str], *, n_boot: int = 2000, alpha: float = 0.05,
-                    seed: int = 0) -> dict[str, Any]:
+def bootstrap_kappa(
+    a: Sequence[str], b: Sequence[str], *, n_boot: int = 2000, alpha: float = 0.05, seed: int = 0
+) -> dict[str, Any]:
     """Percentile interval of kappa, resampling rollouts (pairs); resamples where kappa is undefined are dropped."""
     a, b = np.asarray(list(a), dtype=object), np.asarray(list(b), dtype=object)
     n = len(a)

@@ -6,6 +6,7 @@ and ``score`` (float in [0, 1] or None). Episodes of different policies are *pai
 they share (task, seed, repeat): same initial state, so per-seed differences cancel the
 seed's difficulty. Every statistic in this package takes the plain arrays this returns.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -32,7 +33,9 @@ class PairedMatrix:
     def complete_columns(self) -> "PairedMatrix":
         """Only the keys where every policy has a value (fully paired)."""
         keep = ~np.isnan(self.values).any(axis=0)
-        return PairedMatrix(list(self.policies), [k for k, ok in zip(self.keys, keep, strict=True) if ok], self.values[:, keep])
+        return PairedMatrix(
+            list(self.policies), [k for k, ok in zip(self.keys, keep, strict=True) if ok], self.values[:, keep]
+        )
 
 
 def _value(row: Mapping, field: str):

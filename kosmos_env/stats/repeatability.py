@@ -6,6 +6,7 @@ under the campaign's own sampling noise. Each half has only half the seeds, so t
 correlation understates the full campaign's reliability; the Spearman–Brown prophecy formula
 ``r_full = 2 r / (1 + r)`` corrects for the doubled length.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,9 +51,16 @@ class SplitHalf:
     half_size: int
 
     def to_dict(self) -> dict:
-        return {"metric": self.metric, "median": self.median, "corrected_median": self.corrected_median,
-                "q05": self.q05, "q95": self.q95, "n_splits": self.n_splits,
-                "n_undefined": self.n_undefined, "half_size": self.half_size}
+        return {
+            "metric": self.metric,
+            "median": self.median,
+            "corrected_median": self.corrected_median,
+            "q05": self.q05,
+            "q95": self.q95,
+            "n_splits": self.n_splits,
+            "n_undefined": self.n_undefined,
+            "half_size": self.half_size,
+        }
 
 
 def split_half(matrix, *, metric: str = "spearman", n_splits: int = 1000, seed: int = 0) -> SplitHalf:
@@ -83,7 +91,7 @@ def split_half(matrix, *, metric: str = "spearman", n_splits: int = 1000, seed: 
         with np.errstate(invalid="ignore", divide="ignore"):
             return (tot / cnt).T  # (n_splits, P), NaN where a policy has no value in the half
 
-    A, B = half_means(perms[:, :h]), half_means(perms[:, h:2 * h])
+    A, B = half_means(perms[:, :h]), half_means(perms[:, h : 2 * h])
     bad = np.isnan(A).any(axis=1) | np.isnan(B).any(axis=1)
     vals = rowwise(metric, np.nan_to_num(A), np.nan_to_num(B))
     vals[bad] = np.nan
@@ -94,8 +102,14 @@ def split_half(matrix, *, metric: str = "spearman", n_splits: int = 1000, seed: 
         return float(f(x[ok])) if ok.any() else None
 
     return SplitHalf(
-        metric=metric, values=vals, corrected=corr,
-        median=stat(vals, np.median), corrected_median=stat(corr, np.median),
-        q05=stat(vals, lambda v: np.quantile(v, 0.05)), q95=stat(vals, lambda v: np.quantile(v, 0.95)),
-        n_splits=n_splits, n_undefined=int((~ok).sum()), half_size=h,
+        metric=metric,
+        values=vals,
+        corrected=corr,
+        median=stat(vals, np.median),
+        corrected_median=stat(corr, np.median),
+        q05=stat(vals, lambda v: np.quantile(v, 0.05)),
+        q95=stat(vals, lambda v: np.quantile(v, 0.95)),
+        n_splits=n_splits,
+        n_undefined=int((~ok).sum()),
+        half_size=h,
     )

@@ -4,6 +4,7 @@ The CSV may carry '#' comment lines (provenance) before the header. Column names
 ``task, policy, reference, evaluator``; ``real``/``sim`` are accepted as aliases (SIMPLER's
 naming: reference = real robot, evaluator = simulator), or name them explicitly.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,8 +32,12 @@ class AgreementRow:
     note: str | None = None
 
     def to_dict(self) -> dict:
-        return {"label": self.label, "n": self.n, "note": self.note,
-                "metrics": {k: a.to_dict() for k, a in self.metrics.items()}}
+        return {
+            "label": self.label,
+            "n": self.n,
+            "note": self.note,
+            "metrics": {k: a.to_dict() for k, a in self.metrics.items()},
+        }
 
 
 @dataclass
@@ -61,8 +66,9 @@ def _pick(header: list[str], given: str | None, aliases: Sequence[str], what: st
     raise ValueError(f"CSV has no {what} column (looked for {list(aliases)}; header is {header}); name it explicitly")
 
 
-def read_agreement_csv(path: str | Path, *, reference_col: str | None = None,
-                       evaluator_col: str | None = None) -> list[dict]:
+def read_agreement_csv(
+    path: str | Path, *, reference_col: str | None = None, evaluator_col: str | None = None
+) -> list[dict]:
     """Rows {task, policy, reference, evaluator} from a CSV (comment lines starting '#' skipped)."""
     p = Path(path)
     if not p.is_file():
@@ -81,8 +87,14 @@ def read_agreement_csv(path: str | Path, *, reference_col: str | None = None,
     out = []
     for i, row in enumerate(reader, start=2):
         try:
-            out.append({"task": row["task"].strip(), "policy": row["policy"].strip(),
-                        "reference": float(row[rc]), "evaluator": float(row[ec])})
+            out.append(
+                {
+                    "task": row["task"].strip(),
+                    "policy": row["policy"].strip(),
+                    "reference": float(row[rc]),
+                    "evaluator": float(row[ec]),
+                }
+            )
         except (TypeError, ValueError) as exc:
             raise ValueError(f"{p}: data row {i - 1} has a non-numeric {rc!r}/{ec!r} value: {row}") from exc
     seen = set()
@@ -93,8 +105,14 @@ def read_agreement_csv(path: str | Path, *, reference_col: str | None = None,
     return out
 
 
-def agreement_table(rows: Sequence[dict], *, mmrv_weight: str = "reference", mmrv_ties: str = "greater",
-                    pooled: bool = True, seed: int = 0) -> AgreementTable:
+def agreement_table(
+    rows: Sequence[dict],
+    *,
+    mmrv_weight: str = "reference",
+    mmrv_ties: str = "greater",
+    pooled: bool = True,
+    seed: int = 0,
+) -> AgreementTable:
     """Per-task agreement (all four metrics with random floors), then the mean over tasks
     (mean of the defined per-task values and floors) and, if ``pooled``, all rows as one vector."""
     tasks: dict[str, list[dict]] = {}
@@ -106,8 +124,9 @@ def agreement_table(rows: Sequence[dict], *, mmrv_weight: str = "reference", mmr
     for task, rs in tasks.items():
         e = [r["evaluator"] for r in rs]
         ref = [r["reference"] for r in rs]
-        out.append(AgreementRow(task, len(rs), all_agreements(e, ref, mmrv_weight=mmrv_weight,
-                                                              mmrv_ties=mmrv_ties, seed=seed)))
+        out.append(
+            AgreementRow(task, len(rs), all_agreements(e, ref, mmrv_weight=mmrv_weight, mmrv_ties=mmrv_ties, seed=seed))
+        )
     if len(tasks) > 1:
         mean_metrics = {}
         notes = []
@@ -119,16 +138,25 @@ def agreement_table(rows: Sequence[dict], *, mmrv_weight: str = "reference", mmr
                 notes.append(f"{m}: {len(out) - len(vals)} task(s) undefined, left out")
             if not vals:
                 reason = "undefined for every task"
-            mean_metrics[m] = Agreement(m, float(np.mean(vals)) if vals else None,
-                                        float(np.mean(floors)) if floors else None, len(vals), reason,
-                                        "mean of per-task floors", out[0].metrics[m].convention)
+            mean_metrics[m] = Agreement(
+                m,
+                float(np.mean(vals)) if vals else None,
+                float(np.mean(floors)) if floors else None,
+                len(vals),
+                reason,
+                "mean of per-task floors",
+                out[0].metrics[m].convention,
+            )
         summary = AgreementRow("mean over tasks", sum(r.n for r in out), mean_metrics, "; ".join(notes) or None)
         rows_out = out + [summary]
         if pooled:
             e = [r["evaluator"] for r in rows]
             ref = [r["reference"] for r in rows]
-            rows_out.append(AgreementRow("pooled", len(rows), all_agreements(
-                e, ref, mmrv_weight=mmrv_weight, mmrv_ties=mmrv_ties, seed=seed)))
+            rows_out.append(
+                AgreementRow(
+                    "pooled", len(rows), all_agreements(e, ref, mmrv_weight=mmrv_weight, mmrv_ties=mmrv_ties, seed=seed)
+                )
+            )
         out = rows_out
     return AgreementTable(out, {"mmrv_weight": mmrv_weight, "mmrv_ties": mmrv_ties})
 

@@ -48,6 +48,7 @@ bound is not tight); for success rates 0.7 vs 0.5 the median number of pairs to 
 (betting) vs 132 (eb), against 90 pairs for a fixed-n paired z-test at alpha = 0.05 with 80 %
 power, which may look only once.
 """
+
 from __future__ import annotations
 
 import math
@@ -161,8 +162,9 @@ class SequentialABTest:
     def state(self) -> ABState:
         mean = None if self._t == 0 else 2 * self._sum_x / self._t - 1
         n_used = self._n_used if self._decision != "undecided" else self._t
-        return ABState(self._t, mean, self._lo, self._hi, self._decision, n_used, self.alpha, self.rule,
-                       (self._kp, self._km))
+        return ABState(
+            self._t, mean, self._lo, self._hi, self._decision, n_used, self.alpha, self.rule, (self._kp, self._km)
+        )
 
     def update(self, diff: float) -> ABState:
         """Add one per-seed difference score_A - score_B (in [-1, 1]); return the new state."""
@@ -220,12 +222,24 @@ class ABResult:
     upper: np.ndarray
 
     def to_dict(self) -> dict:
-        return {"decision": self.decision, "n_used": self.n_used, "n_total": self.n_total,
-                "final": self.final.to_dict()}
+        return {
+            "decision": self.decision,
+            "n_used": self.n_used,
+            "n_total": self.n_total,
+            "final": self.final.to_dict(),
+        }
 
 
-def sequential_ab(diffs=None, *, a=None, b=None, alpha: float = 0.05, c: float = 0.5,
-                  stop_at_decision: bool = True, rule: str = "betting") -> ABResult:
+def sequential_ab(
+    diffs=None,
+    *,
+    a=None,
+    b=None,
+    alpha: float = 0.05,
+    c: float = 0.5,
+    stop_at_decision: bool = True,
+    rule: str = "betting",
+) -> ABResult:
     """Run the anytime-valid A/B test over a whole sequence of per-seed differences (or two
     paired score sequences ``a`` and ``b``). With ``stop_at_decision`` the episodes after the
     first decision are not consumed (as if the experiment had stopped there)."""
@@ -269,8 +283,17 @@ def betting_log_capital(x, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]
     return kp, km
 
 
-def simulate_ab(pa: float, pb: float, n_experiments: int = 2000, n_steps: int = 500, *, alpha: float = 0.05,
-                c: float = 0.5, seed: int = 0, rule: str = "betting") -> dict:
+def simulate_ab(
+    pa: float,
+    pb: float,
+    n_experiments: int = 2000,
+    n_steps: int = 500,
+    *,
+    alpha: float = 0.05,
+    c: float = 0.5,
+    seed: int = 0,
+    rule: str = "betting",
+) -> dict:
     """Seeded simulation of the test on Bernoulli successes at rates ``pa`` and ``pb``, looking after
     every pair: the share of experiments that decide (type-I error when pa == pb, else power
     within ``n_steps``) and the median and 80 % quantile of the pairs used by those that decide."""
@@ -288,8 +311,11 @@ def simulate_ab(pa: float, pb: float, n_experiments: int = 2000, n_steps: int = 
         rej = (lo > 0.5) | (hi < 0.5)
     decided = rej.any(axis=1)
     n = rej.argmax(axis=1)[decided] + 1
-    return {"decided": float(decided.mean()), "median_pairs": float(np.median(n)) if n.size else None,
-            "q80_pairs": float(np.quantile(n, 0.8)) if n.size else None}
+    return {
+        "decided": float(decided.mean()),
+        "median_pairs": float(np.median(n)) if n.size else None,
+        "q80_pairs": float(np.quantile(n, 0.8)) if n.size else None,
+    }
 
 
 def fixed_n_pairs(pa: float, pb: float, alpha: float = 0.05, power: float = 0.8) -> float:
@@ -301,8 +327,17 @@ def fixed_n_pairs(pa: float, pb: float, alpha: float = 0.05, power: float = 0.8)
     return float(z * z * var / (pa - pb) ** 2)
 
 
-def simulate_type1(n_experiments: int = 2000, n_steps: int = 500, *, p: float = 0.5, alpha: float = 0.05,
-                   c: float = 0.5, seed: int = 0, kind: str = "bernoulli", rule: str = "betting") -> float:
+def simulate_type1(
+    n_experiments: int = 2000,
+    n_steps: int = 500,
+    *,
+    p: float = 0.5,
+    alpha: float = 0.05,
+    c: float = 0.5,
+    seed: int = 0,
+    kind: str = "bernoulli",
+    rule: str = "betting",
+) -> float:
     """Fraction of null experiments (A and B identically distributed) in which the test ever
     declares a winner when checked after every one of ``n_steps`` episodes. Vectorised over
     experiments. ``kind`` "bernoulli" draws success/failure at rate p for both; "beta" draws

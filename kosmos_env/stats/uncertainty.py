@@ -25,6 +25,7 @@ means the two-sided 1 - alpha interval lies strictly above 0. Default alpha = 0.
 Undefined stays undefined: where a metric is undefined (constant rates), its value, interval and
 p-value are None with the reason; resamples where it is undefined are counted, never scored as 0.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -41,9 +42,11 @@ MIN_DEFINED_SHARE = 0.5  # an interval from fewer defined resamples than this is
 
 def alpha_convention(alpha: float = ALPHA) -> str:
     """The one sentence every report prints next to a decision."""
-    return (f"alpha = {alpha:g}: intervals are two-sided {100 * (1 - alpha):g} % percentile bootstrap intervals over "
-            f"(task, seed) units; p-values are one-sided permutation p-values against a random ranking, significant "
-            f"when <= {alpha:g}; a difference counts only when its {100 * (1 - alpha):g} % interval excludes 0")
+    return (
+        f"alpha = {alpha:g}: intervals are two-sided {100 * (1 - alpha):g} % percentile bootstrap intervals over "
+        f"(task, seed) units; p-values are one-sided permutation p-values against a random ranking, significant "
+        f"when <= {alpha:g}; a difference counts only when its {100 * (1 - alpha):g} % interval excludes 0"
+    )
 
 
 def _rates(matrix: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -63,14 +66,21 @@ def _paired_metric(metric: str, E: np.ndarray, R: np.ndarray) -> np.ndarray:
     bad = np.isnan(E).any(axis=1) | np.isnan(R).any(axis=1)
     E0, R0 = np.nan_to_num(E), np.nan_to_num(R)
     if metric == "mmrv":
-        out = np.array([_mmrv_rows(E0[i:i + 1], R0[i], "reference", "greater")[0] for i in range(len(E0))])
+        out = np.array([_mmrv_rows(E0[i : i + 1], R0[i], "reference", "greater")[0] for i in range(len(E0))])
     else:
         out = rowwise(metric, E0, R0)
     return np.where(bad, np.nan, out)
 
 
-def permutation_test(evaluator: Sequence[float], reference: Sequence[float], metric: str, *, alpha: float = ALPHA,
-                     n_perm: int = 10_000, seed: int = 0) -> dict:
+def permutation_test(
+    evaluator: Sequence[float],
+    reference: Sequence[float],
+    metric: str,
+    *,
+    alpha: float = ALPHA,
+    n_perm: int = 10_000,
+    seed: int = 0,
+) -> dict:
     """One-sided permutation p-value of ``metric`` against a random ranking, and the null quantile.
 
     Returns {"p_value", "null_quantile", "null_mean", "method"}; p_value None where the observed
@@ -88,7 +98,7 @@ def permutation_test(evaluator: Sequence[float], reference: Sequence[float], met
         rng = np.random.default_rng(seed)
         perms = rng.permuted(np.tile(np.arange(n), (n_perm, 1)), axis=1)
         method, plus = f"monte-carlo({n_perm}, seed={seed})", 1
-    vals = np.concatenate([kern(e[perms[i:i + 4096]], r) for i in range(0, len(perms), 4096)])
+    vals = np.concatenate([kern(e[perms[i : i + 4096]], r) for i in range(0, len(perms), 4096)])
     defined = vals[~np.isnan(vals)]
     higher = HIGHER_IS_BETTER[metric]
     q = None
@@ -100,23 +110,38 @@ def permutation_test(evaluator: Sequence[float], reference: Sequence[float], met
         extreme = (vals >= obs - tol) if higher else (vals <= obs + tol)
         extreme &= ~np.isnan(vals)
         p = float((extreme.sum() + plus) / (len(vals) + plus))
-    return {"p_value": p, "null_quantile": q, "null_mean": float(defined.mean()) if defined.size else None,
-            "method": method}
+    return {
+        "p_value": p,
+        "null_quantile": q,
+        "null_mean": float(defined.mean()) if defined.size else None,
+        "method": method,
+    }
 
 
 def _interval(values: np.ndarray, alpha: float) -> tuple[list[float] | None, float, str | None]:
     defined = values[~np.isnan(values)]
     share = defined.size / values.size if values.size else 0.0
     if share < MIN_DEFINED_SHARE:
-        return None, share, (f"not estimable: the metric is undefined in {100 * (1 - share):.0f} % of the "
-                             f"bootstrap resamples")
+        return (
+            None,
+            share,
+            (f"not estimable: the metric is undefined in {100 * (1 - share):.0f} % of the bootstrap resamples"),
+        )
     lo, hi = np.quantile(defined, [alpha / 2, 1 - alpha / 2])
     return [float(lo), float(hi)], share, None
 
 
-def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarray, *,
-                          baselines: Sequence[str] = (), metrics: Sequence[str] = METRICS, alpha: float = ALPHA,
-                          n_boot: int = 1000, n_perm: int = 10_000, seed: int = 0) -> dict:
+def agreement_uncertainty(
+    evaluators: Mapping[str, np.ndarray],
+    truth: np.ndarray,
+    *,
+    baselines: Sequence[str] = (),
+    metrics: Sequence[str] = METRICS,
+    alpha: float = ALPHA,
+    n_boot: int = 1000,
+    n_perm: int = 10_000,
+    seed: int = 0,
+) -> dict:
     """Every evaluator's agreement with the truth, with interval and p-value, and its difference
     to each named baseline (itself one of ``evaluators``).
 
@@ -145,8 +170,14 @@ def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarra
     truth_obs = _rates(T, all_idx)[0]
     truth_boot = _rates(T, idx)
     boot: dict[str, dict[str, np.ndarray]] = {}
-    out: dict = {"alpha": alpha, "convention": alpha_convention(alpha), "n_units": U, "n_boot": n_boot,
-                 "evaluators": {}, "differences": {}}
+    out: dict = {
+        "alpha": alpha,
+        "convention": alpha_convention(alpha),
+        "n_units": U,
+        "n_boot": n_boot,
+        "evaluators": {},
+        "differences": {},
+    }
     for name, M in mats.items():
         obs = _rates(M, all_idx)[0]
         e_boot = _rates(M, idx)
@@ -155,8 +186,13 @@ def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarra
         for metric in metrics:
             ok = ~np.isnan(obs) & ~np.isnan(truth_obs)
             if ok.sum() < 2:
-                entry[metric] = {"value": None, "interval": None, "p_value": None, "null_quantile": None,
-                                 "reason": "fewer than 2 policies with decided episodes"}
+                entry[metric] = {
+                    "value": None,
+                    "interval": None,
+                    "p_value": None,
+                    "null_quantile": None,
+                    "reason": "fewer than 2 policies with decided episodes",
+                }
                 boot[name][metric] = np.full(n_boot, np.nan)
                 continue
             a = measure_agreement(obs[ok], truth_obs[ok], metric, floor=False)
@@ -164,10 +200,17 @@ def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarra
             boot[name][metric] = vals
             iv, share, why = _interval(vals, alpha) if a.value is not None else (None, 0.0, a.reason)
             perm = permutation_test(obs[ok], truth_obs[ok], metric, alpha=alpha, n_perm=n_perm, seed=seed)
-            entry[metric] = {"value": a.value, "interval": iv, "defined_share": share, "p_value": perm["p_value"],
-                             "null_quantile": perm["null_quantile"], "null_mean": perm["null_mean"],
-                             "permutation": perm["method"], "reason": a.reason or why,
-                             "n_policies": int(ok.sum())}
+            entry[metric] = {
+                "value": a.value,
+                "interval": iv,
+                "defined_share": share,
+                "p_value": perm["p_value"],
+                "null_quantile": perm["null_quantile"],
+                "null_mean": perm["null_mean"],
+                "permutation": perm["method"],
+                "reason": a.reason or why,
+                "n_policies": int(ok.sum()),
+            }
         out["evaluators"][name] = entry
     for name in mats:
         for b in baselines:
@@ -178,14 +221,23 @@ def agreement_uncertainty(evaluators: Mapping[str, np.ndarray], truth: np.ndarra
                 sign = 1.0 if HIGHER_IS_BETTER[metric] else -1.0
                 ev, bv = out["evaluators"][name][metric]["value"], out["evaluators"][b][metric]["value"]
                 if ev is None or bv is None:
-                    d[metric] = {"estimate": None, "interval": None, "excludes_zero": False,
-                                 "reason": "undefined for the evaluator or the baseline"}
+                    d[metric] = {
+                        "estimate": None,
+                        "interval": None,
+                        "excludes_zero": False,
+                        "reason": "undefined for the evaluator or the baseline",
+                    }
                     continue
                 diffs = sign * (boot[name][metric] - boot[b][metric]) + 0.0
                 iv, share, why = _interval(diffs, alpha)
                 iv = None if iv is None else [x + 0.0 for x in iv]  # no "-0.00"
-                d[metric] = {"estimate": sign * (ev - bv) + 0.0, "interval": iv, "defined_share": share,
-                             "excludes_zero": bool(iv is not None and iv[0] > 0), "reason": why}
+                d[metric] = {
+                    "estimate": sign * (ev - bv) + 0.0,
+                    "interval": iv,
+                    "defined_share": share,
+                    "excludes_zero": bool(iv is not None and iv[0] > 0),
+                    "reason": why,
+                }
             out["differences"].setdefault(name, {})[b] = d
     return out
 
@@ -211,7 +263,7 @@ def aligned_matrix(rows: Sequence[Mapping], policies: Sequence[str], units: Sequ
 
 
 def format_metric(entry: Mapping, digits: int = 2) -> str:
-    """"0.93 [0.81, 1.00] p=0.001 (null q 0.42)" or "— (reason)"."""
+    """ "0.93 [0.81, 1.00] p=0.001 (null q 0.42)" or "— (reason)"."""
     v = entry.get("value")
     if v is None:
         return "—"
@@ -233,8 +285,15 @@ def format_difference(entry: Mapping, digits: int = 2) -> str:
     return s + (" ✓" if entry.get("excludes_zero") else "")
 
 
-__all__ = ["ALPHA", "alpha_convention", "agreement_uncertainty", "permutation_test", "aligned_matrix",
-           "format_metric", "format_difference"]
+__all__ = [
+    "ALPHA",
+    "alpha_convention",
+    "agreement_uncertainty",
+    "permutation_test",
+    "aligned_matrix",
+    "format_metric",
+    "format_difference",
+]
 
 
 def _accuracy(E: np.ndarray, T: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -247,9 +306,17 @@ def _accuracy(E: np.ndarray, T: np.ndarray, idx: np.ndarray) -> np.ndarray:
         return np.where(n > 0, hits / np.maximum(n, 1), np.nan)
 
 
-def difference_to_best(evaluator: np.ndarray, baselines: Mapping[str, np.ndarray], truth: np.ndarray, *,
-                       metric: str = "kendall", rows: Sequence[int] | None = None, alpha: float = ALPHA,
-                       n_boot: int = 1000, seed: int = 0) -> dict:
+def difference_to_best(
+    evaluator: np.ndarray,
+    baselines: Mapping[str, np.ndarray],
+    truth: np.ndarray,
+    *,
+    metric: str = "kendall",
+    rows: Sequence[int] | None = None,
+    alpha: float = ALPHA,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
     """The evaluator's agreement minus the *best* baseline's, the best chosen inside every resample.
 
     ``metric`` is one of the correlation metrics or ``"accuracy"`` (share of episodes whose verdict
@@ -286,14 +353,32 @@ def difference_to_best(evaluator: np.ndarray, baselines: Mapping[str, np.ndarray
         best = np.where(np.isnan(bv).all(axis=0), np.nan, np.nanmax(np.where(np.isnan(bv), -np.inf, bv), axis=0))
     diffs = ev - best
     names = list(B)
-    obs_best = None if np.isnan(bv[:, 0]).all() else names[int(np.nanargmax(np.where(np.isnan(bv[:, 0]), -np.inf, bv[:, 0])))]
-    base = {"evaluator": None if np.isnan(ev[0]) else float(sign * ev[0]),
-            "baselines": {n: (None if np.isnan(v) else float(sign * v)) for n, v in zip(names, bv[:, 0], strict=True)},
-            "best_baseline": obs_best, "n_policies": int(len(sel)), "metric": metric}
+    obs_best = (
+        None if np.isnan(bv[:, 0]).all() else names[int(np.nanargmax(np.where(np.isnan(bv[:, 0]), -np.inf, bv[:, 0])))]
+    )
+    base = {
+        "evaluator": None if np.isnan(ev[0]) else float(sign * ev[0]),
+        "baselines": {n: (None if np.isnan(v) else float(sign * v)) for n, v in zip(names, bv[:, 0], strict=True)},
+        "best_baseline": obs_best,
+        "n_policies": int(len(sel)),
+        "metric": metric,
+    }
     if np.isnan(diffs[0]):
-        return {**base, "estimate": None, "interval": None, "excludes_zero": False, "defined_share": 0.0,
-                "reason": "undefined for the evaluator or every baseline"}
+        return {
+            **base,
+            "estimate": None,
+            "interval": None,
+            "excludes_zero": False,
+            "defined_share": 0.0,
+            "reason": "undefined for the evaluator or every baseline",
+        }
     iv, share, why = _interval(diffs[1:], alpha)
     iv = None if iv is None else [x + 0.0 for x in iv]
-    return {**base, "estimate": float(diffs[0]) + 0.0, "interval": iv, "defined_share": share,
-            "excludes_zero": bool(iv is not None and iv[0] > 0), "reason": why}
+    return {
+        **base,
+        "estimate": float(diffs[0]) + 0.0,
+        "interval": iv,
+        "defined_share": share,
+        "excludes_zero": bool(iv is not None and iv[0] > 0),
+        "reason": why,
+    }

@@ -28,6 +28,7 @@ can never disagree with the interval printed beside it.
 The decision is always "the interval excludes 0": ``a_better`` if its lower end is above 0,
 ``b_better`` if its upper end is below 0, ``undecided`` otherwise.
 """
+
 from __future__ import annotations
 
 import math
@@ -60,10 +61,10 @@ class Verdict:
 
     a: str
     b: str
-    outcome: str                 # "a_better" | "b_better" | "undecided"
-    measure: str                 # "success" | "score"
+    outcome: str  # "a_better" | "b_better" | "undecided"
+    measure: str  # "success" | "score"
     n_pairs: int
-    difference: float            # mean of a - b over pairs
+    difference: float  # mean of a - b over pairs
     interval: tuple[float, float]  # from the same rule that decides
     method: str
     more_pairs_needed: int | None
@@ -96,18 +97,29 @@ class Verdict:
             need = "no observed difference to detect"
         else:
             need = "more pairs needed not estimable"
-        return (f"No detectable difference yet between {self.a} and {self.b} on {what}: "
-                f"{self.interval_text()} over {pairs} ({need}; {self.method})")
+        return (
+            f"No detectable difference yet between {self.a} and {self.b} on {what}: "
+            f"{self.interval_text()} over {pairs} ({need}; {self.method})"
+        )
 
     def to_dict(self) -> dict:
-        return {"a": self.a, "b": self.b, "outcome": self.outcome, "measure": self.measure,
-                "n_pairs": self.n_pairs, "difference": self.difference,
-                "interval": [self.interval[0], self.interval[1]], "method": self.method,
-                "more_pairs_needed": self.more_pairs_needed, "alpha": self.alpha,
-                "headline": self.headline()}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "outcome": self.outcome,
+            "measure": self.measure,
+            "n_pairs": self.n_pairs,
+            "difference": self.difference,
+            "interval": [self.interval[0], self.interval[1]],
+            "method": self.method,
+            "more_pairs_needed": self.more_pairs_needed,
+            "alpha": self.alpha,
+            "headline": self.headline(),
+        }
 
 
 # --- success: Tango's score interval -------------------------------------------------------
+
 
 def _tango_z(delta0: float, n12: float, n21: float, n: float) -> float:
     """Tango's score statistic at the hypothesised difference ``delta0``.
@@ -186,6 +198,7 @@ def _pairs_needed_success(p12: float, p21: float, alpha: float, power: float = P
 
 # --- score: Agresti-Min adjusted interval on fractional differences -------------------------
 
+
 def adjusted_score_interval(d: Sequence[float], alpha: float = 0.05) -> tuple[float, float, float]:
     """Agresti-Min adjusted interval for the mean paired difference ``d`` (each in [-1, 1]).
 
@@ -220,6 +233,7 @@ def _pairs_needed_score(d: np.ndarray, alpha: float, power: float = POWER) -> fl
 
 # --- the verdict ----------------------------------------------------------------------------
 
+
 def _as_pairs(a, b, measure: str) -> tuple[np.ndarray, np.ndarray]:
     x = np.asarray(a, dtype=float).ravel()
     y = np.asarray(b, dtype=float).ravel()
@@ -239,8 +253,9 @@ def _binary(x: np.ndarray, y: np.ndarray) -> bool:
     return bool(np.all((x == 0) | (x == 1)) and np.all((y == 0) | (y == 1)))
 
 
-def paired_verdict(a, b, *, names: tuple[str, str] = ("A", "B"), measure: str = "success",
-                   alpha: float = 0.05) -> Verdict:
+def paired_verdict(
+    a, b, *, names: tuple[str, str] = ("A", "B"), measure: str = "success", alpha: float = 0.05
+) -> Verdict:
     """The verdict on ``a`` vs ``b`` (one value per paired seed, same order), from one rule.
 
     ``measure="success"``: 0/1 outcomes, Tango's score interval (per-seed success averaged over

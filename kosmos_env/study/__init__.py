@@ -10,12 +10,17 @@ The names are loaded on first use: the CLI builds the study's argument parser
 their modules (``from kosmos_env.study.analyze import analyze``): once the submodule
 ``kosmos_env.study.analyze`` is imported, the package attribute of that name is the module.
 """
+
 from __future__ import annotations
 
 from typing import Any
 
-_LAZY = {"analyze": "kosmos_env.study.analyze", "write_report": "kosmos_env.study.report",
-         "StudyConfig": "kosmos_env.study.run", "run_study": "kosmos_env.study.run"}
+_LAZY = {
+    "analyze": "kosmos_env.study.analyze",
+    "write_report": "kosmos_env.study.report",
+    "StudyConfig": "kosmos_env.study.run",
+    "run_study": "kosmos_env.study.run",
+}
 
 
 def __getattr__(name: str) -> Any:

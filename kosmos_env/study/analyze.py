@@ -7,6 +7,7 @@ the action-only and null-world baselines (:mod:`kosmos_env.stats.uncertainty`). 
 stays undefined: a metric that cannot be computed (e.g. nobody has succeeded yet at a short
 horizon) is reported as undefined with its reason, never as broken or as 0.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -25,9 +26,16 @@ SAME_ROLLOUT = "baseline/same_rollout"
 # every cheap baseline a world must beat: the two action-only judges with no world at all, the
 # copy-first-frame and blank (null) worlds under the world's own judges, and the action-only
 # judges reading the commands of the world's own rollouts (what the frames add beyond them)
-BASELINES = (ACTION_ONLY, ACTION_LEARNED, f"{COPY_FRAME}/robot_log", f"{COPY_FRAME}/vision",
-             f"{NULL_WORLD}/robot_log", f"{NULL_WORLD}/vision", f"{SAME_ROLLOUT}/action_only",
-             f"{SAME_ROLLOUT}/action_learned")
+BASELINES = (
+    ACTION_ONLY,
+    ACTION_LEARNED,
+    f"{COPY_FRAME}/robot_log",
+    f"{COPY_FRAME}/vision",
+    f"{NULL_WORLD}/robot_log",
+    f"{NULL_WORLD}/vision",
+    f"{SAME_ROLLOUT}/action_only",
+    f"{SAME_ROLLOUT}/action_learned",
+)
 # the evaluators whose "adds information" is tested against the best baseline, by subgroup
 WORLD_EVALUATORS = ("learned/vision", "learned/robot_log", "learned+gate/vision", "learned+gate/robot_log")
 SUBGROUPS = ("all", "honest", "deceptive", "closed_loop", "scripted")
@@ -36,8 +44,10 @@ SUBGROUPS = ("all", "honest", "deceptive", "closed_loop", "scripted")
 def subgroup_rows(policies: Sequence[str], group: str) -> list[int]:
     """Row indices of a policy subgroup: deceptive (``deceptive:*``), honest (the rest), closed_loop
     (image-conditioned checkpoints, ``ckpt:*``), scripted (the open-loop scripted family and random)."""
-    kind = ["deceptive" if p.startswith("deceptive") else "closed_loop" if p.startswith("ckpt") else "scripted"
-            for p in policies]
+    kind = [
+        "deceptive" if p.startswith("deceptive") else "closed_loop" if p.startswith("ckpt") else "scripted"
+        for p in policies
+    ]
     if group == "all":
         return list(range(len(policies)))
     if group == "honest":
@@ -59,8 +69,14 @@ def _rows_for(rows, world: str, judge: str, horizon: int | None = None) -> list[
             verdict = hj.get(horizon, hj.get(str(horizon), "missing"))
         if verdict == "missing":
             continue
-        out.append({"policy": r["policy"], "task": r["task"], "seed": r["seed"],
-                    "success": None if r["discarded"] else verdict})
+        out.append(
+            {
+                "policy": r["policy"],
+                "task": r["task"],
+                "seed": r["seed"],
+                "success": None if r["discarded"] else verdict,
+            }
+        )
     return out
 
 
@@ -122,58 +138,92 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
     mats = {name: aligned_matrix(_rows_for(rows, w, j), policies, units) for name, (w, j) in evaluators.items()}
     truth = mats.pop(REFERENCE_KEY)
     baselines = [b for b in BASELINES if b in mats]
-    out: dict[str, Any] = {"policies": policies, "tasks": tasks, "alpha": alpha, "n_units": len(units),
-                           "evaluators": {}}
+    out: dict[str, Any] = {
+        "policies": policies,
+        "tasks": tasks,
+        "alpha": alpha,
+        "n_units": len(units),
+        "evaluators": {},
+    }
     out["agreement"] = agreement_uncertainty(mats, truth, baselines=baselines, alpha=alpha, n_boot=n_boot, seed=seed)
     out["agreement"]["vs_best_baseline"] = _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed)
     out["subgroups"] = {g: [policies[i] for i in subgroup_rows(policies, g)] for g in SUBGROUPS}
     n_truth = (~np.isnan(truth)).sum(axis=1)
     k_truth = np.nansum(truth, axis=1)
-    out["truth"] = {"rates": _rates(truth),
-                    "intervals": [[iv.lower, iv.upper] for iv in (wilson(int(k), int(n), alpha) for k, n in zip(k_truth, n_truth, strict=True))],
-                    "episodes": n_truth.tolist()}
+    out["truth"] = {
+        "rates": _rates(truth),
+        "intervals": [
+            [iv.lower, iv.upper]
+            for iv in (wilson(int(k), int(n), alpha) for k, n in zip(k_truth, n_truth, strict=True))
+        ],
+        "episodes": n_truth.tolist(),
+    }
     for name, m in {REFERENCE_KEY: truth, **mats}.items():
         w, j = evaluators[name]
-        entry: dict[str, Any] = {"world": w, "judge": j, "rates": _rates(m),
-                                 "n_episodes": int((~np.isnan(m)).sum())}
+        entry: dict[str, Any] = {"world": w, "judge": j, "rates": _rates(m), "n_episodes": int((~np.isnan(m)).sum())}
         agree = np.isfinite(m) & np.isfinite(truth)
         entry["episode_accuracy"] = float((m[agree] == truth[agree]).mean()) if agree.any() else None
         entry["per_task"] = {}
         for t in tasks:
             cols = [k for k, u in enumerate(units) if u[0] == t]
-            sub = agreement_uncertainty({"e": m[:, cols]}, truth[:, cols], metrics=("kendall",), alpha=alpha,
-                                        n_boot=200, seed=seed)["evaluators"]["e"]["kendall"]
+            sub = agreement_uncertainty(
+                {"e": m[:, cols]}, truth[:, cols], metrics=("kendall",), alpha=alpha, n_boot=200, seed=seed
+            )["evaluators"]["e"]["kendall"]
             entry["per_task"][t] = sub
         entry["split_half"] = _split_half(m)
         try:
-            entry["detectable"] = {k: v for k, v in detectable_summary(m, policies, alpha=alpha).to_dict().items()
-                                   if k != "pairs"}
+            entry["detectable"] = {
+                k: v for k, v in detectable_summary(m, policies, alpha=alpha).to_dict().items() if k != "pairs"
+            }
         except ValueError as exc:
             entry["detectable"] = {"error": str(exc)}
         out["evaluators"][name] = entry
 
     # horizon as drift: the world's verdict on the episode cut at H vs the simulator's state at H
     out["horizon"] = {"horizons": horizons, "truth_rates": {}, "agreement": {}}
-    drift_evs = [n for n in ("learned/robot_log", "learned/vision", ACTION_ONLY, ACTION_LEARNED, f"{COPY_FRAME}/robot_log",
-                             "reference/robot_log", "reference/vision") if n in evaluators]
+    drift_evs = [
+        n
+        for n in (
+            "learned/robot_log",
+            "learned/vision",
+            ACTION_ONLY,
+            ACTION_LEARNED,
+            f"{COPY_FRAME}/robot_log",
+            "reference/robot_log",
+            "reference/vision",
+        )
+        if n in evaluators
+    ]
     for h in horizons:
         t_h = aligned_matrix(_rows_for(rows, "reference", "state", h), policies, units)
         out["horizon"]["truth_rates"][h] = _rates(t_h)
         ev_h = {n: aligned_matrix(_rows_for(rows, *evaluators[n], h), policies, units) for n in drift_evs}
-        res = agreement_uncertainty(ev_h, t_h, baselines=[ACTION_ONLY] if ACTION_ONLY in ev_h else [],
-                                    metrics=("kendall",), alpha=alpha, n_boot=n_boot, seed=seed)
-        out["horizon"]["agreement"][h] = {"evaluators": {n: res["evaluators"][n]["kendall"] for n in drift_evs},
-                                          "differences": {n: d[ACTION_ONLY]["kendall"] for n, d in res["differences"].items()
-                                                          if ACTION_ONLY in d}}
+        res = agreement_uncertainty(
+            ev_h,
+            t_h,
+            baselines=[ACTION_ONLY] if ACTION_ONLY in ev_h else [],
+            metrics=("kendall",),
+            alpha=alpha,
+            n_boot=n_boot,
+            seed=seed,
+        )
+        out["horizon"]["agreement"][h] = {
+            "evaluators": {n: res["evaluators"][n]["kendall"] for n in drift_evs},
+            "differences": {n: d[ACTION_ONLY]["kendall"] for n, d in res["differences"].items() if ACTION_ONLY in d},
+        }
     out["frame_error"] = study.get("frame_error") or {}
     out["sweep"] = _sweep(study, policies, truth, units, alpha, n_boot, seed)
 
     gated = [r for r in rows if r["world"] == "learned+gate"]
     if gated:
-        out["gate"] = {"available": True, "detail": study["gate_status"]["detail"],
-                       "discard_rate": float(np.mean([r["discarded"] for r in gated])),
-                       "discard_rate_per_policy": {p: float(np.mean([r["discarded"] for r in gated if r["policy"] == p]))
-                                                   for p in policies}}
+        out["gate"] = {
+            "available": True,
+            "detail": study["gate_status"]["detail"],
+            "discard_rate": float(np.mean([r["discarded"] for r in gated])),
+            "discard_rate_per_policy": {
+                p: float(np.mean([r["discarded"] for r in gated if r["policy"] == p])) for p in policies
+            },
+        }
     else:
         out["gate"] = dict(study["gate_status"], available=False)
     out["cost_seconds_per_rollout"] = _cost(rows, sorted(has))
@@ -196,9 +246,12 @@ def _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed) -> dict[str,
             rows = subgroup_rows(policies, group)
             if not rows:
                 continue
-            out[name][group] = {m: difference_to_best(mats[name], base, truth, metric=m, rows=rows, alpha=alpha,
-                                                      n_boot=n_boot, seed=seed)
-                                for m in ("kendall", "accuracy")}
+            out[name][group] = {
+                m: difference_to_best(
+                    mats[name], base, truth, metric=m, rows=rows, alpha=alpha, n_boot=n_boot, seed=seed
+                )
+                for m in ("kendall", "accuracy")
+            }
     return out
 
 
@@ -237,16 +290,23 @@ def _sweep(study, policies, truth, units, alpha, n_boot, seed) -> dict[str, Any]
         extra = []
         for r in study["rows"]:
             if r["world"] == label and (r["task"], r["seed"]) in set(sweep_units) and judge_name in r["judges"]:
-                extra.append(dict(r, world="sweep:default", sweep={"name": "default", "value": None, "world": sweep_world},
-                                  judges={"spec": r["judges"][judge_name]},
-                                  seconds={**r["seconds"], "judge_spec": r["seconds"].get(f"judge_{judge_name}", 0.0)}))
+                extra.append(
+                    dict(
+                        r,
+                        world="sweep:default",
+                        sweep={"name": "default", "value": None, "world": sweep_world},
+                        judges={"spec": r["judges"][judge_name]},
+                        seconds={**r["seconds"], "judge_spec": r["seconds"].get(f"judge_{judge_name}", 0.0)},
+                    )
+                )
         rows = extra + list(rows)
     labels = list(dict.fromkeys(r["world"] for r in rows))
     cols = [units.index(u) for u in sweep_units]
     judge = "spec"
     mats = {lab: aligned_matrix(_rows_for(rows, lab, judge), policies, sweep_units) for lab in labels}
-    res = agreement_uncertainty(mats, truth[:, cols], metrics=("kendall", "spearman", "mmrv"), alpha=alpha,
-                                n_boot=n_boot, seed=seed)
+    res = agreement_uncertainty(
+        mats, truth[:, cols], metrics=("kendall", "spearman", "mmrv"), alpha=alpha, n_boot=n_boot, seed=seed
+    )
     settings = []
     for lab in labels:
         rs = [r for r in rows if r["world"] == lab]
@@ -254,13 +314,27 @@ def _sweep(study, policies, truth, units, alpha, n_boot, seed) -> dict[str, Any]
         judge_s = float(np.mean([r["seconds"].get(f"judge_{judge}", 0.0) for r in rs]))
         k = res["evaluators"][lab]["kendall"]
         holds = bool(k["interval"] is not None and k["interval"][0] >= SWEEP_KENDALL_LOWER_BAR)
-        settings.append({"setting": lab, "name": rs[0]["sweep"]["name"], "value": rs[0]["sweep"]["value"],
-                         "world": rs[0]["sweep"]["world"], "cost_seconds": episode + judge_s,
-                         "judge_share": judge_s / (episode + judge_s) if episode + judge_s > 0 else None,
-                         "world_seconds": float(np.mean([r["seconds"]["world"] for r in rs])),
-                         "kendall": k, "spearman": res["evaluators"][lab]["spearman"],
-                         "mmrv": res["evaluators"][lab]["mmrv"], "bar_holds": holds})
+        settings.append(
+            {
+                "setting": lab,
+                "name": rs[0]["sweep"]["name"],
+                "value": rs[0]["sweep"]["value"],
+                "world": rs[0]["sweep"]["world"],
+                "cost_seconds": episode + judge_s,
+                "judge_share": judge_s / (episode + judge_s) if episode + judge_s > 0 else None,
+                "world_seconds": float(np.mean([r["seconds"]["world"] for r in rs])),
+                "kendall": k,
+                "spearman": res["evaluators"][lab]["spearman"],
+                "mmrv": res["evaluators"][lab]["mmrv"],
+                "bar_holds": holds,
+            }
+        )
     settings.sort(key=lambda s: s["cost_seconds"])
     answer = next((s["setting"] for s in settings if s["bar_holds"]), None)
-    return {"judge": judge, "bar": f"lower end of the Kendall {100 * (1 - alpha):g} % interval >= {SWEEP_KENDALL_LOWER_BAR}",
-            "units": len(sweep_units), "settings": settings, "answer": answer}
+    return {
+        "judge": judge,
+        "bar": f"lower end of the Kendall {100 * (1 - alpha):g} % interval >= {SWEEP_KENDALL_LOWER_BAR}",
+        "units": len(sweep_units),
+        "settings": settings,
+        "answer": answer,
+    }

@@ -8,6 +8,7 @@ says it); :func:`judge_bars` reads the analysis and never changes a bar. One alp
 :data:`kosmos_env.stats.uncertainty.ALPHA` (two-sided 1 - alpha intervals, one-sided
 permutation p-values compared with alpha).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -33,24 +34,58 @@ def default_bars(world_evaluators=WORLD_EVALUATORS) -> list[dict[str, Any]]:
     bars = []
     for ev in world_evaluators:
         for group, who in (("all", "all policies"), ("honest", "the honest (non-deceptive) policies")):
-            bars.append({"id": f"world_adds_information:{ev}:{group}", "kind": "world_adds_information",
-                         "evaluator": ev, "subgroup": group, "baseline": "best", "metric": "kendall",
-                         "text": f"{ev} ranks {who} better than the best cheap baseline (action-only rule, learned "
-                                 f"action-only judge, copy-first-frame and null worlds, action judges on its own "
-                                 f"rollouts; best chosen inside each resample): the {pct} interval of the Kendall "
-                                 f"difference lies above 0"})
-        bars.append({"id": f"world_agreement:{ev}", "kind": "world_agreement", "evaluator": ev, "metric": "kendall",
-                     "threshold": WORLD_KENDALL_BAR,
-                     "text": f"{ev} Kendall vs the simulator >= {WORLD_KENDALL_BAR} with permutation p <= {ALPHA}"})
-        bars.append({"id": f"repeatable:{ev}", "kind": "repeatable", "evaluator": ev, "threshold": REPEAT_BAR,
-                     "text": f"{ev} split-half Spearman (Spearman-Brown corrected) 5 % quantile >= {REPEAT_BAR}"})
-    bars.append({"id": "drift", "kind": "drift", "horizon": DRIFT_HORIZON,
-                 "text": f"open-loop frame error of the world at H = {DRIFT_HORIZON} below copy-last-frame's "
-                         f"(upper end of the {pct} interval of the ratio < 1)"})
-    bars.append({"id": "cheapest_setting", "kind": "cheapest_setting", "metric": "kendall",
-                 "threshold": SWEEP_KENDALL_LOWER_BAR,
-                 "text": f"a swept setting keeps the lower end of its Kendall interval >= {SWEEP_KENDALL_LOWER_BAR}; "
-                         f"the answer is the cheapest such setting"})
+            bars.append(
+                {
+                    "id": f"world_adds_information:{ev}:{group}",
+                    "kind": "world_adds_information",
+                    "evaluator": ev,
+                    "subgroup": group,
+                    "baseline": "best",
+                    "metric": "kendall",
+                    "text": f"{ev} ranks {who} better than the best cheap baseline (action-only rule, learned "
+                    f"action-only judge, copy-first-frame and null worlds, action judges on its own "
+                    f"rollouts; best chosen inside each resample): the {pct} interval of the Kendall "
+                    f"difference lies above 0",
+                }
+            )
+        bars.append(
+            {
+                "id": f"world_agreement:{ev}",
+                "kind": "world_agreement",
+                "evaluator": ev,
+                "metric": "kendall",
+                "threshold": WORLD_KENDALL_BAR,
+                "text": f"{ev} Kendall vs the simulator >= {WORLD_KENDALL_BAR} with permutation p <= {ALPHA}",
+            }
+        )
+        bars.append(
+            {
+                "id": f"repeatable:{ev}",
+                "kind": "repeatable",
+                "evaluator": ev,
+                "threshold": REPEAT_BAR,
+                "text": f"{ev} split-half Spearman (Spearman-Brown corrected) 5 % quantile >= {REPEAT_BAR}",
+            }
+        )
+    bars.append(
+        {
+            "id": "drift",
+            "kind": "drift",
+            "horizon": DRIFT_HORIZON,
+            "text": f"open-loop frame error of the world at H = {DRIFT_HORIZON} below copy-last-frame's "
+            f"(upper end of the {pct} interval of the ratio < 1)",
+        }
+    )
+    bars.append(
+        {
+            "id": "cheapest_setting",
+            "kind": "cheapest_setting",
+            "metric": "kendall",
+            "threshold": SWEEP_KENDALL_LOWER_BAR,
+            "text": f"a swept setting keeps the lower end of its Kendall interval >= {SWEEP_KENDALL_LOWER_BAR}; "
+            f"the answer is the cheapest such setting",
+        }
+    )
     return bars
 
 
@@ -66,8 +101,11 @@ def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> l
             d = best.get(bar["metric"])
             if d is not None:
                 verdict = "PASS" if d.get("excludes_zero") else "FAIL"
-                value = {"difference": d.get("estimate"), "interval": d.get("interval"),
-                         "best_baseline": d.get("best_baseline")}
+                value = {
+                    "difference": d.get("estimate"),
+                    "interval": d.get("interval"),
+                    "best_baseline": d.get("best_baseline"),
+                }
         elif bid == "world_agreement":
             e = agr["evaluators"].get(bar["evaluator"], {}).get(bar["metric"])
             if e is not None:
@@ -78,13 +116,19 @@ def judge_bars(registration: Mapping[str, Any], results: Mapping[str, Any]) -> l
             s = results["evaluators"].get(bar["evaluator"], {}).get("split_half", {})
             q = s.get("corrected_q05")
             verdict = "FAIL" if q is None else ("PASS" if q >= bar["threshold"] else "FAIL")
-            value = {"corrected_median": s.get("corrected_median"), "corrected_q05": q, "corrected_q95": s.get("corrected_q95")}
+            value = {
+                "corrected_median": s.get("corrected_median"),
+                "corrected_q05": q,
+                "corrected_q95": s.get("corrected_q95"),
+            }
         elif bid == "drift":
             fe = results.get("frame_error") or {}
-            iv = (fe.get("ratio_interval") or {}).get(bar["horizon"]) or (fe.get("ratio_interval") or {}).get(str(bar["horizon"]))
+            iv = (fe.get("ratio_interval") or {}).get(bar["horizon"]) or (fe.get("ratio_interval") or {}).get(
+                str(bar["horizon"])
+            )
             if iv is not None:
                 verdict = "PASS" if iv[1] < 1 else "FAIL"
-                r = (fe.get("ratio") or {})
+                r = fe.get("ratio") or {}
                 value = {"ratio": r.get(bar["horizon"], r.get(str(bar["horizon"]))), "interval": iv}
         elif bid == "cheapest_setting":
             sw = results.get("sweep")

@@ -3,6 +3,7 @@
 ``episodes.json`` holds every row, the config and the frame-error numbers; ``examples.npz`` the
 example frames (plain uint8 arrays, read with ``allow_pickle=False``).
 """
+
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ bars:
 refuses, in one line naming the first differing field, any difference; it also refuses a
 registration made after the run started. A study without one is exploratory.
 """
+
 from __future__ import annotations
 
 import datetime as _dt
@@ -68,8 +69,12 @@ def world_binding(env_id: str, world_kwargs: Mapping[str, Any] | None = None) ->
 
     spec = load_spec(env_id)
     kind = str(spec.world.get("type"))
-    out: dict[str, Any] = {"id": env_id, "spec_hash": spec.hash, "world_type": kind,
-                           "world_version": WORLD_VERSIONS.get(kind)}
+    out: dict[str, Any] = {
+        "id": env_id,
+        "spec_hash": spec.hash,
+        "world_type": kind,
+        "world_version": WORLD_VERSIONS.get(kind),
+    }
     if kind in WORLD_BACKENDS:
         out["code"] = code_digest(WORLD_BACKENDS[kind].split(":")[0])
     if kind == "tabletop_learned":
@@ -90,8 +95,13 @@ def judge_bindings(cfg) -> dict[str, Any]:
     from kosmos_env.judges.vision_frame import shipped_classifier_path
 
     out = {}
-    for name, kind in (("robot_log", "robot_log"), ("vision", "vision_frame"), ("action_only", "action_only"),
-                       ("action_learned", "action_learned"), ("state", "state")):
+    for name, kind in (
+        ("robot_log", "robot_log"),
+        ("vision", "vision_frame"),
+        ("action_only", "action_only"),
+        ("action_learned", "action_learned"),
+        ("state", "state"),
+    ):
         out[name] = {"type": kind, "code": code_digest(JUDGES[kind].split(":")[0])}
     vision = Path(cfg.vision_weights) if cfg.vision_weights else shipped_classifier_path()
     if not vision.is_file():
@@ -133,11 +143,21 @@ def registration_body(cfg, tasks, bars, baselines, n_boot: int = 1000) -> dict[s
     except PackageNotFoundError:
         pkg = None
     config = {k: v for k, v in cfg.to_dict().items() if k not in UNBOUND_CONFIG}
-    body = {"kind": KIND, "alpha": ALPHA, "package_version": pkg, "config": config, "tasks": list(tasks),
-            "evaluation_seeds": seeds, "world": world_binding(cfg.world, cfg.world_kwargs),
-            "reference": world_binding(cfg.reference), "judges": judge_bindings(cfg),
-            "policies": policy_bindings(cfg.policies), "baselines": list(baselines), "bars": list(bars),
-            "analysis": {"n_boot": int(n_boot), "bootstrap_seed": 0}}
+    body = {
+        "kind": KIND,
+        "alpha": ALPHA,
+        "package_version": pkg,
+        "config": config,
+        "tasks": list(tasks),
+        "evaluation_seeds": seeds,
+        "world": world_binding(cfg.world, cfg.world_kwargs),
+        "reference": world_binding(cfg.reference),
+        "judges": judge_bindings(cfg),
+        "policies": policy_bindings(cfg.policies),
+        "baselines": list(baselines),
+        "bars": list(bars),
+        "analysis": {"n_boot": int(n_boot), "bootstrap_seed": 0},
+    }
     return json.loads(canonical_json(body))
 
 
@@ -167,18 +187,23 @@ def load_registration_file(path) -> dict[str, Any]:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise RegistrationError(f"registration {path} is not JSON ({exc})") from None
     if not isinstance(record, dict) or record.get("kind") != KIND:
-        raise RegistrationError(f"{path} is not a study registration (kind must be {KIND!r}; campaign protocols "
-                                f"are registered with `kosmos-env register PROTOCOL.yaml`)")
+        raise RegistrationError(
+            f"{path} is not a study registration (kind must be {KIND!r}; campaign protocols "
+            f"are registered with `kosmos-env register PROTOCOL.yaml`)"
+        )
     if not isinstance(record.get("registered_utc"), str) or not isinstance(record.get("sha256"), str):
         raise RegistrationError(f"registration {path} lacks registered_utc or sha256")
     body = {k: v for k, v in record.items() if k != "sha256"}
     if _seal(body) != record["sha256"]:
-        raise RegistrationError(f"registration {path}: its sha256 does not match its content (edited after it was made)")
+        raise RegistrationError(
+            f"registration {path}: its sha256 does not match its content (edited after it was made)"
+        )
     try:
         _dt.datetime.strptime(record["registered_utc"], _STAMP)
     except ValueError:
-        raise RegistrationError(f"registration {path}: registered_utc {record['registered_utc']!r} is not "
-                                f"YYYY-MM-DDTHH:MM:SS.ffffffZ") from None
+        raise RegistrationError(
+            f"registration {path}: registered_utc {record['registered_utc']!r} is not YYYY-MM-DDTHH:MM:SS.ffffffZ"
+        ) from None
     return record
 
 
@@ -212,10 +237,14 @@ def _short(v: Any) -> str:
 def check_registration(record: Mapping[str, Any], current: Mapping[str, Any], started_utc: str, path="") -> None:
     """Refuse (one line) a registration made at or after the run's start, or differing from it."""
     if record["registered_utc"] >= started_utc:
-        raise RegistrationError(f"registration {path} was made at {record['registered_utc']}, not before this run "
-                                f"(started {started_utc}): register first, then run")
+        raise RegistrationError(
+            f"registration {path} was made at {record['registered_utc']}, not before this run "
+            f"(started {started_utc}): register first, then run"
+        )
     d = first_difference(dict(record), dict(current))
     if d:
         field, was, now = d
-        raise RegistrationError(f"registration {path} does not match this run: {field} is {_short(was)} in the "
-                                f"registration, {_short(now)} now")
+        raise RegistrationError(
+            f"registration {path} does not match this run: {field} is {_short(was)} in the "
+            f"registration, {_short(now)} now"
+        )

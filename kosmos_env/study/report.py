@@ -4,6 +4,7 @@ JSON of every number.
 A study run without a registration (``status="exploratory"``) says so on every page it writes:
 the report's title and first lines, every plot's title, and ``study.json``'s ``status``; its bars
 are listed but not judged."""
+
 from __future__ import annotations
 
 import json
@@ -68,13 +69,27 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path, status: st
 
     # 2. per-policy success: truth vs the main evaluators
     fig, ax = plt.subplots(figsize=(9, 4))
-    shown = [n for n in ("reference/state", "learned/robot_log", "learned/vision", "baseline/action_only",
-                         "baseline/action_learned", "baseline/copy_first_frame/vision") if n in evs]
+    shown = [
+        n
+        for n in (
+            "reference/state",
+            "learned/robot_log",
+            "learned/vision",
+            "baseline/action_only",
+            "baseline/action_learned",
+            "baseline/copy_first_frame/vision",
+        )
+        if n in evs
+    ]
     width = 0.8 / len(shown)
     for i, n in enumerate(shown):
         ax.bar(np.arange(len(pols)) + i * width, [np.nan if v is None else v for v in evs[n]["rates"]], width, label=n)
-    ax.set_xticks(np.arange(len(pols)) + 0.4 - width / 2, [p.replace("deceptive:mode=", "dec:") for p in pols],
-                  rotation=25, fontsize=6)
+    ax.set_xticks(
+        np.arange(len(pols)) + 0.4 - width / 2,
+        [p.replace("deceptive:mode=", "dec:") for p in pols],
+        rotation=25,
+        fontsize=6,
+    )
     ax.set_ylabel("success rate")
     ax.legend(fontsize=6)
     save(fig, "success_rates.png")
@@ -142,66 +157,108 @@ def _plots(results: dict[str, Any], study: dict[str, Any], out: Path, status: st
     return files
 
 
-def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], bars: list[dict] | None,
-              registration: dict | None, status: str, trust: list[str] | None = None) -> str:
+def _markdown(
+    results: dict[str, Any],
+    study: dict[str, Any],
+    plots: list[str],
+    bars: list[dict] | None,
+    registration: dict | None,
+    status: str,
+    trust: list[str] | None = None,
+) -> str:
     cfg = study["config"]
     evs = results["evaluators"]
     agr = results["agreement"]
     pols = results["policies"]
     L = [f"# Evaluator-validity study: {cfg['world']} vs {cfg['reference']}", ""]
     if status == "exploratory":
-        L = [f"# {EXPLORATORY} evaluator-validity study: {cfg['world']} vs {cfg['reference']}", "",
-             "**Exploratory.** This study ran without a registration made before it, so nothing on this page "
-             "is a registered result and no bar is judged. To test the bars: `kosmos-env register --study <the same "
-             "arguments> --out REG.json`, then `kosmos-env study <the same arguments> --registration REG.json`.", ""]
+        L = [
+            f"# {EXPLORATORY} evaluator-validity study: {cfg['world']} vs {cfg['reference']}",
+            "",
+            "**Exploratory.** This study ran without a registration made before it, so nothing on this page "
+            "is a registered result and no bar is judged. To test the bars: `kosmos-env register --study <the same "
+            "arguments> --out REG.json`, then `kosmos-env study <the same arguments> --registration REG.json`.",
+            "",
+        ]
         if bars:
             L += ["## Bars (not judged: exploratory)", ""] + [f"- {b['text']}" for b in bars] + [""]
     elif bars is not None:
         L += ["## Registered bars (fixed before any episode ran)", ""]
         if registration:
-            L.append(f"Registration `registration.json`, sha256 `{registration['sha256'][:16]}…`, registered "
-                     f"{registration['registered_utc']}, before this run started; it binds the world's weights "
-                     f"and code, the judges, the policies' content hashes, the evaluation seeds and these bars.")
+            L.append(
+                f"Registration `registration.json`, sha256 `{registration['sha256'][:16]}…`, registered "
+                f"{registration['registered_utc']}, before this run started; it binds the world's weights "
+                f"and code, the judges, the policies' content hashes, the evaluation seeds and these bars."
+            )
             L.append("")
         L += ["| verdict | bar | measured |", "|---|---|---|"]
         for b in bars:
             L.append(f"| **{b['verdict']}** | {b['text']} | {_bar_value(b['value'])} |")
-        L += ["", f"Decision convention: {alpha_convention(results['alpha'])}. Everything below the bars is "
-              "exploratory.", ""]
-    L += [f"Policies: {', '.join(pols)}. Tasks: {', '.join(results['tasks'])}. {cfg['seeds']} seeds per "
-          f"(policy, task) = {results['n_units']} (task, seed) units, paired across worlds (same seed, same initial "
-          f"scene), seeds from {cfg['seed_offset']} (disjoint from the world model's training seeds). Wall time "
-          f"{_f(results.get('wall_seconds'), 0)} s.", ""]
-    L += ["Truth = the simulator's state judge. Evaluators: `learned/*` = the world under test judged by the "
-          "robot-log judge (on its predicted gripper log) or the vision judge (frame classifier on its frames); "
-          "`reference/*` = the same judges on the simulator's own rollouts (judge error alone); "
-          "`baseline/action_only` = the action-only rule (pose integrated from the commands with workspace "
-          "clipping, holding whenever the gripper is commanded closed; no world at all, the policy run in the "
-          "copy-first-frame world); `baseline/action_learned` = the learned action-only judge (logistic regression on "
-          "command features, fitted on simulator episodes from training seeds) on the same commands; "
-          "`baseline/copy_first_frame/*` = the copy-first-frame world (every frame a copy of the first; in closed "
-          "loop the last frame a world was given is the first, so copy-last-frame coincides with it) through the "
-          "same judges; `baseline/null_world/*` = the null world (uniform grey frames: no scene at all); "
-          "`baseline/same_rollout/*` = the two action-only judges reading the commands of the world's own rollouts "
-          "(what the world's frames add beyond the commands of the same episodes).", ""]
+        L += [
+            "",
+            f"Decision convention: {alpha_convention(results['alpha'])}. Everything below the bars is exploratory.",
+            "",
+        ]
+    L += [
+        f"Policies: {', '.join(pols)}. Tasks: {', '.join(results['tasks'])}. {cfg['seeds']} seeds per "
+        f"(policy, task) = {results['n_units']} (task, seed) units, paired across worlds (same seed, same initial "
+        f"scene), seeds from {cfg['seed_offset']} (disjoint from the world model's training seeds). Wall time "
+        f"{_f(results.get('wall_seconds'), 0)} s.",
+        "",
+    ]
+    L += [
+        "Truth = the simulator's state judge. Evaluators: `learned/*` = the world under test judged by the "
+        "robot-log judge (on its predicted gripper log) or the vision judge (frame classifier on its frames); "
+        "`reference/*` = the same judges on the simulator's own rollouts (judge error alone); "
+        "`baseline/action_only` = the action-only rule (pose integrated from the commands with workspace "
+        "clipping, holding whenever the gripper is commanded closed; no world at all, the policy run in the "
+        "copy-first-frame world); `baseline/action_learned` = the learned action-only judge (logistic regression on "
+        "command features, fitted on simulator episodes from training seeds) on the same commands; "
+        "`baseline/copy_first_frame/*` = the copy-first-frame world (every frame a copy of the first; in closed "
+        "loop the last frame a world was given is the first, so copy-last-frame coincides with it) through the "
+        "same judges; `baseline/null_world/*` = the null world (uniform grey frames: no scene at all); "
+        "`baseline/same_rollout/*` = the two action-only judges reading the commands of the world's own rollouts "
+        "(what the world's frames add beyond the commands of the same episodes).",
+        "",
+    ]
 
-    L += ["## Agreement with the simulator: world vs baselines", "",
-          "Each cell: value [95 % bootstrap interval over (task, seed) units] and the one-sided permutation p-value "
-          "against a random ranking; in brackets under the table, the random ranking's 95 % quantile (5 % for "
-          "MMRV, lower is better). — = undefined (a constant side, e.g. a judge that never says success).", "",
-          "| evaluator | " + " | ".join(m.capitalize() if m != "mmrv" else "MMRV" for m in METRIC_ORDER)
-          + " | episode accuracy |", "|---|" + "---|" * (len(METRIC_ORDER) + 1)]
+    L += [
+        "## Agreement with the simulator: world vs baselines",
+        "",
+        "Each cell: value [95 % bootstrap interval over (task, seed) units] and the one-sided permutation p-value "
+        "against a random ranking; in brackets under the table, the random ranking's 95 % quantile (5 % for "
+        "MMRV, lower is better). — = undefined (a constant side, e.g. a judge that never says success).",
+        "",
+        "| evaluator | "
+        + " | ".join(m.capitalize() if m != "mmrv" else "MMRV" for m in METRIC_ORDER)
+        + " | episode accuracy |",
+        "|---|" + "---|" * (len(METRIC_ORDER) + 1),
+    ]
     for n, e in agr["evaluators"].items():
-        L.append(f"| {n} | " + " | ".join(format_metric(e[m]) for m in METRIC_ORDER) +
-                 f" | {_f(evs[n]['episode_accuracy'])} |")
+        L.append(
+            f"| {n} | "
+            + " | ".join(format_metric(e[m]) for m in METRIC_ORDER)
+            + f" | {_f(evs[n]['episode_accuracy'])} |"
+        )
     first_name, first = next(iter(agr["evaluators"].items()))
-    L += ["", f"Random ranking's quantile (permuting {first_name}'s rates; each evaluator's own, which depends on "
-          "its ties, is in study.json): " + ", ".join(f"{m} {_f(first[m].get('null_quantile'), 2)}" for m in METRIC_ORDER
-                                                         if first[m].get("null_quantile") is not None) +
-          f" (P = {first['kendall'].get('n_policies')} policies; {first['kendall'].get('permutation')}).", ""]
-    L += ["### Difference to the baselines (positive = better than the baseline; ✓ = interval excludes 0)", "",
-          "| evaluator | vs baseline | " + " | ".join(m if m != "mmrv" else "MMRV" for m in METRIC_ORDER) + " |",
-          "|---|---|" + "---|" * len(METRIC_ORDER)]
+    L += [
+        "",
+        f"Random ranking's quantile (permuting {first_name}'s rates; each evaluator's own, which depends on "
+        "its ties, is in study.json): "
+        + ", ".join(
+            f"{m} {_f(first[m].get('null_quantile'), 2)}"
+            for m in METRIC_ORDER
+            if first[m].get("null_quantile") is not None
+        )
+        + f" (P = {first['kendall'].get('n_policies')} policies; {first['kendall'].get('permutation')}).",
+        "",
+    ]
+    L += [
+        "### Difference to the baselines (positive = better than the baseline; ✓ = interval excludes 0)",
+        "",
+        "| evaluator | vs baseline | " + " | ".join(m if m != "mmrv" else "MMRV" for m in METRIC_ORDER) + " |",
+        "|---|---|" + "---|" * len(METRIC_ORDER),
+    ]
     for n, by_b in agr["differences"].items():
         if n.startswith("baseline/"):
             continue
@@ -212,30 +269,47 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
     if trust:
         L += ["## How far to trust this world (truth-free diagnostics)", ""] + list(trust) + [""]
 
-    L += ["## Per-policy success rates", "",
-          "Ground truth (simulator) with its 95 % Wilson interval, then each evaluator's rate.", "",
-          "| policy | truth [95 %] | " + " | ".join(n for n in evs if n != "reference/state") + " |",
-          "|---|---|" + "---|" * (len(evs) - 1)]
+    L += [
+        "## Per-policy success rates",
+        "",
+        "Ground truth (simulator) with its 95 % Wilson interval, then each evaluator's rate.",
+        "",
+        "| policy | truth [95 %] | " + " | ".join(n for n in evs if n != "reference/state") + " |",
+        "|---|---|" + "---|" * (len(evs) - 1),
+    ]
     for i, p in enumerate(pols):
         t = results["truth"]
-        L.append(f"| {p} | {_f(t['rates'][i], 2)} {_iv(t['intervals'][i])} | " +
-                 " | ".join(_f(evs[n]["rates"][i], 2) for n in evs if n != "reference/state") + " |")
+        L.append(
+            f"| {p} | {_f(t['rates'][i], 2)} {_iv(t['intervals'][i])} | "
+            + " | ".join(_f(evs[n]["rates"][i], 2) for n in evs if n != "reference/state")
+            + " |"
+        )
     L += [""]
-    L += ["## Per-task agreement (Kendall [95 % interval])", "",
-          "| evaluator | " + " | ".join(results["tasks"]) + " |", "|---|" + "---|" * len(results["tasks"])]
+    L += [
+        "## Per-task agreement (Kendall [95 % interval])",
+        "",
+        "| evaluator | " + " | ".join(results["tasks"]) + " |",
+        "|---|" + "---|" * len(results["tasks"]),
+    ]
     for n, e in evs.items():
         if n == "reference/state":
             continue
         L.append(f"| {n} | " + " | ".join(format_metric(e["per_task"][t]) for t in results["tasks"]) + " |")
 
-    L += ["", "## Repeatability and minimum detectable difference", "",
-          "Split-half: Spearman between the rankings of two random halves of the (task, seed) units over 500 splits; "
-          "median and 5–95 % range, raw and Spearman–Brown corrected to the full design. MDD: the smallest success-"
-          f"rate difference detectable at alpha = {results['alpha']:g} (two-sided) with 80 % power; pairs whose "
-          "per-unit differences never vary have no MDD (not estimable), and the design's resolution (1 / units) is "
-          "given instead of a 0.", "",
-          "| evaluator | split-half median [5–95 %] | Spearman–Brown median [5–95 %] | paired MDD (median over pairs) | "
-          "pairs not estimable | unpaired MDD | resolution | separable pairs |", "|---|---|---|---|---|---|---|---|"]
+    L += [
+        "",
+        "## Repeatability and minimum detectable difference",
+        "",
+        "Split-half: Spearman between the rankings of two random halves of the (task, seed) units over 500 splits; "
+        "median and 5–95 % range, raw and Spearman–Brown corrected to the full design. MDD: the smallest success-"
+        f"rate difference detectable at alpha = {results['alpha']:g} (two-sided) with 80 % power; pairs whose "
+        "per-unit differences never vary have no MDD (not estimable), and the design's resolution (1 / units) is "
+        "given instead of a 0.",
+        "",
+        "| evaluator | split-half median [5–95 %] | Spearman–Brown median [5–95 %] | paired MDD (median over pairs) | "
+        "pairs not estimable | unpaired MDD | resolution | separable pairs |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for n, e in evs.items():
         s, d = e["split_half"], e["detectable"]
         if "error" in s:
@@ -248,96 +322,155 @@ def _markdown(results: dict[str, Any], study: dict[str, Any], plots: list[str], 
             continue
         pm = d.get("paired_mdd_median")
         um = d.get("unpaired_mdd")
-        L.append(f"| {n} | {sh} | {sb} | {_f(pm) if pm is not None else 'not estimable'} | "
-                 f"{d.get('n_pairs_not_estimable', 0)} | {_f(um) if um is not None else 'not estimable'} | "
-                 f"{_f(d.get('resolution'))} | {_f(d.get('fraction_separable'), 2)} |")
+        L.append(
+            f"| {n} | {sh} | {sb} | {_f(pm) if pm is not None else 'not estimable'} | "
+            f"{d.get('n_pairs_not_estimable', 0)} | {_f(um) if um is not None else 'not estimable'} | "
+            f"{_f(d.get('resolution'))} | {_f(d.get('fraction_separable'), 2)} |"
+        )
 
-    L += ["", "## Horizon as drift", "",
-          "Every episode is cut at H and judged at H; the truth is the simulator's state at step H. Kendall [95 % "
-          "interval]; — = undefined (the truth or the evaluator is constant at H, e.g. nothing has succeeded yet): "
-          "undefined is not broken and not counted either way.", ""]
+    L += [
+        "",
+        "## Horizon as drift",
+        "",
+        "Every episode is cut at H and judged at H; the truth is the simulator's state at step H. Kendall [95 % "
+        "interval]; — = undefined (the truth or the evaluator is constant at H, e.g. nothing has succeeded yet): "
+        "undefined is not broken and not counted either way.",
+        "",
+    ]
     h = results["horizon"]
     evn = list(next(iter(h["agreement"].values()))["evaluators"])
     L += ["| H | truth: policies with any success | " + " | ".join(evn) + " |", "|---|---|" + "---|" * len(evn)]
     for hh in h["horizons"]:
         a = h["agreement"][hh]
         tr = h["truth_rates"][hh]
-        L.append(f"| {hh} | {sum(1 for v in tr if v)} / {len(tr)} | " +
-                 " | ".join(format_metric(a["evaluators"][n]) for n in evn) + " |")
+        L.append(
+            f"| {hh} | {sum(1 for v in tr if v)} / {len(tr)} | "
+            + " | ".join(format_metric(a["evaluators"][n]) for n in evn)
+            + " |"
+        )
     diffs = {n for hh in h["horizons"] for n in h["agreement"][hh]["differences"]}
     if diffs:
-        L += ["", "Difference to the action-only baseline at H (Kendall, ✓ = interval above 0):", "",
-              "| H | " + " | ".join(sorted(diffs)) + " |", "|---|" + "---|" * len(diffs)]
+        L += [
+            "",
+            "Difference to the action-only baseline at H (Kendall, ✓ = interval above 0):",
+            "",
+            "| H | " + " | ".join(sorted(diffs)) + " |",
+            "|---|" + "---|" * len(diffs),
+        ]
         for hh in h["horizons"]:
             dd = h["agreement"][hh]["differences"]
-            L.append(f"| {hh} | " + " | ".join(format_difference(dd[n]) if n in dd else "—" for n in sorted(diffs)) + " |")
+            L.append(
+                f"| {hh} | " + " | ".join(format_difference(dd[n]) if n in dd else "—" for n in sorted(diffs)) + " |"
+            )
     fe = results.get("frame_error") or {}
     if fe.get("world"):
-        L += ["", f"Open-loop frame error ({fe['n_episodes']} simulator episodes replayed command by command in the "
-              "world; mean absolute pixel error 0–255) against copy-last-frame (the last real frame the world was given, "
-              "here the first):", "", "| H | world | copy-last-frame | ratio [95 %] |", "|---|---|---|---|"]
+        L += [
+            "",
+            f"Open-loop frame error ({fe['n_episodes']} simulator episodes replayed command by command in the "
+            "world; mean absolute pixel error 0–255) against copy-last-frame (the last real frame the world was given, "
+            "here the first):",
+            "",
+            "| H | world | copy-last-frame | ratio [95 %] |",
+            "|---|---|---|---|",
+        ]
         for hh in fe["world"]:
-            L.append(f"| {hh} | {_f(fe['world'][hh], 1)} | {_f(fe['copy_last_frame'][hh], 1)} | "
-                     f"{_f(fe['ratio'][hh], 2)} {_iv(fe['ratio_interval'].get(hh))} |")
+            L.append(
+                f"| {hh} | {_f(fe['world'][hh], 1)} | {_f(fe['copy_last_frame'][hh], 1)} | "
+                f"{_f(fe['ratio'][hh], 2)} {_iv(fe['ratio_interval'].get(hh))} |"
+            )
 
     sw = results.get("sweep")
     L += ["", "## Cost sweep: the cheapest setting that still ranks correctly", ""]
     if sw:
-        L += [f"World {sw['settings'][0]['world']}, one setting varied at a time, {sw['units']} (task, seed) units, judged "
-              f"by the world's own spec judge against the simulator's truth on the same units. Bar: {sw['bar']}.", "",
-              "| setting | seconds per rollout | judge share | world seconds | Kendall | Spearman | MMRV | bar |",
-              "|---|---|---|---|---|---|---|---|"]
+        L += [
+            f"World {sw['settings'][0]['world']}, one setting varied at a time, {sw['units']} (task, seed) units, judged "
+            f"by the world's own spec judge against the simulator's truth on the same units. Bar: {sw['bar']}.",
+            "",
+            "| setting | seconds per rollout | judge share | world seconds | Kendall | Spearman | MMRV | bar |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
         for s in sw["settings"]:
-            L.append(f"| {s['setting'].replace('sweep:', '')} | {_f(s['cost_seconds'])} | {_f(s['judge_share'], 3)} | "
-                     f"{_f(s['world_seconds'])} | {format_metric(s['kendall'])} | {format_metric(s['spearman'])} | "
-                     f"{format_metric(s['mmrv'])} | {'holds' if s['bar_holds'] else 'fails'} |")
-        L += ["", f"**Answer:** {sw['answer'].replace('sweep:', '') if sw['answer'] else 'no swept setting holds the bar'}.",
-              "", "Seconds are wall clock, and the settings ran one after another (the default in the main run): on a "
-              "shared machine their ratio carries the load changes between those phases as well as the setting."]
+            L.append(
+                f"| {s['setting'].replace('sweep:', '')} | {_f(s['cost_seconds'])} | {_f(s['judge_share'], 3)} | "
+                f"{_f(s['world_seconds'])} | {format_metric(s['kendall'])} | {format_metric(s['spearman'])} | "
+                f"{format_metric(s['mmrv'])} | {'holds' if s['bar_holds'] else 'fails'} |"
+            )
+        L += [
+            "",
+            f"**Answer:** {sw['answer'].replace('sweep:', '') if sw['answer'] else 'no swept setting holds the bar'}.",
+            "",
+            "Seconds are wall clock, and the settings ran one after another (the default in the main run): on a "
+            "shared machine their ratio carries the load changes between those phases as well as the setting.",
+        ]
     else:
         L.append("Not run (the study runs it with `--sweep NAME=V1,V2,...`).")
 
     L += ["", "## Consistency gate", ""]
     g = results["gate"]
     if g.get("available"):
-        L.append(f"Gate: {g['detail']}. Discard rate {_f(g['discard_rate'])}; per policy: " +
-                 ", ".join(f"{p}: {_f(v, 2)}" for p, v in g["discard_rate_per_policy"].items()) + ".")
+        L.append(
+            f"Gate: {g['detail']}. Discard rate {_f(g['discard_rate'])}; per policy: "
+            + ", ".join(f"{p}: {_f(v, 2)}" for p, v in g["discard_rate_per_policy"].items())
+            + "."
+        )
     else:
         L.append(f"Gate: {g.get('detail')}.")
-    L += ["", "## Cost per rollout (seconds, mean)", "",
-          "Wall clock per rollout, worlds run one after another on the same machine (see the note under the sweep).", "",
-          "| world | episode | world model | policy | gate | judges |",
-          "|---|---|---|---|---|---|"]
+    L += [
+        "",
+        "## Cost per rollout (seconds, mean)",
+        "",
+        "Wall clock per rollout, worlds run one after another on the same machine (see the note under the sweep).",
+        "",
+        "| world | episode | world model | policy | gate | judges |",
+        "|---|---|---|---|---|---|",
+    ]
     for w, c in results["cost_seconds_per_rollout"].items():
         judges = ", ".join(f"{k[6:]} {_f(v, 4)}" for k, v in c.items() if k.startswith("judge_"))
-        L.append(f"| {w} | {_f(c['episode'])} | {_f(c['world'])} | {_f(c['policy'])} | {_f(c.get('gate', 0.0))} | {judges} |")
+        L.append(
+            f"| {w} | {_f(c['episode'])} | {_f(c['world'])} | {_f(c['policy'])} | {_f(c.get('gate', 0.0))} | {judges} |"
+        )
     L += ["", "## Plots", ""] + [f"![{p}]({p})" for p in plots] + [""]
     return "\n".join(L)
 
 
 def _best_baseline_section(best: dict, subgroups: dict) -> list[str]:
     """World minus the best baseline (chosen inside each resample), by policy subgroup."""
-    L = ["## World vs the best baseline, by subgroup", "",
-         "For each world evaluator and policy subgroup: Kendall (ranking) and episode accuracy minus the best of "
-         "every baseline above, the best chosen inside each bootstrap resample (so the choice's luck is inside the "
-         "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. A subgroup of three "
-         "policies has only three pairs to rank, so its Kendall can take few values and its interval can collapse "
-         "to a point: read the episode accuracy there. Subgroups: "
-         + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items()) + ".", ""]
+    L = [
+        "## World vs the best baseline, by subgroup",
+        "",
+        "For each world evaluator and policy subgroup: Kendall (ranking) and episode accuracy minus the best of "
+        "every baseline above, the best chosen inside each bootstrap resample (so the choice's luck is inside the "
+        "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. A subgroup of three "
+        "policies has only three pairs to rank, so its Kendall can take few values and its interval can collapse "
+        "to a point: read the episode accuracy there. Subgroups: "
+        + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items())
+        + ".",
+        "",
+    ]
     if not best:
         return L + ["Not computed (no baseline world ran).", ""]
-    L += ["| evaluator | subgroup | Kendall − best [95 %] | best baseline (observed) | accuracy − best [95 %] | "
-          "best baseline (observed) |", "|---|---|---|---|---|---|"]
+    L += [
+        "| evaluator | subgroup | Kendall − best [95 %] | best baseline (observed) | accuracy − best [95 %] | "
+        "best baseline (observed) |",
+        "|---|---|---|---|---|---|",
+    ]
     adds = []
     for ev, groups in best.items():
         for g, m in groups.items():
             k, a = m["kendall"], m["accuracy"]
-            L.append(f"| {ev} | {g} | {format_difference(k)} | {k.get('best_baseline') or '—'} | "
-                     f"{format_difference(a)} | {a.get('best_baseline') or '—'} |")
+            L.append(
+                f"| {ev} | {g} | {format_difference(k)} | {k.get('best_baseline') or '—'} | "
+                f"{format_difference(a)} | {a.get('best_baseline') or '—'} |"
+            )
             if k.get("excludes_zero"):
                 adds.append(f"{ev} on {g}")
-    L += ["", "**The world adds information over the best baseline** (Kendall interval above 0) for: "
-          + (", ".join(adds) if adds else "no evaluator on any subgroup") + ".", ""]
+    L += [
+        "",
+        "**The world adds information over the best baseline** (Kendall interval above 0) for: "
+        + (", ".join(adds) if adds else "no evaluator on any subgroup")
+        + ".",
+        "",
+    ]
     return L
 
 
@@ -369,9 +502,16 @@ def _jsonable(x):
     return x
 
 
-def write_report(results: dict[str, Any], study: dict[str, Any], out_dir, *, bars: list[dict] | None = None,
-                 registration: dict | None = None, status: str = "exploratory",
-                 trust: list[str] | None = None) -> dict[str, Path]:
+def write_report(
+    results: dict[str, Any],
+    study: dict[str, Any],
+    out_dir,
+    *,
+    bars: list[dict] | None = None,
+    registration: dict | None = None,
+    status: str = "exploratory",
+    trust: list[str] | None = None,
+) -> dict[str, Path]:
     """Write report.md, study.json (numbers, config, episode rows) and the PNG plots into ``out_dir``.
 
     ``status``: "registered" (a registration made before the run, matching it) or "exploratory";
@@ -382,8 +522,15 @@ def write_report(results: dict[str, Any], study: dict[str, Any], out_dir, *, bar
     out.mkdir(parents=True, exist_ok=True)
     plots = _plots(results, study, out, status)
     (out / "report.md").write_text(_markdown(results, study, plots, bars, registration, status, trust))
-    payload = {"status": status, "registration_sha256": (registration or {}).get("sha256"),
-               "config": study["config"], "bars": bars, "results": results, "gate_status": study["gate_status"],
-               "episodes": study["rows"], "sweep_episodes": study.get("sweep_rows", [])}
+    payload = {
+        "status": status,
+        "registration_sha256": (registration or {}).get("sha256"),
+        "config": study["config"],
+        "bars": bars,
+        "results": results,
+        "gate_status": study["gate_status"],
+        "episodes": study["rows"],
+        "sweep_episodes": study.get("sweep_rows", []),
+    }
     (out / "study.json").write_text(json.dumps(_jsonable(payload), indent=1))
     return {"report": out / "report.md", "json": out / "study.json", **{p: out / p for p in plots}}

@@ -21,6 +21,7 @@ truth at H, and the seconds it cost. Worlds (the row's ``world`` label):
 Seeds start at ``seed_offset`` (default 100000), far from the world model's training seeds; a
 (policy, task, seed index) has the same seed, hence the same initial scene, in every world.
 """
+
 from __future__ import annotations
 
 import time
@@ -30,13 +31,24 @@ from typing import Any, Callable
 import numpy as np
 
 DEFAULT_POLICIES = (
-    "scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.7", "scripted:skill=0.6", "scripted:skill=0.45",
-    "scripted:skill=0.3", "random",
-    "deceptive:mode=grasp_miss,rate=0.7", "deceptive:mode=wrong_target,rate=0.5", "deceptive:mode=knock_away,rate=0.7",
+    "scripted:skill=1.0",
+    "scripted:skill=0.8",
+    "scripted:skill=0.7",
+    "scripted:skill=0.6",
+    "scripted:skill=0.45",
+    "scripted:skill=0.3",
+    "random",
+    "deceptive:mode=grasp_miss,rate=0.7",
+    "deceptive:mode=wrong_target,rate=0.5",
+    "deceptive:mode=knock_away,rate=0.7",
     # closed loop: image-conditioned checkpoints shipped with the package (policies/checkpoints/manifest.json),
     # trained by behaviour cloning, then PPO in the simulator and in the learned world
-    "ckpt:shipped=bc_clone_2000", "ckpt:shipped=bc_clone_6000", "ckpt:shipped=sim_judge_ppo_3072",
-    "ckpt:shipped=sim_judge_ppo_9216", "ckpt:shipped=world_judge_ppo_3072", "ckpt:shipped=world_judge_ppo_12288",
+    "ckpt:shipped=bc_clone_2000",
+    "ckpt:shipped=bc_clone_6000",
+    "ckpt:shipped=sim_judge_ppo_3072",
+    "ckpt:shipped=sim_judge_ppo_9216",
+    "ckpt:shipped=world_judge_ppo_3072",
+    "ckpt:shipped=world_judge_ppo_12288",
     "ckpt:shipped=sim_oracle_ppo_9216",
 )
 DEFAULT_HORIZONS = (5, 10, 20, 30, 40)
@@ -83,8 +95,10 @@ def validate(cfg: StudyConfig) -> None:
     episode = min(ref.horizon, world.horizon)
     bad = [h for h in cfg.horizons if not 1 <= int(h) <= episode]
     if bad:
-        raise ValueError(f"horizon(s) {bad} lie outside the episode: {cfg.world} and {cfg.reference} run "
-                         f"{episode} steps, so cut horizons must be 1..{episode}")
+        raise ValueError(
+            f"horizon(s) {bad} lie outside the episode: {cfg.world} and {cfg.reference} run "
+            f"{episode} steps, so cut horizons must be 1..{episode}"
+        )
     if cfg.control not in (None, "shuffled"):
         raise ValueError(f"unknown control {cfg.control!r}; the study knows 'shuffled'")
     if cfg.sweep:
@@ -103,9 +117,12 @@ def _judges(vision_weights, reference_world: dict) -> dict:
     from kosmos_env.judges.action_only import ActionOnlyJudge
     from kosmos_env.judges.vision_frame import FrameVisionJudge
 
-    return {"robot_log": make_judge("robot_log"), "vision": FrameVisionJudge(vision_weights),
-            "action_only": ActionOnlyJudge.from_world(reference_world),
-            "action_learned": LearnedActionJudge.from_world(reference_world)}
+    return {
+        "robot_log": make_judge("robot_log"),
+        "vision": FrameVisionJudge(vision_weights),
+        "action_only": ActionOnlyJudge.from_world(reference_world),
+        "action_learned": LearnedActionJudge.from_world(reference_world),
+    }
 
 
 def _judge_all(judges, rollout, horizons) -> tuple[dict, dict, dict]:
@@ -155,8 +172,20 @@ def _make_env(env_id: str, *, world_model=None, world_kwargs=None, gate=False, s
     return gymnasium.make(env_id, **kwargs)
 
 
-def _run(label: str, env, cfg: StudyConfig, judges: dict, jobs: list, tasks: list, *, is_reference: bool,
-         progress: bool, examples: dict, before: Callable | None = None, keep_actions: dict | None = None) -> list[dict]:
+def _run(
+    label: str,
+    env,
+    cfg: StudyConfig,
+    judges: dict,
+    jobs: list,
+    tasks: list,
+    *,
+    is_reference: bool,
+    progress: bool,
+    examples: dict,
+    before: Callable | None = None,
+    keep_actions: dict | None = None,
+) -> list[dict]:
     from tqdm import tqdm
 
     from kosmos_env.policies import make_policy, parse_policy_arg
@@ -176,19 +205,32 @@ def _run(label: str, env, cfg: StudyConfig, judges: dict, jobs: list, tasks: lis
             rollout = result.rollout
             final, per_h, judge_seconds = _judge_all(judges, rollout, cfg.horizons)
             row = {
-                "world": label, "gate": label.endswith("+gate"), "policy": policy, "task": task, "seed": seed,
-                "repeat": 0, "outcome": result.outcome, "discarded": result.outcome == "discarded",
-                "steps": result.steps, "judges": final, "horizon_judges": per_h, "seconds": {
-                    "episode": episode_seconds, "world": result.timings.get("world", 0.0),
-                    "policy": result.timings.get("policy", 0.0), "gate": result.timings.get("gate", 0.0),
-                    **{f"judge_{k}": v for k, v in judge_seconds.items()}},
+                "world": label,
+                "gate": label.endswith("+gate"),
+                "policy": policy,
+                "task": task,
+                "seed": seed,
+                "repeat": 0,
+                "outcome": result.outcome,
+                "discarded": result.outcome == "discarded",
+                "steps": result.steps,
+                "judges": final,
+                "horizon_judges": per_h,
+                "seconds": {
+                    "episode": episode_seconds,
+                    "world": result.timings.get("world", 0.0),
+                    "policy": result.timings.get("policy", 0.0),
+                    "gate": result.timings.get("gate", 0.0),
+                    **{f"judge_{k}": v for k, v in judge_seconds.items()},
+                },
             }
             if is_reference:
                 gt = result.ground_truth or {}
                 row["judges"]["state"] = bool(gt.get("success", False))
                 steps_truth = np.asarray(rollout.log.get("gt_success", []), dtype=bool)
-                row["horizon_judges"]["state"] = {int(h): bool(steps_truth[h - 1]) for h in cfg.horizons
-                                                  if h <= len(steps_truth)}
+                row["horizon_judges"]["state"] = {
+                    int(h): bool(steps_truth[h - 1]) for h in cfg.horizons if h <= len(steps_truth)
+                }
                 row["horizon_judges"]["state"][int(result.steps)] = row["judges"]["state"]
             if keep_actions is not None:
                 keep_actions[(policy, task, i)] = np.asarray(rollout.actions).copy()
@@ -222,8 +264,7 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
     copy_err = {h: [] for h in hs}
     if not keys:
         return {"horizons": hs, "n_episodes": 0}
-    envs = {"reference": _make_env(cfg.reference),
-            "world": _make_env(cfg.world, world_kwargs=cfg.world_kwargs)}
+    envs = {"reference": _make_env(cfg.reference), "world": _make_env(cfg.world, world_kwargs=cfg.world_kwargs)}
     try:
         for policy, task, i in tqdm(keys, desc="study: open-loop frame error", disable=not progress):
             seed = _seed(cfg, tasks, task, i)
@@ -245,8 +286,14 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
     finally:
         for env in envs.values():
             env.close()
-    out: dict[str, Any] = {"horizons": hs, "n_episodes": len(keys), "world": {}, "copy_last_frame": {},
-                           "ratio": {}, "ratio_interval": {}}
+    out: dict[str, Any] = {
+        "horizons": hs,
+        "n_episodes": len(keys),
+        "world": {},
+        "copy_last_frame": {},
+        "ratio": {},
+        "ratio_interval": {},
+    }
     rng = np.random.default_rng(0)
     for h in hs:
         w, c = np.asarray(world_err[h]), np.asarray(copy_err[h])
@@ -259,7 +306,9 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
         cm = c[idx].mean(axis=1)
         ratios = np.where(cm > 0, w[idx].mean(axis=1) / np.where(cm > 0, cm, 1.0), np.nan)
         ratios = ratios[np.isfinite(ratios)]
-        out["ratio_interval"][h] = [float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))] if len(ratios) else None
+        out["ratio_interval"][h] = (
+            [float(np.quantile(ratios, 0.025)), float(np.quantile(ratios, 0.975))] if len(ratios) else None
+        )
     return out
 
 
@@ -310,10 +359,29 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
     jobs = [(p, t, i) for p in cfg.policies for t in tasks for i in range(cfg.seeds)]
     examples: dict[str, Any] = {"keys": {(cfg.policies[0], tasks[0], 0)}}
     ref_actions: dict = {}
-    rows = _run("reference", _make_env(cfg.reference), cfg, judges, jobs, tasks, is_reference=True,
-                progress=progress, examples=examples, keep_actions=ref_actions)
-    rows += _run("learned", _make_env(cfg.world, world_kwargs=cfg.world_kwargs), cfg, judges, jobs, tasks,
-                 is_reference=False, progress=progress, examples=examples)
+    rows = _run(
+        "reference",
+        _make_env(cfg.reference),
+        cfg,
+        judges,
+        jobs,
+        tasks,
+        is_reference=True,
+        progress=progress,
+        examples=examples,
+        keep_actions=ref_actions,
+    )
+    rows += _run(
+        "learned",
+        _make_env(cfg.world, world_kwargs=cfg.world_kwargs),
+        cfg,
+        judges,
+        jobs,
+        tasks,
+        is_reference=False,
+        progress=progress,
+        examples=examples,
+    )
     if cfg.null_world:
         from kosmos_env.worlds import make_world
         from kosmos_env.worlds.null import NullWorld
@@ -321,16 +389,34 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
         spec = load_spec(cfg.reference).with_overrides(image_size=[64, 64])
         for label, mode in (("null", "first"), ("blank", "blank")):
             null = NullWorld(make_world(spec), spec.world, mode=mode)
-            rows += _run(label, _make_env(cfg.reference, world_model=null), cfg, judges, jobs, tasks,
-                         is_reference=False, progress=progress, examples=examples)
+            rows += _run(
+                label,
+                _make_env(cfg.reference, world_model=null),
+                cfg,
+                judges,
+                jobs,
+                tasks,
+                is_reference=False,
+                progress=progress,
+                examples=examples,
+            )
     if cfg.control == "shuffled":
         rows += _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples)
     ok, why = gate_available() if cfg.gate else (False, "not run (the study runs it with --gate)")
     gate_status = {"available": ok, "detail": why}
     if ok:
         try:
-            rows += _run("learned+gate", _make_env(cfg.world, world_kwargs=cfg.world_kwargs, gate=True), cfg, judges,
-                         jobs, tasks, is_reference=False, progress=progress, examples=examples)
+            rows += _run(
+                "learned+gate",
+                _make_env(cfg.world, world_kwargs=cfg.world_kwargs, gate=True),
+                cfg,
+                judges,
+                jobs,
+                tasks,
+                is_reference=False,
+                progress=progress,
+                examples=examples,
+            )
         except Exception as exc:  # report it plainly rather than lose the rest of the study
             gate_status = {"available": False, "detail": f"running with the gate failed: {type(exc).__name__}: {exc}"}
     sweep_rows: list[dict] = []
@@ -339,8 +425,16 @@ def run_study(cfg: StudyConfig, progress: bool = True) -> dict[str, Any]:
 
         sweep_rows = run_sweep(cfg, judges, tasks, progress, make_env=_make_env, run=_run)
     frame = frame_errors(cfg, tasks, ref_actions, progress) if cfg.frame_error_seeds else {"n_episodes": 0}
-    return {"config": cfg.to_dict(), "tasks": tasks, "rows": rows, "sweep_rows": sweep_rows, "gate_status": gate_status,
-            "examples": examples.get("frames", {}), "frame_error": frame, "wall_seconds": time.perf_counter() - t0}
+    return {
+        "config": cfg.to_dict(),
+        "tasks": tasks,
+        "rows": rows,
+        "sweep_rows": sweep_rows,
+        "gate_status": gate_status,
+        "examples": examples.get("frames", {}),
+        "frame_error": frame,
+        "wall_seconds": time.perf_counter() - t0,
+    }
 
 
 def _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples) -> list[dict]:
@@ -357,5 +451,15 @@ def _shuffled_control(cfg, judges, jobs, tasks, ref_actions, progress, examples)
         other = ref_actions[(policy, task, (i + 1) % cfg.seeds)]
         world.set_source(other[rng.permutation(len(other))])
 
-    return _run("control:shuffled", _make_env(cfg.world, world_model=world), cfg, judges, jobs, tasks,
-                is_reference=False, progress=progress, examples=examples, before=before)
+    return _run(
+        "control:shuffled",
+        _make_env(cfg.world, world_model=world),
+        cfg,
+        judges,
+        jobs,
+        tasks,
+        is_reference=False,
+        progress=progress,
+        examples=examples,
+        before=before,
+    )

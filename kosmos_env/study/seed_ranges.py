@@ -6,6 +6,7 @@ baselines and policies; tuning seeds choose thresholds, rules and recipes; evalu
 produce reported results and never choose anything. ``kosmos-env register --study`` refuses
 evaluation seeds outside the evaluation range.
 """
+
 from __future__ import annotations
 
 import json
@@ -32,10 +33,16 @@ def validate_ranges(raw: dict) -> dict[str, tuple[tuple[int, int], ...]]:
             raise ValueError(f"seed ranges: {stage!r} must be a non-empty list of [first, last] pairs")
         pairs = []
         for span in spans:
-            ok = (isinstance(span, list) and len(span) == 2
-                  and all(isinstance(v, int) and not isinstance(v, bool) for v in span) and 0 <= span[0] <= span[1])
+            ok = (
+                isinstance(span, list)
+                and len(span) == 2
+                and all(isinstance(v, int) and not isinstance(v, bool) for v in span)
+                and 0 <= span[0] <= span[1]
+            )
             if not ok:
-                raise ValueError(f"seed ranges: {stage!r} has {span!r}; each range is [first, last] with 0 <= first <= last")
+                raise ValueError(
+                    f"seed ranges: {stage!r} has {span!r}; each range is [first, last] with 0 <= first <= last"
+                )
             pairs.append((span[0], span[1]))
         out[stage] = tuple(pairs)
     flat = sorted((a, b, s) for s, spans in out.items() for a, b in spans)
@@ -61,5 +68,7 @@ def check_seeds(seeds: Iterable[int], stage: str, what: str = "seeds") -> None:
     if bad:
         spans = " and ".join(f"[{a}, {b}]" for a, b in seed_ranges()[stage])
         where = stage_of(bad[0]) or "no declared range"
-        raise ValueError(f"{what} must lie in the {stage} seed range {spans} (kosmos_env/study/seed_ranges.json); "
-                         f"{len(bad)} do not, first {bad[0]} (in {where})")
+        raise ValueError(
+            f"{what} must lie in the {stage} seed range {spans} (kosmos_env/study/seed_ranges.json); "
+            f"{len(bad)} do not, first {bad[0]} (in {where})"
+        )

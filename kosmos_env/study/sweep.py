@@ -17,6 +17,7 @@ the ones it has. Each setting is run one at a time from the world's defaults (no
 study's policies, tasks and first ``sweep_seeds`` seeds, judged by the world's own spec judge,
 and compared with the simulator's truth on the same episodes.
 """
+
 from __future__ import annotations
 
 import json
@@ -111,8 +112,17 @@ def run_sweep(cfg, judges: dict, tasks: list, progress: bool, *, make_env, run) 
             # only the world's own judge: other judges may not read every setting (the frame
             # classifier reads 64x64 only)
             setting_judges = {"spec": own} if own is not None else {}
-            got = run(label, env, cfg, setting_judges, jobs, tasks, is_reference=spec.world["type"] == "tabletop",
-                       progress=progress, examples={})
+            got = run(
+                label,
+                env,
+                cfg,
+                setting_judges,
+                jobs,
+                tasks,
+                is_reference=spec.world["type"] == "tabletop",
+                progress=progress,
+                examples={},
+            )
             for r in got:
                 r["sweep"] = {"name": name, "value": value, "world": env_id}
                 if "state" in r["judges"]:

@@ -40,6 +40,7 @@ The combined score (:func:`combined_score`) is parameter-free, fixed before any 
 over the diagnostics a world has, of its standing among the ladder's rungs (share of rungs it
 beats, lower discard and drift and higher gap being better), so nothing was chosen on seeds.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,11 @@ ALPHA = 0.05
 DIAGNOSTICS = ("gate_discard", "shuffled_gap", "drift_ratio")
 # the direction in which a diagnostic means a more faithful world (fixed by its meaning, not fitted)
 BETTER = {"gate_discard": -1, "shuffled_gap": +1, "drift_ratio": -1}
-LABELS = {"gate_discard": "gate discard rate", "shuffled_gap": "shuffled-command gap",
-          "drift_ratio": f"drift vs copy-frame at H={DRIFT_HORIZON}"}
+LABELS = {
+    "gate_discard": "gate discard rate",
+    "shuffled_gap": "shuffled-command gap",
+    "drift_ratio": f"drift vs copy-frame at H={DRIFT_HORIZON}",
+}
 
 
 # -- interval helpers -----------------------------------------------------------------------
@@ -72,8 +76,12 @@ def _interval(values: np.ndarray, alpha: float = ALPHA) -> list[float] | None:
 
 def _entry(value: float | None, boot: np.ndarray | None, n: int, **extra) -> dict[str, Any]:
     ok = value is not None and np.isfinite(value)
-    return {"value": float(value) if ok else None, "interval": _interval(boot) if (ok and boot is not None) else None,
-            "n": int(n), **extra}
+    return {
+        "value": float(value) if ok else None,
+        "interval": _interval(boot) if (ok and boot is not None) else None,
+        "n": int(n),
+        **extra,
+    }
 
 
 def _unavailable(reason: str) -> dict[str, Any]:
@@ -86,7 +94,9 @@ def unit_bootstrap(units: Sequence, n_boot: int = 1000, seed: int = 0) -> np.nda
     return rng.integers(0, len(units), size=(n_boot, len(units)))
 
 
-def _unit_sums(rows: Sequence[Mapping], units: list, value: Callable[[Mapping], float | None]) -> tuple[np.ndarray, np.ndarray]:
+def _unit_sums(
+    rows: Sequence[Mapping], units: list, value: Callable[[Mapping], float | None]
+) -> tuple[np.ndarray, np.ndarray]:
     """Per-unit (sum of values, count of rows with a value) over rows keyed by (task, seed)."""
     pos = {u: k for k, u in enumerate(units)}
     s, c = np.zeros(len(units)), np.zeros(len(units))
@@ -112,9 +122,18 @@ def _ratio(s: np.ndarray, c: np.ndarray, idx: np.ndarray | None) -> tuple[float 
 
 
 # -- the diagnostics from episode rows ---------------------------------------------------------
-def diagnostics_from_rows(world_rows: Sequence[Mapping], *, judge: str, shuffled_rows: Sequence[Mapping] = (),
-                          drift_rows: Sequence[Mapping] = (), units: list | None = None, n_boot: int = 1000,
-                          seed: int = 0, world: str = "", notes: Mapping[str, str] | None = None) -> dict[str, Any]:
+def diagnostics_from_rows(
+    world_rows: Sequence[Mapping],
+    *,
+    judge: str,
+    shuffled_rows: Sequence[Mapping] = (),
+    drift_rows: Sequence[Mapping] = (),
+    units: list | None = None,
+    n_boot: int = 1000,
+    seed: int = 0,
+    world: str = "",
+    notes: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The three diagnostics with intervals from plain rows.
 
     ``world_rows``: one per episode, ``{"policy", "task", "seed", "judges": {judge: bool|None},
@@ -126,8 +145,14 @@ def diagnostics_from_rows(world_rows: Sequence[Mapping], *, judge: str, shuffled
     if units is None:
         units = sorted({(r["task"], r["seed"]) for r in [*world_rows, *drift_rows]})
     idx = unit_bootstrap(units, n_boot, seed) if len(units) >= 2 else None
-    out: dict[str, Any] = {"world": world, "judge": judge, "n_episodes": len(world_rows), "n_units": len(units),
-                           "alpha": ALPHA, "n_boot": n_boot}
+    out: dict[str, Any] = {
+        "world": world,
+        "judge": judge,
+        "n_episodes": len(world_rows),
+        "n_units": len(units),
+        "alpha": ALPHA,
+        "n_boot": n_boot,
+    }
     s, c = _unit_sums(world_rows, units, lambda r: None if r.get("gate_discard") is None else bool(r["gate_discard"]))
     if c.sum():
         point, boot = _ratio(s, c, idx)
@@ -142,8 +167,9 @@ def diagnostics_from_rows(world_rows: Sequence[Mapping], *, judge: str, shuffled
         if pw is None or ps is None:
             out["shuffled_gap"] = _unavailable(f"the {judge} judge gave no verdict in the world or the control")
         else:
-            out["shuffled_gap"] = _entry(pw - ps, None if bw is None else bw - bs, int(cw.sum()),
-                                         world_rate=pw, shuffled_rate=ps)
+            out["shuffled_gap"] = _entry(
+                pw - ps, None if bw is None else bw - bs, int(cw.sum()), world_rate=pw, shuffled_rate=ps
+            )
     else:
         out["shuffled_gap"] = _unavailable(notes.get("shuffled_gap", "the shuffled-command control was not run"))
     if drift_rows:
@@ -156,8 +182,9 @@ def diagnostics_from_rows(world_rows: Sequence[Mapping], *, judge: str, shuffled
         else:
             with np.errstate(invalid="ignore", divide="ignore"):
                 boot = None if bw is None else np.where(bc > 0, bw / np.where(bc > 0, bc, 1), np.nan)
-            out["drift_ratio"] = _entry(pw / pc, boot, int(cw.sum()), horizon=DRIFT_HORIZON, world_error=pw,
-                                        copy_error=pc)
+            out["drift_ratio"] = _entry(
+                pw / pc, boot, int(cw.sum()), horizon=DRIFT_HORIZON, world_error=pw, copy_error=pc
+            )
             if int(cw.sum()) < 2:
                 out["drift_ratio"]["interval"] = None
                 out["drift_ratio"]["reason_no_interval"] = "one replayed episode: no interval"
@@ -166,8 +193,9 @@ def diagnostics_from_rows(world_rows: Sequence[Mapping], *, judge: str, shuffled
     return out
 
 
-def diagnostics_from_study(study: Mapping[str, Any], *, judge: str = "vision", world: str = "learned",
-                           n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+def diagnostics_from_study(
+    study: Mapping[str, Any], *, judge: str = "vision", world: str = "learned", n_boot: int = 1000, seed: int = 0
+) -> dict[str, Any]:
     """The diagnostics of the world under test of a ``run_study`` result (or its saved study dict).
 
     Uses what the study has: ``learned+gate`` rows for the discard rate (run with ``gate=True``),
@@ -183,23 +211,45 @@ def diagnostics_from_study(study: Mapping[str, Any], *, judge: str = "vision", w
     if not base:
         raise ValueError(f"the study has no rows of world {world!r}")
     gated = {(r["policy"], r["task"], r["seed"]): bool(r["discarded"]) for r in rows if r["world"] == f"{world}+gate"}
-    world_rows = [{"policy": p, "task": t, "seed": s, "judges": r["judges"], "gate_discard": gated.get((p, t, s))}
-                  for (p, t, s), r in base.items()]
-    shuffled = [{"policy": r["policy"], "task": r["task"], "seed": r["seed"], "judges": r["judges"]}
-                for r in rows if r["world"] == "control:shuffled"]
-    notes = {"gate_discard": "the study ran without --gate", "shuffled_gap": "the study ran without --control shuffled",
-             "drift_ratio": "the study replayed no episode open loop"}
+    world_rows = [
+        {"policy": p, "task": t, "seed": s, "judges": r["judges"], "gate_discard": gated.get((p, t, s))}
+        for (p, t, s), r in base.items()
+    ]
+    shuffled = [
+        {"policy": r["policy"], "task": r["task"], "seed": r["seed"], "judges": r["judges"]}
+        for r in rows
+        if r["world"] == "control:shuffled"
+    ]
+    notes = {
+        "gate_discard": "the study ran without --gate",
+        "shuffled_gap": "the study ran without --control shuffled",
+        "drift_ratio": "the study replayed no episode open loop",
+    }
     cfg = study.get("config") or {}
-    out = diagnostics_from_rows(world_rows, judge=judge, shuffled_rows=shuffled, units=units, n_boot=n_boot,
-                                seed=seed, world=cfg.get("world", world), notes=notes)
-    fe = study.get("frame_error") or (study.get("results") or {}).get("frame_error") or {}  # run_study's or study.json's
-    ratio = (fe.get("ratio") or {})
+    out = diagnostics_from_rows(
+        world_rows,
+        judge=judge,
+        shuffled_rows=shuffled,
+        units=units,
+        n_boot=n_boot,
+        seed=seed,
+        world=cfg.get("world", world),
+        notes=notes,
+    )
+    fe = (
+        study.get("frame_error") or (study.get("results") or {}).get("frame_error") or {}
+    )  # run_study's or study.json's
+    ratio = fe.get("ratio") or {}
     r20 = ratio.get(DRIFT_HORIZON, ratio.get(str(DRIFT_HORIZON)))
     if r20 is not None:
-        iv = (fe.get("ratio_interval") or {})
-        out["drift_ratio"] = {"value": float(r20), "interval": iv.get(DRIFT_HORIZON, iv.get(str(DRIFT_HORIZON))),
-                              "n": int(fe.get("n_episodes", 0)), "horizon": DRIFT_HORIZON,
-                              "baseline": "the study's copy-last-frame (the first frame) over its replayed episodes"}
+        iv = fe.get("ratio_interval") or {}
+        out["drift_ratio"] = {
+            "value": float(r20),
+            "interval": iv.get(DRIFT_HORIZON, iv.get(str(DRIFT_HORIZON))),
+            "n": int(fe.get("n_episodes", 0)),
+            "horizon": DRIFT_HORIZON,
+            "baseline": "the study's copy-last-frame (the first frame) over its replayed episodes",
+        }
     elif fe.get("n_episodes"):
         out["drift_ratio"] = _unavailable(f"the study's frame-error table has no H = {DRIFT_HORIZON}")
     return out
@@ -216,13 +266,26 @@ def diagnostics_from_campaign(bundle: Any, *, n_boot: int = 1000, seed: int = 0)
     control = (spec.get("world") or {}).get("control")
     rows = [r for r in bundle.rows if r.get("outcome") != "error"]
     gate_on = bool(gate.get("enabled")) or any(r.get("outcome") == "discarded" for r in rows)
-    world_rows = [{"policy": r["policy"], "task": r["task"], "seed": r["seed"], "judges": {},
-                   "gate_discard": (r.get("outcome") == "discarded") if gate_on else None} for r in rows]
+    world_rows = [
+        {
+            "policy": r["policy"],
+            "task": r["task"],
+            "seed": r["seed"],
+            "judges": {},
+            "gate_discard": (r.get("outcome") == "discarded") if gate_on else None,
+        }
+        for r in rows
+    ]
     how = f"`kosmos-env trust --env {env_id}`"
-    notes = {"gate_discard": f"the campaign ran without the gate ({how} replays episodes through it)",
-             "shuffled_gap": (f"this campaign is the shuffled control itself; the gap needs its twin: {how}"
-                              if control else f"the campaign has no shuffled-command twin: {how}"),
-             "drift_ratio": f"a campaign keeps no real frames at H = {DRIFT_HORIZON}: {how}"}
+    notes = {
+        "gate_discard": f"the campaign ran without the gate ({how} replays episodes through it)",
+        "shuffled_gap": (
+            f"this campaign is the shuffled control itself; the gap needs its twin: {how}"
+            if control
+            else f"the campaign has no shuffled-command twin: {how}"
+        ),
+        "drift_ratio": f"a campaign keeps no real frames at H = {DRIFT_HORIZON}: {how}",
+    }
     out = diagnostics_from_rows(world_rows, judge="campaign", n_boot=n_boot, seed=seed, world=env_id, notes=notes)
     if gate_on:
         out["gate_discard"]["source"] = "the campaign's own gate (episodes end at the first rejected call)"
@@ -233,8 +296,11 @@ def diagnostics_from_campaign(bundle: Any, *, n_boot: int = 1000, seed: int = 0)
 def load_ladder(path: str | None = None) -> dict[str, Any] | None:
     """The committed ladder (``kosmos_env/study/fidelity_ladder.json``), or ``path``; None if absent."""
     try:
-        text = (open(path, encoding="utf-8").read() if path else
-                (resources.files("kosmos_env.study") / LADDER_FILE).read_text(encoding="utf-8"))
+        text = (
+            open(path, encoding="utf-8").read()
+            if path
+            else (resources.files("kosmos_env.study") / LADDER_FILE).read_text(encoding="utf-8")
+        )
     except (FileNotFoundError, OSError):
         return None
     try:
@@ -246,8 +312,9 @@ def load_ladder(path: str | None = None) -> dict[str, Any] | None:
     return data
 
 
-def combined_score(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any], *, judge: str = "vision",
-                   exclude: str | None = None) -> float | None:
+def combined_score(
+    diagnostics: Mapping[str, Any], ladder: Mapping[str, Any], *, judge: str = "vision", exclude: str | None = None
+) -> float | None:
     """Mean over available diagnostics of the share of ladder rungs this world beats (ties count
     half), each diagnostic oriented by :data:`BETTER`; None when no diagnostic is available.
     ``exclude`` leaves one rung (by name) out of the comparison (a rung scored against the others)."""
@@ -256,8 +323,11 @@ def combined_score(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any], *,
         v = _value(diagnostics, d)
         if v is None:
             continue
-        ref = [_value(r["diagnostics"][judge] if d == "shuffled_gap" else r["diagnostics"], d)
-               for r in ladder["rungs"] if r["name"] != exclude]
+        ref = [
+            _value(r["diagnostics"][judge] if d == "shuffled_gap" else r["diagnostics"], d)
+            for r in ladder["rungs"]
+            if r["name"] != exclude
+        ]
         ref = [x for x in ref if x is not None]
         if not ref:
             continue
@@ -284,8 +354,13 @@ def _fmt(name: str, e: Mapping[str, Any]) -> str:
         s = _pct(e["value"])
         return s + (f" [{100 * iv[0]:.0f}, {100 * iv[1]:.0f}]" if iv else " (no interval)")
     s = f"{e['value']:+.2f}" if name == "shuffled_gap" else f"{e['value']:.2f}"
-    return s + (f" [{iv[0]:+.2f}, {iv[1]:+.2f}]" if (iv and name == "shuffled_gap") else
-                f" [{iv[0]:.2f}, {iv[1]:.2f}]" if iv else " (no interval)")
+    return s + (
+        f" [{iv[0]:+.2f}, {iv[1]:+.2f}]"
+        if (iv and name == "shuffled_gap")
+        else f" [{iv[0]:.2f}, {iv[1]:.2f}]"
+        if iv
+        else " (no interval)"
+    )
 
 
 def _nearby_rungs(name: str, e: Mapping[str, Any], ladder: Mapping[str, Any], judge: str) -> list[dict]:
@@ -336,17 +411,22 @@ def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
         if up.get("value") is None:
             text += "; among worlds whose judge ranks at all it is constant and says nothing"
         elif not (uiv and (uiv[0] > 0 if expected > 0 else uiv[1] < 0)):
-            text += (f"; but among worlds whose judge ranks at all it does not order agreement (Spearman "
-                     f"{up['value']:+.2f}" + (f" [{uiv[0]:+.2f}, {uiv[1]:+.2f}]" if uiv else "") + ")")
+            text += (
+                f"; but among worlds whose judge ranks at all it does not order agreement (Spearman "
+                f"{up['value']:+.2f}" + (f" [{uiv[0]:+.2f}, {uiv[1]:+.2f}]" if uiv else "") + ")"
+            )
         else:
-            text += (f"; among worlds whose judge ranks at all too (Spearman {up['value']:+.2f} "
-                     f"[{uiv[0]:+.2f}, {uiv[1]:+.2f}])")
+            text += (
+                f"; among worlds whose judge ranks at all too (Spearman {up['value']:+.2f} "
+                f"[{uiv[0]:+.2f}, {uiv[1]:+.2f}])"
+            )
     return text
 
 
-def trust_lines(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None = None, *,
-                judge: str | None = None) -> list[str]:
-    """"How far to trust this world", in plain words, one line per diagnostic plus the summary.
+def trust_lines(
+    diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None = None, *, judge: str | None = None
+) -> list[str]:
+    """ "How far to trust this world", in plain words, one line per diagnostic plus the summary.
 
     ``diagnostics`` is what :func:`diagnostics_from_rows`, :func:`diagnostics_from_study`,
     :func:`diagnostics_from_campaign` or :func:`measure` return; ``ladder`` defaults to the
@@ -357,11 +437,16 @@ def trust_lines(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None
     if ladder is None:
         ladder = load_ladder()
     world = diagnostics.get("world") or "this world"
-    lines = [f"how far to trust {world} (truth-free diagnostics, {100 * (1 - ALPHA):g} % intervals over (task, seed) units):"]
+    lines = [
+        f"how far to trust {world} (truth-free diagnostics, {100 * (1 - ALPHA):g} % intervals over (task, seed) units):"
+    ]
     if ladder is not None:
         judges = ladder.get("judges") or ["vision"]
-        j = judge or (diagnostics.get("judge") if diagnostics.get("judge") in judges else
-                      ("vision" if "vision" in judges else judges[0]))
+        j = judge or (
+            diagnostics.get("judge")
+            if diagnostics.get("judge") in judges
+            else ("vision" if "vision" in judges else judges[0])
+        )
     else:
         j = judge or diagnostics.get("judge") or "vision"
     for name in DIAGNOSTICS:
@@ -369,27 +454,40 @@ def trust_lines(diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None
         if e.get("value") is None:
             lines.append(f"- {LABELS[name]}: unavailable ({e.get('reason', 'not measured')})")
             continue
-        what = {"gate_discard": f"the gate discards {_fmt(name, e)} of episodes",
-                "shuffled_gap": (f"success is {_fmt(name, e)} higher with the true commands than when the world "
-                                 f"executes shuffled ones"
-                                 + (f" ({_pct(e['world_rate'])} vs {_pct(e['shuffled_rate'])})"
-                                    if e.get("world_rate") is not None else "")),
-                "drift_ratio": f"frames drift {_fmt(name, e)} x copy-first-frame's error at H={DRIFT_HORIZON}"}[name]
+        what = {
+            "gate_discard": f"the gate discards {_fmt(name, e)} of episodes",
+            "shuffled_gap": (
+                f"success is {_fmt(name, e)} higher with the true commands than when the world "
+                f"executes shuffled ones"
+                + (
+                    f" ({_pct(e['world_rate'])} vs {_pct(e['shuffled_rate'])})"
+                    if e.get("world_rate") is not None
+                    else ""
+                )
+            ),
+            "drift_ratio": f"frames drift {_fmt(name, e)} x copy-first-frame's error at H={DRIFT_HORIZON}",
+        }[name]
         if ladder is None:
             lines.append(f"- {what}; no ladder reference is installed")
             continue
         near = _nearby_rungs(name, e, ladder, j)
         names = ", ".join(r["name"] for r in near)
-        lines.append(f"- {what}; on the ladder, worlds with this {LABELS[name].split(' vs')[0]} ({names}) ranked policies "
-                     f"with Kendall {_kendall_range(near, j)} vs truth ({j} judge); {_predictive(ladder, name, j)}")
+        lines.append(
+            f"- {what}; on the ladder, worlds with this {LABELS[name].split(' vs')[0]} ({names}) ranked policies "
+            f"with Kendall {_kendall_range(near, j)} vs truth ({j} judge); {_predictive(ladder, name, j)}"
+        )
     if ladder is not None:
         score = combined_score(diagnostics, ladder, judge=j)
         if score is not None:
-            lines.append(f"- combined standing on the ladder: beats {_pct(score)} of its rungs on average over the "
-                         f"diagnostics above ({_predictive(ladder, 'combined', j)})")
-        lines.append(f"  reference: {ladder.get('source', 'bench/results/fidelity_ladder')} "
-                     f"({len(ladder['rungs'])} tabletop worlds; numbers measured there do not transfer in scale to "
-                     f"another camera, judge or gate, only in kind)")
+            lines.append(
+                f"- combined standing on the ladder: beats {_pct(score)} of its rungs on average over the "
+                f"diagnostics above ({_predictive(ladder, 'combined', j)})"
+            )
+        lines.append(
+            f"  reference: {ladder.get('source', 'bench/results/fidelity_ladder')} "
+            f"({len(ladder['rungs'])} tabletop worlds; numbers measured there do not transfer in scale to "
+            f"another camera, judge or gate, only in kind)"
+        )
     return lines
 
 
@@ -440,15 +538,28 @@ def replay_gate(gate_spec: Mapping[str, Any], rollout: Any, chunk: int, calibrat
     for t in range(calls):
         a = slice(t * chunk, (t + 1) * chunk)
         log = {k: np.asarray(v)[a] for k, v in (rollout.log or {}).items()}
-        v = gate.check(frames[t * per_call], frames[t * per_call + 1: (t + 1) * per_call + 1], actions[a], calibration, log)
+        v = gate.check(
+            frames[t * per_call], frames[t * per_call + 1 : (t + 1) * per_call + 1], actions[a], calibration, log
+        )
         if not v.passed:
             return True
     return False
 
 
-def run_world(label: str, env: Any, policies: Mapping[str, Any], jobs: Sequence[tuple], seed_of: Callable,
-              judges: Mapping[str, Any], *, gate_spec: Mapping[str, Any] | None = None, truth: bool = False,
-              before: Callable | None = None, keep_actions: dict | None = None, progress: bool = False) -> list[dict]:
+def run_world(
+    label: str,
+    env: Any,
+    policies: Mapping[str, Any],
+    jobs: Sequence[tuple],
+    seed_of: Callable,
+    judges: Mapping[str, Any],
+    *,
+    gate_spec: Mapping[str, Any] | None = None,
+    truth: bool = False,
+    before: Callable | None = None,
+    keep_actions: dict | None = None,
+    progress: bool = False,
+) -> list[dict]:
     """Run (policy, task, seed index) jobs in ``env`` (gate off); one row per episode with every
     judge's final verdict, the gate replay's discard (when ``gate_spec``) and, with ``truth``, the
     simulator's ground truth as judge ``state``. ``keep_actions`` collects each episode's commands."""
@@ -471,8 +582,16 @@ def run_world(label: str, env: Any, policies: Mapping[str, Any], jobs: Sequence[
             seconds = time.perf_counter() - t0
             rollout = result.rollout
             final, _, _ = _judge_all(judges, rollout, ())
-            row = {"world": label, "policy": policy, "task": task, "seed": seed, "index": i, "steps": result.steps,
-                   "judges": final, "seconds": seconds}
+            row = {
+                "world": label,
+                "policy": policy,
+                "task": task,
+                "seed": seed,
+                "index": i,
+                "steps": result.steps,
+                "judges": final,
+                "seconds": seconds,
+            }
             if truth:
                 row["judges"]["state"] = bool((result.ground_truth or {}).get("success", False))
             if gate_spec is not None:
@@ -510,14 +629,17 @@ def replay_frames(env: Any, seed: int, task: str, actions: np.ndarray, horizon: 
     seq = [np.asarray(obs["image"], dtype=np.float32)]
     done = 0
     while done < horizon:
-        a = actions[done: done + chunk]
+        a = actions[done : done + chunk]
         if len(a) < chunk:
             return None
         obs, _, term, trunc, info = env.step(a[0] if chunk == 1 else a)
         fr = info.get("frames")
         # frames per command: one per action here; a world drawing several per call is sampled at call ends
-        seq.extend([np.asarray(fr[-1], dtype=np.float32)] * chunk if fr is not None and len(fr) != chunk
-                   else [np.asarray(f, dtype=np.float32) for f in (fr if fr is not None else [obs["image"]])])
+        seq.extend(
+            [np.asarray(fr[-1], dtype=np.float32)] * chunk
+            if fr is not None and len(fr) != chunk
+            else [np.asarray(f, dtype=np.float32) for f in (fr if fr is not None else [obs["image"]])]
+        )
         done += chunk
         if (term or trunc) and done < horizon:
             return None
@@ -530,8 +652,10 @@ def drift_row(world_frames: np.ndarray, real_frames: np.ndarray, horizon: int = 
         return None
     if world_frames.shape[1:] != real_frames.shape[1:]:
         return None
-    return {"world": float(np.abs(world_frames[horizon] - real_frames[horizon]).mean()),
-            "copy": float(np.abs(real_frames[0] - real_frames[horizon]).mean())}
+    return {
+        "world": float(np.abs(world_frames[horizon] - real_frames[horizon]).mean()),
+        "copy": float(np.abs(real_frames[0] - real_frames[horizon]).mean()),
+    }
 
 
 def validate_trust(cfg: TrustConfig) -> None:
@@ -539,7 +663,9 @@ def validate_trust(cfg: TrustConfig) -> None:
 
     load_spec(cfg.env_id)  # an unknown id is one clear error
     if cfg.seeds < 2:
-        raise ValueError(f"the shuffled control executes another seed's commands: --seeds must be >= 2, got {cfg.seeds}")
+        raise ValueError(
+            f"the shuffled control executes another seed's commands: --seeds must be >= 2, got {cfg.seeds}"
+        )
     if not cfg.policies:
         raise ValueError("give at least one policy")
     if not 0 <= cfg.drift_seeds <= cfg.seeds:
@@ -563,12 +689,16 @@ def measure(cfg: TrustConfig, *, progress: bool = False, n_boot: int = 1000) -> 
     validate_trust(cfg)
     torch.set_num_threads(max(1, cfg.threads))
     spec = load_spec(cfg.env_id)
-    judge_spec = dict(cfg.judge) if isinstance(cfg.judge, Mapping) else {"type": cfg.judge} if cfg.judge else dict(spec.judge)
+    judge_spec = (
+        dict(cfg.judge) if isinstance(cfg.judge, Mapping) else {"type": cfg.judge} if cfg.judge else dict(spec.judge)
+    )
     judge_name = judge_spec.get("type", "judge")
     judges = {judge_name: make_judge(judge_spec)}
     # the env is handed the judge already built (it would otherwise build the spec's own, e.g. load a VLM)
     kwargs = {"defer_judging": True, "gate": {"enabled": False}, "judge": judges[judge_name]}
-    probe = gymnasium.make(cfg.env_id, **kwargs, **({"world_kwargs": dict(cfg.world_kwargs)} if cfg.world_kwargs else {}))
+    probe = gymnasium.make(
+        cfg.env_id, **kwargs, **({"world_kwargs": dict(cfg.world_kwargs)} if cfg.world_kwargs else {})
+    )
     all_tasks = list(probe.unwrapped.task_names)
     probe.close()
     tasks = list(cfg.tasks) if cfg.tasks else all_tasks
@@ -584,15 +714,39 @@ def measure(cfg: TrustConfig, *, progress: bool = False, n_boot: int = 1000) -> 
     gate = gate_spec_for(spec)
     actions: dict = {}
     wk = {"world_kwargs": dict(cfg.world_kwargs)} if cfg.world_kwargs else {}
-    rows = run_world(cfg.env_id, gymnasium.make(cfg.env_id, **kwargs, **wk), policies, jobs, seed_of, judges,
-                     gate_spec=gate, keep_actions=actions, progress=progress)
+    rows = run_world(
+        cfg.env_id,
+        gymnasium.make(cfg.env_id, **kwargs, **wk),
+        policies,
+        jobs,
+        seed_of,
+        judges,
+        gate_spec=gate,
+        keep_actions=actions,
+        progress=progress,
+    )
     world = ShuffledCommandWorld(make_world(spec, **dict(cfg.world_kwargs)))
     hook = shuffled_source(actions, cfg.seeds, cfg.seed_offset + 7919)
-    shuffled = run_world("control:shuffled", gymnasium.make(cfg.env_id, **kwargs, world_model=world), policies, jobs,
-                         seed_of, judges, before=lambda p, t, i: hook(world, p, t, i), progress=progress)
+    shuffled = run_world(
+        "control:shuffled",
+        gymnasium.make(cfg.env_id, **kwargs, world_model=world),
+        policies,
+        jobs,
+        seed_of,
+        judges,
+        before=lambda p, t, i: hook(world, p, t, i),
+        progress=progress,
+    )
     drift, note = _drift(cfg, spec, tasks, seed_of, actions, kwargs, wk)
-    out = diagnostics_from_rows(rows, judge=judge_name, shuffled_rows=shuffled, drift_rows=drift, n_boot=n_boot,
-                                world=cfg.env_id, notes={"drift_ratio": note})
+    out = diagnostics_from_rows(
+        rows,
+        judge=judge_name,
+        shuffled_rows=shuffled,
+        drift_rows=drift,
+        n_boot=n_boot,
+        world=cfg.env_id,
+        notes={"drift_ratio": note},
+    )
     out["gate"] = {k: v for k, v in gate.items() if k != "notes"}
     out["seeds"] = sorted({r["seed"] for r in rows})
     out["policies"] = list(cfg.policies)
@@ -655,8 +809,9 @@ def _bridge_drift(cfg, kwargs, wk) -> tuple[list[dict], str]:
     import cv2
 
     h, w = gen.shape[1:3]
-    real = np.asarray([cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in ep.frames[: DRIFT_HORIZON + 1]],
-                      dtype=np.float32)
+    real = np.asarray(
+        [cv2.resize(f, (w, h), interpolation=cv2.INTER_AREA) for f in ep.frames[: DRIFT_HORIZON + 1]], dtype=np.float32
+    )
     r = drift_row(gen, real)
     if r is None:
         return [], f"the real clip is shorter than H = {DRIFT_HORIZON} commands"
@@ -664,6 +819,8 @@ def _bridge_drift(cfg, kwargs, wk) -> tuple[list[dict], str]:
 
 
 def format_diagnostics(diag: Mapping[str, Any], ladder: Mapping[str, Any] | None = None) -> str:
-    head = (f"{diag.get('world')}: {diag.get('n_episodes')} episodes over {diag.get('n_units')} (task, seed) units, "
-            f"judge {diag.get('judge')}")
+    head = (
+        f"{diag.get('world')}: {diag.get('n_episodes')} episodes over {diag.get('n_units')} (task, seed) units, "
+        f"judge {diag.get('judge')}"
+    )
     return "\n".join([head, *trust_lines(diag, ladder)])

@@ -4,6 +4,7 @@ A suite is a JSON file next to this module (``tabletop.json``, ``bridge.json``).
 interpret a task's ``params``; the env only needs its name and instruction. A suite's sha256
 (of its canonical JSON) enters the env spec hash, so editing a task changes the hash.
 """
+
 from __future__ import annotations
 
 import json

@@ -5,6 +5,7 @@ capsule: [radius, half-length] lying flat; cylinder: [radius, half-height]; bask
 height]). Both the world that builds the scene and a policy that plans from the public task data
 need the same heights, so they live with the task data, not in either of them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

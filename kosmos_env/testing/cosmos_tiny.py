@@ -13,13 +13,20 @@ writes one to a folder laid out like a real checkpoint (``model_index.json`` and
 component), which ``gymnasium.make("Kosmos-Bridge-v1", world_kwargs={"weights_path": DIR})``
 loads with no spec override.
 """
+
 from __future__ import annotations
 
 import functools
 import os
 
-__all__ = ["build_tokenizer", "build_tiny_pipeline", "tiny_pipeline", "save_tiny_pipeline", "TEST_STATS",
-           "tiny_bridge_spec"]
+__all__ = [
+    "build_tokenizer",
+    "build_tiny_pipeline",
+    "tiny_pipeline",
+    "save_tiny_pipeline",
+    "TEST_STATS",
+    "tiny_bridge_spec",
+]
 
 _SPECIAL_TOKENS = ["<unk>", "<pad>", "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>"]
 _CHAT_TEMPLATE = (

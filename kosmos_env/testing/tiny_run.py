@@ -11,6 +11,7 @@ names the tiny weights (path and sha256) that ran.
 Random weights produce random frames and random verdicts: a ``--tiny`` run checks that
 everything runs, never what a policy or judge is worth.
 """
+
 from __future__ import annotations
 
 import os
@@ -89,8 +90,10 @@ def apply_tiny(env_id: str, root: str | os.PathLike | None = None) -> dict[str, 
     spec = load_spec(env_id)
     world, judge = spec.world, spec.judge
     if world.get("type") != "cosmos3" and judge.get("type") != "vlm":
-        raise ValueError(f"--tiny replaces a Cosmos 3 world or a VLM judge; {env_id} has neither "
-                         f"(world {world.get('type')!r}, judge {judge.get('type')!r}) and runs on CPU as it is")
+        raise ValueError(
+            f"--tiny replaces a Cosmos 3 world or a VLM judge; {env_id} has neither "
+            f"(world {world.get('type')!r}, judge {judge.get('type')!r}) and runs on CPU as it is"
+        )
     if world.get("type") == "cosmos3":
         os.environ[str(world["local_path_env"])] = tiny_cosmos3_dir(root)
     return tiny_judge_spec(judge, tiny_judge_dir(root))

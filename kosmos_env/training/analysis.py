@@ -13,6 +13,7 @@ all the quantities of one draw, which keeps ratios and differences of difference
   reported as undefined when the simulator arm's lift interval contains 0 (a ratio over a
   denominator that may be zero has no useful interval).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -52,8 +53,11 @@ class UnitBootstrap:
         n = num[self.idx].mean(axis=1)
         ok = d != 0
         point = float(num.mean() / den.mean()) if den.mean() != 0 else float("nan")
-        out = self._summary(point, n[ok] / d[ok]) if ok.any() else {"estimate": point, "lower": float("nan"),
-                                                                      "upper": float("nan")}
+        out = (
+            self._summary(point, n[ok] / d[ok])
+            if ok.any()
+            else {"estimate": point, "lower": float("nan"), "upper": float("nan")}
+        )
         out["draws_with_zero_denominator"] = int((~ok).sum())
         return out
 
@@ -66,9 +70,15 @@ def excludes_zero(interval: Mapping[str, float]) -> bool:
     return bool(interval["lower"] > 0 or interval["upper"] < 0)
 
 
-def analyse(arms: Mapping[str, Sequence[Mapping[str, Any]]], units: Sequence[tuple[str, int]], *,
-            simulator_arm: str = "A", gate_pairs: Sequence[tuple[str, str]] = (("B", "C"),),
-            n_boot: int = N_BOOT, seed: int = 0) -> dict[str, Any]:
+def analyse(
+    arms: Mapping[str, Sequence[Mapping[str, Any]]],
+    units: Sequence[tuple[str, int]],
+    *,
+    simulator_arm: str = "A",
+    gate_pairs: Sequence[tuple[str, str]] = (("B", "C"),),
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> dict[str, Any]:
     """The experiment's numbers from its evaluations.
 
     ``arms[name]`` is the arm's list of checkpoint evaluations in training order, each a mapping with
@@ -84,8 +94,14 @@ def analyse(arms: Mapping[str, Sequence[Mapping[str, Any]]], units: Sequence[tup
         world = [unit_vector(e["world"], "world_success", units) for e in evals]
         curve = []
         for e, t, w in zip(evals, truth, world, strict=True):
-            curve.append({"step": int(e["step"]), "true_success": boot.mean(t), "world_success": boot.mean(w),
-                          "exploitability": boot.mean(w - t)})
+            curve.append(
+                {
+                    "step": int(e["step"]),
+                    "true_success": boot.mean(t),
+                    "world_success": boot.mean(w),
+                    "exploitability": boot.mean(w - t),
+                }
+            )
         lifts[name] = truth[-1] - truth[0]
         exploit_last[name] = world[-1] - truth[-1]
         out["arms"][name] = {
@@ -102,9 +118,14 @@ def analyse(arms: Mapping[str, Sequence[Mapping[str, Any]]], units: Sequence[tup
             ratio = boot.ratio(lifts[name], sim)
             ratio["defined"] = excludes_zero(sim_lift)
             if not ratio["defined"]:
-                ratio["note"] = (f"undefined: arm {simulator_arm}'s lift interval [{sim_lift['lower']:+.3f}, "
-                                 f"{sim_lift['upper']:+.3f}] contains 0")
+                ratio["note"] = (
+                    f"undefined: arm {simulator_arm}'s lift interval [{sim_lift['lower']:+.3f}, "
+                    f"{sim_lift['upper']:+.3f}] contains 0"
+                )
             out["arms"][name]["transfer_ratio"] = ratio
-    out["gate_effect"] = {f"{a}-{b}": boot.mean(exploit_last[a] - exploit_last[b])
-                          for a, b in gate_pairs if a in exploit_last and b in exploit_last}
+    out["gate_effect"] = {
+        f"{a}-{b}": boot.mean(exploit_last[a] - exploit_last[b])
+        for a, b in gate_pairs
+        if a in exploit_last and b in exploit_last
+    }
     return out

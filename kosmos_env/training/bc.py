@@ -5,6 +5,7 @@ PPO's initial exploration, and a likelihood loss would shrink it to the demos' n
 normaliser is set once from the demos. Images get a random shift of a few pixels (pad by
 repetition, crop back) so a few hundred frames do not pin the CNN to exact pixel positions.
 """
+
 from __future__ import annotations
 
 import time
@@ -48,8 +49,8 @@ def _random_shift(images, pad: int, gen):
     padded = F.pad(images, (pad, pad, pad, pad), mode="replicate")
     dx = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
     dy = torch.randint(0, 2 * pad + 1, (n,), generator=gen)
-    rows = (torch.arange(h)[None, :] + dy[:, None])  # (n, h)
-    cols = (torch.arange(w)[None, :] + dx[:, None])  # (n, w)
+    rows = torch.arange(h)[None, :] + dy[:, None]  # (n, h)
+    cols = torch.arange(w)[None, :] + dx[:, None]  # (n, w)
     idx_n = torch.arange(n)[:, None, None]
     out = padded.permute(0, 2, 3, 1)[idx_n, rows[:, :, None], cols[:, None, :]]  # (n, h, w, c)
     return out.permute(0, 3, 1, 2).contiguous()
@@ -67,16 +68,20 @@ def imitation_mse(net, demos: Demos, frame_stack: int | None = None, batch: int 
     net.eval()
     with torch.no_grad():
         for i in range(0, len(demos), batch):
-            mean, _ = net(image_to_input(images[i:i + batch]), torch.as_tensor(states[i:i + batch]),
-                          torch.as_tensor(onehot[i:i + batch]))
-            err = mean.clamp(-1.0, 1.0) - torch.as_tensor(demos.action[i:i + batch])
-            total += float((err ** 2).mean(dim=1).sum())
+            mean, _ = net(
+                image_to_input(images[i : i + batch]),
+                torch.as_tensor(states[i : i + batch]),
+                torch.as_tensor(onehot[i : i + batch]),
+            )
+            err = mean.clamp(-1.0, 1.0) - torch.as_tensor(demos.action[i : i + batch])
+            total += float((err**2).mean(dim=1).sum())
     net.train(was_training)
     return total / max(1, len(demos))
 
 
-def behaviour_clone(demos: Demos | str | Path, out_path: str | Path, config: BCConfig | None = None, *,
-                    progress: bool = True) -> Path:
+def behaviour_clone(
+    demos: Demos | str | Path, out_path: str | Path, config: BCConfig | None = None, *, progress: bool = True
+) -> Path:
     """Train a fresh network on ``demos`` (a :class:`Demos` or its file) and write a ``bc`` checkpoint.
 
     The checkpoint records the demos' env id, spec hash and instruction list, the BC settings and
@@ -97,9 +102,17 @@ def behaviour_clone(demos: Demos | str | Path, out_path: str | Path, config: BCC
     torch.set_num_threads(max(1, int(cfg.threads)))
     torch.manual_seed(cfg.seed)
     meta = demos.meta
-    net_cfg = NetConfig(image_size=tuple(meta["image_size"]), frame_stack=cfg.frame_stack,
-                        n_tasks=len(meta["instructions"]), encoder=cfg.encoder, channels=tuple(cfg.channels), keypoints=cfg.keypoints,
-                        image_features=cfg.image_features, hidden=tuple(cfg.hidden), init_log_std=cfg.log_std)
+    net_cfg = NetConfig(
+        image_size=tuple(meta["image_size"]),
+        frame_stack=cfg.frame_stack,
+        n_tasks=len(meta["instructions"]),
+        encoder=cfg.encoder,
+        channels=tuple(cfg.channels),
+        keypoints=cfg.keypoints,
+        image_features=cfg.image_features,
+        hidden=tuple(cfg.hidden),
+        init_log_std=cfg.log_std,
+    )
     net = build_net(net_cfg)
     images, states = stacked_inputs(demos, cfg.frame_stack)
     with torch.no_grad():  # state normaliser from the demos; a constant dimension keeps scale 1
@@ -134,14 +147,33 @@ def behaviour_clone(demos: Demos | str | Path, out_path: str | Path, config: BCC
     net.eval()
     mse_after = imitation_mse(net, demos, cfg.frame_stack)
     settings = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(cfg).items()}
-    out = save_checkpoint(net, out_path, {
-        "env_id": meta["env_id"], "spec_hash": meta["spec_hash"], "reward": None, "seed": cfg.seed, "stage": "bc",
-        "env_steps": 0, "update": 0, "instructions": meta["instructions"], "image_size": list(net_cfg.image_size),
-        "frame_stack": cfg.frame_stack, "action_low": meta["action_low"], "action_high": meta["action_high"],
-        "bc": {"settings": settings, "demo_policy": meta.get("policy"), "demo_env_kwargs": meta.get("env_kwargs"),
-               "demo_episodes": int(len(np.unique(demos.episode))), "demo_steps": len(demos),
-               "demo_success_rate": float(np.mean(demos.success == 1)) if demos.n_episodes else None,
-               "imitation_mse_before": mse_before, "imitation_mse_after": mse_after,
-               "train_seconds": round(time.perf_counter() - t0, 1)},
-    })
+    out = save_checkpoint(
+        net,
+        out_path,
+        {
+            "env_id": meta["env_id"],
+            "spec_hash": meta["spec_hash"],
+            "reward": None,
+            "seed": cfg.seed,
+            "stage": "bc",
+            "env_steps": 0,
+            "update": 0,
+            "instructions": meta["instructions"],
+            "image_size": list(net_cfg.image_size),
+            "frame_stack": cfg.frame_stack,
+            "action_low": meta["action_low"],
+            "action_high": meta["action_high"],
+            "bc": {
+                "settings": settings,
+                "demo_policy": meta.get("policy"),
+                "demo_env_kwargs": meta.get("env_kwargs"),
+                "demo_episodes": int(len(np.unique(demos.episode))),
+                "demo_steps": len(demos),
+                "demo_success_rate": float(np.mean(demos.success == 1)) if demos.n_episodes else None,
+                "imitation_mse_before": mse_before,
+                "imitation_mse_after": mse_after,
+                "train_seconds": round(time.perf_counter() - t0, 1),
+            },
+        },
+    )
     return out

@@ -6,6 +6,7 @@ rescaled to [-1, 1] as ``RescaleAction`` sees it; frames are stacked at training
 (:func:`stacked_inputs`), the way the wrapper stacks them. Files are ``.npz`` with the metadata as
 a JSON string, read back without pickle.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,9 +48,17 @@ class Demos:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "wb") as fh:  # a file object: numpy would otherwise append ".npz" to another suffix
-            np.savez_compressed(fh, image=self.image, state=self.state, task=self.task, action=self.action,
-                                episode=self.episode, step=self.step, success=self.success,
-                                meta=np.array(json.dumps({"format": DEMO_FORMAT, **self.meta}, sort_keys=True)))
+            np.savez_compressed(
+                fh,
+                image=self.image,
+                state=self.state,
+                task=self.task,
+                action=self.action,
+                episode=self.episode,
+                step=self.step,
+                success=self.success,
+                meta=np.array(json.dumps({"format": DEMO_FORMAT, **self.meta}, sort_keys=True)),
+            )
         return path
 
     @classmethod
@@ -74,14 +83,30 @@ class Demos:
     def select_episodes(self, keep: np.ndarray) -> "Demos":
         """The steps of the episodes where ``keep[episode]`` is true (episode numbers kept)."""
         rows = np.asarray(keep, bool)[self.episode]
-        return Demos(self.image[rows], self.state[rows], self.task[rows], self.action[rows], self.episode[rows],
-                     self.step[rows], self.success, dict(self.meta))
+        return Demos(
+            self.image[rows],
+            self.state[rows],
+            self.task[rows],
+            self.action[rows],
+            self.episode[rows],
+            self.step[rows],
+            self.success,
+            dict(self.meta),
+        )
 
 
-def record_demos(env_id: str = DEFAULT_DEMO_ENV, *, policy: str = "scripted:skill=0.5", seeds_per_task: int = 8,
-                 seed_start: int = 0, tasks: Sequence[str] | None = None, image_size: Sequence[int] = (64, 64),
-                 env_kwargs: Mapping[str, Any] | None = None, out: str | Path | None = None,
-                 progress: bool = True) -> Demos:
+def record_demos(
+    env_id: str = DEFAULT_DEMO_ENV,
+    *,
+    policy: str = "scripted:skill=0.5",
+    seeds_per_task: int = 8,
+    seed_start: int = 0,
+    tasks: Sequence[str] | None = None,
+    image_size: Sequence[int] = (64, 64),
+    env_kwargs: Mapping[str, Any] | None = None,
+    out: str | Path | None = None,
+    progress: bool = True,
+) -> Demos:
     """Record ``tasks x seeds_per_task`` episodes of ``policy`` (CLI form, e.g. ``scripted:skill=0.5``).
 
     Seeds run ``seed_start .. seed_start + seeds_per_task - 1`` for every task; the policy is
@@ -138,16 +163,31 @@ def record_demos(env_id: str = DEFAULT_DEMO_ENV, *, policy: str = "scripted:skil
                 bar.update(1)
                 bar.set_postfix(success=f"{np.mean([s == 1 for s in success]):.2f}")
         bar.close()
-        meta = {"env_id": env_id, "spec_hash": base.spec_hash, "env_kwargs": jsonable(kwargs), "policy": policy,
-                "instructions": instructions, "image_size": list(size), "action_low": low.tolist(),
-                "action_high": high.tolist(), "seed_start": seed_start, "seeds_per_task": seeds_per_task,
-                "episodes": episodes}
+        meta = {
+            "env_id": env_id,
+            "spec_hash": base.spec_hash,
+            "env_kwargs": jsonable(kwargs),
+            "policy": policy,
+            "instructions": instructions,
+            "image_size": list(size),
+            "action_low": low.tolist(),
+            "action_high": high.tolist(),
+            "seed_start": seed_start,
+            "seeds_per_task": seeds_per_task,
+            "episodes": episodes,
+        }
     finally:
         env.close()
-    demos = Demos(image=np.stack(cols["image"]).astype(np.uint8), state=np.stack(cols["state"]).astype(np.float32),
-                  task=np.asarray(cols["task"], np.int64), action=np.stack(cols["action"]).astype(np.float32),
-                  episode=np.asarray(cols["episode"], np.int64), step=np.asarray(cols["step"], np.int64),
-                  success=np.asarray(success, np.int8), meta=meta)
+    demos = Demos(
+        image=np.stack(cols["image"]).astype(np.uint8),
+        state=np.stack(cols["state"]).astype(np.float32),
+        task=np.asarray(cols["task"], np.int64),
+        action=np.stack(cols["action"]).astype(np.float32),
+        episode=np.asarray(cols["episode"], np.int64),
+        step=np.asarray(cols["step"], np.int64),
+        success=np.asarray(success, np.int8),
+        meta=meta,
+    )
     if out is not None:
         demos.save(out)
     return demos

@@ -11,6 +11,7 @@ The train-in-world experiment evaluates every checkpoint twice on the same held-
 
 Both are plain :class:`~kosmos_env.policies.base.Policy` rollouts; nothing here trains.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -37,8 +38,9 @@ class EnvConfig:
 TRUTH = EnvConfig("Kosmos-Tabletop-v1", {"image_size": (64, 64)}, "simulator truth")
 
 
-def rollout_units(make_policy: Callable[[], Any], config: EnvConfig, units: Sequence[tuple[str, int]], *,
-                  env=None) -> list[dict[str, Any]]:
+def rollout_units(
+    make_policy: Callable[[], Any], config: EnvConfig, units: Sequence[tuple[str, int]], *, env=None
+) -> list[dict[str, Any]]:
     """One episode per (task, seed) unit; ``make_policy()`` builds the policy (once).
 
     Each record: task, seed, steps, outcome, ``terminated_by``, ``true_success`` (the simulator's
@@ -62,14 +64,19 @@ def rollout_units(make_policy: Callable[[], Any], config: EnvConfig, units: Sequ
                     break
             truth = info.get("ground_truth")
             judgment = info.get("judgment") or {}
-            records.append({
-                "task": task, "seed": int(seed), "steps": steps, "outcome": info.get("outcome"),
-                "terminated_by": info.get("terminated_by"),
-                "true_success": None if truth is None else bool(truth.get("success")),
-                "world_success": info.get("terminated_by") == "success",
-                "judge_success": judgment.get("success"),
-                "return": total,
-            })
+            records.append(
+                {
+                    "task": task,
+                    "seed": int(seed),
+                    "steps": steps,
+                    "outcome": info.get("outcome"),
+                    "terminated_by": info.get("terminated_by"),
+                    "true_success": None if truth is None else bool(truth.get("success")),
+                    "world_success": info.get("terminated_by") == "success",
+                    "judge_success": judgment.get("success"),
+                    "return": total,
+                }
+            )
     finally:
         policy.close()
         if own:

@@ -11,6 +11,7 @@ and after the last one, ``curve.csv`` (one row per finished episode), ``curve.js
 env steps, mean episode reward, success rate; plus the run's settings), ``curve.png`` and
 ``sb3_last.zip`` (SB3's archive of the last model, to resume training only).
 """
+
 from __future__ import annotations
 
 import csv
@@ -23,8 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from kosmos_env.hashing import sha256_file
-from kosmos_env.policies.checkpoint import (NetConfig, checkpoint_fit_problem, jsonable, load_checkpoint,
-                                            save_checkpoint)
+from kosmos_env.policies.checkpoint import NetConfig, checkpoint_fit_problem, jsonable, load_checkpoint, save_checkpoint
 from kosmos_env.training.demos import episode_success
 
 REWARD_MODES = ("terminal", "progress", "oracle")
@@ -83,8 +83,15 @@ def _task_sampler_class():
     return TaskSampler
 
 
-def make_training_env(env_id: str, *, image_size: Sequence[int], frame_stack: int, tasks: Sequence[str] | None,
-                      seed: int, env_kwargs: Mapping[str, Any] | None = None):
+def make_training_env(
+    env_id: str,
+    *,
+    image_size: Sequence[int],
+    frame_stack: int,
+    tasks: Sequence[str] | None,
+    seed: int,
+    env_kwargs: Mapping[str, Any] | None = None,
+):
     """One env as PPO sees it: the Kosmos env (rendered at ``image_size`` unless ``env_kwargs``
     says otherwise), a task drawn per reset, then ``kosmos_env.wrappers.wrap_rl_env``."""
     import gymnasium
@@ -103,8 +110,9 @@ def make_training_env(env_id: str, *, image_size: Sequence[int], frame_stack: in
         unknown = [t for t in names if t not in env.unwrapped.task_names]
         if unknown:
             raise ValueError(f"unknown task(s) {unknown} for {env_id}; tasks: {env.unwrapped.task_names}")
-        return wrap_rl_env(_task_sampler_class()(env, names, seed), image_size=tuple(image_size),
-                           frame_stack=int(frame_stack))
+        return wrap_rl_env(
+            _task_sampler_class()(env, names, seed), image_size=tuple(image_size), frame_stack=int(frame_stack)
+        )
     except Exception:
         env.close()
         raise
@@ -114,17 +122,33 @@ def check_init_fits(meta: Mapping[str, Any], env) -> None:
     """Refuse (one-line ``ValueError``) a checkpoint that cannot drive the wrapped env ``env``."""
     raw = env.unwrapped
     inner_image = tuple(int(v) for v in raw.kosmos_spec.image_size)
-    problem = checkpoint_fit_problem(meta, action_low=raw.action_space.low, action_high=raw.action_space.high,
-                                     instructions=env.get_wrapper_attr("instructions"), image_size=inner_image)
+    problem = checkpoint_fit_problem(
+        meta,
+        action_low=raw.action_space.low,
+        action_high=raw.action_space.high,
+        instructions=env.get_wrapper_attr("instructions"),
+        image_size=inner_image,
+    )
     if problem:
         raise ValueError(f"checkpoint does not fit {raw.kosmos_spec.id}: {problem}")
 
 
-def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str | Mapping[str, Any] | None = None,
-                 total_steps: int = 20_000, n_envs: int = 2, seed: int = 0, out_dir: str | Path = "ppo_run",
-                 checkpoint_every: int = 5, env_kwargs: Mapping[str, Any] | None = None,
-                 tasks: Sequence[str] | None = None, config: PPOConfig | None = None,
-                 net: NetConfig | None = None, progress: bool = True) -> list[Path]:
+def finetune_ppo(
+    env_id: str,
+    init_checkpoint: str | Path | None,
+    *,
+    reward: str | Mapping[str, Any] | None = None,
+    total_steps: int = 20_000,
+    n_envs: int = 2,
+    seed: int = 0,
+    out_dir: str | Path = "ppo_run",
+    checkpoint_every: int = 5,
+    env_kwargs: Mapping[str, Any] | None = None,
+    tasks: Sequence[str] | None = None,
+    config: PPOConfig | None = None,
+    net: NetConfig | None = None,
+    progress: bool = True,
+) -> list[Path]:
     """Fine-tune ``init_checkpoint`` (a ``bc`` or ``ppo`` checkpoint) with SB3 PPO in ``env_id``.
 
     ``init_checkpoint=None`` starts from a fresh network (``net`` sizes; image size 64x64 by
@@ -138,8 +162,14 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
     from kosmos_env.training.sb3 import KosmosActorCritic
 
     cfg = config or PPOConfig()
-    for name, value in (("total_steps", total_steps), ("n_envs", n_envs), ("checkpoint_every", checkpoint_every),
-                        ("n_steps", cfg.n_steps), ("batch_size", cfg.batch_size), ("n_epochs", cfg.n_epochs)):
+    for name, value in (
+        ("total_steps", total_steps),
+        ("n_envs", n_envs),
+        ("checkpoint_every", checkpoint_every),
+        ("n_steps", cfg.n_steps),
+        ("batch_size", cfg.batch_size),
+        ("n_epochs", cfg.n_epochs),
+    ):
         if int(value) < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     torch.set_num_threads(max(1, int(cfg.threads)))
@@ -156,8 +186,14 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
         kwargs["reward"] = override
 
     def factory(i: int):
-        return lambda: make_training_env(env_id, image_size=net_cfg.image_size, frame_stack=net_cfg.frame_stack,
-                                         tasks=tasks, seed=seed * 1000 + i, env_kwargs=kwargs)
+        return lambda: make_training_env(
+            env_id,
+            image_size=net_cfg.image_size,
+            frame_stack=net_cfg.frame_stack,
+            tasks=tasks,
+            seed=seed * 1000 + i,
+            env_kwargs=kwargs,
+        )
 
     # one env made here first: a checkpoint that does not fit is refused before SB3 starts
     probe = factory(0)()
@@ -171,39 +207,75 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
     elif net_cfg.n_tasks != len(instructions):
         net_cfg = NetConfig(**{**asdict(net_cfg), "n_tasks": len(instructions)})
     raw = probe.unwrapped
-    run_meta = {"env_id": raw.kosmos_spec.id, "spec_hash": raw.spec_hash,
-                "reward": dict(getattr(raw.kosmos_spec, "reward", None) or {"mode": "terminal"}),
-                "instructions": instructions, "image_size": list(net_cfg.image_size),
-                "frame_stack": net_cfg.frame_stack, "action_low": raw.action_space.low.tolist(),
-                "action_high": raw.action_space.high.tolist(), "seed": int(seed)}
+    run_meta = {
+        "env_id": raw.kosmos_spec.id,
+        "spec_hash": raw.spec_hash,
+        "reward": dict(getattr(raw.kosmos_spec, "reward", None) or {"mode": "terminal"}),
+        "instructions": instructions,
+        "image_size": list(net_cfg.image_size),
+        "frame_stack": net_cfg.frame_stack,
+        "action_low": raw.action_space.low.tolist(),
+        "action_high": raw.action_space.high.tolist(),
+        "seed": int(seed),
+    }
     horizon = int(raw.kosmos_spec.horizon)
     probe.close()
 
     vec = DummyVecEnv([factory(i) for i in range(int(n_envs))])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model = PPO(KosmosActorCritic, vec, n_steps=cfg.n_steps, batch_size=cfg.batch_size, n_epochs=cfg.n_epochs,
-                learning_rate=cfg.learning_rate, gamma=cfg.gamma, gae_lambda=cfg.gae_lambda, clip_range=cfg.clip_range,
-                ent_coef=cfg.ent_coef, vf_coef=cfg.vf_coef, max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl,
-                policy_kwargs={"net_config": net_cfg.to_dict()}, seed=int(seed), device="cpu", verbose=0)
+    model = PPO(
+        KosmosActorCritic,
+        vec,
+        n_steps=cfg.n_steps,
+        batch_size=cfg.batch_size,
+        n_epochs=cfg.n_epochs,
+        learning_rate=cfg.learning_rate,
+        gamma=cfg.gamma,
+        gae_lambda=cfg.gae_lambda,
+        clip_range=cfg.clip_range,
+        ent_coef=cfg.ent_coef,
+        vf_coef=cfg.vf_coef,
+        max_grad_norm=cfg.max_grad_norm,
+        target_kl=cfg.target_kl,
+        policy_kwargs={"net_config": net_cfg.to_dict()},
+        seed=int(seed),
+        device="cpu",
+        verbose=0,
+    )
     if init_net is not None:
         model.policy.net.load_state_dict(init_net.state_dict())
     if cfg.init_log_std is not None:
         with torch.no_grad():
             model.policy.net.log_std.fill_(float(cfg.init_log_std))
-    settings = {"ppo": asdict(cfg), "n_envs": int(n_envs), "total_steps": int(total_steps),
-                "checkpoint_every": int(checkpoint_every), "env_kwargs": jsonable(kwargs), "horizon": horizon,
-                "tasks": list(tasks) if tasks else None,
-                "init_checkpoint": None if init_checkpoint is None else {"path": str(init_checkpoint),
-                                                                         "sha256": init_sha,
-                                                                         "stage": init_meta["stage"]}}
+    settings = {
+        "ppo": asdict(cfg),
+        "n_envs": int(n_envs),
+        "total_steps": int(total_steps),
+        "checkpoint_every": int(checkpoint_every),
+        "env_kwargs": jsonable(kwargs),
+        "horizon": horizon,
+        "tasks": list(tasks) if tasks else None,
+        "init_checkpoint": None
+        if init_checkpoint is None
+        else {"path": str(init_checkpoint), "sha256": init_sha, "stage": init_meta["stage"]},
+    }
     saved: list[Path] = []
 
     def save(update: int) -> None:
         path = out / f"ppo_update_{update:04d}.safetensors"
         model.policy.net.eval()  # the network has no train-only layers; eval keeps it explicit
-        save_checkpoint(model.policy.net, path, {**run_meta, "stage": "ppo", "env_steps": int(model.num_timesteps),
-                                                 "update": int(update), "training": settings})
+        save_checkpoint(
+            model.policy.net,
+            path,
+            {
+                **run_meta,
+                "stage": "ppo",
+                "env_steps": int(model.num_timesteps),
+                "update": int(update),
+                "training": settings,
+            },
+        )
         saved.append(path)
 
     tracker = _make_callback(save, int(checkpoint_every), int(total_steps), int(n_envs), progress)
@@ -219,10 +291,19 @@ def finetune_ppo(env_id: str, init_checkpoint: str | Path | None, *, reward: str
     # pickle-based, so policies are never loaded from it: the .safetensors checkpoints are the product
     model.save(out / "sb3_last.zip")
     seconds = time.perf_counter() - t0
-    write_curve(out, tracker.episodes, tracker.update_rows,
-                {**run_meta, "training": settings, "seconds": round(seconds, 1),
-                 "env_steps": int(model.num_timesteps), "steps_per_second": round(model.num_timesteps / seconds, 2),
-                 "checkpoints": [p.name for p in saved]})
+    write_curve(
+        out,
+        tracker.episodes,
+        tracker.update_rows,
+        {
+            **run_meta,
+            "training": settings,
+            "seconds": round(seconds, 1),
+            "env_steps": int(model.num_timesteps),
+            "steps_per_second": round(model.num_timesteps / seconds, 2),
+            "checkpoints": [p.name for p in saved],
+        },
+    )
     return saved
 
 
@@ -257,10 +338,15 @@ def _make_callback(save, every: int, total: int, n_envs: int, progress: bool):
             self.updates_done = self._rollouts
             mine = [e for e in self.episodes if e["update"] == self.updates_done]
             judged = [e["success"] for e in mine if e["success"] >= 0]
-            self.update_rows.append({"update": self.updates_done, "env_steps": int(self.num_timesteps),
-                                     "episodes": len(mine),
-                                     "mean_reward": float(np.mean([e["return"] for e in mine])) if mine else None,
-                                     "success_rate": float(np.mean(judged)) if judged else None})
+            self.update_rows.append(
+                {
+                    "update": self.updates_done,
+                    "env_steps": int(self.num_timesteps),
+                    "episodes": len(mine),
+                    "mean_reward": float(np.mean([e["return"] for e in mine])) if mine else None,
+                    "success_rate": float(np.mean(judged)) if judged else None,
+                }
+            )
             if self.updates_done % every == 0:
                 save(self.updates_done)
 
@@ -269,18 +355,27 @@ def _make_callback(save, every: int, total: int, n_envs: int, progress: bool):
             self._returns += rewards
             self._lengths += 1
             for i in np.flatnonzero(dones):
-                self.episodes.append({"env_steps": int(self.num_timesteps), "update": self._rollouts,
-                                      "task": infos[i].get("task"), "return": float(self._returns[i]),
-                                      "length": int(self._lengths[i]), "success": episode_success(infos[i]),
-                                      "outcome": infos[i].get("outcome")})
+                self.episodes.append(
+                    {
+                        "env_steps": int(self.num_timesteps),
+                        "update": self._rollouts,
+                        "task": infos[i].get("task"),
+                        "return": float(self._returns[i]),
+                        "length": int(self._lengths[i]),
+                        "success": episode_success(infos[i]),
+                        "outcome": infos[i].get("outcome"),
+                    }
+                )
                 self._returns[i], self._lengths[i] = 0.0, 0
             if self._bar is not None:
                 self._bar.update(len(dones))
                 if dones.any():
                     recent = self.episodes[-20:]
                     judged = [e["success"] for e in recent if e["success"] >= 0]
-                    post = {"ep/s": f"{len(self.episodes) / max(1e-9, time.perf_counter() - self._t0):.2f}",
-                            "reward": f"{np.mean([e['return'] for e in recent]):.3f}"}
+                    post = {
+                        "ep/s": f"{len(self.episodes) / max(1e-9, time.perf_counter() - self._t0):.2f}",
+                        "reward": f"{np.mean([e['return'] for e in recent]):.3f}",
+                    }
                     if judged:
                         post["success"] = f"{np.mean(judged):.2f}"
                     self._bar.set_postfix(post)
@@ -297,8 +392,9 @@ def _make_callback(save, every: int, total: int, n_envs: int, progress: bool):
     return Tracker()
 
 
-def write_curve(out_dir: Path, episodes: list[dict[str, Any]], updates: list[dict[str, Any]],
-                meta: Mapping[str, Any]) -> Path:
+def write_curve(
+    out_dir: Path, episodes: list[dict[str, Any]], updates: list[dict[str, Any]], meta: Mapping[str, Any]
+) -> Path:
     """``curve.csv`` (episodes), ``curve.json`` (per update + run settings) and ``curve.png``."""
     import matplotlib
 
@@ -314,15 +410,25 @@ def write_curve(out_dir: Path, episodes: list[dict[str, Any]], updates: list[dic
     (out_dir / "curve.json").write_text(json.dumps({"meta": jsonable(meta), "updates": updates}, indent=1))
     fig, ax = plt.subplots(figsize=(7, 4))
     rows = [u for u in updates if u["mean_reward"] is not None]
-    ax.plot([u["env_steps"] for u in rows], [u["mean_reward"] for u in rows], "o-", color="tab:blue",
-            label="mean episode reward (per update)")
+    ax.plot(
+        [u["env_steps"] for u in rows],
+        [u["mean_reward"] for u in rows],
+        "o-",
+        color="tab:blue",
+        label="mean episode reward (per update)",
+    )
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean episode reward", color="tab:blue")
     judged = [u for u in updates if u["success_rate"] is not None]
     if judged:
         ax2 = ax.twinx()
-        ax2.plot([u["env_steps"] for u in judged], [u["success_rate"] for u in judged], "s--", color="tab:green",
-                 label="episode success rate")
+        ax2.plot(
+            [u["env_steps"] for u in judged],
+            [u["success_rate"] for u in judged],
+            "s--",
+            color="tab:green",
+            label="episode success rate",
+        )
         ax2.set_ylabel("episode success rate", color="tab:green")
         ax2.set_ylim(-0.05, 1.05)
     reward = meta.get("reward") or {}

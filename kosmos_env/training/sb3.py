@@ -6,6 +6,7 @@ network's submodules and parameter. PPO therefore optimises exactly the tensors 
 holds: behaviour-cloned weights load into it unchanged and the trained ones export unchanged
 (``policy.net``), so a ``ckpt:`` policy acts as ``model.predict(obs, deterministic=True)`` does.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -60,9 +61,14 @@ class KosmosActorCritic(ActorCriticPolicy):
     """
 
     def __init__(self, observation_space, action_space, lr_schedule, net_config: Mapping[str, Any], **kwargs):
-        kwargs.update(features_extractor_class=KosmosFeatures, features_extractor_kwargs={"net_config": dict(net_config)},
-                      ortho_init=False, share_features_extractor=True, net_arch=[],
-                      log_std_init=float(NetConfig.from_dict(net_config).init_log_std))
+        kwargs.update(
+            features_extractor_class=KosmosFeatures,
+            features_extractor_kwargs={"net_config": dict(net_config)},
+            ortho_init=False,
+            share_features_extractor=True,
+            net_arch=[],
+            log_std_init=float(NetConfig.from_dict(net_config).init_log_std),
+        )
         super().__init__(observation_space, action_space, lr_schedule, **kwargs)
 
     @property

@@ -13,6 +13,7 @@ the judge's probability and the simulator's truth. For each candidate threshold:
   the higher patience, then the higher threshold: the more conservative), and the whole table is
   kept beside the choice.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,9 +36,14 @@ class TuningEpisode:
     truth: np.ndarray  # (T,) bool
 
 
-def record_tuning_episodes(policies: Sequence[str], tasks: Sequence[str], seeds: Sequence[int],
-                           env_id: str = "Kosmos-Tabletop-v1", step_judge: dict | None = None,
-                           progress_bar: bool = True) -> list[TuningEpisode]:
+def record_tuning_episodes(
+    policies: Sequence[str],
+    tasks: Sequence[str],
+    seeds: Sequence[int],
+    env_id: str = "Kosmos-Tabletop-v1",
+    step_judge: dict | None = None,
+    progress_bar: bool = True,
+) -> list[TuningEpisode]:
     """Run each policy on each (task, seed) in the simulator with the progress reward; keep both signals."""
     import gymnasium
     from tqdm import tqdm
@@ -76,8 +82,9 @@ def first_crossing(progress: np.ndarray, threshold: float, patience: int) -> int
     return None
 
 
-def threshold_table(episodes: Sequence[TuningEpisode], candidates: Sequence[float] = CANDIDATES,
-                    patiences: Sequence[int] = PATIENCES) -> list[dict[str, Any]]:
+def threshold_table(
+    episodes: Sequence[TuningEpisode], candidates: Sequence[float] = CANDIDATES, patiences: Sequence[int] = PATIENCES
+) -> list[dict[str, Any]]:
     """Precision, recall and F1 of the first crossing for each (threshold, patience) (module docstring)."""
     rows = []
     solved = sum(bool(e.truth.any()) for e in episodes)
@@ -92,9 +99,18 @@ def threshold_table(episodes: Sequence[TuningEpisode], candidates: Sequence[floa
             precision = correct / crossed if crossed else float("nan")
             recall = correct / max(solved, 1)
             f1 = 2 * precision * recall / (precision + recall) if crossed and precision + recall > 0 else 0.0
-            rows.append({"threshold": float(tau), "patience": int(patience), "crossed": crossed,
-                         "correct_first_crossings": correct, "solved_episodes": int(solved),
-                         "precision": precision, "recall": recall, "f1": f1})
+            rows.append(
+                {
+                    "threshold": float(tau),
+                    "patience": int(patience),
+                    "crossed": crossed,
+                    "correct_first_crossings": correct,
+                    "solved_episodes": int(solved),
+                    "precision": precision,
+                    "recall": recall,
+                    "f1": f1,
+                }
+            )
     return rows
 
 

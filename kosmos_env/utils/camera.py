@@ -5,6 +5,7 @@ builds one from the camera description an env spec carries (``world.camera``: ``
 vertical ``fovy`` in degrees, MuJoCo's convention), so a policy can use the same calibration from
 the spec's data without importing any world.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

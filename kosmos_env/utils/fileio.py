@@ -8,6 +8,7 @@ that mode, so files written this way came out owner-only while files opened plai
 locks) followed the umask (0644 under the usual 022). :func:`default_file_mode` restores the plain
 ``open()`` mode on every temp file before it is renamed into place: one rule for a whole run folder.
 """
+
 from __future__ import annotations
 
 import fcntl

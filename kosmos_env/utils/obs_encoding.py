@@ -8,6 +8,7 @@ wrapped observations sees exactly the same arrays when it is evaluated on raw on
 - ``task``: the instruction as its index in a fixed instruction list, or a one-hot of it;
 - ``image``: uint8 H×W×3, resized with area averaging when another size is asked for.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -24,7 +25,9 @@ def encode_state(obs: Mapping[str, Any], keys: Sequence[str] = STATE_KEYS) -> np
     parts = []
     for key in keys:
         if key not in obs:
-            raise KeyError(f"observation has no {key!r}; the state vector needs {list(keys)} (tabletop worlds have them)")
+            raise KeyError(
+                f"observation has no {key!r}; the state vector needs {list(keys)} (tabletop worlds have them)"
+            )
         parts.append(np.asarray(obs[key], dtype=np.float32).reshape(-1))
     return np.concatenate(parts).astype(np.float32, copy=False)
 

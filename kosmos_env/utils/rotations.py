@@ -18,6 +18,7 @@ Every function accepts a single value or a batch with leading dimensions (``(...
 variants take exactly one float64 rotation and return the same bits as the batched functions
 with a fraction of their overhead (for per-step control loops; see their docstring).
 """
+
 from __future__ import annotations
 
 import math
@@ -242,13 +243,14 @@ def euler_to_matrix_single(euler: np.ndarray) -> np.ndarray:
         raise ValueError(f"expected one float64 (3,) euler vector, got {e.shape} {e.dtype}")
     r, p, y = e.tolist()
     cos, sin = np.cos, np.sin
-    cr, sr, cp, sp, cy, sy = (float(cos(r)), float(sin(r)), float(cos(p)), float(sin(p)),
-                              float(cos(y)), float(sin(y)))
-    return np.array([
-        [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
-        [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
-        [-sp, cp * sr, cp * cr],
-    ])
+    cr, sr, cp, sp, cy, sy = (float(cos(r)), float(sin(r)), float(cos(p)), float(sin(p)), float(cos(y)), float(sin(y)))
+    return np.array(
+        [
+            [cy * cp, cy * sp * sr - sy * cr, cy * sp * cr + sy * sr],
+            [sy * cp, sy * sp * sr + cy * cr, sy * sp * cr - cy * sr],
+            [-sp, cp * sr, cp * cr],
+        ]
+    )
 
 
 def matrix_to_euler_single(matrix: np.ndarray) -> np.ndarray:

@@ -14,6 +14,7 @@ any child; that env's constructor calls :func:`check_async_vector_settings`, whi
 ``AsyncVectorEnv`` being built on the call stack and raises a ``ValueError`` naming the fix
 before any child exists: ``vector_kwargs={"context": "spawn", "shared_memory": False}``.
 """
+
 from __future__ import annotations
 
 import sys
@@ -46,8 +47,10 @@ def check_async_vector_settings() -> None:
         return
     problems = []
     if getattr(venv, "shared_memory", False):
-        problems.append("shared_memory=True freezes the text 'instruction' observations (every instruction "
-                        "would come back as one repeated character)")
+        problems.append(
+            "shared_memory=True freezes the text 'instruction' observations (every instruction "
+            "would come back as one repeated character)"
+        )
     context = getattr(venv, "context", None)
     if context is None:
         import multiprocessing
@@ -55,9 +58,14 @@ def check_async_vector_settings() -> None:
         # what multiprocessing.get_context(None) will pick, read without fixing it as a side effect
         context = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
     if context == "fork":
-        problems.append("the 'fork' start method copies MuJoCo/EGL and CUDA state that the children cannot use "
-                        "(they hang once the parent has rendered)")
+        problems.append(
+            "the 'fork' start method copies MuJoCo/EGL and CUDA state that the children cannot use "
+            "(they hang once the parent has rendered)"
+        )
     if problems:
-        raise ValueError("Kosmos envs cannot run in gymnasium's AsyncVectorEnv with these settings: "
-                         + "; ".join(problems) + f". Pass {FIX} to gymnasium.make_vec (scripts need the usual "
-                         "`if __name__ == \"__main__\":` guard), or use vectorization_mode=\"sync\"")
+        raise ValueError(
+            "Kosmos envs cannot run in gymnasium's AsyncVectorEnv with these settings: "
+            + "; ".join(problems)
+            + f". Pass {FIX} to gymnasium.make_vec (scripts need the usual "
+            '`if __name__ == "__main__":` guard), or use vectorization_mode="sync"'
+        )

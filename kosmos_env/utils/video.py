@@ -1,4 +1,5 @@
 """MP4 writing for rollouts (H.264 through the ffmpeg binary that imageio-ffmpeg ships)."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,14 @@ def write_mp4(path: str | os.PathLike, frames: np.ndarray, fps: float) -> None:
     if pad_h or pad_w:
         frames = np.pad(frames, ((0, 0), (0, pad_h), (0, pad_w), (0, 0)), mode="edge")
     writer = imageio_ffmpeg.write_frames(
-        str(path), (frames.shape[2], frames.shape[1]), fps=float(fps), codec="libx264",
-        pix_fmt_out="yuv420p", macro_block_size=1, quality=7, ffmpeg_log_level="error",
+        str(path),
+        (frames.shape[2], frames.shape[1]),
+        fps=float(fps),
+        codec="libx264",
+        pix_fmt_out="yuv420p",
+        macro_block_size=1,
+        quality=7,
+        ffmpeg_log_level="error",
         output_params=["-movflags", "+faststart"],
     )
     writer.send(None)

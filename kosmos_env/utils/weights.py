@@ -9,6 +9,7 @@ the tensors of a model object built in memory.
 bytes the tensors take at a given dtype, which is what the memory check compares with a GPU's
 free memory. Nothing here imports torch at module level.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,8 +19,20 @@ import struct
 from pathlib import Path
 from typing import Any
 
-_DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
-                "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1}
+_DTYPE_BYTES = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 _FLOAT_CODES = ("F64", "F32", "F16", "BF16", "F8_E4M3", "F8_E5M2")
 RUN_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 

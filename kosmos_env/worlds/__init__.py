@@ -3,6 +3,7 @@
 Backends are imported by name only when an env asks for them, so importing this package
 stays cheap (no MuJoCo, no torch, no diffusers).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -23,8 +24,6 @@ WORLD_BACKENDS = {
     "cosmos3": "kosmos_env.worlds.cosmos3:Cosmos3World",
     "tabletop_learned": "kosmos_env.worlds.tabletop_learned.world:LearnedTabletopWorld",
 }
-
-
 
 
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
@@ -48,6 +47,7 @@ def resolve_world(kind: str, spec_id: str = "?") -> type:
         return resolve_class("world", kind, WORLD_BACKENDS, implements(WorldModel), names_only=True)
     except ValueError as exc:
         raise type(exc)(f"{exc} (world.type of spec {spec_id})") from None
+
 
 __all__ = [
     "CameraCalibration",

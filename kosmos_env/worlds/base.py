@@ -4,6 +4,7 @@ A world turns the env's 7-D actions (see :mod:`kosmos_env.actions`) into frames.
 everything else: validation, the horizon, the gate, the judge and episode bookkeeping, so a
 backend only has to implement the few methods below.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -73,5 +74,4 @@ class WorldModel(Protocol):
         """Ground-truth task evaluation where the world is a simulator, ``None`` otherwise."""
         ...
 
-    def close(self) -> None:
-        ...
+    def close(self) -> None: ...

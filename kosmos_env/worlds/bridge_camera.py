@@ -45,6 +45,7 @@ the spec hash covers the calibration. :func:`bridge_calibration` turns it into a
 scaled per axis, which is exact when the frame shows the camera's whole field of view resized
 (not cropped).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -70,7 +71,8 @@ WORKSPACE_SOURCE = (
     "floor = table top in base_link: SimplerEnv (simpler-env/ManiSkill2_real2sim @ ef7a4d4fdf4b69f2c2154db5b15b9ac8dfe10682), "
     "mani_skill2_real2sim/envs/custom_scenes/base_env.py puts the WidowX base (bridge_dataset camera setup) at "
     "robot_init_height 0.870 on a table at scene_table_height 0.87; the other bounds box the arm's reach from "
-    "assets/descriptions/widowx_description/wx250s.urdf (shoulder 0.111 m up, shoulder to ee_gripper_link <= 0.664 m)")
+    "assets/descriptions/widowx_description/wx250s.urdf (shoulder 0.111 m up, shoulder to ee_gripper_link <= 0.664 m)"
+)
 
 #: camera pose per setup: position in base_link, and either a SAPIEN quaternion (w, x, y, z)
 #: or a look-at direction (SAPIEN's look_at: x along the direction, no roll)
@@ -80,9 +82,11 @@ SETUPS: dict[str, dict[str, Any]] = {
     "sink": {"position": (-0.003, -0.21, 0.39), "quaternion_wxyz": (-0.907313, 0.0782, -0.36434, -0.194741)},
 }
 
-_SOURCE = ("SimplerEnv (simpler-env/ManiSkill2_real2sim), mani_skill2_real2sim/agents/configs/widowx/defaults.py: "
-           "3rd_view_camera relative to base_link; start_ee_pos from its real-to-sim debugging recipe for "
-           "data/debug/bridge_real_1.mp4")
+_SOURCE = (
+    "SimplerEnv (simpler-env/ManiSkill2_real2sim), mani_skill2_real2sim/agents/configs/widowx/defaults.py: "
+    "3rd_view_camera relative to base_link; start_ee_pos from its real-to-sim debugging recipe for "
+    "data/debug/bridge_real_1.mp4"
+)
 
 
 def quaternion_to_matrix(q_wxyz) -> np.ndarray:
@@ -92,11 +96,13 @@ def quaternion_to_matrix(q_wxyz) -> np.ndarray:
     if q.shape != (4,) or not np.isfinite(norm) or norm < 1e-9:
         raise ValueError(f"a quaternion must be 4 finite numbers, not all zero; got {q_wxyz!r}")
     w, x, y, z = q / norm
-    return np.array([
-        [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
-        [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
-        [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
-    ])
+    return np.array(
+        [
+            [1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+            [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+            [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)],
+        ]
+    )
 
 
 def look_direction_matrix(direction) -> np.ndarray:
@@ -125,13 +131,15 @@ def camera_block(setup: str = "bridge_dataset", start_ee_pos=REAL_EPISODE_START_
         block["quaternion_wxyz"] = list(pose["quaternion_wxyz"])
     else:
         block["look_direction"] = list(pose["look_direction"])
-    block.update({
-        "convention": "sapien",
-        "intrinsics": [list(row) for row in C920_INTRINSICS],
-        "native_size": list(NATIVE_SIZE),
-        "start_ee_pos": list(start_ee_pos),
-        "source": _SOURCE,
-    })
+    block.update(
+        {
+            "convention": "sapien",
+            "intrinsics": [list(row) for row in C920_INTRINSICS],
+            "native_size": list(NATIVE_SIZE),
+            "start_ee_pos": list(start_ee_pos),
+            "source": _SOURCE,
+        }
+    )
     return block
 
 
@@ -147,8 +155,9 @@ def validate_camera_block(block: Mapping[str, Any]) -> None:
         if key in ("quaternion_wxyz", "look_direction") and key not in block:
             continue
         value = np.asarray(block.get(key), dtype=object)
-        if value.shape != (n,) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-                                          for v in value):
+        if value.shape != (n,) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v) for v in value
+        ):
             raise ValueError(f"world.camera.{key} must be a list of {n} finite numbers, got {block.get(key)!r}")
     k = np.asarray(block.get("intrinsics"), dtype=object)
     if k.shape != (3, 3) or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in k.ravel()):
@@ -180,11 +189,13 @@ def bridge_calibration(block: Mapping[str, Any], image_size) -> CameraCalibratio
     native_h, native_w = block["native_size"]
     sx, sy = width / native_w, height / native_h
     k = np.asarray(block["intrinsics"], dtype=np.float64)
-    scaled = np.array([
-        [k[0, 0] * sx, k[0, 1] * sx, (k[0, 2] + 0.5) * sx - 0.5],
-        [0.0, k[1, 1] * sy, (k[1, 2] + 0.5) * sy - 0.5],
-        [0.0, 0.0, 1.0],
-    ])
+    scaled = np.array(
+        [
+            [k[0, 0] * sx, k[0, 1] * sx, (k[0, 2] + 0.5) * sx - 0.5],
+            [0.0, k[1, 1] * sy, (k[1, 2] + 0.5) * sy - 0.5],
+            [0.0, 0.0, 1.0],
+        ]
+    )
     pos, axes = camera_pose(block)
     world_to_camera = np.eye(4)
     world_to_camera[:3, :3] = axes.T
@@ -212,7 +223,11 @@ def lookat_camera(block: Mapping[str, Any], distance: float = 0.5) -> dict[str, 
     forward = axes[:, 2]
     k = np.asarray(block["intrinsics"], dtype=np.float64)
     fovy = float(np.degrees(2 * np.arctan(block["native_size"][0] / 2 / k[1, 1])))
-    return {"pos": pos.round(6).tolist(), "lookat": (pos + distance * forward).round(6).tolist(), "fovy": round(fovy, 4)}
+    return {
+        "pos": pos.round(6).tolist(),
+        "lookat": (pos + distance * forward).round(6).tolist(),
+        "fovy": round(fovy, 4),
+    }
 
 
 def validate_workspace(workspace: Any, where: str = "world.workspace") -> np.ndarray:
@@ -222,7 +237,9 @@ def validate_workspace(workspace: Any, where: str = "world.workspace") -> np.nda
     except (TypeError, ValueError):
         ws = np.zeros(0)
     if ws.shape != (3, 2) or not np.all(np.isfinite(ws)) or np.any(ws[:, 0] >= ws[:, 1]):
-        raise ValueError(f"{where} must be [[xmin, xmax], [ymin, ymax], [zmin, zmax]] with min < max, got {workspace!r}")
+        raise ValueError(
+            f"{where} must be [[xmin, xmax], [ymin, ymax], [zmin, zmax]] with min < max, got {workspace!r}"
+        )
     return ws
 
 

@@ -48,6 +48,7 @@ Frames keep the scene's 4:3 shape: the world shrinks a task's 640x480 photograph
 closest canvas (256x320, padding the 16 missing rows) and returns frames the size of the
 content, so no table is cut away and nothing is squashed.
 """
+
 from __future__ import annotations
 
 import os
@@ -71,10 +72,29 @@ from kosmos_env.hashing import sha256_hex
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 
 _REQUIRED = (
-    "model_id", "revision", "local_path_env", "device", "dtype", "mode", "domain_name", "view_point",
-    "resolution_tier", "input_size", "chunk_size", "pad_actions", "fps", "num_inference_steps",
-    "guidance_scale", "flow_shift", "use_system_prompt", "negative_prompt", "safety_checker",
-    "seed_policy", "sea_cache", "mixed_precision", "bridge",
+    "model_id",
+    "revision",
+    "local_path_env",
+    "device",
+    "dtype",
+    "mode",
+    "domain_name",
+    "view_point",
+    "resolution_tier",
+    "input_size",
+    "chunk_size",
+    "pad_actions",
+    "fps",
+    "num_inference_steps",
+    "guidance_scale",
+    "flow_shift",
+    "use_system_prompt",
+    "negative_prompt",
+    "safety_checker",
+    "seed_policy",
+    "sea_cache",
+    "mixed_precision",
+    "bridge",
 )
 _DTYPES = ("auto", "float32", "bfloat16", "float16")
 _DEVICES_AUTO = "auto"
@@ -109,6 +129,8 @@ def check_installed_versions() -> None:
         except metadata.PackageNotFoundError:
             continue  # the import itself fails first, with the extra to install
         require_version(pkg, installed, "the Cosmos 3 world")
+
+
 # Memory need = weights at the run dtype * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD: a rule of
 # thumb for one 17-frame call at tier 256 (activations, VAE decode, CUDA context), not a measurement
 # on Cosmos3-Nano.
@@ -122,6 +144,8 @@ class WrongArchitectureError(ValueError):
 
 class InsufficientMemoryError(RuntimeError):
     """The GPU has less free memory than one world call needs."""
+
+
 _PAD_MODES = ("hold", "repeat_last")
 _SEED_POLICIES = ("per_call_from_env_rng",)
 
@@ -214,8 +238,9 @@ class Cosmos3World:
                 from diffusers import Cosmos3OmniPipeline
 
                 if cfg["device"].startswith("cuda"):
-                    check_memory(memory_need(self._weights_path, cfg["dtype"]), cuda_free_bytes(cfg["device"]),
-                                 cfg["device"])
+                    check_memory(
+                        memory_need(self._weights_path, cfg["dtype"]), cuda_free_bytes(cfg["device"]), cfg["device"]
+                    )
 
                 t0 = time.perf_counter()
                 pipe = Cosmos3OmniPipeline.from_pretrained(
@@ -335,19 +360,32 @@ class Cosmos3World:
         """
         if self._identity is None:
             cfg = self.config
-            ident: dict[str, Any] = {"type": "cosmos3", "version": WORLD_VERSION, "device": cfg["device"],
-                                     "dtype": cfg["dtype"], "model_id": cfg["model_id"], "revision": cfg["revision"]}
+            ident: dict[str, Any] = {
+                "type": "cosmos3",
+                "version": WORLD_VERSION,
+                "device": cfg["device"],
+                "dtype": cfg["dtype"],
+                "model_id": cfg["model_id"],
+                "revision": cfg["revision"],
+            }
             if self._weights_path is not None:
                 from kosmos_env.hashing import folder_digest
 
-                ident.update(source="folder", path=str(Path(self._weights_path).resolve()),
-                             weights_sha256=folder_digest(self._weights_path)["sha256"])
+                ident.update(
+                    source="folder",
+                    path=str(Path(self._weights_path).resolve()),
+                    weights_sha256=folder_digest(self._weights_path)["sha256"],
+                )
             else:
                 from kosmos_env.utils.weights import module_digest
 
                 pipe = self._pipeline
-                ident.update(source="injected", path=None, pipeline_class=type(pipe).__name__,
-                             weights_sha256=module_digest(getattr(pipe, "transformer", None), getattr(pipe, "vae", None)))
+                ident.update(
+                    source="injected",
+                    path=None,
+                    pipeline_class=type(pipe).__name__,
+                    weights_sha256=module_digest(getattr(pipe, "transformer", None), getattr(pipe, "vae", None)),
+                )
             self._identity = ident
         return dict(self._identity)
 
@@ -401,7 +439,9 @@ class Cosmos3World:
         from diffusers import UniPCMultistepScheduler
 
         sched = pipe.scheduler
-        if float(sched.config.get("flow_shift", 1.0)) != float(cfg["flow_shift"]) or sched.config.get("use_karras_sigmas"):
+        if float(sched.config.get("flow_shift", 1.0)) != float(cfg["flow_shift"]) or sched.config.get(
+            "use_karras_sigmas"
+        ):
             pipe.scheduler = UniPCMultistepScheduler.from_config(
                 sched.config, flow_shift=float(cfg["flow_shift"]), use_karras_sigmas=False
             )
@@ -419,7 +459,9 @@ class Cosmos3World:
         param = next(pipe.transformer.parameters())
         want_dtype = getattr(torch, cfg["dtype"])
         if param.dtype != want_dtype:
-            raise ValueError(f"injected pipeline's transformer is {param.dtype}, but spec world.dtype is {cfg['dtype']!r}")
+            raise ValueError(
+                f"injected pipeline's transformer is {param.dtype}, but spec world.dtype is {cfg['dtype']!r}"
+            )
         if param.device.type != torch.device(cfg["device"]).type:
             raise ValueError(f"injected pipeline is on {param.device}, but spec world.device is {cfg['device']!r}")
         if cfg["mode"] == "forward_dynamics" and not getattr(pipe.transformer.config, "action_gen", False):
@@ -559,10 +601,13 @@ def memory_need(weights_path: str | os.PathLike, dtype: str) -> dict[str, Any]:
 
     weights = safetensors_bytes(weights_path, dtype)
     need = int(weights * (1 + ACTIVATION_FRACTION) + FIXED_OVERHEAD_BYTES)
-    return {"weights_bytes": weights, "need_bytes": need,
-            "basis": f"safetensors tensors at {dtype} ({weights / 2**30:.2f} GiB) x {1 + ACTIVATION_FRACTION:g} "
-                     f"+ {FIXED_OVERHEAD_BYTES / 2**30:.0f} GiB (activations, VAE decode, CUDA context: a rule of "
-                     f"thumb, not measured on Cosmos3-Nano)"}
+    return {
+        "weights_bytes": weights,
+        "need_bytes": need,
+        "basis": f"safetensors tensors at {dtype} ({weights / 2**30:.2f} GiB) x {1 + ACTIVATION_FRACTION:g} "
+        f"+ {FIXED_OVERHEAD_BYTES / 2**30:.0f} GiB (activations, VAE decode, CUDA context: a rule of "
+        f"thumb, not measured on Cosmos3-Nano)",
+    }
 
 
 def check_memory(need: Mapping[str, Any], free_total: tuple[int, int], device: str = "cuda") -> None:
@@ -581,27 +626,30 @@ def check_architecture(weights_path: str | os.PathLike) -> dict[str, Any]:
     import json
 
     root = Path(weights_path)
-    fix = ("point weights_path (or $KOSMOS_COSMOS3_NANO_PATH) at a download of nvidia/Cosmos3-Nano, e.g. "
-           "`hf download nvidia/Cosmos3-Nano --local-dir /path/to/Cosmos3-Nano`")
+    fix = (
+        "point weights_path (or $KOSMOS_COSMOS3_NANO_PATH) at a download of nvidia/Cosmos3-Nano, e.g. "
+        "`hf download nvidia/Cosmos3-Nano --local-dir /path/to/Cosmos3-Nano`"
+    )
     try:
         index = json.loads((root / "model_index.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise WrongArchitectureError(f"{root}/model_index.json is unreadable ({exc}); {fix}") from None
     found = index.get("_class_name") if isinstance(index, dict) else None
     if found != PIPELINE_CLASS:
-        raise WrongArchitectureError(
-            f"{root} holds a {found!r} checkpoint, not a {PIPELINE_CLASS} (Cosmos 3); {fix}")
+        raise WrongArchitectureError(f"{root} holds a {found!r} checkpoint, not a {PIPELINE_CLASS} (Cosmos 3); {fix}")
     try:
         tcfg = json.loads((root / "transformer" / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise WrongArchitectureError(f"{root}/transformer/config.json is unreadable ({exc}); {fix}") from None
     if tcfg.get("_class_name") != TRANSFORMER_CLASS:
         raise WrongArchitectureError(
-            f"{root}/transformer is a {tcfg.get('_class_name')!r}, not a {TRANSFORMER_CLASS}; {fix}")
+            f"{root}/transformer is a {tcfg.get('_class_name')!r}, not a {TRANSFORMER_CLASS}; {fix}"
+        )
     if not tcfg.get("action_gen", False):
         raise WrongArchitectureError(
             f"{root}/transformer was built without an action head (action_gen is false): it cannot run forward "
-            f"dynamics; {fix}")
+            f"dynamics; {fix}"
+        )
     return index
 
 
@@ -613,7 +661,9 @@ def _check_canvas(cfg: Mapping[str, Any]) -> None:
     h, w = cfg["input_size"]
     bins = _ACTION_RESOLUTION_BINS.get(str(cfg["resolution_tier"]))
     if bins is None:
-        raise ValueError(f"world.resolution_tier {cfg['resolution_tier']} is not one of {sorted(_ACTION_RESOLUTION_BINS)}")
+        raise ValueError(
+            f"world.resolution_tier {cfg['resolution_tier']} is not one of {sorted(_ACTION_RESOLUTION_BINS)}"
+        )
     ch, cw = VideoProcessor.classify_height_width_bin(h, w, ratios=bins)
     if h > ch or w > cw:
         raise ValueError(

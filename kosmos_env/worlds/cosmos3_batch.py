@@ -24,6 +24,7 @@ parallelism or a sound stream is not batched here: :func:`generate_batch` then r
 requests one by one through the pipeline (``batched`` is False in its report), so callers
 always get correct frames.
 """
+
 from __future__ import annotations
 
 import copy
@@ -33,9 +34,17 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 # the keyword arguments every request of one batch must share (they shape the loop itself)
-_SHARED_KWARGS = ("fps", "num_inference_steps", "guidance_scale", "use_system_prompt", "output_type",
-                  "mixed_precision_format", "mixed_precision_first_steps", "mixed_precision_last_steps",
-                  "mixed_precision_reasoner_policy")
+_SHARED_KWARGS = (
+    "fps",
+    "num_inference_steps",
+    "guidance_scale",
+    "use_system_prompt",
+    "output_type",
+    "mixed_precision_format",
+    "mixed_precision_first_steps",
+    "mixed_precision_last_steps",
+    "mixed_precision_reasoner_policy",
+)
 _SHARED_ACTION = ("mode", "chunk_size", "resolution_tier", "view_point")
 
 
@@ -53,7 +62,10 @@ def can_batch(pipe: Any) -> tuple[bool, str]:
     transformer = pipe.transformer
     if getattr(transformer, "is_cache_enabled", False):
         return False, "SeaCache is enabled (its per-pass cache hooks live in the transformer's forward)"
-    if getattr(transformer, "_cp_shard_fn", None) is not None or getattr(transformer, "_cp_gather_fn", None) is not None:
+    if (
+        getattr(transformer, "_cp_shard_fn", None) is not None
+        or getattr(transformer, "_cp_gather_fn", None) is not None
+    ):
         return False, "context parallelism is installed on the transformer"
     return True, ""
 
@@ -122,18 +134,40 @@ class _BatchedCall:
     def _texts(self, height: int, width: int, num_frames: int) -> list[tuple[dict, dict]]:
         out = []
         for r in self.requests:
-            self.pipe.check_inputs(r["prompt"], r.get("negative_prompt"), None, None, None, None,
-                                   self.guidance, False, ["latents"], r["action"])
+            self.pipe.check_inputs(
+                r["prompt"],
+                r.get("negative_prompt"),
+                None,
+                None,
+                None,
+                None,
+                self.guidance,
+                False,
+                ["latents"],
+                r["action"],
+            )
             prompt = r["prompt"][0] if isinstance(r["prompt"], list) else r["prompt"]
             negative = r.get("negative_prompt")
             negative = negative[0] if isinstance(negative, list) else negative
             cond_ids, uncond_ids = self.pipe.tokenize_prompt(
-                prompt, negative, num_frames=num_frames, height=height, width=width, fps=self.fps,
-                use_system_prompt=r.get("use_system_prompt"), add_resolution_template=True,
-                add_duration_template=True, action_mode=r["action"].mode, action_view_point=r["action"].view_point,
+                prompt,
+                negative,
+                num_frames=num_frames,
+                height=height,
+                width=width,
+                fps=self.fps,
+                use_system_prompt=r.get("use_system_prompt"),
+                add_resolution_template=True,
+                add_duration_template=True,
+                action_mode=r["action"].mode,
+                action_view_point=r["action"].view_point,
             )
-            out.append((self.pipe._prepare_text_segment(cond_ids, device=self.device),
-                        self.pipe._prepare_text_segment(uncond_ids, device=self.device)))
+            out.append(
+                (
+                    self.pipe._prepare_text_segment(cond_ids, device=self.device),
+                    self.pipe._prepare_text_segment(uncond_ids, device=self.device),
+                )
+            )
         return out
 
     def _latents(self, num_frames: int):
@@ -170,7 +204,9 @@ class _BatchedCall:
                 raw = torch.cat([raw, raw[-1:].expand(chunk - raw.shape[0], -1)], dim=0)
             raw = raw[:chunk]
             if raw.shape[-1] < action_dim:
-                raw = torch.cat([raw, torch.zeros(raw.shape[0], action_dim - raw.shape[-1], dtype=f32, device=self.device)], -1)
+                raw = torch.cat(
+                    [raw, torch.zeros(raw.shape[0], action_dim - raw.shape[-1], dtype=f32, device=self.device)], -1
+                )
             # every action token is a clean condition; the pipeline still draws (and masks) their noise,
             # which keeps each generator's state as a single call leaves it
             randn_tensor(tuple(raw.shape), generator=generator, device=self.device, dtype=f32)
@@ -188,18 +224,29 @@ class _BatchedCall:
 
         pipe = self.pipe
         vision = pipe._prepare_vision_segment(
-            input_vision_tokens=latents, has_image_condition=True,
-            mrope_offset=text["vision_start_temporal_offset"], vision_fps=self.fps, curr=text["und_len"],
-            device=self.device, condition_frame_indexes=[0],
+            input_vision_tokens=latents,
+            has_image_condition=True,
+            mrope_offset=text["vision_start_temporal_offset"],
+            vision_fps=self.fps,
+            curr=text["und_len"],
+            device=self.device,
+            condition_frame_indexes=[0],
         )
         action = pipe._prepare_action_segment(
-            input_action_tokens=actions, condition_frame_indexes=list(range(self.action0.chunk_size)),
-            mrope_offset=text["vision_start_temporal_offset"], action_fps=self.fps,
-            curr=text["und_len"] + vision["num_vision_tokens"], device=self.device,
+            input_action_tokens=actions,
+            condition_frame_indexes=list(range(self.action0.chunk_size)),
+            mrope_offset=text["vision_start_temporal_offset"],
+            action_fps=self.fps,
+            curr=text["und_len"] + vision["num_vision_tokens"],
+            device=self.device,
         )
         return {
-            **text, **vision, **action,
-            "position_ids": torch.cat([text["text_mrope_ids"], vision["vision_mrope_ids"], action["action_mrope_ids"]], 1),
+            **text,
+            **vision,
+            **action,
+            "position_ids": torch.cat(
+                [text["text_mrope_ids"], vision["vision_mrope_ids"], action["action_mrope_ids"]], 1
+            ),
             "sequence_length": text["und_len"] + vision["num_vision_tokens"] + action["action_len"],
         }
 
@@ -212,8 +259,10 @@ class _BatchedCall:
         hidden[static["text_indexes"]] = text_emb
         packed, _ = tr._patchify_and_pack_latents([vision_tokens])
         packed = tr._apply_timestep_embeds_to_noisy_tokens(
-            packed_tokens=tr.proj_in(packed), packed_timestep_embeds=vision_temb,
-            noisy_frame_indexes=static["vision_noisy_frame_indexes"], token_shapes=static["vision_token_shapes"],
+            packed_tokens=tr.proj_in(packed),
+            packed_timestep_embeds=vision_temb,
+            noisy_frame_indexes=static["vision_noisy_frame_indexes"],
+            token_shapes=static["vision_token_shapes"],
         )
         hidden[static["vision_sequence_indexes"]] = packed
         packed_a, dom = tr._pack_action_latents([action_tokens], static["action_token_shapes"], [domain])
@@ -222,7 +271,9 @@ class _BatchedCall:
         hidden[static["action_sequence_indexes"]] = packed_a  # all clean: no timestep embedding
         pos = static["position_ids"]
         cos, sin = tr.rotary_emb(
-            position_ids=pos.unsqueeze(0) if pos.ndim == 1 else pos.unsqueeze(1), device=hidden.device, dtype=hidden.dtype
+            position_ids=pos.unsqueeze(0) if pos.ndim == 1 else pos.unsqueeze(1),
+            device=hidden.device,
+            dtype=hidden.dtype,
         )
         return hidden, cos.squeeze(0), sin.squeeze(0)
 
@@ -272,10 +323,14 @@ class _BatchedCall:
             last = torch.cat([und[i, :u], gen[i]], dim=0)
             packed = tr.proj_out(last[static["vision_mse_loss_indexes"]])
             shape = tuple(rows[i][1].shape[2:])
-            preds.append(tr._unpatchify_and_unpack_latents(
-                packed, token_shapes_vision=static["vision_token_shapes"],
-                noisy_frame_indexes_vision=static["vision_noisy_frame_indexes"], original_latent_shapes=[shape],
-            )[0])
+            preds.append(
+                tr._unpatchify_and_unpack_latents(
+                    packed,
+                    token_shapes_vision=static["vision_token_shapes"],
+                    noisy_frame_indexes_vision=static["vision_noisy_frame_indexes"],
+                    original_latent_shapes=[shape],
+                )[0]
+            )
         return preds
 
     # -- the loop -----------------------------------------------------------------------------
@@ -294,8 +349,10 @@ class _BatchedCall:
             texts = self._texts(height, width, num_frames)
             latents, actions, masks, domains = self._latents(num_frames)
             cfg = self.guidance > 1.0
-            statics = [(self._static(c, lat, act), self._static(u, lat, act))
-                       for (c, u), lat, act in zip(texts, latents, actions, strict=True)]
+            statics = [
+                (self._static(c, lat, act), self._static(u, lat, act))
+                for (c, u), lat, act in zip(texts, latents, actions, strict=True)
+            ]
             # the pipeline's scheduler keeps per-call state: a private copy keeps it untouched
             scheduler = copy.deepcopy(pipe.scheduler)
             if pipe.config.use_native_flow_schedule:
@@ -347,12 +404,15 @@ class _BatchedCall:
 
 def _decoder_layer(layer: Any, und: Any, gen: Any, rotary: tuple, key_mask: Any) -> tuple[Any, Any]:
     """``Cosmos3VLTextMoTDecoderLayer.forward`` over [batch, tokens, hidden] sequences."""
-    und_attn, gen_attn = _attention(layer.self_attn, layer.input_layernorm(und), layer.input_layernorm_moe_gen(gen),
-                                    rotary, key_mask)
+    und_attn, gen_attn = _attention(
+        layer.self_attn, layer.input_layernorm(und), layer.input_layernorm_moe_gen(gen), rotary, key_mask
+    )
     und = und + und_attn
     gen = gen + gen_attn
-    return (und + layer.mlp(layer.post_attention_layernorm(und)),
-            gen + layer.mlp_moe_gen(layer.post_attention_layernorm_moe_gen(gen)))
+    return (
+        und + layer.mlp(layer.post_attention_layernorm(und)),
+        gen + layer.mlp_moe_gen(layer.post_attention_layernorm_moe_gen(gen)),
+    )
 
 
 def _attention(attn: Any, und: Any, gen: Any, rotary: tuple, key_mask: Any) -> tuple[Any, Any]:
@@ -383,8 +443,13 @@ def _attention(attn: Any, und: Any, gen: Any, rotary: tuple, key_mask: Any) -> t
     backend = getattr(attn.processor, "_attention_backend", None)
     causal = dispatch_attention_fn(q_und, k_und, v_und, is_causal=True, enable_gqa=True, backend=backend)
     full = dispatch_attention_fn(
-        q_gen, torch.cat((k_und_for_gen, k_gen), 1), torch.cat((v_und, v_gen), 1),
-        attn_mask=key_mask, is_causal=False, enable_gqa=True, backend=backend,
+        q_gen,
+        torch.cat((k_und_for_gen, k_gen), 1),
+        torch.cat((v_und, v_gen), 1),
+        attn_mask=key_mask,
+        is_causal=False,
+        enable_gqa=True,
+        backend=backend,
     )
     return attn.to_out(causal.flatten(-2, -1)), attn.to_add_out(full.flatten(-2, -1))
 

@@ -14,6 +14,7 @@ with the truth is what an evaluator gets from the commands and the opening frame
 frame, the first included, is uniform grey, so a policy and a frame judge see no scene at all and
 an evaluator gets the commands alone.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -75,9 +76,12 @@ class NullWorld:
             cmd.append(self._gripper)
         n = len(ee)
         frames = np.repeat(self._first[None], n * self.frames_per_action, axis=0)
-        log = {"ee_pos": np.asarray(ee, dtype=np.float32), "gripper_cmd": np.asarray(cmd, dtype=np.float32),
-               # nothing is ever between the fingers: the opening follows the command
-               "gripper_measured": np.asarray(cmd, dtype=np.float32)}
+        log = {
+            "ee_pos": np.asarray(ee, dtype=np.float32),
+            "gripper_cmd": np.asarray(cmd, dtype=np.float32),
+            # nothing is ever between the fingers: the opening follows the command
+            "gripper_measured": np.asarray(cmd, dtype=np.float32),
+        }
         return WorldStep(frames=frames, state=self._state(), log=log)
 
     def evaluate(self) -> None:
@@ -87,5 +91,8 @@ class NullWorld:
         self.inner.close()
 
     def _state(self) -> dict[str, np.ndarray]:
-        return {"ee_pos": self._pos.astype(np.float32), "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
-                "gripper": np.array([self._gripper], dtype=np.float32)}
+        return {
+            "ee_pos": self._pos.astype(np.float32),
+            "ee_euler": matrix_to_euler(self._rot).astype(np.float32),
+            "gripper": np.array([self._gripper], dtype=np.float32),
+        }

@@ -6,6 +6,7 @@ on it would rank policies by something other than what they did. Wrapping any wo
 can be shown to notice it. ``make_world`` applies it when a spec's ``world.control`` is
 ``"shuffled"`` (a different world, so a different spec hash).
 """
+
 from __future__ import annotations
 
 from typing import Any

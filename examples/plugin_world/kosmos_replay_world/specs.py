@@ -1,4 +1,5 @@
 """The env specs this plug-in registers (entry-point group ``kosmos_env.envs``)."""
+
 from __future__ import annotations
 
 import json

@@ -18,6 +18,7 @@ the recording shows, the same for every policy.
 It implements the ``kosmos_env.worlds.WorldModel`` protocol method by method: Kosmos-Env checks
 that before it builds the class.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -66,11 +67,14 @@ class ReplayWorld:
         if self.episode != "real":
             recording = negative(self.episode, recording, seed=self.seed)
         if self.start >= len(recording.frames) - 1:
-            raise ValueError(f"replay world: world.start = {self.start} leaves no frame to play "
-                             f"(the recording has {len(recording.frames)})")
+            raise ValueError(
+                f"replay world: world.start = {self.start} leaves no frame to play "
+                f"(the recording has {len(recording.frames)})"
+            )
         height, width = self.image_size
-        self._frames = np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA)
-                                 for f in recording.frames[self.start:]]).astype(np.uint8)
+        self._frames = np.stack(
+            [cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA) for f in recording.frames[self.start :]]
+        ).astype(np.uint8)
 
     def reset(self, task: Any, rng: np.random.Generator) -> WorldReset:
         self.load()
@@ -88,8 +92,11 @@ class ReplayWorld:
 
     def evaluate(self) -> dict[str, Any]:
         # the recording shows a can moved to the left, none of the suite's tasks: no policy succeeds here
-        return {"success": False, "reason": f"open-loop replay of the {self.episode} Bridge recording: "
-                                            f"the policy's actions had no effect", "frame": int(self._t)}
+        return {
+            "success": False,
+            "reason": f"open-loop replay of the {self.episode} Bridge recording: the policy's actions had no effect",
+            "frame": int(self._t),
+        }
 
     def close(self) -> None:
         self._frames = None

@@ -1,4 +1,5 @@
 """The embedded MuJoCo tabletop world (CPU, headless), the ground truth of Kosmos-Env."""
+
 from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
 
 __all__ = ["tabletop_calibration"]

@@ -1,6 +1,7 @@
 """What a tabletop robot shows a policy besides pixels: camera geometry and robot-state spaces.
 
 Computable without MuJoCo (policies, the gate and the learned world use it)."""
+
 from __future__ import annotations
 
 from typing import Any, Mapping

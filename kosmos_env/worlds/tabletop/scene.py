@@ -7,6 +7,7 @@ they close on an object: that gap is the measured gripper signal the robot-log j
 Collision bits: the table and fixed targets use bit 1, fingers bit 2, movable objects both,
 so fingers touch objects but never the table (a kinematic hand would otherwise fight it).
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping
@@ -28,7 +29,9 @@ def _fmt(values) -> str:
     return " ".join(f"{float(v):.6g}" for v in np.ravel(values))
 
 
-def _geom(shape: str, size, rgba, contype: int, conaffinity: int, pos=(0, 0, 0), name: str = "", extra: str = "") -> str:
+def _geom(
+    shape: str, size, rgba, contype: int, conaffinity: int, pos=(0, 0, 0), name: str = "", extra: str = ""
+) -> str:
     name_attr = f' name="{name}"' if name else ""
     if shape == "capsule":  # size = [radius, half-length], lying along the body's x axis
         radius, half = size
@@ -37,8 +40,10 @@ def _geom(shape: str, size, rgba, contype: int, conaffinity: int, pos=(0, 0, 0),
         geom = f'type="cylinder" size="{_fmt(size)}"'
     else:  # box, half extents
         geom = f'type="{shape}" size="{_fmt(size)}"'
-    return (f'<geom{name_attr} {geom} pos="{_fmt(pos)}" rgba="{_fmt(rgba)}" contype="{contype}" '
-            f'conaffinity="{conaffinity}" friction="1.2 0.01 0.001" condim="4" {extra}/>')
+    return (
+        f'<geom{name_attr} {geom} pos="{_fmt(pos)}" rgba="{_fmt(rgba)}" contype="{contype}" '
+        f'conaffinity="{conaffinity}" friction="1.2 0.01 0.001" condim="4" {extra}/>'
+    )
 
 
 def _target_body(spec: Mapping[str, Any]) -> str:
@@ -48,7 +53,10 @@ def _target_body(spec: Mapping[str, Any]) -> str:
         wall = 0.004
         parts = [_geom("box", [hx, hy, 0.003], rgba, 1, 1, pos=(0, 0, 0.003), name="target_geom")]
         for sx, sy, size in (
-            (1, 0, [wall, hy, hz]), (-1, 0, [wall, hy, hz]), (0, 1, [hx, wall, hz]), (0, -1, [hx, wall, hz])
+            (1, 0, [wall, hy, hz]),
+            (-1, 0, [wall, hy, hz]),
+            (0, 1, [hx, wall, hz]),
+            (0, -1, [hx, wall, hz]),
         ):
             pos = (sx * (hx - wall), sy * (hy - wall), hz)
             parts.append(_geom("box", size, rgba, 1, 1, pos=pos))
@@ -69,13 +77,15 @@ def build_mjcf(task_params: Mapping[str, Any], world: Mapping[str, Any], image_s
     pos, axes = camera_frame(cam)
     right, up = axes[:, 0], -axes[:, 1]
     height, width = image_size
-    obj_geom = _geom(obj["shape"], obj["size"], obj["rgba"], 3, 3, name="object_geom", extra=f'mass="{obj.get("mass", 0.03)}"')
+    obj_geom = _geom(
+        obj["shape"], obj["size"], obj["rgba"], 3, 3, name="object_geom", extra=f'mass="{obj.get("mass", 0.03)}"'
+    )
     finger = f'type="box" size="0.012 0.003 0.025" rgba="{_fmt(ROBOT_RGBA)}" contype="2" conaffinity="2" friction="1.5 0.01 0.001" condim="4" mass="0.02"'
     home = np.asarray(world["home_tcp"], float) + [0, 0, TCP_OFFSET]
     return f"""
 <mujoco model="kosmos_tabletop">
   <compiler angle="radian"/>
-  <option timestep="{world['physics_dt']}" integrator="implicitfast" cone="elliptic" impratio="5"/>
+  <option timestep="{world["physics_dt"]}" integrator="implicitfast" cone="elliptic" impratio="5"/>
   <visual>
     <quality shadowsize="0" offsamples="0"/>
     <global offwidth="{max(width, 64)}" offheight="{max(height, 64)}"/>
@@ -84,7 +94,7 @@ def build_mjcf(task_params: Mapping[str, Any], world: Mapping[str, Any], image_s
   <worldbody>
     <light directional="true" pos="0.3 0.3 1.2" dir="-0.2 -0.2 -1" diffuse="0.45 0.45 0.45" castshadow="false"/>
     <geom name="table" type="box" pos="0.35 0 -0.02" size="0.45 0.5 0.02" rgba="{_fmt(TABLE_RGBA)}" contype="1" conaffinity="1"/>
-    <camera name="main" pos="{_fmt(pos)}" xyaxes="{_fmt(right)} {_fmt(up)}" fovy="{cam['fovy']}"/>
+    <camera name="main" pos="{_fmt(pos)}" xyaxes="{_fmt(right)} {_fmt(up)}" fovy="{cam["fovy"]}"/>
     <body name="hand_target" mocap="true" pos="{_fmt(home)}"/>
     <body name="hand" pos="{_fmt(home)}" gravcomp="1">
       <freejoint name="hand_free"/>
@@ -120,5 +130,3 @@ def build_mjcf(task_params: Mapping[str, Any], world: Mapping[str, Any], image_s
   </actuator>
 </mujoco>
 """
-
-

@@ -5,6 +5,7 @@ interpolated over ``control_dt`` so contacts stay smooth, drives both fingers to
 commanded opening, and renders one frame from the Bridge-like camera. Rendering is headless
 (``MUJOCO_GL=egl`` unless the user chose another backend) with shadows off.
 """
+
 from __future__ import annotations
 
 import functools
@@ -54,8 +55,10 @@ def _check_params(world: Mapping[str, Any], spec_id: str) -> None:
     number("physics_dt", world.get("physics_dt"), 0.0, 1.0)
     number("control_dt", world.get("control_dt"), 0.0, 10.0)
     if world["physics_dt"] > world["control_dt"]:
-        raise SpecError(f"spec {spec_id}: world.physics_dt ({world['physics_dt']}) must not exceed world.control_dt "
-                        f"({world['control_dt']})")
+        raise SpecError(
+            f"spec {spec_id}: world.physics_dt ({world['physics_dt']}) must not exceed world.control_dt "
+            f"({world['control_dt']})"
+        )
     number("camera.fovy", (world.get("camera") or {}).get("fovy"), 0.0, 179.0)
     number("max_tilt", world.get("max_tilt"), 0.0, math.pi, low_open=False)
 
@@ -112,8 +115,8 @@ class TabletopWorld:
         self._tcp = np.asarray(self.params["home_tcp"], dtype=np.float64)
         self._gripper_cmd = 1.0
         self._apply_mocap(self._tcp, self._rot)
-        d.qpos[self._hand_qpos: self._hand_qpos + 3] = d.mocap_pos[self._hand_mocap]
-        d.qpos[self._hand_qpos + 3: self._hand_qpos + 7] = d.mocap_quat[self._hand_mocap]
+        d.qpos[self._hand_qpos : self._hand_qpos + 3] = d.mocap_pos[self._hand_mocap]
+        d.qpos[self._hand_qpos + 3 : self._hand_qpos + 7] = d.mocap_quat[self._hand_mocap]
         d.qpos[self._finger_qpos] = FINGER_TRAVEL
         d.ctrl[:] = FINGER_TRAVEL
         mujoco.mj_forward(m, d)
@@ -151,8 +154,11 @@ class TabletopWorld:
             "object_pos": obj_pos,
         }
         # the state after the last action is what the log's last row already measured
-        state = {"ee_pos": ee[-1].copy(), "ee_euler": matrix_to_euler_single(self._rot).astype(np.float32),
-                 "gripper": measured[-1:].copy()}
+        state = {
+            "ee_pos": ee[-1].copy(),
+            "ee_euler": matrix_to_euler_single(self._rot).astype(np.float32),
+            "gripper": measured[-1:].copy(),
+        }
         return WorldStep(frames=frames, state=state, log=log)
 
     def evaluate(self) -> dict[str, Any]:
@@ -201,8 +207,11 @@ class TabletopWorld:
         if stop_early and not inside:
             return (False,)
         # the target's surface height in the world (a stacked-on block may have moved)
-        surface = (target_pos[2] + target_top(target)) if target["shape"] == "basket" else (
-            target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
+        surface = (
+            (target_pos[2] + target_top(target))
+            if target["shape"] == "basket"
+            else (target_pos[2] + object_half_height(target) if not target.get("fixed", True) else target_top(target))
+        )
         rest_height = obj_pos[2] - surface
         half = object_half_height(obj)
         if params["relation"] == "in":
@@ -291,8 +300,8 @@ class TabletopWorld:
 
     def _set_free_pose(self, joint: str, pos, yaw: float) -> None:
         adr = self.model.joint(joint).qposadr[0]
-        self.data.qpos[adr: adr + 3] = pos
-        self.data.qpos[adr + 3: adr + 7] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
+        self.data.qpos[adr : adr + 3] = pos
+        self.data.qpos[adr + 3 : adr + 7] = [np.cos(yaw / 2), 0, 0, np.sin(yaw / 2)]
 
     def _apply_mocap(self, tcp: np.ndarray, rot: np.ndarray) -> None:
         self.data.mocap_pos[self._hand_mocap] = tcp + rot @ np.array([0.0, 0.0, TCP_OFFSET])
@@ -308,14 +317,19 @@ class TabletopWorld:
         same bits (tests/test_tabletop_substeps.py compares against the numpy code).
         """
         dx, dy, dz, _, _, _, gripper = action.tolist()
-        target_tcp = np.array([_clip_to_bounds(p + d, lo, hi) for p, d, (lo, hi) in
-                               zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows, strict=True)])
+        target_tcp = np.array(
+            [
+                _clip_to_bounds(p + d, lo, hi)
+                for p, d, (lo, hi) in zip(self._tcp.tolist(), (dx, dy, dz), self._workspace_rows, strict=True)
+            ]
+        )
         target_rot = euler_to_matrix_single(action[3:6]) @ self._rot  # numpy's matmul (BLAS), as before
         # joint limits of the wrist: tilt away from pointing down is bounded
         tilt = self._max_tilt
         roll, pitch, yaw = matrix_to_euler_single(target_rot).tolist()
-        target_rot = euler_to_matrix_single(np.array([_clip_to_constants(roll, -tilt, tilt),
-                                                      _clip_to_constants(pitch, -tilt, tilt), yaw]))
+        target_rot = euler_to_matrix_single(
+            np.array([_clip_to_constants(roll, -tilt, tilt), _clip_to_constants(pitch, -tilt, tilt), yaw])
+        )
         self._gripper_cmd = gripper
         self._ctrl[:] = self._gripper_cmd * FINGER_TRAVEL
         return target_tcp, target_rot
@@ -330,7 +344,7 @@ class TabletopWorld:
         step, mat2quat = mujoco.mj_step, mujoco.mju_mat2Quat
         flat_positions = memoryview(positions.reshape(-1))
         for i, rot in enumerate(rots):
-            mocap_pos[:] = flat_positions[3 * i: 3 * i + 3]
+            mocap_pos[:] = flat_positions[3 * i : 3 * i + 3]
             mat2quat(mocap_quat, rot)
             step(m, d)
         # the hold phase: the target no longer moves, so the remaining substeps run in one call
@@ -344,7 +358,9 @@ class TabletopWorld:
         for i in range(d.ncon):
             c = d.contact[i]
             b1, b2 = m.geom_bodyid[c.geom1], m.geom_bodyid[c.geom2]
-            if (b1 == self._object_body and b2 in self._finger_geoms) or (b2 == self._object_body and b1 in self._finger_geoms):
+            if (b1 == self._object_body and b2 in self._finger_geoms) or (
+                b2 == self._object_body and b1 in self._finger_geoms
+            ):
                 return True
         return False
 
@@ -368,8 +384,9 @@ class TabletopWorld:
         return self.renderer.render(out=out)
 
 
-def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray,
-                    target_rot: np.ndarray, substeps: int) -> tuple[np.ndarray, np.ndarray]:
+def substep_targets(
+    start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray, target_rot: np.ndarray, substeps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Mocap (position, quaternion) for every physics substep of one control step, at once.
 
     The hand moves during the first 70 % of the control period and then holds the target so
@@ -386,8 +403,9 @@ def substep_targets(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np
     return positions, quats
 
 
-def _substep_poses(start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray,
-                   target_rot: np.ndarray, substeps: int) -> tuple[np.ndarray, np.ndarray]:
+def _substep_poses(
+    start_tcp: np.ndarray, start_rot: np.ndarray, target_tcp: np.ndarray, target_rot: np.ndarray, substeps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """:func:`substep_targets` before the quaternion conversion: mocap positions (n, 3) and
     the hand's rotation matrices as rows of 9 (n, 9), for the world's substep loop."""
     fracs, n_moving = _substep_fractions(substeps)

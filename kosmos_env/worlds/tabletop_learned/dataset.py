@@ -10,6 +10,7 @@ target). The learned world never reads these at run time: it predicts them.
 Hold-out is by seed, so no held-out layout is ever seen in training.
 The file is a plain ``.npz`` of numeric arrays (loaded with ``allow_pickle=False``).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,8 +20,15 @@ from typing import Any, Mapping
 import numpy as np
 
 #: the policy mix of the shipped model: scripted at several skills, and uniform random
-DEFAULT_POLICIES = ("scripted:skill=1.0", "scripted:skill=0.8", "scripted:skill=0.6", "scripted:skill=0.4",
-                    "scripted:skill=0.2", "scripted:skill=0.0", "random")
+DEFAULT_POLICIES = (
+    "scripted:skill=1.0",
+    "scripted:skill=0.8",
+    "scripted:skill=0.6",
+    "scripted:skill=0.4",
+    "scripted:skill=0.2",
+    "scripted:skill=0.0",
+    "random",
+)
 REFERENCE_ENV = "Kosmos-Tabletop-v1"
 
 
@@ -49,27 +57,64 @@ class Episodes:
 
     def subset(self, mask: np.ndarray) -> "Episodes":
         m = np.asarray(mask, dtype=bool)
-        return Episodes(self.frames[m], self.actions[m], self.gripper[m], self.success[m], self.task[m],
-                        self.policy[m], self.seed[m], list(self.task_names), list(self.policy_names),
-                        self.object_pos[m], self.target_pos[m], self.contact[m], self.masks[m])
+        return Episodes(
+            self.frames[m],
+            self.actions[m],
+            self.gripper[m],
+            self.success[m],
+            self.task[m],
+            self.policy[m],
+            self.seed[m],
+            list(self.task_names),
+            list(self.policy_names),
+            self.object_pos[m],
+            self.target_pos[m],
+            self.contact[m],
+            self.masks[m],
+        )
 
     def save(self, path: str | Path) -> None:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        np.savez(path, frames=self.frames, actions=self.actions, gripper=self.gripper, success=self.success,
-                 task=self.task, policy=self.policy, seed=self.seed,
-                 task_names=np.array(self.task_names), policy_names=np.array(self.policy_names),
-                 object_pos=self.object_pos, target_pos=self.target_pos, contact=self.contact, masks=self.masks)
+        np.savez(
+            path,
+            frames=self.frames,
+            actions=self.actions,
+            gripper=self.gripper,
+            success=self.success,
+            task=self.task,
+            policy=self.policy,
+            seed=self.seed,
+            task_names=np.array(self.task_names),
+            policy_names=np.array(self.policy_names),
+            object_pos=self.object_pos,
+            target_pos=self.target_pos,
+            contact=self.contact,
+            masks=self.masks,
+        )
 
     @classmethod
     def load(cls, path: str | Path) -> "Episodes":
         with np.load(path, allow_pickle=False) as z:
             missing = [k for k in ("object_pos", "target_pos", "contact", "masks") if k not in z.files]
             if missing:
-                raise ValueError(f"{path} was recorded by an older train-world (no {', '.join(missing)}); "
-                                 f"delete it and record again")
-            return cls(z["frames"], z["actions"], z["gripper"], z["success"], z["task"], z["policy"], z["seed"],
-                       [str(s) for s in z["task_names"]], [str(s) for s in z["policy_names"]],
-                       z["object_pos"], z["target_pos"], z["contact"], z["masks"])
+                raise ValueError(
+                    f"{path} was recorded by an older train-world (no {', '.join(missing)}); delete it and record again"
+                )
+            return cls(
+                z["frames"],
+                z["actions"],
+                z["gripper"],
+                z["success"],
+                z["task"],
+                z["policy"],
+                z["seed"],
+                [str(s) for s in z["task_names"]],
+                [str(s) for s in z["policy_names"]],
+                z["object_pos"],
+                z["target_pos"],
+                z["contact"],
+                z["masks"],
+            )
 
 
 def split_by_seed(episodes: Episodes, holdout_fraction: float = 0.15) -> tuple[Episodes, Episodes]:
@@ -83,14 +128,22 @@ def split_by_seed(episodes: Episodes, holdout_fraction: float = 0.15) -> tuple[E
         seeds = np.unique(episodes.seed[in_task])
         n_hold = max(1, int(round(len(seeds) * holdout_fraction)))
         if n_hold >= len(seeds):
-            raise ValueError(f"task {episodes.task_names[task]!r} has {len(seeds)} distinct seed(s): "
-                             f"too few to split into train and held-out")
+            raise ValueError(
+                f"task {episodes.task_names[task]!r} has {len(seeds)} distinct seed(s): "
+                f"too few to split into train and held-out"
+            )
         held |= in_task & np.isin(episodes.seed, seeds[-n_hold:])
     return episodes.subset(~held), episodes.subset(held)
 
 
-def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: int = 0, horizon: int = 40,
-           image_size: tuple[int, int] = (64, 64), progress: bool = True) -> Episodes:
+def record(
+    policies: Mapping[str, Any],
+    seeds_per_task: int = 14,
+    seed_offset: int = 0,
+    horizon: int = 40,
+    image_size: tuple[int, int] = (64, 64),
+    progress: bool = True,
+) -> Episodes:
     """Run every policy on every task of the reference tabletop for ``seeds_per_task`` seeds.
 
     ``policies`` maps a label (kept in ``Episodes.policy_names``) to a built policy; the caller
@@ -109,11 +162,26 @@ def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: i
     env = gymnasium.make(REFERENCE_ENV, image_size=tuple(image_size), horizon=horizon, gate={"enabled": False})
     tasks = env.unwrapped.task_names
     labels, built = list(policies), list(policies.values())
-    keys = ("frames", "actions", "gripper", "success", "task", "policy", "seed", "object_pos", "target_pos",
-            "contact", "masks")
+    keys = (
+        "frames",
+        "actions",
+        "gripper",
+        "success",
+        "task",
+        "policy",
+        "seed",
+        "object_pos",
+        "target_pos",
+        "contact",
+        "masks",
+    )
     rows: dict[str, list] = {k: [] for k in keys}
-    jobs = [(p, t, seed_offset + t * 1000 + i) for p in range(len(built)) for t in range(len(tasks))
-            for i in range(seeds_per_task)]
+    jobs = [
+        (p, t, seed_offset + t * 1000 + i)
+        for p in range(len(built))
+        for t in range(len(tasks))
+        for i in range(seeds_per_task)
+    ]
     try:
         for p, t, seed in tqdm(jobs, desc="recording tabletop episodes", disable=not progress):
             # the same protocol as kosmos_env.rollouts.run_episode (policy reset with the episode
@@ -142,9 +210,12 @@ def record(policies: Mapping[str, Any], seeds_per_task: int = 14, seed_offset: i
     finally:
         env.close()
     per_episode = ("task", "policy", "seed")
-    return Episodes(*(np.asarray(rows[k]) if k in per_episode else np.stack(rows[k]) for k in keys[:7]),
-                    task_names=list(tasks), policy_names=labels,
-                    **{k: np.stack(rows[k]) for k in keys[7:]})
+    return Episodes(
+        *(np.asarray(rows[k]) if k in per_episode else np.stack(rows[k]) for k in keys[:7]),
+        task_names=list(tasks),
+        policy_names=labels,
+        **{k: np.stack(rows[k]) for k in keys[7:]},
+    )
 
 
 def _probe(sim) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray]:
@@ -162,5 +233,9 @@ def _probe(sim) -> tuple[np.ndarray, np.ndarray, bool, np.ndarray]:
     body = body_of_geom[seg]
     masks = (body == obj_body).astype(np.uint8) | ((body == target_body).astype(np.uint8) << 1)
     contact = bool(sim.evaluate()["released"] is False)
-    return (data.xpos[obj_body].astype(np.float32).copy(), data.xpos[target_body].astype(np.float32).copy(),
-            contact, masks)
+    return (
+        data.xpos[obj_body].astype(np.float32).copy(),
+        data.xpos[target_body].astype(np.float32).copy(),
+        contact,
+        masks,
+    )

@@ -22,6 +22,7 @@ the current state over the episode's first frame (never from its own previous ou
 called once every ``actions_per_call`` actions (and whenever a frame is due, e.g. at the end of
 the episode); actions in between repeat the last generated frame.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -35,8 +36,14 @@ from kosmos_env.worlds.tabletop.geometry import tabletop_calibration
 from kosmos_env.worlds.tabletop.scene import FINGER_TRAVEL
 from kosmos_env.worlds.tabletop_learned.kinematics import HeatmapRenderer, PoseIntegrator
 from kosmos_env.worlds.tabletop_learned.model import MAX_ACTIONS_PER_CALL, condition_vector
-from kosmos_env.worlds.tabletop_learned.objects import (REACH_XY, REACH_Z, locate, rest_heights, shift_layers,
-                                                        sprite_alpha)
+from kosmos_env.worlds.tabletop_learned.objects import (
+    REACH_XY,
+    REACH_Z,
+    locate,
+    rest_heights,
+    shift_layers,
+    sprite_alpha,
+)
 from kosmos_env.worlds.tabletop_learned.slip import SlipTracker
 
 
@@ -82,9 +89,11 @@ class Engine:
         self.rules = frozenset(world.get("rules", LEARNED_TABLETOP_RULES))
         self.learned_dynamics = world.get("learned_dynamics", "learned")
         if not self.rules <= set(LEARNED_TABLETOP_RULES) or self.learned_dynamics not in LEARNED_TABLETOP_DYNAMICS:
-            raise ValueError(f"world.rules must be a subset of {list(LEARNED_TABLETOP_RULES)} and "
-                             f"world.learned_dynamics one of {list(LEARNED_TABLETOP_DYNAMICS)}; got "
-                             f"{sorted(self.rules)!r}, {self.learned_dynamics!r}")
+            raise ValueError(
+                f"world.rules must be a subset of {list(LEARNED_TABLETOP_RULES)} and "
+                f"world.learned_dynamics one of {list(LEARNED_TABLETOP_DYNAMICS)}; got "
+                f"{sorted(self.rules)!r}, {self.learned_dynamics!r}"
+            )
 
     @torch.no_grad()
     def start(self, frames0: np.ndarray, task_index: Sequence[int], task_params: Sequence[Mapping[str, Any]]) -> None:
@@ -132,8 +141,11 @@ class Engine:
         self.rowwise = False
 
     def _poses(self):
-        return (np.stack([p.pos for p in self.integrators]), np.stack([p.rot for p in self.integrators]),
-                np.stack([p.euler for p in self.integrators]))
+        return (
+            np.stack([p.pos for p in self.integrators]),
+            np.stack([p.rot for p in self.integrators]),
+            np.stack([p.euler for p in self.integrators]),
+        )
 
     def _heat(self, poses) -> torch.Tensor:
         pos, rot, _ = poses
@@ -170,12 +182,35 @@ class Engine:
         if self.learned_dynamics == "learned":
             rows = {"rowwise": True} if self.rowwise else {}  # (a batch of lanes: see step_lanes)
             self.obj, self.held, _, _, self.gripper = self.model.dynamics.step(
-                self.obj, tcp, tcp_next, cmd, self.gripper, self.held, self.rest_z, self.target_xy, self.task,
-                hard=True, **rows)
+                self.obj,
+                tcp,
+                tcp_next,
+                cmd,
+                self.gripper,
+                self.held,
+                self.rest_z,
+                self.target_xy,
+                self.task,
+                hard=True,
+                **rows,
+            )
             if getattr(self.model, "slip", None) is not None:  # a held object may leave closed fingers (.slip)
                 self.obj, self.held, self.gripper = self.slip.step(
-                    self.model.slip, obj_before, held_before, grip_before, self.obj, self.held, self.gripper,
-                    tcp, tcp_next, yaw, cmd, self.rest_z, self.task, **rows)
+                    self.model.slip,
+                    obj_before,
+                    held_before,
+                    grip_before,
+                    self.obj,
+                    self.held,
+                    self.gripper,
+                    tcp,
+                    tcp_next,
+                    yaw,
+                    cmd,
+                    self.rest_z,
+                    self.task,
+                    **rows,
+                )
         elif self.learned_dynamics == "rules":
             self._kinematic_rules(tcp, tcp_next, cmd)
         else:  # "none": renderer only. Nothing is ever grasped, the fingers reach every command
@@ -255,8 +290,9 @@ class Engine:
             xy = torch.where(released[:, None], obj_before[:, :2], self.obj[:, :2])
             self.obj = torch.cat([xy, self.obj[:, 2:]], dim=1)
 
-    def _keep_resting_objects(self, obj_before: torch.Tensor, held_before: torch.Tensor, tcp: torch.Tensor,
-                              tcp_next: torch.Tensor) -> None:
+    def _keep_resting_objects(
+        self, obj_before: torch.Tensor, held_before: torch.Tensor, tcp: torch.Tensor, tcp_next: torch.Tensor
+    ) -> None:
         """A free object lying at rest stays exactly where it is unless the fingers can touch it.
 
         Learned: whether a free object moves (falling after a release, being pushed) and by how
@@ -280,8 +316,12 @@ class Engine:
             return
         obj = obj_before.numpy()
         on_table = np.abs(obj[:, 2] - self.rest_z.numpy()) <= REST_HEIGHT_TOL
-        on_support = np.array([self._over_support(i, obj[i])
-                               and abs(obj[i, 2] - self._supports[i][2]) <= REST_HEIGHT_TOL for i in range(len(obj))])
+        on_support = np.array(
+            [
+                self._over_support(i, obj[i]) and abs(obj[i, 2] - self._supports[i][2]) <= REST_HEIGHT_TOL
+                for i in range(len(obj))
+            ]
+        )
         a, b = tcp.numpy().astype(np.float64), tcp_next.numpy().astype(np.float64)
         ab = b[:, :2] - a[:, :2]
         u = np.clip(((obj[:, :2] - a[:, :2]) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-12), 0.0, 1.0)
@@ -289,8 +329,9 @@ class Engine:
         reach_xy = FINGER_REACH_XY + self._object_radius + REST_REACH_MARGIN
         low_z = np.minimum(a[:, 2], b[:, 2]) - FINGER_BELOW_TCP
         high_z = np.maximum(a[:, 2], b[:, 2]) + FINGER_ABOVE_TCP
-        reach_z = (low_z <= obj[:, 2] + self._object_half_height + REST_REACH_MARGIN) & \
-                  (high_z >= obj[:, 2] - self._object_half_height - REST_REACH_MARGIN)
+        reach_z = (low_z <= obj[:, 2] + self._object_half_height + REST_REACH_MARGIN) & (
+            high_z >= obj[:, 2] - self._object_half_height - REST_REACH_MARGIN
+        )
         touchable = (dist_xy <= reach_xy) & reach_z
         keep = free.numpy() & (on_table | on_support) & ~touchable
         if keep.any():
@@ -355,13 +396,22 @@ class Engine:
         rows = np.arange(len(self.integrators)) if rows is None else np.asarray(rows)
         sel = (lambda t: t) if all_rows else (lambda t: t[torch.from_numpy(rows)])
         (pos2, _, _), (pos1, _, _), (pos, _, euler) = self._history
-        cond = condition_vector(pos[rows], euler[rows], pos1[rows], pos2[rows], self.gripper.numpy()[rows],
-                                self.command.numpy()[rows], self.home)
-        heat = torch.stack([sel(self._heat_first), self._heat_rows(2, rows), self._heat_rows(1, rows),
-                            self._heat_rows(0, rows)], dim=1)
+        cond = condition_vector(
+            pos[rows],
+            euler[rows],
+            pos1[rows],
+            pos2[rows],
+            self.gripper.numpy()[rows],
+            self.command.numpy()[rows],
+            self.home,
+        )
+        heat = torch.stack(
+            [sel(self._heat_first), self._heat_rows(2, rows), self._heat_rows(1, rows), self._heat_rows(0, rows)], dim=1
+        )
         sprite = shift_layers(sel(self.sprite0), self._project(sel(self.obj)) - sel(self.uv0))
-        frame, _, _ = (renderer or self.model.renderer)(sel(self.first), sel(self.sprite0)[:, 3], heat, sprite,
-                                                        torch.from_numpy(cond))
+        frame, _, _ = (renderer or self.model.renderer)(
+            sel(self.first), sel(self.sprite0)[:, 3], heat, sprite, torch.from_numpy(cond)
+        )
         if all_rows:
             self.cur = frame
         else:
@@ -389,8 +439,14 @@ class Engine:
 
     @classmethod
     @torch.no_grad()
-    def step_lanes(cls, engines: Sequence["Engine"], actions: np.ndarray, render: Sequence[bool | None],
-                   renderer: Any = None, cache: dict | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def step_lanes(
+        cls,
+        engines: Sequence["Engine"],
+        actions: np.ndarray,
+        render: Sequence[bool | None],
+        renderer: Any = None,
+        cache: dict | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Apply one action to each of ``engines`` (each holding one episode, as the env's world keeps
         it) in one batched pass, as if each had been stepped alone: ``actions`` (N, 7), ``render``
         each engine's own ``render`` argument. Returns (frames (N, H, W, 3) uint8, measured gripper
@@ -410,8 +466,13 @@ class Engine:
         """
         batch = cls._stack(engines, cache)
         batch._advance(np.asarray(actions, dtype=np.float64).reshape(len(engines), 7))
-        due = np.array([e._pending + 1 >= batch.actions_per_call if r is None else bool(r)
-                        for e, r in zip(engines, render, strict=True)], dtype=bool)
+        due = np.array(
+            [
+                e._pending + 1 >= batch.actions_per_call if r is None else bool(r)
+                for e, r in zip(engines, render, strict=True)
+            ],
+            dtype=bool,
+        )
         if due.any():
             batch._render(np.flatnonzero(due), renderer)
         frames = to_uint8(batch.cur)
@@ -423,12 +484,23 @@ class Engine:
     def _stack(cls, engines: Sequence["Engine"], cache: dict | None) -> "Engine":
         first = engines[0]
         batch = cls.__new__(cls)
-        for name in ("model", "world", "actions_per_call", "calibration", "heatmap", "home", "rules",
-                     "learned_dynamics"):
+        for name in (
+            "model",
+            "world",
+            "actions_per_call",
+            "calibration",
+            "heatmap",
+            "home",
+            "rules",
+            "learned_dynamics",
+        ):
             setattr(batch, name, getattr(first, name))
         key = tuple(e.first for e in engines)
-        hit = cache is not None and len(cache.get("key", ())) == len(key) and all(
-            a is b for a, b in zip(cache["key"], key, strict=True))
+        hit = (
+            cache is not None
+            and len(cache.get("key", ())) == len(key)
+            and all(a is b for a, b in zip(cache["key"], key, strict=True))
+        )
         if not hit:
             episode = {name: torch.cat([getattr(e, name) for e in engines]) for name in cls._EPISODE_TENSORS}
             episode.update({name: np.concatenate([getattr(e, name) for e in engines]) for name in cls._EPISODE_ARRAYS})
@@ -446,8 +518,9 @@ class Engine:
         batch.slip = SlipTracker(0)
         for name in cls._SLIP_TENSORS:
             setattr(batch.slip, name, torch.cat([getattr(e.slip, name) for e in engines]))
-        batch._history = [tuple(np.concatenate([e._history[k][j] for e in engines]) for j in range(3))
-                          for k in range(3)]
+        batch._history = [
+            tuple(np.concatenate([e._history[k][j] for e in engines]) for j in range(3)) for k in range(3)
+        ]
         batch._heat_hist = [[h for e in engines for h in e._heat_hist[k]] for k in range(3)]
         batch._pending = 0
         batch.rowwise = True

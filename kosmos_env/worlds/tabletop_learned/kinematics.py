@@ -7,6 +7,7 @@ calibration, the pose becomes a few keypoints along the gripper (tool point, wri
 cross bar) drawn as Gaussian heatmaps: a compact, object-centric description of where the
 robot is now and where the action sends it, which the network turns into pixels.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping

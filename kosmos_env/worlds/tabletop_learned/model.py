@@ -39,6 +39,7 @@ The weights file holds three networks: ``renderer.*`` (this one), ``segmenter.*`
 (:mod:`.slip`: a learned per-step hazard that a held object leaves fingers still commanded
 closed, with a fixed rule for what then happens); a file without it runs without slips.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,21 +56,42 @@ MAX_ACTIONS_PER_CALL = 4
 #: ago), sprite at the current position (P, A)
 IN_CHANNELS = 12
 FORMAT = "kosmos-tabletop-learned-v4"
-DEFAULT_CONFIG = {"channels": [12, 24, 32, 48], "cond_dim": COND_DIM, "hidden": 128, "image_size": [64, 64],
-                  "segmenter_width": 16, "dynamics_hidden": 128}
+DEFAULT_CONFIG = {
+    "channels": [12, 24, 32, 48],
+    "cond_dim": COND_DIM,
+    "hidden": 128,
+    "image_size": [64, 64],
+    "segmenter_width": 16,
+    "dynamics_hidden": 128,
+}
 
 
-def condition_vector(pos: np.ndarray, euler: np.ndarray, pos_1: np.ndarray, pos_2: np.ndarray,
-                     gripper: np.ndarray, command: np.ndarray, home: np.ndarray) -> np.ndarray:
+def condition_vector(
+    pos: np.ndarray,
+    euler: np.ndarray,
+    pos_1: np.ndarray,
+    pos_2: np.ndarray,
+    gripper: np.ndarray,
+    command: np.ndarray,
+    home: np.ndarray,
+) -> np.ndarray:
     """(…, 17) float32: position relative to home (3), sin/cos of the Euler angles (6), measured
     gripper (1), commanded gripper (1), the last two position steps (pos − pos 1 step ago,
     pos 1 step ago − pos 2 steps ago; 6): the arm lags its command by about that much."""
     pos, pos_1, pos_2 = (np.asarray(a, dtype=np.float32) for a in (pos, pos_1, pos_2))
     euler = np.asarray(euler, dtype=np.float32)
-    return np.concatenate([
-        (pos - home) * 5.0, np.sin(euler), np.cos(euler), np.asarray(gripper, np.float32)[..., None],
-        np.asarray(command, np.float32)[..., None], (pos - pos_1) * 20.0, (pos_1 - pos_2) * 20.0,
-    ], axis=-1).astype(np.float32)
+    return np.concatenate(
+        [
+            (pos - home) * 5.0,
+            np.sin(euler),
+            np.cos(euler),
+            np.asarray(gripper, np.float32)[..., None],
+            np.asarray(command, np.float32)[..., None],
+            (pos - pos_1) * 20.0,
+            (pos_1 - pos_2) * 20.0,
+        ],
+        axis=-1,
+    ).astype(np.float32)
 
 
 class _FiLMBlock(nn.Module):
@@ -95,7 +117,9 @@ class StateRenderer(nn.Module):
         super().__init__()
         self.config = dict(DEFAULT_CONFIG, **dict(config or {}))
         ch, hidden = list(self.config["channels"]), int(self.config["hidden"])
-        self.cond = nn.Sequential(nn.Linear(int(self.config["cond_dim"]), hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU())
+        self.cond = nn.Sequential(
+            nn.Linear(int(self.config["cond_dim"]), hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU()
+        )
         self.enc = nn.ModuleList()
         cin = IN_CHANNELS
         for c in ch:
@@ -111,8 +135,14 @@ class StateRenderer(nn.Module):
             self.out.bias[0] = -4.0  # mask starts near 0: the untrained net copies the first frame
             self.out.bias[4] = -3.0  # occlusion starts near 0: the sprite is drawn on top
 
-    def forward(self, first: torch.Tensor, alpha_first: torch.Tensor, heat: torch.Tensor, sprite: torch.Tensor,
-                cond: torch.Tensor):
+    def forward(
+        self,
+        first: torch.Tensor,
+        alpha_first: torch.Tensor,
+        heat: torch.Tensor,
+        sprite: torch.Tensor,
+        cond: torch.Tensor,
+    ):
         """``first`` (B, 3, H, W) the episode's first frame; ``alpha_first`` (B, H, W) the
         object's alpha in it; ``heat`` (B, 4, H, W) keypoint heatmaps at the first pose, now,
         1 and 2 steps ago; ``sprite`` (B, 4, H, W) premultiplied RGB and alpha at the object's
@@ -182,8 +212,10 @@ def load_weights(path) -> tuple[LearnedTabletop, dict[str, Any]]:
     with safe_open(str(path), framework="pt") as fh:
         meta = fh.metadata() or {}
     if meta.get("format") != FORMAT:
-        raise ValueError(f"{path} is not a Kosmos learned-tabletop weights file of format {FORMAT} "
-                         f"(metadata format {meta.get('format')!r}); retrain with `kosmos-env train-world`")
+        raise ValueError(
+            f"{path} is not a Kosmos learned-tabletop weights file of format {FORMAT} "
+            f"(metadata format {meta.get('format')!r}); retrain with `kosmos-env train-world`"
+        )
     model = LearnedTabletop(json.loads(meta["config"]))
     state = load_file(str(path))
     if "slip.net.0.weight" in state:

@@ -23,6 +23,7 @@ says the object exists once its pixels have blurred. So the world keeps a small 
 Training supervision (object centre, finger contact, segmentation) comes from the simulator
 (:mod:`.dataset`); at run time all of it is predicted.
 """
+
 from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
@@ -50,10 +51,14 @@ class Segmenter(nn.Module):
         self.n_tasks = n_tasks
         c = width
         self.net = nn.Sequential(
-            nn.Conv2d(3 + n_tasks, c, 3, padding=1), nn.SiLU(),
-            nn.Conv2d(c, c, 3, padding=2, dilation=2), nn.SiLU(),
-            nn.Conv2d(c, c, 3, padding=4, dilation=4), nn.SiLU(),
-            nn.Conv2d(c, c, 3, padding=1), nn.SiLU(),
+            nn.Conv2d(3 + n_tasks, c, 3, padding=1),
+            nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=2, dilation=2),
+            nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=4, dilation=4),
+            nn.SiLU(),
+            nn.Conv2d(c, c, 3, padding=1),
+            nn.SiLU(),
             nn.Conv2d(c, 2, 1),
         )
 
@@ -63,16 +68,32 @@ class Segmenter(nn.Module):
         return self.net(torch.cat([images, onehot], dim=1))
 
 
-def dynamics_features(obj: torch.Tensor, tcp: torch.Tensor, tcp_next: torch.Tensor, cmd: torch.Tensor,
-                      grip: torch.Tensor, held: torch.Tensor, rest_z: torch.Tensor, target_xy: torch.Tensor,
-                      task: torch.Tensor) -> torch.Tensor:
+def dynamics_features(
+    obj: torch.Tensor,
+    tcp: torch.Tensor,
+    tcp_next: torch.Tensor,
+    cmd: torch.Tensor,
+    grip: torch.Tensor,
+    held: torch.Tensor,
+    rest_z: torch.Tensor,
+    target_xy: torch.Tensor,
+    task: torch.Tensor,
+) -> torch.Tensor:
     """(B, 16): object relative to the tool point, the commanded move, gripper command and
     opening, held probability, height above rest, offset from the target, task one-hot."""
-    return torch.cat([
-        (obj - tcp) * 10.0, (tcp_next - tcp) * 20.0, cmd[:, None], grip[:, None], held[:, None],
-        (obj[:, 2:3] - rest_z[:, None]) * 10.0, (obj[:, :2] - target_xy) * 10.0,
-        F.one_hot(task.long(), N_TASKS).float(),
-    ], dim=1)
+    return torch.cat(
+        [
+            (obj - tcp) * 10.0,
+            (tcp_next - tcp) * 20.0,
+            cmd[:, None],
+            grip[:, None],
+            held[:, None],
+            (obj[:, 2:3] - rest_z[:, None]) * 10.0,
+            (obj[:, :2] - target_xy) * 10.0,
+            F.one_hot(task.long(), N_TASKS).float(),
+        ],
+        dim=1,
+    )
 
 
 def run_rows(net: nn.Module, x: torch.Tensor, rowwise: bool) -> torch.Tensor:
@@ -82,7 +103,7 @@ def run_rows(net: nn.Module, x: torch.Tensor, rowwise: bool) -> torch.Tensor:
     0.5 downstream could otherwise flip)."""
     if not rowwise or len(x) <= 1:
         return net(x)
-    return torch.cat([net(x[i:i + 1]) for i in range(len(x))])
+    return torch.cat([net(x[i : i + 1]) for i in range(len(x))])
 
 
 class ObjectDynamics(nn.Module):
@@ -90,11 +111,13 @@ class ObjectDynamics(nn.Module):
 
     def __init__(self, hidden: int = 128):
         super().__init__()
-        self.net = nn.Sequential(nn.Linear(DYN_FEATURES, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(),
-                                 nn.Linear(hidden, 6))
+        self.net = nn.Sequential(
+            nn.Linear(DYN_FEATURES, hidden), nn.SiLU(), nn.Linear(hidden, hidden), nn.SiLU(), nn.Linear(hidden, 6)
+        )
 
-    def step(self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False,
-             rowwise: bool = False):
+    def step(
+        self, obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task, hard: bool = False, rowwise: bool = False
+    ):
         """(next object centre, held, held logit, moves logit, next measured opening).
 
         Two learned switches decide how the object moves: *held* (it follows the tool point
@@ -108,7 +131,9 @@ class ObjectDynamics(nn.Module):
         (straight-through), so training sees the same discrete state the world runs with.
         ``rowwise`` runs the network one row at a time (:func:`run_rows`).
         """
-        out = run_rows(self.net, dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task), rowwise)
+        out = run_rows(
+            self.net, dynamics_features(obj, tcp, tcp_next, cmd, grip, held, rest_z, target_xy, task), rowwise
+        )
         held_logit, move_logit = out[:, 0], out[:, 1]
         p_held, p_move = torch.sigmoid(held_logit), torch.sigmoid(move_logit)
         h = (p_held > 0.5).float()
@@ -189,7 +214,7 @@ def mask_centre(prob: np.ndarray, threshold: float = 0.5) -> np.ndarray | None:
     total = float(weights.sum())
     if total < 1.0:
         return None
-    v, u = np.mgrid[0:prob.shape[0], 0:prob.shape[1]]
+    v, u = np.mgrid[0 : prob.shape[0], 0 : prob.shape[1]]
     return np.array([(weights * (u + 0.5)).sum() / total, (weights * (v + 0.5)).sum() / total])
 
 

@@ -29,6 +29,7 @@ hazard is a buffer in the weights file (``slip.threshold``), chosen on validatio
 
 A weights file without ``slip.*`` tensors runs exactly as before (no slip predictor).
 """
+
 from __future__ import annotations
 
 from itertools import pairwise
@@ -65,18 +66,35 @@ def grasp_offset(obj: torch.Tensor, tcp: torch.Tensor, yaw: torch.Tensor) -> tor
     return _rotate_xy(obj - tcp, yaw)
 
 
-def slip_features(offset0: torch.Tensor, task: torch.Tensor, grip: torch.Tensor, cmd: torch.Tensor,
-                  since: torch.Tensor, tcp_move: torch.Tensor, yaw: torch.Tensor, height: torch.Tensor) -> torch.Tensor:
+def slip_features(
+    offset0: torch.Tensor,
+    task: torch.Tensor,
+    grip: torch.Tensor,
+    cmd: torch.Tensor,
+    since: torch.Tensor,
+    tcp_move: torch.Tensor,
+    yaw: torch.Tensor,
+    height: torch.Tensor,
+) -> torch.Tensor:
     """(B, SLIP_FEATURES): grasp-start offset (gripper frame), task one-hot, measured opening,
     command, command minus opening and how far the command opens past the opening (the fingers
     are position-controlled: commanded wider than where they stopped, they open off the object),
     steps since the grasp started, the commanded tool-point move (gripper frame), height above
     rest. Scaled to order 1."""
-    return torch.cat([
-        offset0 * 10.0, F.one_hot(task.long(), N_TASKS).float(), grip[:, None], cmd[:, None],
-        (cmd - grip)[:, None] * 10.0, torch.relu(cmd - grip)[:, None] * 10.0, torch.clamp(since, max=SINCE_CAP)[:, None] / SINCE_CAP,
-        _rotate_xy(tcp_move, yaw) * 20.0, height[:, None] * 10.0,
-    ], dim=1).float()
+    return torch.cat(
+        [
+            offset0 * 10.0,
+            F.one_hot(task.long(), N_TASKS).float(),
+            grip[:, None],
+            cmd[:, None],
+            (cmd - grip)[:, None] * 10.0,
+            torch.relu(cmd - grip)[:, None] * 10.0,
+            torch.clamp(since, max=SINCE_CAP)[:, None] / SINCE_CAP,
+            _rotate_xy(tcp_move, yaw) * 20.0,
+            height[:, None] * 10.0,
+        ],
+        dim=1,
+    ).float()
 
 
 class SlipPredictor(nn.Module):
@@ -99,8 +117,8 @@ def clean_holds(held: np.ndarray, closed: np.ndarray, max_gap: int = MAX_FLICKER
     for e in range(out.shape[0]):
         idx = np.flatnonzero(out[e])
         for a, b in pairwise(idx):
-            if 1 < b - a <= max_gap + 1 and closed[e, a + 1:b].all():
-                out[e, a + 1:b] = True
+            if 1 < b - a <= max_gap + 1 and closed[e, a + 1 : b].all():
+                out[e, a + 1 : b] = True
     return out
 
 
@@ -120,9 +138,11 @@ def slip_examples(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
                 continue
             if since == 0:  # the grasp started with state t: offset before the grasping step
                 s = max(t - 1, 0)
-                offset0 = grasp_offset(torch.from_numpy(data.object_pos[e, s][None]),
-                                       torch.from_numpy(data.pos[e, s][None]),
-                                       torch.tensor([float(data.euler[e, s, 2])]))[0].numpy()
+                offset0 = grasp_offset(
+                    torch.from_numpy(data.object_pos[e, s][None]),
+                    torch.from_numpy(data.pos[e, s][None]),
+                    torch.tensor([float(data.euler[e, s, 2])]),
+                )[0].numpy()
             since += 1
             if data.actions[e, t, 6] >= 0.5:
                 continue
@@ -138,8 +158,12 @@ def slip_examples(data) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
             cols["ep"].append(e)
     if not cols["label"]:
         return np.zeros((0, SLIP_FEATURES), np.float32), np.zeros(0, np.float32), np.zeros(0, np.int64)
-    f = slip_features(*(torch.as_tensor(np.asarray(cols[k]), dtype=torch.float32 if k != "task" else torch.long)
-                        for k in ("offset0", "task", "grip", "cmd", "since", "move", "yaw", "height")))
+    f = slip_features(
+        *(
+            torch.as_tensor(np.asarray(cols[k]), dtype=torch.float32 if k != "task" else torch.long)
+            for k in ("offset0", "task", "grip", "cmd", "since", "move", "yaw", "height")
+        )
+    )
     return f.numpy(), np.asarray(cols["label"], np.float32), np.asarray(cols["ep"], np.int64)
 
 
@@ -151,8 +175,23 @@ class SlipTracker:
         self.since = torch.zeros(batch)
         self.empty = torch.zeros(batch, dtype=torch.bool)  # closed on nothing after a slip
 
-    def step(self, predictor: SlipPredictor, obj_before, held_before, grip_before, obj, held, grip, tcp, tcp_next,
-             yaw, cmd, rest_z, task, rowwise: bool = False):
+    def step(
+        self,
+        predictor: SlipPredictor,
+        obj_before,
+        held_before,
+        grip_before,
+        obj,
+        held,
+        grip,
+        tcp,
+        tcp_next,
+        yaw,
+        cmd,
+        rest_z,
+        task,
+        rowwise: bool = False,
+    ):
         """Apply the rule after the object dynamics' step; returns (object, held, measured gripper).
         ``*_before``, ``tcp`` and ``yaw`` are the state before the action, the rest after it;
         ``rowwise`` runs the predictor one row at a time (:func:`.objects.run_rows`)."""
@@ -173,8 +212,9 @@ class SlipTracker:
             self.since = torch.where(started, torch.zeros_like(self.since), self.since)
         carried = was & now & closed
         if carried.any():
-            feats = slip_features(self.offset0, task, grip_before, cmd, self.since, tcp_next - tcp, yaw,
-                                  obj_before[:, 2] - rest_z)
+            feats = slip_features(
+                self.offset0, task, grip_before, cmd, self.since, tcp_next - tcp, yaw, obj_before[:, 2] - rest_z
+            )
             slips = carried & (torch.sigmoid(run_rows(predictor, feats, rowwise)) > predictor.threshold)
             if slips.any():
                 dropped = torch.cat([obj[:, :2], rest_z[:, None]], dim=1)

@@ -24,6 +24,7 @@ Held-out evaluation (:func:`multistep_error`) runs the whole learned world (:mod
 the first frame of every held-out episode, as the env does, and compares its frames with the
 simulator's and with copying the first frame (the last true frame the world was given).
 """
+
 from __future__ import annotations
 
 import time
@@ -82,11 +83,24 @@ def prepare(episodes: Episodes, world: Mapping[str, Any]) -> Prepared:
     step = np.linalg.norm(np.diff(episodes.object_pos, axis=1), axis=2)
     moves = ((step > 0.002) & (held[:, 1:] < 0.5)).astype(np.float32)
     uv = calibration.project(episodes.object_pos.reshape(-1, 3)).reshape(E, T1, 2).astype(np.float32)
-    return Prepared(episodes.frames, heat, episodes.actions.astype(np.float32), pos, euler,
-                    episodes.gripper.astype(np.float32), episodes.object_pos.astype(np.float32), uv,
-                    episodes.target_pos[:, 0, :2].astype(np.float32), held, moves, episodes.masks,
-                    np.array([TASKS.index(episodes.task_names[t]) for t in episodes.task], np.int64), np.array([rest_heights(p)[0] for p in params], np.float32),
-                    params, np.asarray(world["home_tcp"], np.float32))
+    return Prepared(
+        episodes.frames,
+        heat,
+        episodes.actions.astype(np.float32),
+        pos,
+        euler,
+        episodes.gripper.astype(np.float32),
+        episodes.object_pos.astype(np.float32),
+        uv,
+        episodes.target_pos[:, 0, :2].astype(np.float32),
+        held,
+        moves,
+        episodes.masks,
+        np.array([TASKS.index(episodes.task_names[t]) for t in episodes.task], np.int64),
+        np.array([rest_heights(p)[0] for p in params], np.float32),
+        params,
+        np.asarray(world["home_tcp"], np.float32),
+    )
 
 
 @dataclass
@@ -153,15 +167,21 @@ def unroll_dynamics(dynamics, data: Prepared, ep: np.ndarray, hard: bool = False
     task = torch.from_numpy(data.task[ep])
     objs, logits, move_logits, grips, helds = [], [], [], [], []
     for t in range(T):
-        obj, held, logit, move_logit, grip = dynamics.step(obj, pos[:, t], pos[:, t + 1], cmd[:, t], grip, held, rest,
-                                                           target, task, hard=hard)
+        obj, held, logit, move_logit, grip = dynamics.step(
+            obj, pos[:, t], pos[:, t + 1], cmd[:, t], grip, held, rest, target, task, hard=hard
+        )
         objs.append(obj)
         logits.append(logit)
         move_logits.append(move_logit)
         grips.append(grip)
         helds.append(held)
-    return (torch.stack(objs, 1), torch.stack(logits, 1), torch.stack(move_logits, 1), torch.stack(grips, 1),
-            torch.stack(helds, 1))
+    return (
+        torch.stack(objs, 1),
+        torch.stack(logits, 1),
+        torch.stack(move_logits, 1),
+        torch.stack(grips, 1),
+        torch.stack(helds, 1),
+    )
 
 
 def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Generator, progress: bool = True) -> list:
@@ -188,7 +208,9 @@ def train_dynamics(model, data: Prepared, cfg: TrainConfig, rng: np.random.Gener
         opt.step()
         sched.step()
         if step % 100 == 0 or step == cfg.dynamics_steps - 1:
-            history.append(("dynamics", step, float(loss_pos.detach()), float(loss_held.detach()), float(loss_grip.detach())))
+            history.append(
+                ("dynamics", step, float(loss_pos.detach()), float(loss_held.detach()), float(loss_grip.detach()))
+            )
     return history
 
 
@@ -201,8 +223,8 @@ def first_frame_sprites(model, data: Prepared):
     out = []
     with torch.no_grad():
         for i in range(0, len(data.frames), 128):
-            img = _images(data.frames[i:i + 128, 0])
-            prob = torch.sigmoid(model.segmenter(img, torch.from_numpy(data.task[i:i + 128])))[:, 0]
+            img = _images(data.frames[i : i + 128, 0])
+            prob = torch.sigmoid(model.segmenter(img, torch.from_numpy(data.task[i : i + 128])))[:, 0]
             alpha = torch.from_numpy(sprite_alpha(prob.numpy())[:, None])
             out.append(torch.cat([img * alpha, alpha], dim=1))
     return torch.cat(out)
@@ -220,18 +242,27 @@ def render_batch(data: Prepared, sprites, ep: np.ndarray, t: np.ndarray):
     t1, t2 = np.maximum(t - 1, 0), np.maximum(t - 2, 0)
     first = _images(data.frames[ep, 0])
     target = _images(data.frames[ep, t])
-    heat = torch.from_numpy(np.stack([data.heat[ep, 0], data.heat[ep, t], data.heat[ep, t1], data.heat[ep, t2]],
-                                     axis=1).astype(np.float32))
+    heat = torch.from_numpy(
+        np.stack([data.heat[ep, 0], data.heat[ep, t], data.heat[ep, t1], data.heat[ep, t2]], axis=1).astype(np.float32)
+    )
     command = np.where(t > 0, data.actions[ep, np.maximum(t - 1, 0), 6], 1.0)
-    cond = condition_vector(data.pos[ep, t], data.euler[ep, t], data.pos[ep, t1], data.pos[ep, t2],
-                            data.gripper[ep, t], command, data.home)
+    cond = condition_vector(
+        data.pos[ep, t], data.euler[ep, t], data.pos[ep, t1], data.pos[ep, t2], data.gripper[ep, t], command, data.home
+    )
     sp = sprites[torch.from_numpy(ep)]
     placed = shift_layers(sp, torch.from_numpy(data.object_uv[ep, t] - data.object_uv[ep, 0]))
     return first, sp[:, 3], heat, placed, torch.from_numpy(cond), target
 
 
-def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.random.Generator,
-                   progress: bool = True, log_every: int = 100) -> list:
+def train_renderer(
+    model,
+    data: Prepared,
+    sprites,
+    cfg: TrainConfig,
+    rng: np.random.Generator,
+    progress: bool = True,
+    log_every: int = 100,
+) -> list:
     """Fit the renderer frame by frame: every (episode, step) is an independent example,
     because the renderer draws from the state and the first frame, never from its own output.
     The loss is L1 (sharper than squared error where the picture is uncertain), up-weighted
@@ -244,7 +275,8 @@ def train_renderer(model, data: Prepared, sprites, cfg: TrainConfig, rng: np.ran
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=1e-4)
     warm = max(1, cfg.steps // 20)  # linear warm-up, then cosine decay to 0
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1.0 + np.cos(np.pi * min(i, cfg.steps) / max(cfg.steps, 1))))
+        opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1.0 + np.cos(np.pi * min(i, cfg.steps) / max(cfg.steps, 1)))
+    )
     E, T1 = data.frames.shape[:2]
     history = []
     running = None
@@ -353,8 +385,13 @@ def slip_error(model, data: Prepared) -> dict[str, Any]:
     with torch.no_grad():
         p = torch.sigmoid(model.slip(torch.from_numpy(x))).numpy()
     pred = p > float(model.slip.threshold)
-    return {"examples": int(len(y)), "slips": int(y.sum()), "hits": int((pred & (y > 0.5)).sum()),
-            "false_alarms": int((pred & (y < 0.5)).sum()), "threshold": float(model.slip.threshold)}
+    return {
+        "examples": int(len(y)),
+        "slips": int(y.sum()),
+        "hits": int((pred & (y > 0.5)).sum()),
+        "false_alarms": int((pred & (y < 0.5)).sum()),
+        "threshold": float(model.slip.threshold),
+    }
 
 
 def train_slip_only(weights_path, train_data: Prepared, cfg: TrainConfig):
@@ -381,7 +418,7 @@ def load_object_networks(model, path) -> str:
 
     state = load_file(str(path))
     for part in ("segmenter", "dynamics"):
-        sub = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
+        sub = {k[len(part) + 1 :]: v for k, v in state.items() if k.startswith(part + ".")}
         if not sub:
             raise ValueError(f"{path} holds no {part} weights; pass a learned-tabletop world.safetensors")
         getattr(model, part).load_state_dict(sub)
@@ -405,8 +442,9 @@ def object_networks_problem(path) -> str | None:
     return f"holds no {' or '.join(missing)} weights" if missing else None
 
 
-def multistep_error(model, data: Prepared, world: Mapping[str, Any], horizon: int = 20, actions_per_call: int = 1,
-                    threads: int = 2) -> dict[str, Any]:
+def multistep_error(
+    model, data: Prepared, world: Mapping[str, Any], horizon: int = 20, actions_per_call: int = 1, threads: int = 2
+) -> dict[str, Any]:
     """The whole learned world, open loop from each held-out episode's first frame, at steps 1..``horizon``.
 
     Per step: per-pixel MSE (frames in [0, 1]) of the generated frame and of copying the first
@@ -469,27 +507,43 @@ def object_error(model, data: Prepared, world: Mapping[str, Any], threads: int =
             grip_err[t] += np.abs(grip - data.gripper[ep, t + 1]).sum()
         final.append(err)
     final = np.concatenate(final)
-    return {"object_cm": (obj_err / E).tolist(), "held_accuracy": (held_acc / E).tolist(),
-            "gripper_mae": (grip_err / E).tolist(), "final_within_2cm": float((final < 2.0).mean()),
-            "n_episodes": int(E)}
+    return {
+        "object_cm": (obj_err / E).tolist(),
+        "held_accuracy": (held_acc / E).tolist(),
+        "gripper_mae": (grip_err / E).tolist(),
+        "final_within_2cm": float((final < 2.0).mean()),
+        "n_episodes": int(E),
+    }
 
 
 def format_object_table(result: Mapping[str, Any], steps=(1, 5, 10, 15, 20, 25, 30, 35, 40)) -> str:
     lines = ["step  object_cm  held_acc  gripper_mae", "----  ---------  --------  -----------"]
     for t in steps:
         if t <= len(result["object_cm"]):
-            lines.append(f"{t:4d}  {result['object_cm'][t - 1]:9.2f}  {result['held_accuracy'][t - 1]:8.3f}  "
-                         f"{result['gripper_mae'][t - 1]:11.4f}")
-    lines.append(f"object within 2 cm of the simulator's at the last step: {result['final_within_2cm']:.3f} "
-                 f"of {result['n_episodes']} episodes")
+            lines.append(
+                f"{t:4d}  {result['object_cm'][t - 1]:9.2f}  {result['held_accuracy'][t - 1]:8.3f}  "
+                f"{result['gripper_mae'][t - 1]:11.4f}"
+            )
+    lines.append(
+        f"object within 2 cm of the simulator's at the last step: {result['final_within_2cm']:.3f} "
+        f"of {result['n_episodes']} episodes"
+    )
     return "\n".join(lines)
 
 
 def format_error_table(result: Mapping[str, Any]) -> str:
-    lines = ["horizon  model_mse   copy_mse    ratio  object_cm  gripper_mae",
-             "-------  ----------  ----------  -----  ---------  -----------"]
-    for h, m, c, o, g in zip(result["horizons"], result["model_mse"], result["copy_mse"], result["object_cm"],
-                             result["gripper_mae"], strict=True):
+    lines = [
+        "horizon  model_mse   copy_mse    ratio  object_cm  gripper_mae",
+        "-------  ----------  ----------  -----  ---------  -----------",
+    ]
+    for h, m, c, o, g in zip(
+        result["horizons"],
+        result["model_mse"],
+        result["copy_mse"],
+        result["object_cm"],
+        result["gripper_mae"],
+        strict=True,
+    ):
         lines.append(f"{h:7d}  {m:10.6f}  {c:10.6f}  {m / c:5.3f}  {o:9.2f}  {g:11.4f}")
     return "\n".join(lines)
 

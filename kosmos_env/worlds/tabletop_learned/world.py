@@ -20,6 +20,7 @@ spec (:func:`kosmos_env.spec._normalise_learned_tabletop`) and honoured by the e
 lone or batched. The network runs at 64×64 only; the spec fixes
 ``image_size`` to it and any other size is refused with a clear error.
 """
+
 from __future__ import annotations
 
 import copy
@@ -37,8 +38,7 @@ from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
 
-_OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep", "rules",
-             "learned_dynamics")
+_OWN_KEYS = ("type", "reference", "weights", "weights_sha256", "actions_per_call", "sweep", "rules", "learned_dynamics")
 #: the world settings a study may sweep (cost against fidelity), and the values each may take
 SWEEPABLE = {"actions_per_call": (1, 2, 3, 4)}
 # Version of this world's run-time code (the engine's fixed rules, the slip rule); the spec hash
@@ -49,7 +49,6 @@ WORLD_VERSION = "2"
 
 def weights_dir() -> Path:
     return Path(str(resources.files("kosmos_env.worlds.tabletop_learned") / "weights"))
-
 
 
 class LearnedTabletopWorld:
@@ -63,8 +62,10 @@ class LearnedTabletopWorld:
     # what `kosmos-env study --sweep` may vary (kosmos_env.study.sweep); the values a spec may
     # list in world.sweep are SWEEPABLE's
     sweep_settings = {
-        "actions_per_call": {"spec": "world.actions_per_call",
-                             "help": "actions one model call covers (1-4): fewer calls, coarser in-between frames"},
+        "actions_per_call": {
+            "spec": "world.actions_per_call",
+            "help": "actions one model call covers (1-4): fewer calls, coarser in-between frames",
+        },
     }
 
     def __init__(self, spec: Any, weights_path: str | None = None):
@@ -72,7 +73,8 @@ class LearnedTabletopWorld:
             raise ValueError(
                 f"{spec.id} runs its learned model at {MODEL_SIZE[0]}x{MODEL_SIZE[1]} only; got image_size "
                 f"{tuple(spec.image_size)}. Make it with image_size=(64, 64) (the default) or use Kosmos-Tabletop-v1 "
-                f"for other resolutions.")
+                f"for other resolutions."
+            )
         self.spec = spec
         self.params: Mapping[str, Any] = spec.world
         self.image_size = MODEL_SIZE
@@ -80,14 +82,21 @@ class LearnedTabletopWorld:
         self.weights_path = Path(weights_path) if weights_path else weights_dir() / self.params["weights"]
         self.actions_per_call = self.params.get("actions_per_call", 1)
         if self.actions_per_call not in SWEEPABLE["actions_per_call"]:
-            raise ValueError(f"{spec.id}: world.actions_per_call must be one of {list(SWEEPABLE['actions_per_call'])}, "
-                             f"got {self.actions_per_call!r}")
+            raise ValueError(
+                f"{spec.id}: world.actions_per_call must be one of {list(SWEEPABLE['actions_per_call'])}, "
+                f"got {self.actions_per_call!r}"
+            )
         sweep = self.params.get("sweep", {})
-        bad = [k for k in (sweep if isinstance(sweep, Mapping) else ["<not a mapping>"])
-               if k not in SWEEPABLE or not isinstance(sweep[k], (list, tuple)) or not set(sweep[k]) <= set(SWEEPABLE[k])]
+        bad = [
+            k
+            for k in (sweep if isinstance(sweep, Mapping) else ["<not a mapping>"])
+            if k not in SWEEPABLE or not isinstance(sweep[k], (list, tuple)) or not set(sweep[k]) <= set(SWEEPABLE[k])
+        ]
         if bad:
-            raise ValueError(f"{spec.id}: world.sweep may list only {dict((k, list(v)) for k, v in SWEEPABLE.items())}; "
-                             f"got {sweep!r}")
+            raise ValueError(
+                f"{spec.id}: world.sweep may list only {dict((k, list(v)) for k, v in SWEEPABLE.items())}; "
+                f"got {sweep!r}"
+            )
         self._model = None
         self._engine = None
         self._sim = None
@@ -108,7 +117,8 @@ class LearnedTabletopWorld:
             raise MissingWeightsError(
                 f"learned tabletop weights not found at {self.weights_path}; they ship with the package "
                 f"(reinstall it) or can be retrained with `kosmos-env train-world --out-dir DIR` and passed "
-                f"as world_kwargs={{'weights_path': 'DIR/world.safetensors'}}")
+                f"as world_kwargs={{'weights_path': 'DIR/world.safetensors'}}"
+            )
         expected = self.params.get("weights_sha256")
         if expected:
             actual = sha256_file(self.weights_path)
@@ -116,7 +126,8 @@ class LearnedTabletopWorld:
                 raise ValueError(
                     f"weights {self.weights_path} have sha256 {actual}, but {self.spec.id} is bound to {expected}. "
                     f"Different weights are a different world: override the spec's world.weights_sha256 "
-                    f"(which changes the spec hash) to use them.")
+                    f"(which changes the spec hash) to use them."
+                )
         from kosmos_env.worlds.tabletop_learned.engine import Engine
         from kosmos_env.worlds.tabletop_learned.model import load_weights
 
@@ -146,8 +157,9 @@ class LearnedTabletopWorld:
                 frame, gripper = frame[0], gripper[0]
             else:  # this world's engine steps inside one batch with the other sub-envs' (LaneStepper)
                 stepper = self.batcher.shared(LaneStepper, LaneStepper)
-                frame, gripper = self.batcher.generate(stepper, {"engine": self._engine, "key": self._batch_key,
-                                                                 "action": action, "render": render})
+                frame, gripper = self.batcher.generate(
+                    stepper, {"engine": self._engine, "key": self._batch_key, "action": action, "render": render}
+                )
             self._gripper = float(np.clip(gripper, 0.0, 1.0))
             frames.append(frame)
             ee.append(self._engine.ee_pos()[0])
@@ -224,8 +236,12 @@ class LaneStepper:
                 renderer = copy.deepcopy(engines[0].model.renderer).to(memory_format=torch.channels_last)
                 self._renderers[key] = renderer
             frames, gripper, _ = Engine.step_lanes(
-                engines, np.stack([np.asarray(requests[j]["action"], dtype=np.float64) for j in rows]),
-                [requests[j]["render"] for j in rows], renderer=renderer, cache=self._caches.setdefault(key, {}))
+                engines,
+                np.stack([np.asarray(requests[j]["action"], dtype=np.float64) for j in rows]),
+                [requests[j]["render"] for j in rows],
+                renderer=renderer,
+                cache=self._caches.setdefault(key, {}),
+            )
             for n, j in enumerate(rows):
                 results[j] = (frames[n].copy(), float(gripper[n]))
         return results, SimpleNamespace(batched=len(groups) == 1)
