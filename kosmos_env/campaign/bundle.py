@@ -180,68 +180,37 @@ def parquet_table(per_episode: Sequence[Mapping[str, Any]]):
     def js(value):
         return None if value is None else json.dumps(value, sort_keys=True)
 
-    cols: dict[str, list] = {
-        k: []
-        for k in (
-            "episode_id",
-            "spec_hash",
-            "identity_sha256",
-            "policy",
-            "task",
-            "seed",
-            "repeat",
-            "env_seed",
-            "outcome",
-            "success",
-            "score",
-            "judge",
-            "steps",
-            "attempts",
-            "worker",
-            "error",
-            "judgment",
-            "gate",
-            "ground_truth",
-            "timings",
-            "artifacts",
-            "provenance",
-            "t_policy",
-            "t_world",
-            "t_gate",
-            "t_judge",
-            "t_io",
-            "t_total",
-            "video",
-            "actions",
-            "log",
-        )
-    }
+    plain = (
+        "episode_id",
+        "spec_hash",
+        "identity_sha256",
+        "policy",
+        "task",
+        "seed",
+        "repeat",
+        "env_seed",
+        "outcome",
+        "success",
+        "score",
+        "judge",
+        "steps",
+        "attempts",
+        "worker",
+        "error",
+    )
+    as_json = ("judgment", "gate", "ground_truth", "timings", "artifacts", "provenance")
+    stages = ("policy", "world", "gate", "judge", "io", "total")
+    files = ("video", "actions", "log")
+    cols: dict[str, list] = {k: [] for k in (*plain, *as_json, *(f"t_{k}" for k in stages), *files)}
     for e in per_episode:
-        for k in (
-            "episode_id",
-            "spec_hash",
-            "identity_sha256",
-            "policy",
-            "task",
-            "seed",
-            "repeat",
-            "env_seed",
-            "outcome",
-            "success",
-            "score",
-            "judge",
-            "steps",
-            "attempts",
-            "worker",
-            "error",
-        ):
+        for k in plain:
             cols[k].append(e.get(k))
-        for k in ("judgment", "gate", "ground_truth", "timings", "artifacts", "provenance"):
+        for k in as_json:
             cols[k].append(js(e.get(k)))
         t = e.get("timings") or {}
-        for k in ("policy", "world", "gate", "judge", "io", "total"):
+        for k in stages:
             cols[f"t_{k}"].append(t.get(k))
-        for k in ("video", "actions", "log"):
+        for k in files:
             cols[k].append((e.get("artifacts") or {}).get(k))
     types = {
         "seed": pa.int64(),
@@ -251,7 +220,7 @@ def parquet_table(per_episode: Sequence[Mapping[str, Any]]):
         "attempts": pa.int64(),
         "success": pa.bool_(),
         "score": pa.float64(),
-        **{f"t_{k}": pa.float64() for k in ("policy", "world", "gate", "judge", "io", "total")},
+        **{f"t_{k}": pa.float64() for k in stages},
     }
     return pa.table({k: pa.array(v, type=types.get(k, pa.string())) for k, v in cols.items()})
 

@@ -11,16 +11,14 @@ import html
 
 from kosmos_env.report.svg import interval_chart, line_chart
 from kosmos_env.report.text import (
+    rate_row,
     VERDICT_HEAD,
     ab_lines,
     ab_title,
-    bounds,
     cost_lines,
     diff_interval,
-    iv,
     judge_line,
     num,
-    pct,
     spread,
     verdict_line,
     verdict_rows,
@@ -98,22 +96,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
     rows, chart = [], []
     for p in a["ranking"]:
         r = a["per_policy"][p]
-        k = r["counts"]
-        rows.append(
-            [
-                str(r["rank"]),
-                p,
-                f"{k['success']}/{r['decided']}",
-                num(r["success_rate"]),
-                iv(r["wilson"]),
-                iv(r["clopper_pearson"]),
-                bounds(r["worst_case"]),
-                iv(r["worst_case_ci"]),
-                pct(r["discard_rate"]),
-                pct(r["abstain_rate"]),
-                str(k["error"]),
-            ]
-        )
+        rows.append(rate_row(p, r))
         wc = r["worst_case_ci"] or (None, None)
         chart.append((p, r["success_rate"], *(r["wilson"] or (None, None)), *wc))
     parts += [

@@ -67,6 +67,25 @@ def diff_interval(d: dict, digits: int = 3) -> str:
     return iv((lo, hi), digits)
 
 
+def rate_row(policy: str, r: dict) -> list[str]:
+    """One row of the success-per-policy table (rank, counts, rate, intervals, discard bounds),
+    the same cells in the text and the HTML analysis."""
+    k = r["counts"]
+    return [
+        str(r["rank"]),
+        policy,
+        f"{k['success']}/{r['decided']}",
+        num(r["success_rate"]),
+        iv(r["wilson"]),
+        iv(r["clopper_pearson"]),
+        bounds(r["worst_case"]),
+        iv(r["worst_case_ci"]),
+        pct(r["discard_rate"]),
+        pct(r["abstain_rate"]),
+        str(k["error"]),
+    ]
+
+
 def verdict_line(v: dict | None) -> str:
     """The headline: the verdict's own sentence, or why there is none."""
     if not v:
@@ -221,25 +240,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
             format_table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1)),
         ]
 
-    rows = []
-    for p in a["ranking"]:
-        r = a["per_policy"][p]
-        k = r["counts"]
-        rows.append(
-            [
-                str(r["rank"]),
-                p,
-                f"{k['success']}/{r['decided']}",
-                num(r["success_rate"]),
-                iv(r["wilson"]),
-                iv(r["clopper_pearson"]),
-                bounds(r["worst_case"]),
-                iv(r["worst_case_ci"]),
-                pct(r["discard_rate"]),
-                pct(r["abstain_rate"]),
-                str(k["error"]),
-            ]
-        )
+    rows = [rate_row(p, a["per_policy"][p]) for p in a["ranking"]]
     parts += [
         "",
         _title("success per policy (raw rate over decided episodes)"),
