@@ -104,7 +104,7 @@ def main() -> None:
     unknown = parts - {"throughput", "refill", "ray"}
     if unknown:
         parser.error(f"--parts: unknown part(s) {sorted(unknown)}")
-    # unequal lengths: the gate ends most episodes after one step (as in tests/test_campaign_lockstep.py)
+    # unequal lengths: the gate ends most episodes after one step (as in tests/campaign/test_lockstep.py)
     uneven = make_config(
         "Kosmos-Bridge-v1",
         ["random:chunk=4"],

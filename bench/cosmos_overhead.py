@@ -15,7 +15,6 @@ import argparse
 import os
 import platform
 import statistics
-import sys
 import time
 
 import numpy as np
@@ -23,7 +22,6 @@ import numpy as np
 from _report import save  # bench/_report.py: the script's folder is on sys.path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests"))
 
 
 def machine_line() -> str:

@@ -26,17 +26,17 @@ sys.path.insert(0, str(ROOT))
 
 from _report import load_average, save  # noqa: E402  bench/_report.py: the script's folder is on sys.path
 
-from tests.faults_support import (  # noqa: E402
+from tests.support.faults import (  # noqa: E402
     attempt_counts,
     descendants,
     eval_argv,
-    ledger_rows,
-    runs_started,  # noqa: E402
+    runs_started,
     spawn_cli,
     wait_gone,
 )
+from tests.support.campaign import ledger_rows  # noqa: E402
 
-POLICY = "tests.test_campaign_support:SlowScripted:delay=0.0"
+POLICY = "tests.support.campaign:SlowScripted:delay=0.0"
 os.environ.setdefault("KOSMOS_ENV_ALLOW_IMPORT", "1")  # POLICY is a module:Class name: the explicit opt-in
 
 

@@ -27,8 +27,8 @@ ROWS = [
         "serve-policy shared by eval --workers 2: episodes share one policy state",
         "per-session state: N workers = 1 worker",
         [
-            "tests/test_policy_server_sessions.py::test_two_workers_through_one_server_score_as_one_worker_and_in_process",
-            "tests/test_policy_server_sessions.py::test_interleaved_episodes_keep_their_own_state",
+            "tests/policies/test_server_sessions.py::test_two_workers_through_one_server_score_as_one_worker_and_in_process",
+            "tests/policies/test_server_sessions.py::test_interleaved_episodes_keep_their_own_state",
         ],
     ),
     (
@@ -39,40 +39,44 @@ ROWS = [
     (
         "ledger episode of `random` forged to success, outcome/score/judgment/truth edited to match",
         "verify re-runs the judges on the stored log: mismatch, non-zero exit",
-        ["tests/test_verify_rederive.py::test_a_consistent_ledger_forgery_is_caught_by_its_own_robot_log"],
+        ["tests/campaign/test_verify_rederive.py::test_a_consistent_ledger_forgery_is_caught_by_its_own_robot_log"],
     ),
     (
         "stored robot log forged to match the forged verdict",
         "verify --replay: stored actions do not replay",
-        ["tests/test_verify_rederive.py::test_a_forged_log_is_caught_by_replaying_the_stored_actions"],
+        ["tests/campaign/test_verify_rederive.py::test_a_forged_log_is_caught_by_replaying_the_stored_actions"],
     ),
     (
         "two episodes' artifact references swapped",
         "replay / policy re-run catches it",
         [
-            "tests/test_verify_rederive.py::test_swapped_artifact_references_do_not_replay",
-            "tests/test_verify_rederive.py::test_swapped_artifacts_are_caught_by_the_replay_and_by_rerunning_the_policy",
+            "tests/campaign/test_verify_rederive.py::test_swapped_artifact_references_do_not_replay",
+            "tests/campaign/test_verify_rederive.py::test_swapped_artifacts_are_caught_by_the_replay_and_by_rerunning_the_policy",
         ],
     ),
     (
         "env_id / world / judge edited in results.json with the manifest recomputed",
         "verify refuses",
-        ["tests/test_verify_rederive.py::test_editing_env_world_or_judge_in_results_json_is_caught"],
+        ["tests/campaign/test_verify_rederive.py::test_editing_env_world_or_judge_in_results_json_is_caught"],
     ),
     (
         "leaderboard: random at 100 % from the same actions, every hash recomputed",
         "not listed",
-        ["tests/test_leaderboard_rederive.py::test_random_forged_to_100_percent_with_every_hash_recomputed_is_refused"],
+        [
+            "tests/publish/test_leaderboard_rederive.py::test_random_forged_to_100_percent_with_every_hash_recomputed_is_refused"
+        ],
     ),
     (
         "leaderboard: submission with every artifact removed",
         "refused with the reason",
-        ["tests/test_leaderboard_rederive.py::test_a_submission_without_its_artifacts_is_refused_with_the_reason"],
+        [
+            "tests/publish/test_leaderboard_rederive.py::test_a_submission_without_its_artifacts_is_refused_with_the_reason"
+        ],
     ),
     (
         "leaderboard: resubmission with a new id and one self-declared hash changed",
         "a duplicate by content",
-        ["tests/test_leaderboard_rederive.py::test_a_relabelled_resubmission_is_a_duplicate_by_content"],
+        ["tests/publish/test_leaderboard_rederive.py::test_a_relabelled_resubmission_is_a_duplicate_by_content"],
     ),
     (
         "protocol naming openvla:...,trust_remote_code=true (register builds the policy)",
@@ -114,12 +118,12 @@ ROWS = [
     (
         "verify on a read-only copy calls a valid ledger corrupt",
         "verifies read-only",
-        ["tests/test_verify_rederive.py::test_verify_never_writes_and_a_read_only_copy_verifies"],
+        ["tests/campaign/test_verify_rederive.py::test_verify_never_writes_and_a_read_only_copy_verifies"],
     ),
     (
         "a ledger failing PRAGMA integrity_check passes",
         "verify fails",
-        ["tests/test_verify_rederive.py::test_a_ledger_failing_sqlites_integrity_check_fails_verify"],
+        ["tests/campaign/test_verify_rederive.py::test_a_ledger_failing_sqlites_integrity_check_fails_verify"],
     ),
     (
         "zero or negative physics_dt, negative camera fovy",
@@ -145,12 +149,12 @@ ROWS = [
     (
         "a list-typed dtype makes the policy server drop the connection",
         "a clear error status",
-        ["tests/test_policy_server_sessions.py::test_list_typed_dtype_gets_a_400_not_a_dropped_connection"],
+        ["tests/policies/test_server_sessions.py::test_list_typed_dtype_gets_a_400_not_a_dropped_connection"],
     ),
     (
         "Ray dashboard and runtime-env agents outlive a SIGKILLed parent for 30-90 s",
         "the head dies with the campaign",
-        ["tests/test_ray_head_cleanup.py::test_sigkilled_campaign_takes_its_ray_head_down"],
+        ["tests/campaign/test_ray_head_cleanup.py::test_sigkilled_campaign_takes_its_ray_head_down"],
     ),
 ]
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Build the separate LeRobot environment that tests/test_lerobot_remote.py serves a policy from.
+# Build the separate LeRobot environment that tests/policies/test_lerobot_remote.py serves a policy from.
 #
 # LeRobot cannot share an environment with this project (its releases pin torch < 2.8/2.11 or
 # gymnasium < 1.0), so it gets its own virtualenv, cached under

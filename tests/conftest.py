@@ -8,10 +8,10 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import gymnasium  # noqa: E402
-import pytest  # noqa: E402
+import gymnasium
+import pytest
 
-import kosmos_env  # noqa: E402,F401
+import kosmos_env  # noqa: F401
 
 
 def missing_from_extra(extra: str) -> list[str]:
@@ -76,3 +76,25 @@ def tabletop_env():
     env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64))
     yield env
     env.close()
+
+
+@pytest.fixture(scope="module")
+def allow_test_policy_import():
+    """Test-only ``module:Class`` policies (``tests.support.campaign:SlowScripted``) need the explicit
+    opt-in; set for the module, inherited by the eval processes and workers its tests start.
+    Modules ask for it with ``pytestmark = pytest.mark.usefixtures("allow_test_policy_import")``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KOSMOS_ENV_ALLOW_IMPORT", "1")
+        yield
+
+
+@pytest.fixture(scope="session")
+def tiny_campaign(tmp_path_factory):
+    """A finished tiny tabletop campaign (scripted skill 1.0 for successes, random for failures, 2 seeds,
+    64x64, no video), run once per session through the real CLI; tests copy it before changing it."""
+    from kosmos_env import cli
+    from tests.support.faults import TWO_POLICIES, eval_argv
+
+    out = tmp_path_factory.mktemp("faults-campaign") / "camp"
+    assert cli.main(eval_argv(out, policies=TWO_POLICIES, seeds=2)) == 0
+    return out

@@ -63,10 +63,10 @@ def test_console_url_integers_beyond_64_bits_are_4xx(tmp_path):
 
     from kosmos_env.console.app import create_app
     from kosmos_env.console.campaigns import folder_key
-    from tests.test_console import _planned_ledger
+    from tests.support.campaign import planned_ledger
 
     root = tmp_path / "runs"
-    _planned_ledger(root / "a")
+    planned_ledger(root / "a")
     key = folder_key(root / "a")
     c = TestClient(create_app([str(root)], "t" * 24), base_url="http://127.0.0.1")
     huge = str(10**30)

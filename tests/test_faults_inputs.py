@@ -14,7 +14,10 @@ import pytest
 import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env import cli
 from tests.conftest import requires_extra
-from tests.faults_support import ROOT, allow_test_policy_import, eval_argv, tiny_campaign  # noqa: F401  (autouse fixture)
+from tests.support.faults import eval_argv
+from tests.support.paths import ROOT
+
+pytestmark = pytest.mark.usefixtures("allow_test_policy_import")
 
 
 def _one_line_error(capsys, rc, code=2) -> str:
@@ -89,8 +92,8 @@ def test_verify_on_a_corrupt_ledger_reports_it(tmp_path, capsys):
 
 
 @pytest.fixture(scope="module")
-def campaign(tmp_path_factory):
-    return tiny_campaign(tmp_path_factory)
+def campaign(tiny_campaign):
+    return tiny_campaign
 
 
 def test_analyze_on_a_corrupt_artifact(tmp_path, capsys, campaign):

@@ -116,11 +116,11 @@ def test_validity_study_registration_seal_and_bindings():
     source code (which changes with every edit) recomputes from the shipped files."""
     import json
 
+    from kosmos_env.hashing import sha256_file
     from kosmos_env.judges.action_learned import load_coefficients
     from kosmos_env.judges.vision_frame import shipped_classifier_path
     from kosmos_env.policies import parse_policy_arg, policy_hash_from_files
     from kosmos_env.study.registration import load_registration_file
-    from kosmos_env.hashing import sha256_file
     from kosmos_env.worlds.tabletop_learned.world import weights_dir
 
     record = json.loads(STUDY.read_text())
@@ -157,8 +157,8 @@ CHECKPOINT_CONTENT = {
 
 
 def test_shipped_checkpoints_file_and_content_hashes():
-    from kosmos_env.policies import policy_hash_from_files
     from kosmos_env.hashing import sha256_file
+    from kosmos_env.policies import policy_hash_from_files
     from kosmos_env.policies.checkpoint import shipped_checkpoint_path, shipped_checkpoints
 
     entries = shipped_checkpoints()
@@ -249,7 +249,7 @@ def test_publish_bundle_hashes():
 
 
 def test_a_real_bundle_s_hashes(tmp_path_factory):
-    """A bundle written by ``kosmos-env eval`` (tests/publish_bundles.py, campaign "a"): its manifest's
+    """A bundle written by ``kosmos-env eval`` (tests/support/publish_bundles.py, campaign "a"): its manifest's
     sha256 of every file recomputes, and its campaign id and design hash (from the policies' content
     hashes, spec hash, tasks and seeds: nothing a simulation computed) are the pinned values."""
     import json
@@ -257,7 +257,7 @@ def test_a_real_bundle_s_hashes(tmp_path_factory):
     from kosmos_env.hashing import sha256_file
     from kosmos_env.publish.leaderboard import design_hash
     from kosmos_env.publish.validate import verify_submission
-    from tests.publish_bundles import campaign
+    from tests.support.publish_bundles import campaign
 
     root = campaign(tmp_path_factory, "a")
     files = json.loads((root / "manifest.json").read_text())["files"]

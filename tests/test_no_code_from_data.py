@@ -99,11 +99,11 @@ def test_policies_that_load_nothing_hash_as_built():
 @requires_extra("models")
 def test_openvla_hash_from_files_equals_the_built_policys_on_a_tiny_vlm(tmp_path):
     """Registration compares the file hash with the built policy's at eval: they must agree."""
-    from tests.test_policy_openvla import _tiny_vlm
-
     from kosmos_env.policies.openvla import OPENVLA_PROMPT
+    from tests.support.openvla import save_tiny_openvla
 
-    _tiny_vlm(tmp_path)
+    unit_stats = {"bridge_orig": {"action": {"q01": [-1.0] * 7, "q99": [1.0] * 7, "mask": [True] * 6 + [False]}}}
+    save_tiny_openvla(tmp_path, unit_stats)
     kwargs = {"model_path": str(tmp_path), "prompt": "<image>" + OPENVLA_PROMPT, "empty_token_id": None}
     built = make_policy("openvla", **kwargs)
     assert policy_hash_from_files("openvla", kwargs) == built.content_hash()

@@ -85,9 +85,9 @@ def test_every_command_in_a_code_block_parses(cmd):
 
 
 def test_inline_commands_parse_or_name_real_options():
-    from kosmos_env.cli import build_parser
-
     import argparse
+
+    from kosmos_env.cli import build_parser
 
     parser = build_parser()
     commands = {
@@ -290,7 +290,7 @@ def test_the_bridge_python_block_runs_as_written(tmp_path, monkeypatch):
     monkeypatch.setenv("KOSMOS_COSMOS3_NANO_PATH", "")  # restored afterwards: apply_tiny sets it
     monkeypatch.delenv("KOSMOS_VLM_JUDGE_PATH", raising=False)
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    exec(compile(block, "README.md", "exec"), scope)  # the README's own example, as written
     env, obs = scope["env"], scope["obs"]
     try:
         assert obs["image"].shape == (*env.unwrapped.kosmos_spec.image_size, 3)
@@ -446,7 +446,7 @@ def test_the_opening_python_block_runs_as_written():
     block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
     assert 'gymnasium.make("Kosmos-Tabletop-v1"' in block
     scope: dict = {}
-    exec(compile(block, "README.md", "exec"), scope)  # noqa: S102 - the README's own example
+    exec(compile(block, "README.md", "exec"), scope)  # the README's own example, as written
     env = scope["env"]
     try:
         assert scope["obs"]["image"].dtype.name == "uint8" and isinstance(scope["obs"]["instruction"], str)

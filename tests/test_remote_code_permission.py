@@ -37,7 +37,7 @@ def _no_permission(monkeypatch):
 
 def test_a_protocol_asking_for_remote_code_is_refused_and_runs_nothing(tmp_path, capsys):
     from kosmos_env.cli import main
-    from tests.registration_helpers import base_protocol
+    from tests.support.registration import base_protocol
 
     ckpt, marker = _evil_checkpoint(tmp_path)
     proto = base_protocol()

@@ -11,7 +11,7 @@ import torch
 
 import kosmos_env  # noqa: F401  (registers the env ids)
 from kosmos_env.errors import SpecError
-from kosmos_env.judges.vision_frame import load_classifier, predict, TASKS
+from kosmos_env.judges.vision_frame import TASKS, load_classifier, predict
 from kosmos_env.policies import make_policy
 from kosmos_env.spec import load_spec
 from kosmos_env.worlds.base import WorldStep

@@ -30,7 +30,7 @@ from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 import kosmos_env  # noqa: F401
 from kosmos_env.batched_vector import BatchedWorldVectorEnv
-from tests.test_vector_envs import _actions, _pick, _slice
+from tests.support.vector import info_of, obs_of, seeded_actions
 
 MODES = ["sync", "async", "vector_entry_point"]
 #: the frame judge's potential every frame reaches: the episode ends by success on its first step
@@ -92,11 +92,11 @@ def _reference(fn, seed: int, actions) -> list[tuple]:
 def _vector_streams(venv, seeds, actions) -> list[list[tuple]]:
     obs, info = venv.reset(seed=seeds)
     n = venv.num_envs
-    streams = [[(_slice(obs, i), 0.0, False, False, _pick(info, i))] for i in range(n)]
+    streams = [[(obs_of(obs, i), 0.0, False, False, info_of(info, i))] for i in range(n)]
     for t in range(len(actions[0])):
         obs, r, term, trunc, info = venv.step(np.stack([actions[i][t] for i in range(n)]))
         for i in range(n):
-            streams[i].append((_slice(obs, i), float(r[i]), bool(term[i]), bool(trunc[i]), _pick(info, i)))
+            streams[i].append((obs_of(obs, i), float(r[i]), bool(term[i]), bool(trunc[i]), info_of(info, i)))
     return streams
 
 
@@ -153,7 +153,7 @@ def _check(
     fns = [functools.partial(gymnasium.make, f"kosmos_env:{env_id}", **kw) for kw in settings]
     seeds = [5 + 7 * i for i in range(len(fns))]
     probe = fns[0]()
-    actions = [_actions(probe.action_space, n_calls, seed) for seed in seeds]
+    actions = [seeded_actions(probe.action_space, n_calls, seed) for seed in seeds]
     probe.close()
     venv = _vector(mode, fns)
     try:
@@ -235,7 +235,7 @@ def test_learned_make_vec_vector_entry_point_is_one_batched_engine_pass():
     fn = functools.partial(gymnasium.make, "Kosmos-TabletopLearned-v1", **kwargs)
     seeds = [2, 9, 4]
     probe = fn()
-    actions = [_actions(probe.action_space, horizon + 2, s) for s in seeds]
+    actions = [seeded_actions(probe.action_space, horizon + 2, s) for s in seeds]
     probe.close()
     try:
         assert isinstance(venv, BatchedWorldVectorEnv) and all(venv.batched)

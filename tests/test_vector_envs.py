@@ -23,24 +23,13 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-import kosmos_env  # noqa: F401
+import kosmos_env
 import kosmos_env.env
 from tests.conftest import requires_extra
+from tests.support.vector import info_of, obs_of, seeded_actions
 
 SEEDS = [3, 11]
 HORIZON = 4
-
-
-def _actions(space, n_steps: int, seed: int) -> list[np.ndarray]:
-    """A fixed, seeded action sequence inside the bounds (small moves, gripper open or closed)."""
-    rng = np.random.default_rng(seed)
-    low, high = space.low, space.high
-    out = []
-    for _ in range(n_steps):
-        a = (rng.uniform(low, high) * 0.5).astype(np.float32)
-        a[..., 6] = rng.integers(0, 2, size=a[..., 6].shape)
-        out.append(a)
-    return out
 
 
 def _single_rollout(env, seed: int, actions: list[np.ndarray]):
@@ -74,7 +63,7 @@ def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
     obs, info = venv.reset(seed=SEEDS[:n])
     records = [
         {
-            "obs": [_slice(obs, i)],
+            "obs": [obs_of(obs, i)],
             "frames": [obs["image"][i][None]],
             "rewards": [],
             "terminated": [],
@@ -94,9 +83,9 @@ def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
                 # an env that ended earlier (a gate discard) was reset by this step (next-step autoreset)
                 if "autoreset_obs" not in records[i]:
                     assert not term[i] and not trunc[i] and r[i] == 0
-                    records[i]["autoreset_obs"] = _slice(obs, i)
+                    records[i]["autoreset_obs"] = obs_of(obs, i)
                 continue
-            records[i]["obs"].append(_slice(obs, i))
+            records[i]["obs"].append(obs_of(obs, i))
             records[i]["frames"].append(info["frames"][i])
             records[i]["rewards"].append(r[i])
             records[i]["terminated"].append(bool(term[i]))
@@ -113,16 +102,12 @@ def _vector_rollout(venv, actions_per_env: list[list[np.ndarray]]):
     for i in range(n):
         if "autoreset_obs" not in records[i]:
             assert not term[i] and not trunc[i] and r[i] == 0
-            records[i]["autoreset_obs"] = _slice(obs, i)
+            records[i]["autoreset_obs"] = obs_of(obs, i)
     return records
 
 
-def _slice(obs, i):
-    return {k: (v[i] if not isinstance(v, tuple) else v[i]) for k, v in obs.items()}
-
-
 def _obs_in(venv, obs) -> bool:
-    return all(_slice(obs, i) in venv.single_observation_space for i in range(venv.num_envs))
+    return all(obs_of(obs, i) in venv.single_observation_space for i in range(venv.num_envs))
 
 
 def _judgment(info, i):
@@ -131,20 +116,7 @@ def _judgment(info, i):
         return None
     if not isinstance(j, dict):  # a discarded episode's judgment is None: gymnasium stacks an object array
         return j[i]
-    return _pick(j, i)
-
-
-def _pick(batched: dict, i: int) -> dict:
-    """Env ``i``'s entry of a dict gymnasium stacked from sub-env infos (nested dicts, whatever their keys)."""
-    out = {}
-    for k, v in batched.items():
-        if isinstance(k, str) and k.startswith("_"):
-            continue
-        mask = batched.get(f"_{k}")
-        if mask is not None and not mask[i]:
-            continue  # key absent from this env's info
-        out[k] = _pick(v, i) if isinstance(v, dict) else (None if v is None else v[i])
-    return out
+    return info_of(j, i)
 
 
 def _same_obs(a, b) -> None:
@@ -193,7 +165,7 @@ def test_tabletop_vector_rollout_equals_single_rollouts(mode):
     )
     try:
         _check_spaces(venv, single)
-        actions = [_actions(single.action_space, HORIZON, seed) for seed in SEEDS]
+        actions = [seeded_actions(single.action_space, HORIZON, seed) for seed in SEEDS]
         vec = _vector_rollout(venv, actions)
         again = _vector_rollout(venv, actions)  # deterministic with seeds: a second run is identical
         refs = [_single_rollout(single, seed, actions[i]) for i, seed in enumerate(SEEDS)]
@@ -282,7 +254,7 @@ def test_cosmos_sync_vector_rollout_equals_single_rollouts():
     try:
         _check_spaces(venv, single)
         assert venv.single_action_space.shape == (4, 7)
-        actions = [_actions(single.action_space, 2, seed) for seed in SEEDS]
+        actions = [seeded_actions(single.action_space, 2, seed) for seed in SEEDS]
         vec = _vector_rollout(venv, actions)
         refs = [_single_rollout(single, seed, actions[i]) for i, seed in enumerate(SEEDS)]
     finally:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from gymnasium import spaces
 
-from kosmos_env.utils import obs_encoding
 from kosmos_env.tasks import load_suite
+from kosmos_env.utils import obs_encoding
 from kosmos_env.wrappers import KosmosObservation, StackFrames, make_rl_env, wrap_rl_env
 from tests.conftest import requires_extra
 

@@ -8,7 +8,7 @@ can never disagree with the interval printed beside it.
 
 * ``measure="success"`` (0/1 per pair): Tango's asymptotic score interval for the difference of
   paired proportions (T. Tango, Stat. Med. 17:891-908, 1998; formula as restated by Fagerland,
-  Lydersen & Laake, Stat. Med. 33:2850-2875, 2014; checked in tests/test_stats_verdict.py against
+  Lydersen & Laake, Stat. Med. 33:2850-2875, 2014; checked in tests/stats/test_verdict.py against
   the worked examples of Tango 1998, Agresti & Min 2005 and Fagerland et al. 2014). It is a
   test-inversion interval, so at 12/12 vs 0/12 the upper end is 1 and the lower end stays well
   below 1, and with no discordant pair at all it still has width (no false certainty).

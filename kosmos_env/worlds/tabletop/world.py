@@ -314,7 +314,7 @@ class TabletopWorld:
 
         Per-element arithmetic runs on Python floats and the rotation conversions are the
         ``*_single`` ones: the same operations in the same order as the numpy versions, so the
-        same bits (tests/test_tabletop_substeps.py compares against the numpy code).
+        same bits (tests/worlds/test_tabletop_substeps.py compares against the numpy code).
         """
         dx, dy, dz, _, _, _, gripper = action.tolist()
         target_tcp = np.array(
