@@ -76,7 +76,9 @@ def test_bad_configs_are_refused():
 
 
 def test_rlinf_env_output_takes_a_chunk():
-    pytest.importorskip("rlinf")
+    pytest.importorskip(
+        "rlinf", reason="rlinf is not installed (pip install rlinf==0.3.0; not an extra: it pulls a 3.1 GB environment)"
+    )
     from omegaconf import OmegaConf
     from rlinf.data.embodied_io_struct import EnvOutput
 

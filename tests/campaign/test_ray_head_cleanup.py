@@ -12,7 +12,9 @@ import time
 
 import pytest
 
+from tests.conftest import requires_extra
 from tests.support.campaign import SLOW, done_count, tabletop_eval_argv
+from tests.support.faults import alive, kill_tree_now, wait_gone
 from tests.support.paths import ROOT
 
 
@@ -62,11 +64,11 @@ time.sleep(120)
 """
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads process states from /proc (Linux)")
 @pytest.mark.parametrize("end", ["killed", "close"])
 def test_watchdog_stops_the_marked_processes_only_when_the_driver_dies(end):
-    """Without Ray (the mechanism alone): SIGKILL the driver and the process it marked is stopped,
-    one it started afterwards is not; a driver that says ``close`` leaves everything be."""
-    psutil = pytest.importorskip("psutil")
+    """Without Ray (the mechanism alone, on a core install): SIGKILL the driver and the process it
+    marked is stopped, one it started afterwards is not; a driver that says ``close`` leaves everything be."""
     driver = subprocess.Popen(
         [sys.executable, "-c", DRIVER, end],
         cwd=ROOT,
@@ -75,28 +77,24 @@ def test_watchdog_stops_the_marked_processes_only_when_the_driver_dies(end):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     head_pid, other_pid, watchdog_pid = (int(v) for v in driver.stdout.readline().split())
-    procs = [psutil.Process(p) for p in (head_pid, other_pid, watchdog_pid)]
     try:
         if end == "killed":
             os.kill(driver.pid, signal.SIGKILL)
         driver.wait(timeout=60)
-        deadline = time.monotonic() + 30
-        while _alive(procs[2:]) and time.monotonic() < deadline:  # the watchdog exits when done
-            time.sleep(0.2)
-        assert not _alive(procs[2:]), "the watchdog did not exit"
-        assert [pid for pid, _ in _alive(procs[:2])] == ([other_pid] if end == "killed" else [head_pid, other_pid])
+        assert not wait_gone([watchdog_pid], timeout=30), "the watchdog did not exit"  # it exits when done
+        assert [pid for pid in (head_pid, other_pid) if alive(pid)] == (
+            [other_pid] if end == "killed" else [head_pid, other_pid]
+        )
     finally:
-        for p in procs:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
+        kill_tree_now([head_pid, other_pid, watchdog_pid])
 
 
 @pytest.mark.slow
+@requires_extra("ray")
 def test_sigkilled_campaign_takes_its_ray_head_down(tmp_path):
-    psutil = pytest.importorskip("psutil")
-    pytest.importorskip("ray")
+    psutil = pytest.importorskip(
+        "psutil", reason="needs psutil (installed by the models extra: pip install -e '.[models]')"
+    )
     if not sys.platform.startswith("linux"):
         pytest.skip("the process-tree checks read /proc")
     out = tmp_path / "campaign"
