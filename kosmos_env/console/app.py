@@ -11,7 +11,9 @@ Routes: ``/`` campaigns; ``/c/{key}`` live view, ``/c/{key}/live.json`` and
 ``/c/{key}/episodes/{n}`` one episode; ``/c/{key}/analysis``; ``/c/{key}/table`` policy x task;
 ``/c/{key}/pair?a=&b=`` two policies seed by seed; ``/c/{key}/disagree?j1=&j2=`` where two judges
 differ; ``/compare?a=&b=``; ``/c/{key}/artifacts/{sha256}.{ext}`` an artifact by content hash;
-``/favicon.ico``. Every table page answers ``?format=csv`` and ``?format=parquet`` with its rows.
+``/favicon.ico``. Every table page answers ``?format=csv`` and ``?format=parquet`` with its rows;
+the analysis page, which holds several tables, answers them with ``&table=<name>`` (each table links
+its own downloads).
 """
 
 from __future__ import annotations
@@ -609,16 +611,38 @@ def create_app(
         return FileResponse(path, media_type=ev.MEDIA_TYPES[ext], headers={"Cache-Control": "max-age=86400, immutable"})
 
     @app.get("/c/{key}/analysis", response_class=HTMLResponse)
-    def analysis_page(key: str, judge: str = ""):
+    def analysis_page(key: str, judge: str = "", format: str = "", table: str = ""):
         ref, s, err = campaign_or_error(key)
         if err:
             return err
         a, n_done, message = con.analysis(ref, judge or None)
+        if format:  # one of the page's tables as a download, cell for cell what the page shows
+            from fastapi.responses import PlainTextResponse
+
+            from kosmos_env.console.views import table_response
+            from kosmos_env.report.analysis_tables import analysis_tables
+
+            if a is None:
+                return PlainTextResponse(message + "\n", status_code=409)
+            tables = analysis_tables(a)
+            if table not in tables:
+                return PlainTextResponse(
+                    f"unknown table {table!r}; this analysis has {', '.join(tables)}\n", status_code=404
+                )
+            t = tables[table]
+            rows = [dict(zip(t.columns, r, strict=True)) for r in t.rows]
+            return table_response(f"{ref.name}-{table}", t.columns, rows, format)
         html = None
         if a is not None:
+            from urllib.parse import urlencode
+
             from kosmos_env.report.analysis_html import render_analysis_html
 
-            html = render_analysis_html(a)
+            def download(name: str, fmt: str) -> str:
+                query = {**({"judge": judge} if judge else {}), "table": name, "format": fmt}
+                return f"/c/{key}/analysis?{urlencode(query)}"
+
+            html = render_analysis_html(a, download=download)
         return con.render(
             "analysis.html",
             s=s,

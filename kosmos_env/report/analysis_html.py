@@ -8,21 +8,11 @@ the console's analysis page shows it for a live or finished campaign. Input is t
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 
+from kosmos_env.report.analysis_tables import AnalysisTable, analysis_tables
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import (
-    rate_row,
-    VERDICT_HEAD,
-    ab_lines,
-    ab_title,
-    cost_lines,
-    diff_interval,
-    judge_line,
-    num,
-    spread,
-    verdict_line,
-    verdict_rows,
-)
+from kosmos_env.report.text import ab_lines, ab_title, cost_lines, diff_interval, judge_line, num, verdict_line
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}
@@ -44,15 +34,23 @@ def _h(x) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _table(head, rows, left=(0,)) -> str:
-    th = "".join(f'<th class="l">{_h(h)}</th>' if i in left else f"<th>{_h(h)}</th>" for i, h in enumerate(head))
+def _table(t: AnalysisTable, download: Callable[[str, str], str] | None) -> str:
+    """The table as HTML; ``download(name, format)`` (the console) gives the URL of its CSV and parquet."""
+    left = t.left
+    th = "".join(f'<th class="l">{_h(h)}</th>' if i in left else f"<th>{_h(h)}</th>" for i, h in enumerate(t.columns))
     body = "".join(
         "<tr>"
         + "".join(f'<td class="l">{_h(c)}</td>' if i in left else f"<td>{_h(c)}</td>" for i, c in enumerate(r))
         + "</tr>"
-        for r in rows
+        for r in t.rows
     )
-    return f'<div class="tw"><table><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+    out = f'<div class="tw"><table data-table="{_h(t.name)}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table></div>'
+    if download is not None:
+        links = " &middot; ".join(
+            f'<a href="{_h(download(t.name, f))}" download>{f.upper()}</a>' for f in ("csv", "parquet")
+        )
+        out += f'<p class="small dl">This table: {links}</p>'
+    return out
 
 
 def _skipped(section) -> str | None:
@@ -61,12 +59,16 @@ def _skipped(section) -> str | None:
     return None
 
 
-def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True) -> str:
+def render_analysis_html(
+    a: dict, *, heading: str = "h2", headline: bool = True, download: Callable[[str, str], str] | None = None
+) -> str:
     """HTML of every analysis section (headings at level ``heading``, sub-sections one below).
 
     ``headline``: open with the verdict paragraph (a page that already shows the verdict at its
-    top, like report.html, passes False so the headline appears once)."""
+    top, like report.html, passes False so the headline appears once). ``download``: given a table's
+    name and a format (csv, parquet), the URL that serves it; each table then links its downloads."""
     sub = "h3" if heading == "h2" else "h4"
+    tables = analysis_tables(a)
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
     st = a["settings"]
     parts = [
@@ -89,14 +91,13 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
     if len(a.get("verdicts") or []) > 1:
         parts += [
             f"<{sub}>Verdict for every pair (same rule)</{sub}>",
-            _table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1)),
+            _table(tables["verdicts"], download),
         ]
 
     # rates with intervals and discard bounds
-    rows, chart = [], []
+    chart = []
     for p in a["ranking"]:
         r = a["per_policy"][p]
-        rows.append(rate_row(p, r))
         wc = r["worst_case_ci"] or (None, None)
         chart.append((p, r["success_rate"], *(r["wilson"] or (None, None)), *wc))
     parts += [
@@ -108,23 +109,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
             band_label=f"worst case {conf} (undecided as failure .. success)",
             point_label=f"rate with Wilson {conf}",
         ),
-        _table(
-            [
-                "rank",
-                "policy",
-                "succ/dec",
-                "rate",
-                f"Wilson {conf}",
-                f"Clopper-Pearson {conf}",
-                "worst case",
-                f"worst case {conf}",
-                "discarded",
-                "abstained",
-                "errors",
-            ],
-            rows,
-            left=(1,),
-        ),
+        _table(tables["per_policy"], download),
         "<p>Discard bounds: the worst case counts every discarded, abstained or errored episode as a failure "
         "(lower end) and as a success (upper end).</p>",
     ]
@@ -148,65 +133,26 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
                     title="pairwise differences",
                 )
             )
-        parts.append(
-            _table(
-                ["pair", "difference", f"{conf} interval", "P(a better)", "pairs"],
-                [
-                    [f"{d['a']} − {d['b']}", "n/a", "", "", d["skipped"]]
-                    if "skipped" in d
-                    else [
-                        f"{d['a']} − {d['b']}",
-                        f"{d['estimate']:+.3f}",
-                        diff_interval(d),
-                        num(d["prob_a_better"]),
-                        str(d["n_pairs"]),
-                    ]
-                    for d in a["pairwise"]
-                ],
-            )
-        )
+        parts.append(_table(tables["pairwise"], download))
 
     parts.append(f"<{sub}>Secondary: ranking uncertainty on success</{sub}>")
     sk = _skipped(a["bootstrap_ranking"])
     if sk:
         parts.append(sk)
     else:
-        b = a["bootstrap_ranking"]
-        parts.append(
-            _table(
-                ["policy", "mean", "mean rank", f"rank {conf}", "P(best)"],
-                [
-                    [p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
-                    for p, m, rk, (lo, hi), pb in zip(
-                        b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True
-                    )
-                ],
-            )
-        )
+        parts.append(_table(tables["ranking"], download))
 
     parts.append(f"<{sub}>Secondary: split-half repeatability of the ranking on success</{sub}>")
     sk = _skipped(a["split_half"])
     if sk:
         parts.append(sk)
     else:
-        chart, rows = [], []
+        chart = []
         for m, s in a["split_half"].items():
             d = s.get("distribution") or {}
             cd = s.get("corrected_distribution") or {}
             chart.append((f"{m} (half vs half)", s["median"], d.get("q05"), d.get("q95")))
             chart.append((f"{m}, Spearman-Brown", s["corrected_median"], cd.get("q05"), cd.get("q95")))
-            rows.append(
-                [
-                    m,
-                    num(s["median"]),
-                    spread(d),
-                    num(s["corrected_median"]),
-                    spread(cd),
-                    str(s["n_splits"]),
-                    str(s["n_undefined"]),
-                    str(s["half_size"]),
-                ]
-            )
         parts += [
             interval_chart(
                 chart,
@@ -216,9 +162,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
                 xlabel="rank correlation: median, 5-95% of splits",
                 title="split-half repeatability",
             ),
-            _table(
-                ["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined", "units/half"], rows
-            ),
+            _table(tables["split_half"], download),
         ]
 
     parts.append(f"<{sub}>Secondary: minimum detectable difference and paired t-tests on success</{sub}>")
@@ -246,21 +190,7 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
                     title="MDD by number of units",
                 )
             )
-        parts.append(
-            _table(
-                ["pair", "difference", "p", "MDD", "separated"],
-                [
-                    [
-                        f"{t['a']} vs {t['b']}",
-                        f"{t['mean_diff']:+.3f}",
-                        num(t["p_value"], 4),
-                        num(t["mdd"]),
-                        "yes" if t["separated"] else "no",
-                    ]
-                    for t in d["pairs"]
-                ],
-            )
-        )
+        parts.append(_table(tables["paired_tests"], download))
 
     parts.append(f"<{sub}>Horizon sensitivity</{sub}>")
     h = a["horizon"]
@@ -323,22 +253,10 @@ def render_analysis_html(a: dict, *, heading: str = "h2", headline: bool = True)
         parts.append("<p>" + "<br>".join(_h(line) for line in ab_lines(ab, conf)) + "</p>")
 
     if "agreement" in a:
-        from kosmos_env.stats.agreement import METRICS
-
         ag = a["agreement"]
         parts += [
             f"<{sub}>Agreement with the reference {_h(ag['reference'])}</{sub}>",
-            _table(
-                ["task", "n"] + list(METRICS),
-                [
-                    [r["label"], str(r["n"])]
-                    + [
-                        f"{num(r['metrics'][m]['value'])} (floor {num(r['metrics'][m]['random_floor'])})"
-                        for m in METRICS
-                    ]
-                    for r in ag["rows"]
-                ],
-            ),
+            _table(tables["agreement"], download),
             "<p>Each value with its random floor; MMRV: lower is better.</p>",
         ]
     if "cost" in a:

@@ -9,6 +9,7 @@ import json
 import shutil
 import sqlite3
 import time
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -356,6 +357,80 @@ def test_tables_download_as_csv_and_parquet_and_refuse_unknown_formats(finished,
         finally:
             builtins.__import__ = real
         assert r.status_code == 501 and "pyarrow" in r.text and len(r.text.strip().splitlines()) == 1
+
+
+class _PageTables(HTMLParser):
+    """The analysis page's tables (by their data-table name: header and rows of cell text) and the
+    download links under them."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.links: list[str] = []
+        self._name = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "table" and "data-table" in attrs:
+            self._name = attrs["data-table"]
+            self.tables[self._name] = []
+        elif tag == "tr" and self._name:
+            self._row = []
+        elif tag in ("td", "th") and self._row is not None:
+            self._cell = ""
+        elif tag == "a" and "download" in attrs:
+            self.links.append(attrs["href"])
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell += data
+
+    def handle_endtag(self, tag):
+        if tag in ("td", "th") and self._cell is not None:
+            self._row.append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            self.tables[self._name].append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._name = None
+
+
+def test_every_analysis_table_downloads_as_the_page_shows_it(finished, tmp_path):
+    import csv
+    import io
+    from urllib.parse import parse_qs, urlsplit
+
+    shutil.copytree(finished, tmp_path / "runs" / "a")
+    key = folder_key(tmp_path / "runs" / "a")
+    reference = tmp_path / "reference.csv"  # so the page has its agreement table too
+    reference.write_text("task,policy,reference\ncarrot_on_plate,scripted:skill=1.0,0.9\ncarrot_on_plate,random,0.1\n")
+    c = _client(tmp_path / "runs", reference=reference)
+    page = _PageTables()
+    page.feed(c.get(f"/c/{key}/analysis").text)
+    assert {"per_policy", "pairwise", "ranking", "agreement"} <= set(page.tables)
+    csv_links = {parse_qs(urlsplit(u).query)["table"][0]: u for u in page.links if u.endswith("format=csv")}
+    assert set(csv_links) == set(page.tables)  # every table on the page links its download
+    assert len(page.links) == 2 * len(page.tables)  # CSV and parquet
+    for name, rows in page.tables.items():
+        r = c.get(csv_links[name])
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/csv"), name
+        assert f"a-{name}.csv" in r.headers["content-disposition"]
+        assert list(csv.reader(io.StringIO(r.text))) == rows, name  # header and every cell as shown
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        pq = None
+    if pq is not None:
+        r = c.get(f"/c/{key}/analysis", params={"table": "per_policy", "format": "parquet"})
+        got = pq.read_table(io.BytesIO(r.content))
+        assert [got.column_names] + [list(row.values()) for row in got.to_pylist()] == page.tables["per_policy"]
+    r = c.get(f"/c/{key}/analysis", params={"table": "nope", "format": "csv"})
+    assert r.status_code == 404 and "per_policy" in r.text and len(r.text.strip().splitlines()) == 1
+    assert c.get(f"/c/{key}/analysis", params={"table": "per_policy", "format": "xlsx"}).status_code == 400
+    planned_ledger(tmp_path / "runs" / "empty")  # nothing finished: no analysis, one line saying so
+    r = c.get(f"/c/{folder_key(tmp_path / 'runs' / 'empty')}/analysis", params={"table": "per_policy", "format": "csv"})
+    assert r.status_code == 409 and "No finished episode" in r.text
 
 
 def test_rationales_in_plain_words_from_the_judges_stored_fields():
