@@ -15,7 +15,7 @@ from typing import Any
 from kosmos_env.console import campaigns as cz
 from kosmos_env.console.views import verdict_of
 from kosmos_env.report.svg import interval_chart
-from kosmos_env.report.text import iv, num
+from kosmos_env.report.cells import iv, num
 
 MAX_CROSS = 24  # head-to-head rows of two runs with different policies (each of A against each of B)
 

@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from kosmos_env.report.analysis_tables import AnalysisTable, analysis_tables
 from kosmos_env.report.svg import interval_chart, line_chart
-from kosmos_env.report.text import ab_lines, ab_title, cost_lines, diff_interval, judge_line, num, verdict_line
+from kosmos_env.report.cells import diff_interval, num
+from kosmos_env.report.text import ab_lines, ab_title, cost_lines, judge_line, verdict_line
 
 CSS = """
 .an h3{font-size:1.02em;margin:1.4em 0 .3em}

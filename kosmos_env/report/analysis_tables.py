@@ -1,8 +1,8 @@
 """The tables of the statistical analysis as plain rows of text cells.
 
-One builder for two readers: the HTML analysis (report.html and the console's analysis page) draws
-these tables, and the console serves each one as a CSV or parquet download, so a download is the
-table on the page, cell for cell. Input is the dict of
+One builder for three readers: the terminal text (``kosmos-env analyze``, report.md), the HTML
+analysis (report.html and the console's analysis page) and the console's CSV or parquet download
+of each table, so a download is the table on the page, cell for cell, and the terminal says the same. Input is the dict of
 :func:`kosmos_env.report.analysis.analyze_bundle`; a section that was skipped has no table.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kosmos_env.report.text import VERDICT_HEAD, diff_interval, num, rate_row, spread, verdict_rows
+from kosmos_env.report.cells import bounds, diff_interval, iv, num, pct, spread
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,41 @@ class AnalysisTable:
     columns: list[str]
     rows: list[list[str]]
     left: tuple[int, ...] = (0,)
+
+
+def rate_row(policy: str, r: dict) -> list[str]:
+    """One row of the success-per-policy table (rank, counts, rate, intervals, discard bounds),
+    the same cells in the text, the HTML analysis and the downloads."""
+    k = r["counts"]
+    return [
+        str(r["rank"]),
+        policy,
+        f"{k['success']}/{r['decided']}",
+        num(r["success_rate"]),
+        iv(r["wilson"]),
+        iv(r["clopper_pearson"]),
+        bounds(r["worst_case"]),
+        iv(r["worst_case_ci"]),
+        pct(r["discard_rate"]),
+        pct(r["abstain_rate"]),
+        str(k["error"]),
+    ]
+
+
+def verdict_rows(vs: list[dict]) -> list[list[str]]:
+    """One row per pair for the every-pair table: pair, outcome, difference [interval], pairs, more pairs."""
+    out = []
+    for v in vs:
+        lo, hi = v["interval"]
+        word = {"a_better": f"{v['a']} better", "b_better": f"{v['b']} better"}.get(v["outcome"], "undecided")
+        more = "" if v["more_pairs_needed"] is None else f"about {v['more_pairs_needed']}"
+        out.append(
+            [f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]", str(v["n_pairs"]), more]
+        )
+    return out
+
+
+VERDICT_HEAD = ["pair", "verdict", "difference [interval]", "pairs", "more pairs needed"]
 
 
 def _skipped(section) -> bool:

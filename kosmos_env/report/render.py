@@ -29,7 +29,8 @@ from kosmos_env.report.summary import (
     per_policy_task,
     ranking,
 )
-from kosmos_env.report.text import iv, judge_line, num, pct
+from kosmos_env.report.cells import iv, num, pct
+from kosmos_env.report.text import judge_line
 
 ASSETS = "report_assets"
 

@@ -3,7 +3,8 @@ one titled, column-aligned table per section."""
 
 from __future__ import annotations
 
-from kosmos_env.stats.agreement import METRICS
+from kosmos_env.report.analysis_tables import AnalysisTable, analysis_tables
+from kosmos_env.report.cells import diff_interval, iv, num, pct
 
 
 def format_table(headers, rows, left=(0,)) -> str:
@@ -23,69 +24,6 @@ def format_table(headers, rows, left=(0,)) -> str:
     return "\n".join(lines)
 
 
-def num(x, digits: int = 3) -> str:
-    """A number for a table cell; ``n/a`` for None/NaN."""
-    if x is None or (isinstance(x, float) and x != x):
-        return "n/a"
-    return f"{x:.{digits}f}"
-
-
-def pct(x, digits: int = 1) -> str:
-    return "n/a" if x is None else f"{100 * x:.{digits}f}%"
-
-
-def iv(pair, digits: int = 3) -> str:
-    return "n/a" if not pair else f"[{num(pair[0], digits)}, {num(pair[1], digits)}]"
-
-
-def bounds(pair, digits: int = 3) -> str:
-    """The worst-case bounds of a rate (undecided episodes as failures .. as successes): with no
-    undecided episode they coincide, which is a fact about the count, not an interval, so it is
-    said in words rather than printed as a zero-width "[x, x]"."""
-    if pair and pair[0] is not None and pair[1] is not None and abs(pair[1] - pair[0]) < 1e-12:
-        return "none undecided"
-    return iv(pair, digits)
-
-
-def spread(d: dict | None, digits: int = 3) -> str:
-    """The 5-95% range of a distribution over splits; when every split gave the same value it is
-    said so ("every split 1.000") rather than printed as a zero-width interval."""
-    if not d:
-        return "n/a"
-    lo, hi = d.get("q05"), d.get("q95")
-    if lo is not None and hi is not None and abs(hi - lo) < 1e-12:
-        return f"every split {num(lo, digits)}"
-    return iv((lo, hi), digits)
-
-
-def diff_interval(d: dict, digits: int = 3) -> str:
-    """A bootstrap interval of a difference, or why there is none: a zero-width bootstrap
-    interval (every resample alike) claims a certainty a handful of pairs cannot give."""
-    lo, hi = d.get("lower"), d.get("upper")
-    if lo is None or hi is None or abs(hi - lo) < 1e-12:
-        return f"interval not estimable from {d.get('n_pairs', '?')} pairs"
-    return iv((lo, hi), digits)
-
-
-def rate_row(policy: str, r: dict) -> list[str]:
-    """One row of the success-per-policy table (rank, counts, rate, intervals, discard bounds),
-    the same cells in the text and the HTML analysis."""
-    k = r["counts"]
-    return [
-        str(r["rank"]),
-        policy,
-        f"{k['success']}/{r['decided']}",
-        num(r["success_rate"]),
-        iv(r["wilson"]),
-        iv(r["clopper_pearson"]),
-        bounds(r["worst_case"]),
-        iv(r["worst_case_ci"]),
-        pct(r["discard_rate"]),
-        pct(r["abstain_rate"]),
-        str(k["error"]),
-    ]
-
-
 def verdict_line(v: dict | None) -> str:
     """The headline: the verdict's own sentence, or why there is none."""
     if not v:
@@ -95,20 +33,8 @@ def verdict_line(v: dict | None) -> str:
     return v["headline"]
 
 
-def verdict_rows(vs: list[dict]) -> list[list[str]]:
-    """One row per pair for the every-pair table: pair, outcome, difference [interval], pairs, more pairs."""
-    out = []
-    for v in vs:
-        lo, hi = v["interval"]
-        word = {"a_better": f"{v['a']} better", "b_better": f"{v['b']} better"}.get(v["outcome"], "undecided")
-        more = "" if v["more_pairs_needed"] is None else f"about {v['more_pairs_needed']}"
-        out.append(
-            [f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]", str(v["n_pairs"]), more]
-        )
-    return out
-
-
-VERDICT_HEAD = ["pair", "verdict", "difference [interval]", "pairs", "more pairs needed"]
+def _table(t: AnalysisTable) -> str:
+    return format_table(t.columns, t.rows, left=t.left)
 
 
 def _title(s: str) -> str:
@@ -221,8 +147,10 @@ def ab_lines(ab: dict, conf: str) -> list[str]:
 
 def analysis_text(a: dict, *, headline: bool = True) -> str:
     """All sections of an analysis as aligned plain-text tables, the verdict line first
-    (``headline=False``: without it, for a page that shows it at its top already)."""
+    (``headline=False``: without it, for a page that shows it at its top already). The tables are
+    the HTML analysis's (:func:`kosmos_env.report.analysis_tables.analysis_tables`), cell for cell."""
     conf = f"{100 * (1 - a['settings']['alpha']):g}%"
+    tables = analysis_tables(a)
     c = a["campaign"]
     parts = [
         _title(f"campaign {c.get('id') or '?'}"),
@@ -237,30 +165,13 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
         parts += [
             "",
             _title("verdict for every pair (same rule as the headline, success per (task, seed))"),
-            format_table(VERDICT_HEAD, verdict_rows(a["verdicts"]), left=(0, 1)),
+            _table(tables["verdicts"]),
         ]
 
-    rows = [rate_row(p, a["per_policy"][p]) for p in a["ranking"]]
     parts += [
         "",
         _title("success per policy (raw rate over decided episodes)"),
-        format_table(
-            [
-                "rank",
-                "policy",
-                "succ/dec",
-                "rate",
-                f"wilson {conf}",
-                f"clopper-pearson {conf}",
-                "worst case",
-                f"worst case {conf}",
-                "discard",
-                "abstain",
-                "errors",
-            ],
-            rows,
-            left=(0, 1),
-        ),
+        _table(tables["per_policy"]),
         "worst case: every discarded/abstained/errored episode counted as failure .. as success.",
     ]
 
@@ -289,19 +200,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
     if sk:
         parts.append(sk)
     else:
-        rows = [
-            [f"{d['a']} - {d['b']}", "n/a", "", "", d["skipped"]]
-            if "skipped" in d
-            else [
-                f"{d['a']} - {d['b']}",
-                f"{d['estimate']:+.3f}",
-                diff_interval(d),
-                num(d["prob_a_better"]),
-                str(d["n_pairs"]),
-            ]
-            for d in a["pairwise"]
-        ]
-        parts.append(format_table(["pair", "diff", f"{conf} interval", "P(a better)", "pairs"], rows))
+        parts.append(_table(tables["pairwise"]))
         if any("skipped" not in d and diff_interval(d).startswith("interval not") for d in a["pairwise"]):
             parts.append(
                 "a bootstrap interval of zero width is not shown: every resample gave the same difference, "
@@ -313,41 +212,14 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
     if sk:
         parts.append(sk)
     else:
-        b = a["bootstrap_ranking"]
-        rows = [
-            [p, num(m), num(rk, 1), f"[{lo:g}, {hi:g}]", num(pb)]
-            for p, m, rk, (lo, hi), pb in zip(
-                b["policies"], b["means"], b["ranks"], b["rank_interval"], b["prob_best"], strict=True
-            )
-        ]
-        parts.append(format_table(["policy", "mean", "rank", f"rank {conf}", "P(best)"], rows))
+        parts.append(_table(tables["ranking"]))
 
     parts += ["", _title("secondary: split-half repeatability of the ranking on success (random seed splits)")]
     sk = _skipped(a["split_half"])
     if sk:
         parts.append(sk)
     else:
-        rows = []
-        for m, s in a["split_half"].items():
-            d = s.get("distribution") or {}
-            cd = s.get("corrected_distribution") or {}
-            rows.append(
-                [
-                    m,
-                    num(s["median"]),
-                    spread(d),
-                    num(s["corrected_median"]),
-                    spread(cd),
-                    f"{s['n_splits']}",
-                    str(s["n_undefined"]),
-                    str(s["half_size"]),
-                ]
-            )
-        parts.append(
-            format_table(
-                ["metric", "median", "5-95%", "Spearman-Brown", "SB 5-95%", "splits", "undefined", "units/half"], rows
-            )
-        )
+        parts.append(_table(tables["split_half"]))
 
     parts += [
         "",
@@ -380,17 +252,7 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
             f"separable pairs (paired t, Holm): {round(d['fraction_separable'] * n_pairs)}/{n_pairs} "
             f"= {pct(d['fraction_separable'])}"
         )
-        rows = [
-            [
-                f"{t['a']} vs {t['b']}",
-                f"{t['mean_diff']:+.3f}",
-                num(t["p_value"], 4),
-                num(t["mdd"]),
-                "yes" if t["separated"] else "no",
-            ]
-            for t in d["pairs"]
-        ]
-        parts.append(format_table(["pair", "diff", "p", "MDD", "separated"], rows))
+        parts.append(_table(tables["paired_tests"]))
 
     h = a["horizon"]
     parts += ["", _title("horizon sensitivity (ground truth judged at truncated horizons)")]
@@ -423,15 +285,10 @@ def analysis_text(a: dict, *, headline: bool = True) -> str:
 
     if "agreement" in a:
         ag = a["agreement"]
-        rows = [
-            [r["label"], str(r["n"])]
-            + [f"{num(r['metrics'][m]['value'])} ({num(r['metrics'][m]['random_floor'])})" for m in METRICS]
-            for r in ag["rows"]
-        ]
         parts += [
             "",
-            _title(f"agreement with reference {ag['reference']} (value (random floor))"),
-            format_table(["task", "n"] + list(METRICS), rows),
+            _title(f"agreement with reference {ag['reference']} (each value with its random floor)"),
+            _table(tables["agreement"]),
             f"mmrv: lower is better; weight={ag['convention'].get('mmrv_weight')}, "
             f"ties={ag['convention'].get('mmrv_ties')} (SIMPLER's convention).",
         ]
