@@ -1,5 +1,7 @@
-"""Test-only policies (no tests here) for campaign tests, importable by spawned workers as
-``tests.support.campaign:SlowScripted`` (a ``module:Class`` policy entry point)."""
+"""Campaign helpers for tests in several folders (no tests here): ``SlowScripted``, a test-only
+policy that spawned workers import as ``tests.support.campaign:SlowScripted`` (a ``module:Class``
+entry point, ``SLOW``); the ``eval`` arguments of a small tabletop campaign; ledger reads; a killer
+that waits for N finished episodes; and a planned, never-run ledger."""
 
 from __future__ import annotations
 
