@@ -16,6 +16,7 @@ from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.design import make_config
 from kosmos_env.campaign.ledger import Ledger
 from tests.conftest import requires_extra
+from tests.support.campaign import tabletop_eval_argv
 
 PRICES = {
     "currency": "EUR",
@@ -101,25 +102,8 @@ def test_model_loads_are_filed_once_per_worker_and_kept_out_of_the_warm_seconds(
 def finished(tmp_path_factory):
     """A 4-episode tabletop campaign with a price table, and a second judge's verdicts stored beside its own."""
     out = tmp_path_factory.mktemp("costjudge") / "run"
-    argv = [
-        "eval",
-        "--policy",
-        "scripted:skill=1.0",
-        "--policy",
-        "random",
-        "--tasks",
-        "carrot_on_plate",
-        "--seeds",
-        "2",
-        "--image-size",
-        "64",
-        "64",
-        "--no-progress",
-        "--price-table",
-        json.dumps(PRICES),
-        "--out",
-        str(out),
-    ]
+    prices = ["--price-table", json.dumps(PRICES)]
+    argv = tabletop_eval_argv(out, ["scripted:skill=1.0", "random"], *prices, seeds=2, video=True)
     assert cli.main(argv) == 0
     with Ledger(out / "ledger.sqlite", create=False) as ledger:
         judged = [r for r in ledger.episodes("done") if r["outcome"] in ("success", "failure", "abstained")]

@@ -19,6 +19,7 @@ from kosmos_env.campaign.runner import open_campaign, run_campaign
 from kosmos_env.campaign.verify import verify_campaign
 from kosmos_env.campaign.worker import WorkSettings, work
 from tests.conftest import requires_extra
+from tests.support.campaign import SLOW, kill_after_done, tabletop_eval_argv
 from tests.support.paths import ROOT
 
 ENV = "Kosmos-Tabletop-v1"
@@ -246,21 +247,7 @@ def test_sigkill_during_judging_loses_nothing_and_judges_each_episode_once(tmp_p
 
 
 def test_bad_stage_flags_are_one_line_errors(tmp_path, capsys):
-    base = [
-        "eval",
-        "--policy",
-        "random",
-        "--tasks",
-        "spoon_on_towel",
-        "--seeds",
-        "1",
-        "--image-size",
-        "64",
-        "64",
-        "--no-progress",
-        "--out",
-        str(tmp_path / "run"),
-    ]
+    base = tabletop_eval_argv(tmp_path / "run", ["random"], tasks=("spoon_on_towel",), seeds=1, video=True)
     cases = [
         (["--executor", "ray", "--judge-workers", "1", "--judge-resources", "{not json"], "--judge-resources"),
         (["--executor", "ray", "--judge-workers", "1", "--judge-resources", '{"num_gpus": -1}'], "num_gpus"),
@@ -303,30 +290,10 @@ def test_ray_two_stage_campaign_places_judge_actors_by_their_own_resources(tmp_p
 @pytest.mark.slow
 def test_two_stage_eval_killed_anywhere_resumes_without_redoing_a_finished_stage(tmp_path):
     """kill -9 a running `eval --judge-workers 1` (its worker processes die with it), rerun the same command."""
-    from tests.support.campaign import kill_after_done
-
     out = tmp_path / "run"
-    argv = [
-        "eval",
-        "--policy",
-        "tests.support.campaign:SlowScripted:skill=0.8,delay=0.03",
-        "--policy",
-        "random",
-        "--tasks",
-        "spoon_on_towel",
-        "--seeds",
-        "3",
-        "--image-size",
-        "64",
-        "64",
-        "--no-progress",
-        "--workers",
-        "1",
-        "--judge-workers",
-        "1",
-        "--out",
-        str(out),
-    ]
+    stages = ["--workers", "1", "--judge-workers", "1"]
+    policies = [f"{SLOW}:skill=0.8,delay=0.03", "random"]
+    argv = tabletop_eval_argv(out, policies, *stages, tasks=("spoon_on_towel",), seeds=3, video=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KOSMOS_ENV_ALLOW_IMPORT": "1"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "kosmos_env.cli", *argv],

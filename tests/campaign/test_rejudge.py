@@ -20,6 +20,7 @@ from kosmos_env.campaign.ledger import Ledger
 from kosmos_env.campaign.rejudge import rejudge
 from kosmos_env.campaign.verify import verify_campaign
 from kosmos_env.judges.robot_log import RobotLogJudge
+from tests.support.campaign import tabletop_eval_argv
 from tests.support.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -36,23 +37,7 @@ class SlowRobotLog(RobotLogJudge):
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     out = tmp_path_factory.mktemp("campaign") / "run"
-    argv = [
-        "eval",
-        "--policy",
-        "scripted:skill=1.0",
-        "--policy",
-        "random",
-        "--tasks",
-        "carrot_on_plate",
-        "--seeds",
-        "3",
-        "--image-size",
-        "64",
-        "64",
-        "--no-progress",
-        "--out",
-        str(out),
-    ]
+    argv = tabletop_eval_argv(out, ["scripted:skill=1.0", "random"], seeds=3, video=True)
     assert cli.main(argv) == 0
     return out
 

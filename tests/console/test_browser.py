@@ -64,27 +64,7 @@ def _planned(out: Path) -> bool:
 def console(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     rc = cli.main(
-        [
-            "eval",
-            "--env",
-            "Kosmos-Tabletop-v1",
-            "--tasks",
-            "carrot_on_plate",
-            "--seeds",
-            "1",
-            "--image-size",
-            "64",
-            "64",
-            "--policy",
-            "scripted:skill=1.0",
-            "--policy",
-            "random",
-            "--judge",
-            FUSION,
-            "--no-progress",
-            "--out",
-            str(root / "finished"),
-        ]
+        tabletop_eval_argv(root / "finished", ["scripted:skill=1.0", "random"], "--judge", FUSION, seeds=1, video=True)
     )
     assert rc == 0
     server = ConsoleServer(

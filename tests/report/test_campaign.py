@@ -9,6 +9,7 @@ import pytest
 
 from kosmos_env import cli
 from tests.conftest import requires_extra
+from tests.support.campaign import tabletop_eval_argv
 
 pytestmark = pytest.mark.slow
 
@@ -16,29 +17,8 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory):
     out = tmp_path_factory.mktemp("real") / "c"
-    rc = cli.main(
-        [
-            "eval",
-            "--env",
-            "Kosmos-Tabletop-v1",
-            "--policy",
-            "scripted:skill=1.0",
-            "--policy",
-            "random",
-            "--tasks",
-            "carrot_on_plate",
-            "--seeds",
-            "3",
-            "--out",
-            str(out),
-            "--image-size",
-            "64",
-            "64",
-            "--no-progress",
-            "--price-table",
-            '{"accelerator_per_hour": {"cpu": 0.1, "h100": 2.5}, "world": "h100", "judge": "h100"}',
-        ]
-    )
+    prices = ["--price-table", '{"accelerator_per_hour": {"cpu": 0.1, "h100": 2.5}, "world": "h100", "judge": "h100"}']
+    rc = cli.main(tabletop_eval_argv(out, ["scripted:skill=1.0", "random"], *prices, seeds=3, video=True))
     assert rc == 0
     return out
 
