@@ -24,6 +24,7 @@ POLICIES = {
     "minivla": "kosmos_env.policies.minivla:MiniVLAPolicy",
     "lerobot": "kosmos_env.policies.lerobot_policy:LeRobotPolicy",
     "ckpt": "kosmos_env.policies.checkpoint:CheckpointPolicy",  # kosmos-env train-policy checkpoints
+    "sb3": "kosmos_env.policies.sb3_policy:SB3Policy",  # Stable-Baselines3 model.save() zips
 }
 
 
@@ -41,7 +42,7 @@ def make_policy(name: str, allow_import: bool | None = None, **kwargs: Any) -> P
 
 def policy_hash_from_files(name: str, kwargs: Mapping[str, Any] | None = None, allow_import: bool | None = None) -> str:
     """``make_policy(name, **kwargs).content_hash()`` without loading a model: adapters that load
-    checkpoints (openvla, minivla, ckpt) hash the checkpoint's files and their settings
+    checkpoints (openvla, minivla, ckpt, sb3) hash the checkpoint's files and their settings
     (:meth:`Policy.content_hash_from_files`), so registering a protocol never loads weights or runs
     a checkpoint's code. Adapters that load nothing (random, scripted, ...) are built to hash them."""
     cls = resolve_policy(name, allow_import)

@@ -20,6 +20,7 @@ back to the env's bounds and clips to them.
 from __future__ import annotations
 
 import json
+import zipfile
 from collections import deque
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -284,6 +285,7 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"policy checkpoint {path}: no such file")
+    refuse_sb3_archive(path)
     try:
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
@@ -311,6 +313,23 @@ def read_checkpoint_meta(path: str | Path) -> dict[str, Any]:
     if missing:
         raise ValueError(f"policy checkpoint {path}: metadata lacks {missing}")
     return meta
+
+
+def is_sb3_archive(path: str | Path) -> bool:
+    """Whether ``path`` is a zip that Stable-Baselines3's ``model.save()`` wrote (a ``data`` entry and
+    ``policy.pth`` or ``_stable_baselines3_version``); reads the zip's directory only."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            names = set(archive.namelist())
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return "data" in names and bool(names & {"policy.pth", "_stable_baselines3_version"})
+
+
+def refuse_sb3_archive(path: str | Path) -> None:
+    """One ValueError line pointing a Stable-Baselines3 zip handed to ``ckpt:`` to the ``sb3:`` policy."""
+    if is_sb3_archive(path):
+        raise ValueError(f"policy checkpoint {path}: this is a Stable-Baselines3 archive: use --policy sb3:path={path}")
 
 
 def load_checkpoint(path: str | Path):
@@ -499,6 +518,7 @@ class CheckpointPolicy(Policy):
         file = shipped_checkpoint_path(shipped) if shipped else Path(path)
         if not Path(file).is_file():
             raise FileNotFoundError(f"policy ckpt: no checkpoint file at {str(file)!r} to hash")
+        refuse_sb3_archive(file)
         return cls._hash(sha256_file(file), sample, seed)
 
     def reset(self, instruction: str, seed: int | None = None) -> None:
