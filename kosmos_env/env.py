@@ -78,6 +78,14 @@ class KosmosEnv(gymnasium.Env):
     - ``"oracle"``: the same shaping with the *simulator's* ground truth (``gt_success``, 0 or 1) as
       the potential; only on simulator worlds, and labelled oracle wherever it is reported.
 
+    One success definition for training and evaluation: **success at the horizon**. Evaluation
+    judges the last step; with shaping and no early end, a training episode's return is its step
+    signal at the last step minus at the first, so training rewards exactly what evaluation counts
+    (an object placed and knocked off again earns nothing in either). ``terminate_on_success``
+    (off by default) ends an episode at its first success instead, which scores "succeeded at some
+    step": in one measured run 10 of 100 episodes reached success and lost it again, so the
+    project's training command and experiments leave it off.
+
     Judges: the tabletop's default is the simulator state, the learned tabletop's the robot-log
     judge, Bridge's the VLM judge. On simulator worlds ``info["ground_truth"]`` holds the task's
     ``evaluate()`` at the last step. With ``defer_judging=True`` the last reward is 0.0 and

@@ -129,3 +129,106 @@ def analyse(
         if a in exploit_last and b in exploit_last
     }
     return out
+
+
+def _mean_over_seeds(vectors: Sequence[np.ndarray]) -> np.ndarray:
+    return np.mean(np.stack(vectors), axis=0)
+
+
+def analyse_seeds(
+    arms: Mapping[str, Mapping[int, Sequence[Mapping[str, Any]]]],
+    units: Sequence[tuple[str, int]],
+    *,
+    simulator_arm: str = "A",
+    oracle_arms: Sequence[str] = ("D",),
+    gate_pairs: Sequence[tuple[str, str]] = (("B", "C"),),
+    n_boot: int = N_BOOT,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The registered experiment's numbers, pooled over training seeds.
+
+    ``arms[name][training_seed]`` is that run's checkpoint evaluations in training order, the
+    seed's own behaviour-cloned start first. Each evaluation has ``step`` and ``simulator`` records
+    (``true_success``: the truth; ``world_success``: the step judge on the simulator's frames) and,
+    for arms trained in another world, ``world`` records (``world_success`` there). An oracle arm's
+    world-judged success is the truth itself. Every seed of an arm must have the same checkpoint
+    steps. Pooled quantities average the per-unit values over seeds, then resample units.
+    """
+    boot = UnitBootstrap(len(units), n_boot=n_boot, seed=seed)
+    out: dict[str, Any] = {"units": len(units), "n_boot": n_boot, "alpha": boot.alpha, "arms": {}}
+    lifts: dict[str, np.ndarray] = {}
+    exploit_last: dict[str, np.ndarray] = {}
+    for name, runs in arms.items():
+        if not runs:
+            continue
+        steps = {s: [int(e["step"]) for e in evals] for s, evals in runs.items()}
+        first = next(iter(steps.values()))
+        if any(v != first for v in steps.values()):
+            raise ValueError(f"arm {name}: seeds were evaluated at different steps {steps}")
+        truth, sim_judged, world = {}, {}, {}
+        for s, evals in runs.items():
+            truth[s] = [unit_vector(e["simulator"], "true_success", units) for e in evals]
+            sim_judged[s] = [unit_vector(e["simulator"], "world_success", units) for e in evals]
+            if name in oracle_arms:
+                world[s] = truth[s]
+            elif "world" in evals[0]:
+                world[s] = [unit_vector(e["world"], "world_success", units) for e in evals]
+            else:
+                world[s] = sim_judged[s]
+        seeds = sorted(runs)
+        per_seed = {
+            str(s): {
+                "start": boot.mean(truth[s][0]),
+                "last": boot.mean(truth[s][-1]),
+                "lift": boot.mean(truth[s][-1] - truth[s][0]),
+            }
+            for s in seeds
+        }
+        curve = []
+        for k, step in enumerate(first):
+            t = _mean_over_seeds([truth[s][k] for s in seeds])
+            w = _mean_over_seeds([world[s][k] for s in seeds])
+            j = _mean_over_seeds([sim_judged[s][k] for s in seeds])
+            curve.append(
+                {
+                    "step": step,
+                    "true_success": boot.mean(t),
+                    "world_success": boot.mean(w),
+                    "simulator_judged": boot.mean(j),
+                    "exploitability": boot.mean(w - t),
+                }
+            )
+        t0 = _mean_over_seeds([truth[s][0] for s in seeds])
+        t1 = _mean_over_seeds([truth[s][-1] for s in seeds])
+        w0 = _mean_over_seeds([world[s][0] for s in seeds])
+        w1 = _mean_over_seeds([world[s][-1] for s in seeds])
+        j1 = _mean_over_seeds([sim_judged[s][-1] for s in seeds])
+        lifts[name] = t1 - t0
+        exploit_last[name] = w1 - t1
+        out["arms"][name] = {
+            "seeds": seeds,
+            "per_seed": per_seed,
+            "checkpoints": curve,
+            "lift": boot.mean(t1 - t0),
+            "exploitability_growth": boot.mean((w1 - t1) - (w0 - t0)),
+            "over_credit_split": {"judge": boot.mean(j1 - t1), "world": boot.mean(w1 - j1)},
+        }
+    sim_lift = out["arms"].get(simulator_arm, {}).get("lift")
+    if sim_lift is not None:
+        for name in out["arms"]:
+            if name == simulator_arm or name in oracle_arms:
+                continue
+            ratio = boot.ratio(lifts[name], lifts[simulator_arm])
+            ratio["defined"] = excludes_zero(sim_lift)
+            if not ratio["defined"]:
+                ratio["note"] = (
+                    f"undefined: arm {simulator_arm}'s lift interval [{sim_lift['lower']:+.3f}, "
+                    f"{sim_lift['upper']:+.3f}] contains 0"
+                )
+            out["arms"][name]["transfer_ratio"] = ratio
+    out["gate_effect"] = {
+        f"{a}-{b}": boot.mean(exploit_last[a] - exploit_last[b])
+        for a, b in gate_pairs
+        if a in exploit_last and b in exploit_last
+    }
+    return out

@@ -6,8 +6,11 @@ The train-in-world experiment evaluates every checkpoint twice on the same held-
   terminal reward, no termination on success, the state judge): ``true_success`` is the
   simulator's own verdict at the horizon;
 - **world-judged**: the configuration the policy was trained in (its world, reward, gate):
-  ``world_success`` is what that training signal called the episode, i.e. the episode ended on
-  success (``terminated_by == "success"``); a gate discard or the horizon is not a success.
+  ``world_success`` is what that training signal calls the episode *at its end*, the same success
+  definition as the truth's: with a step signal (``progress`` or ``oracle`` reward) the signal at
+  the last step is at or above the reward's ``success_threshold`` (or the episode ended on
+  success, when training terminates on success); with the terminal reward, the env judge's
+  verdict. A gate discard is never a success.
 
 Both are plain :class:`~kosmos_env.policies.base.Policy` rollouts; nothing here trains.
 """
@@ -44,8 +47,9 @@ def rollout_units(
     """One episode per (task, seed) unit; ``make_policy()`` builds the policy (once).
 
     Each record: task, seed, steps, outcome, ``terminated_by``, ``true_success`` (the simulator's
-    ground truth at the end, where the world has one, else None), ``world_success`` (ended on the
-    training signal's success), ``judge_success`` (the env judge's verdict), ``return`` (sum of rewards).
+    ground truth at the end, where the world has one, else None), ``world_success`` (the training
+    signal's success at the end: :func:`signal_success`), ``progress`` (the step signal at the last
+    step, None without one), ``judge_success`` (the env judge's verdict), ``return`` (sum of rewards).
     """
     own = env is None
     env = config.make() if own else env
@@ -72,7 +76,8 @@ def rollout_units(
                     "outcome": info.get("outcome"),
                     "terminated_by": info.get("terminated_by"),
                     "true_success": None if truth is None else bool(truth.get("success")),
-                    "world_success": info.get("terminated_by") == "success",
+                    "world_success": signal_success(info, env.unwrapped.kosmos_spec),
+                    "progress": info.get("progress"),
                     "judge_success": judgment.get("success"),
                     "return": total,
                 }
@@ -82,3 +87,22 @@ def rollout_units(
         if own:
             env.close()
     return records
+
+
+def signal_success(info: Mapping[str, Any], spec) -> bool:
+    """Success of a finished episode as its training signal scores it, at the episode's end.
+
+    With a step signal (``reward.mode`` ``progress`` or ``oracle``): the signal at the last step at
+    or above ``reward.success_threshold`` (default 0.5), or an episode ended on success. With the
+    terminal reward: the env judge's verdict. A discarded episode (gate) is not a success.
+    """
+    if info.get("outcome") == "discarded":
+        return False
+    if info.get("terminated_by") == "success":
+        return True
+    reward = dict(getattr(spec, "reward", None) or {})
+    if reward.get("mode", "terminal") in ("progress", "oracle"):
+        progress = info.get("progress")
+        return progress is not None and float(progress) >= float(reward.get("success_threshold", 0.5))
+    judgment = info.get("judgment") or {}
+    return judgment.get("success") is True
