@@ -174,7 +174,16 @@ def stage_arm(out: Path, name: str, cfg: dict, start: Path, args) -> list[Path]:
         out_dir=arm_dir,
         checkpoint_every=args.checkpoint_every,
         env_kwargs=kwargs,
-        config=PPOConfig(init_log_std=args.init_log_std),
+        # round 1's PPO settings, pinned: PPOConfig's defaults have since become the round-2 recipe
+        config=PPOConfig(
+            n_steps=64,
+            batch_size=64,
+            n_epochs=4,
+            learning_rate=1e-4,
+            target_kl=0.05,
+            critic_warmup=0,
+            init_log_std=args.init_log_std,
+        ),
         progress=not args.quiet,
     )
     _json(done, {"checkpoints": [p.name for p in paths], "seconds": round(time.perf_counter() - t0, 1)})

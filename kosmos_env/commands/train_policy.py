@@ -43,9 +43,10 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--demos", default=None, help="demonstrations .npz: read if it exists, else recorded and written there"
     )
-    # defaults chosen on tuning seeds (bench/results/train_in_world/pilot.txt): fewer or noisier
-    # demonstrations, or fewer steps, gave a clone that solved nothing
-    p.add_argument("--demo-skill", type=float, default=0.8, help="skill of the scripted demonstrator (default 0.8)")
+    # defaults chosen on tuning seeds (bench/results/train_recipe/pilots.md; the clone's settings
+    # from bench/results/train_in_world/pilot.txt): the registered recipe of
+    # bench/train_in_world_registered.py
+    p.add_argument("--demo-skill", type=float, default=1.0, help="skill of the scripted demonstrator (default 1.0)")
     p.add_argument("--demo-seeds", type=int, default=100, help="demonstration seeds per task (default 100)")
     p.add_argument(
         "--demo-seed-start",
@@ -83,16 +84,31 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--init-log-std",
         type=float,
-        default=-2.3,
-        help="PPO's exploration log-std at the start (default -2.3: wider noise than the cloned actor's "
-        "error turns every rollout into a failure; bench/results/train_in_world/pilot.txt)",
+        default=-1.6,
+        help="PPO's exploration log-std at the start (default -1.6, std 0.2 of the [-1, 1] action range; "
+        "the cloned -1.0 turned every rollout into a failure: bench/results/train_recipe/pilots.md)",
     )
-    p.add_argument("--steps", type=int, default=20000, help="PPO env steps in total (default 20000)")
-    p.add_argument("--n-envs", type=int, default=2, help="envs stepped side by side (default 2)")
-    p.add_argument("--n-steps", type=int, default=64, help="steps per env per PPO update (default 64)")
-    p.add_argument("--batch-size", type=int, default=64, help="PPO minibatch (default 64)")
+    p.add_argument("--steps", type=int, default=49152, help="PPO env steps in total (default 49152)")
+    p.add_argument("--n-envs", type=int, default=8, help="envs stepped side by side (default 8)")
+    p.add_argument("--n-steps", type=int, default=128, help="steps per env per PPO update (default 128)")
+    p.add_argument("--batch-size", type=int, default=256, help="PPO minibatch (default 256)")
     p.add_argument(
-        "--checkpoint-every", type=int, default=10, help="save a checkpoint every N PPO updates (default 10)"
+        "--vec-env",
+        choices=["auto", "dummy", "batched"],
+        default="auto",
+        help="how the --n-envs envs step: batched (one pass of the world for all of them: the learned "
+        "tabletop), dummy (one after another), auto (default: batched where the world batches)",
+    )
+    p.add_argument("--n-epochs", type=int, default=5, help="passes over each update's rollout (default 5)")
+    p.add_argument("--learning-rate", type=float, default=3e-4, help="PPO's Adam learning rate (default 3e-4)")
+    p.add_argument(
+        "--critic-warmup",
+        type=int,
+        default=2,
+        help="first PPO updates that train only the critic, the cloned actor frozen (default 2)",
+    )
+    p.add_argument(
+        "--checkpoint-every", type=int, default=12, help="save a checkpoint every N PPO updates (default 12)"
     )
     p.add_argument(
         "--eval-every",
@@ -106,11 +122,11 @@ def add_parser(subparsers) -> None:
     p.add_argument(
         "--eval-units",
         type=int,
-        default=2,
+        default=5,
         metavar="K",
-        help="held-out seeds per task: (task i, 329000 + 100 i + j), j < K, in the tuning range (default 2: on "
-        "the tabletop, 8 episodes per evaluation, a quarter of the env steps trained between two evaluations "
-        "at the default settings)",
+        help="held-out seeds per task: (task i, 329000 + 100 i + j), j < K, in the tuning range (default 5: on "
+        "the tabletop, 20 episodes per evaluation, about 7 %% of the env steps trained between two "
+        "evaluations at the default settings)",
     )
     p.add_argument("--horizon", type=int, default=None, help="episode length override for PPO and demos (spec field)")
     p.add_argument("--seed", type=int, default=0, help="training seed (default 0)")
@@ -242,7 +258,13 @@ def _stages(args, out: Path, loggers: list) -> int:
             checkpoint_every=args.checkpoint_every,
             env_kwargs=horizon,
             config=ppo.PPOConfig(
-                n_steps=args.n_steps, batch_size=args.batch_size, threads=args.threads, init_log_std=args.init_log_std
+                n_steps=args.n_steps,
+                batch_size=args.batch_size,
+                n_epochs=args.n_epochs,
+                learning_rate=args.learning_rate,
+                critic_warmup=args.critic_warmup,
+                threads=args.threads,
+                init_log_std=args.init_log_std,
             ),
             progress=not args.quiet,
             eval_every=_eval_every(args),
@@ -250,6 +272,7 @@ def _stages(args, out: Path, loggers: list) -> int:
             tensorboard_log=tensorboard,
             loggers=loggers,
             resume=args.resume,
+            vec_env=ppo.default_vec_env(args.env) if args.vec_env == "auto" else args.vec_env,
         )
         if not paths:
             print(
@@ -321,6 +344,7 @@ def _check(args) -> str | None:
         "frame_stack",
         "threads",
         "eval_units",
+        "n_epochs",
     ):
         if getattr(args, flag) < 1:
             return f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}"
@@ -331,9 +355,13 @@ def _check(args) -> str | None:
         return f"--horizon must be >= 1, got {args.horizon}"
     if args.eval_every is not None and args.eval_every < 0:
         return f"--eval-every must be >= 0 (0: no held-out evaluation), got {args.eval_every}"
-    for flag in ("demo_skill", "success_threshold", "init_log_std"):
+    for flag in ("demo_skill", "success_threshold", "init_log_std", "learning_rate"):
         if not math.isfinite(getattr(args, flag)):
             return f"--{flag.replace('_', '-')} must be a finite number, got {getattr(args, flag)}"
+    if args.learning_rate <= 0:
+        return f"--learning-rate must be > 0, got {args.learning_rate}"
+    if args.critic_warmup < 0:
+        return f"--critic-warmup must be >= 0 (0: the actor trains from the first update), got {args.critic_warmup}"
     if not 0.0 <= args.demo_skill <= 1.0:
         return f"--demo-skill must be in [0, 1], got {args.demo_skill}"
     if not 0 <= args.seed < 2**32:

@@ -31,34 +31,47 @@ import numpy as np
 from kosmos_env.hashing import sha256_file
 from kosmos_env.policies.checkpoint import NetConfig, checkpoint_fit_problem, jsonable, load_checkpoint, save_checkpoint
 from kosmos_env.training.demos import episode_success
+from kosmos_env.training.training_envs import _task_sampler_class, make_training_env  # noqa: F401  (re-exported)
 from kosmos_env.training.run_folder import CHECKPOINT_GLOB, SB3_ARCHIVE, checkpoint_update
 
 REWARD_MODES = ("terminal", "progress", "oracle")
+VEC_ENVS = ("dummy", "batched")
+
+
+def default_vec_env(env_id: str) -> str:
+    """``"batched"`` for an env whose registered vector entry point batches the world (the learned
+    tabletop: 8 envs step in one pass), else ``"dummy"`` (the simulator's envs gain nothing)."""
+    from kosmos_env.spec import load_spec
+
+    return "batched" if load_spec(env_id).world.get("type") == "tabletop_learned" else "dummy"
 
 
 @dataclass
 class PPOConfig:
     """SB3 PPO settings (per update: ``n_steps`` steps from each of ``n_envs`` envs)."""
 
-    n_steps: int = 64
-    batch_size: int = 64
-    n_epochs: int = 4
-    learning_rate: float = 1e-4  # small: the actor starts from behaviour cloning, not from scratch
+    # defaults: the recipe chosen on tuning seeds (bench/results/train_recipe/pilots.md), standard-strength
+    # PPO updates; the earlier small, KL-stopped updates barely moved a cloned actor (about 2 % of its weights
+    # in 12k steps, bench/results/train_in_world/results.md)
+    n_steps: int = 128
+    batch_size: int = 256
+    n_epochs: int = 5
+    learning_rate: float = 3e-4
     gamma: float = 0.99
     gae_lambda: float = 0.95
     clip_range: float = 0.2
     ent_coef: float = 0.0
     vf_coef: float = 0.5
     max_grad_norm: float = 0.5
-    target_kl: float | None = 0.05  # stop an update's epochs early rather than undo the cloned actor
+    target_kl: float | None = None
     #: the Gaussian's log-std at the start of fine-tuning (None: the checkpoint's own). A cloned
     #: actor's precision is what makes its episodes succeed: exploration noise much wider than its
     #: error turns every rollout into a failure, and PPO then has no success to learn from
-    init_log_std: float | None = None
+    init_log_std: float | None = -1.6
     #: PPO updates at the start that train only the critic (its trunk and head; the shared encoder,
     #: the actor and its log-std are frozen): a behaviour-cloned actor starts beside a random
     #: critic, whose advantages would otherwise push the actor in random directions
-    critic_warmup: int = 0
+    critic_warmup: int = 2
     threads: int = 1
 
 
@@ -72,60 +85,6 @@ def reward_override(reward: str | Mapping[str, Any] | None) -> dict[str, Any] | 
             raise ValueError(f"reward mode must be one of {list(REWARD_MODES)}, got {reward!r}")
         return {"mode": reward, "step_judge": {"type": "vision_frame"}} if reward == "progress" else {"mode": reward}
     return dict(reward)
-
-
-def _task_sampler_class():
-    import gymnasium
-
-    class TaskSampler(gymnasium.Wrapper):
-        """Each reset lays out a task drawn from ``tasks`` with its own seeded generator."""
-
-        def __init__(self, env, tasks: Sequence[str], seed: int):
-            super().__init__(env)
-            self.tasks = list(tasks)
-            self._rng = np.random.default_rng(seed)
-
-        def reset(self, *, seed=None, options=None):
-            options = dict(options or {})
-            options.setdefault("task", self.tasks[int(self._rng.integers(len(self.tasks)))])
-            return self.env.reset(seed=seed, options=options)
-
-    return TaskSampler
-
-
-def make_training_env(
-    env_id: str,
-    *,
-    image_size: Sequence[int],
-    frame_stack: int,
-    tasks: Sequence[str] | None,
-    seed: int,
-    env_kwargs: Mapping[str, Any] | None = None,
-):
-    """One env as PPO sees it: the Kosmos env (rendered at ``image_size`` unless ``env_kwargs``
-    says otherwise), a task drawn per reset, then ``kosmos_env.wrappers.wrap_rl_env``."""
-    import gymnasium
-
-    import kosmos_env  # noqa: F401  (registers the env ids)
-    from kosmos_env.wrappers import wrap_rl_env
-
-    kwargs = dict(env_kwargs or {})
-    # the world renders at the network's size (a spec override, recorded in the spec hash), so no
-    # resizing happens in training; wrap_rl_env rather than make_rl_env because make_rl_env's
-    # image_size is the wrapper's resize, not the spec's
-    kwargs.setdefault("image_size", tuple(int(v) for v in image_size))
-    env = gymnasium.make(env_id, **kwargs)
-    try:
-        names = list(tasks) if tasks else list(env.unwrapped.task_names)
-        unknown = [t for t in names if t not in env.unwrapped.task_names]
-        if unknown:
-            raise ValueError(f"unknown task(s) {unknown} for {env_id}; tasks: {env.unwrapped.task_names}")
-        return wrap_rl_env(
-            _task_sampler_class()(env, names, seed), image_size=tuple(image_size), frame_stack=int(frame_stack)
-        )
-    except Exception:
-        env.close()
-        raise
 
 
 def check_init_fits(meta: Mapping[str, Any], env) -> None:
@@ -163,6 +122,7 @@ def finetune_ppo(
     tensorboard_log: str | Path | None = None,
     loggers: Sequence[Any] = (),
     resume: bool = False,
+    vec_env: str = "dummy",
 ) -> list[Path]:
     """Fine-tune ``init_checkpoint`` (a ``bc`` or ``ppo`` checkpoint) with SB3 PPO in ``env_id``.
 
@@ -176,7 +136,10 @@ def finetune_ppo(
     0 turns it off. ``tensorboard_log``: SB3's TensorBoard folder (losses, reward, success,
     held-out success, hyper-parameters). ``loggers``: live logs such as
     :class:`kosmos_env.training.loggers.WandbTrainingLog`. ``resume``: continue the run in
-    ``out_dir`` from its ``sb3_last.zip`` (see :func:`resume_point`).
+    ``out_dir`` from its ``sb3_last.zip`` (see :func:`resume_point`). ``vec_env``: ``"dummy"``
+    (SB3's ``DummyVecEnv``: envs step one after another) or ``"batched"``
+    (:mod:`kosmos_env.training.sb3_vec`: the world's batched vector env steps every env in one
+    pass; the same observations, rewards and seeds); :func:`default_vec_env` picks per world.
     """
     import torch
     from stable_baselines3 import PPO
@@ -196,6 +159,8 @@ def finetune_ppo(
     ):
         if int(value) < 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
+    if vec_env not in VEC_ENVS:
+        raise ValueError(f"vec_env must be one of {list(VEC_ENVS)}, got {vec_env!r}")
     if int(eval_every) < 0:
         raise ValueError(f"eval_every must be >= 0 (0: no held-out evaluation), got {eval_every}")
     torch.set_num_threads(max(1, int(cfg.threads)))
@@ -263,6 +228,7 @@ def finetune_ppo(
     settings = {
         "ppo": asdict(cfg),
         "n_envs": int(n_envs),
+        "vec_env": vec_env,
         "total_steps": int(total_steps),
         "checkpoint_every": int(checkpoint_every),
         "env_kwargs": jsonable(kwargs),
@@ -287,7 +253,20 @@ def finetune_ppo(
     # a resumed run re-seeds its random streams from (seed, update): reproducible, not bit-identical
     # to a run that was never interrupted (its envs start fresh episodes)
     task_seeds = [seed * 1000 + i if prior is None else [seed * 1000 + i, start_update] for i in range(int(n_envs))]
-    vec = DummyVecEnv([factory(i, task_seeds[i]) for i in range(int(n_envs))])
+    if vec_env == "batched":
+        from kosmos_env.training.sb3_vec import make_sb3_vec_env
+
+        vec = make_sb3_vec_env(
+            env_id,
+            int(n_envs),
+            image_size=net_cfg.image_size,
+            frame_stack=net_cfg.frame_stack,
+            tasks=tasks,
+            seed=task_seeds,
+            env_kwargs=kwargs,
+        )
+    else:
+        vec = DummyVecEnv([factory(i, task_seeds[i]) for i in range(int(n_envs))])
     out.mkdir(parents=True, exist_ok=True)
     tb = None if tensorboard_log is None else str(tensorboard_log)
     try:

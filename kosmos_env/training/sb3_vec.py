@@ -7,7 +7,7 @@ vectorization_mode="vector_entry_point")`` (:class:`kosmos_env.batched_vector.Ba
 whose ``step_some`` runs every sub-env's world call in one batch.
 
 What SB3 sees is what it sees through ``DummyVecEnv`` of
-:func:`kosmos_env.training.ppo.make_training_env` envs, by construction: each sub-env of the vector
+:func:`kosmos_env.training.training_envs.make_training_env` envs, by construction: each sub-env of the vector
 env is wrapped in the same wrapper chain (a "lane": ppo.py's ``TaskSampler``, then
 :func:`kosmos_env.wrappers.wrap_rl_env`: observation encoding, frame stacking, actions from
 [-1, 1] to the env's bounds), and this class follows ``DummyVecEnv.step_wait`` line for line
@@ -187,12 +187,13 @@ class KosmosVecEnv(VecEnv):
         return dict_to_obs(self.observation_space, deepcopy(self.buf_obs))
 
 
-def task_seeds(seed: int | Sequence[int], n_envs: int) -> list[int]:
+def task_seeds(seed: int | Sequence[int | Sequence[int]], n_envs: int) -> list[int | list[int]]:
     """The task-drawing seed of each sub-env: ``seed * 1000 + i`` for an int (``finetune_ppo``'s
-    per-env seeds), or the sequence itself (one ``make_training_env`` seed per sub-env)."""
+    per-env seeds), or the sequence itself (one ``make_training_env`` seed per sub-env: an int, or
+    a list of ints as a resumed run gives, ``[seed * 1000 + i, update]``)."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         return [int(seed) * TASK_SEED_STRIDE + i for i in range(n_envs)]
-    seeds = [int(s) for s in seed]
+    seeds = [int(s) if isinstance(s, (int, np.integer)) else [int(v) for v in s] for s in seed]
     if len(seeds) != n_envs:
         raise ValueError(f"seed must be an int or {n_envs} ints (one per sub-env), got {len(seeds)}")
     return seeds
@@ -209,7 +210,7 @@ def make_sb3_vec_env(
     env_kwargs: Mapping[str, Any] | None = None,
 ) -> KosmosVecEnv:
     """``n_envs`` PPO envs as one batched SB3 ``VecEnv``: ``DummyVecEnv`` of
-    :func:`~kosmos_env.training.ppo.make_training_env` envs, stepped as one batch.
+    :func:`~kosmos_env.training.training_envs.make_training_env` envs, stepped as one batch.
 
     The arguments are ``make_training_env``'s: the world renders at ``image_size`` unless
     ``env_kwargs`` (``gymnasium.make`` keywords: spec overrides such as ``horizon=``, ``reward=``)
@@ -221,7 +222,7 @@ def make_sb3_vec_env(
     An unknown task raises ``ValueError`` (the envs are closed first).
     """
     import kosmos_env  # noqa: F401  (registers the env ids)
-    from kosmos_env.training.ppo import _task_sampler_class
+    from kosmos_env.training.training_envs import _task_sampler_class
     from kosmos_env.wrappers import wrap_rl_env
 
     n = int(n_envs)

@@ -25,7 +25,8 @@ from tests.conftest import requires_extra
 
 pytest.importorskip("torch")
 
-TINY = ["--steps", "64", "--n-envs", "2", "--n-steps", "16", "--batch-size", "16", "--quiet"]
+# the actor trains from the first update (no critic warm-up), so every logged update has a policy of its own
+TINY = ["--steps", "64", "--n-envs", "2", "--n-steps", "16", "--batch-size", "16", "--critic-warmup", "0", "--quiet"]
 BC_TINY = ["--bc-steps", "5", "--demo-seeds", "1", "--horizon", "8"]
 LOGGED_HORIZON = 16
 
@@ -93,6 +94,10 @@ def test_missing_extras_are_named_before_anything_runs(tmp_path, capsys, monkeyp
         (["--demo-skill", "nan"], "--demo-skill must be a finite number"),
         (["--eval-units", "101"], "--eval-units must be at most 100"),
         (["--eval-every", "-1"], "--eval-every must be >= 0"),
+        (["--learning-rate", "nan"], "--learning-rate must be a finite number"),
+        (["--learning-rate", "0"], "--learning-rate must be > 0"),
+        (["--critic-warmup", "-1"], "--critic-warmup must be >= 0"),
+        (["--n-epochs", "0"], "--n-epochs must be >= 1"),
         (["--demos", "{folder}"], "is a folder"),
         (["--demos", "{text}"], "not a demonstrations .npz"),
         (["--stage", "ppo", "--init", "{folder}"], "is a folder, not a checkpoint file"),

@@ -269,3 +269,40 @@ def test_ppo_learns_over_it_with_the_kosmos_network():
         assert any(not np.array_equal(a.detach().numpy(), b.numpy()) for a, b in zip(after, before, strict=True))
     finally:
         vec.close()
+
+
+def test_finetune_ppo_trains_through_the_batched_vec_env(tmp_path):
+    import json
+
+    from kosmos_env.policies.checkpoint import read_checkpoint_meta
+    from kosmos_env.training.ppo import PPOConfig, default_vec_env, finetune_ppo
+
+    assert default_vec_env(ENV) == "batched" and default_vec_env("Kosmos-Tabletop-v1") == "dummy"
+    paths = finetune_ppo(
+        ENV,
+        None,
+        reward="terminal",
+        total_steps=16,
+        n_envs=2,
+        seed=SEED,
+        out_dir=tmp_path,
+        checkpoint_every=1,
+        env_kwargs=KW,
+        config=PPOConfig(n_steps=4, batch_size=8, n_epochs=1, critic_warmup=0),
+        progress=False,
+        vec_env="batched",
+    )
+    assert len(paths) == 2 and read_checkpoint_meta(paths[-1])["env_steps"] == 16
+    curve = json.loads((tmp_path / "curve.json").read_text())
+    assert curve["meta"]["training"]["vec_env"] == "batched"
+    # 16 steps of 2 envs over horizon 3: every env finished two episodes, each 3 steps long
+    assert [int(r["length"]) for r in _read_csv(tmp_path / "curve.csv")] == [3, 3, 3, 3]
+    with pytest.raises(ValueError, match="vec_env must be one of"):
+        finetune_ppo(ENV, None, total_steps=4, n_envs=1, out_dir=tmp_path / "x", vec_env="subproc", progress=False)
+
+
+def _read_csv(path):
+    import csv
+
+    with open(path, newline="") as fh:
+        return list(csv.DictReader(fh))

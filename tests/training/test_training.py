@@ -164,7 +164,7 @@ def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
         out_dir=tmp_path,
         checkpoint_every=1,
         env_kwargs={"horizon": HORIZON},
-        config=PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3),
+        config=PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3, critic_warmup=0),
         progress=False,
     )
     assert [p.name for p in paths] == ["ppo_update_0001.safetensors", "ppo_update_0002.safetensors"]
@@ -193,6 +193,37 @@ def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
                     break
     finally:
         raw.close()
+
+
+def test_critic_warmup_trains_only_the_critic_first(bc_ckpt, tmp_path):
+    from kosmos_env.training.ppo import PPOConfig, finetune_ppo
+
+    paths = finetune_ppo(
+        ENV,
+        bc_ckpt,
+        reward="oracle",
+        total_steps=24,
+        n_envs=2,
+        seed=0,
+        out_dir=tmp_path,
+        checkpoint_every=1,
+        env_kwargs={"horizon": HORIZON},
+        config=PPOConfig(n_steps=4, batch_size=8, n_epochs=2, learning_rate=1e-2, critic_warmup=2, init_log_std=None),
+        progress=False,
+    )
+    start, _ = load_checkpoint(bc_ckpt)
+    nets = [load_checkpoint(p)[0] for p in paths]  # after updates 1, 2 (warm-up) and 3
+    assert len(nets) == 3
+
+    def moved(net, prefix):
+        ref = dict(start.named_parameters())
+        return [n for n, p in net.named_parameters() if n.startswith(prefix) and not torch.equal(p, ref[n])]
+
+    for net in nets[:2]:  # the critic learned while everything else stayed as cloned
+        assert moved(net, "vf_trunk") and moved(net, "value_head")
+        assert not moved(net, "conv") and not moved(net, "pi_trunk") and not moved(net, "mean_head")
+        assert not moved(net, "log_std")
+    assert moved(nets[2], "pi_trunk") and moved(nets[2], "mean_head")  # then the actor trains too
 
 
 @pytest.mark.slow
