@@ -17,8 +17,8 @@ Part 2: stable-baselines3 PPO (``MultiInputPolicy``, the same settings for all) 
 image observation beside its state (``AddRenderObservation``): env-steps per second of
 ``learn`` (rollouts and updates; the first rollout and update not timed), as a ratio to Pusher-v5.
 
-Part 3: PPO through the learned world's batched vector env. The same SB3 PPO (``PPOConfig``'s
-n_steps, batch size, epochs and learning rate; ``target_kl`` off, so every update runs all its epochs
+Part 3: PPO through the learned world's batched vector env. The same SB3 PPO (the settings measured then,
+pinned in ``_measured_ppo``: n_steps 64, batch 64, 4 epochs, lr 1e-4; ``target_kl`` off, so every update runs all its epochs
 whatever the data) with the network ``train-policy`` trains (``KosmosActorCritic``, default
 ``NetConfig``) over ``Kosmos-TabletopLearned-v1`` as ``finetune_ppo`` makes its envs: ``DummyVecEnv``
 of :func:`kosmos_env.training.ppo.make_training_env` envs (1, and 8 for reference) against
@@ -73,6 +73,14 @@ MODES = ("sync", "async", "vector_entry_point")
 TARGET = 3.0
 LEARNED = "Kosmos-TabletopLearned-v1"
 SECTIONS = ("vector", "ppo", "batched-ppo")
+
+
+def _measured_ppo():
+    """The PPO settings bench/results/train_throughput_batched_ppo.txt was measured with (PPOConfig's
+    defaults then), pinned so the rows stay comparable after the defaults became the training recipe."""
+    from kosmos_env.training.ppo import PPOConfig
+
+    return PPOConfig(n_steps=64, batch_size=64, n_epochs=4, learning_rate=1e-4, target_kl=None, critic_warmup=0)
 
 
 def actions_for(space, n_steps: int, n_envs: int, seed: int = 0) -> np.ndarray:
@@ -182,11 +190,11 @@ def make_batched_ppo(policy: str, vec_kind: str, n_envs: int, seed: int = 0):
     from stable_baselines3.common.vec_env import DummyVecEnv
 
     from kosmos_env.policies.checkpoint import NetConfig
-    from kosmos_env.training.ppo import PPOConfig, make_training_env
+    from kosmos_env.training.ppo import make_training_env
     from kosmos_env.training.sb3 import KosmosActorCritic
     from kosmos_env.training.sb3_vec import make_sb3_vec_env
 
-    net, cfg = NetConfig(), PPOConfig()
+    net, cfg = NetConfig(), _measured_ppo()
     common = {"image_size": net.image_size, "frame_stack": net.frame_stack, "tasks": None, "env_kwargs": {}}
     if vec_kind == "KosmosVecEnv":
         vec = make_sb3_vec_env(LEARNED, n_envs, seed=seed, **common)
@@ -346,9 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         emit()
 
     if "batched-ppo" in sections:
-        from kosmos_env.training.ppo import PPOConfig
-
-        cfg = PPOConfig()
+        cfg = _measured_ppo()
         emit(
             f"## PPO through the learned world's batched VecEnv ({learned}; stable-baselines3 PPO, n_steps "
             f"{cfg.n_steps}, batch {cfg.batch_size}, {cfg.n_epochs} epochs, lr {cfg.learning_rate:g}, target_kl off; "
