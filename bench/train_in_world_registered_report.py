@@ -61,6 +61,15 @@ def write_report(out: Path, protocol: dict, units) -> dict:
             f"{_iv(last['world_success'], signed=False)} | {_iv(last['exploitability'])} | "
             f"{_iv(arm['exploitability_growth'])} |"
         )
+    lines += ["", "Training seconds per piece (pieces ran side by side on the 2 shared cores):", ""]
+    for name, arm in results["arms"].items():
+        seconds = [
+            json.loads((out / f"arm_{name}" / f"seed_{s}" / "done.json").read_text())["train_seconds"]
+            for s in arm["seeds"]
+        ]
+        lines.append(
+            f"- {name}: " + ", ".join(f"seed {s}: {t:.0f} s" for s, t in zip(arm["seeds"], seconds, strict=True))
+        )
     lines += ["", "Per checkpoint (pooled over seeds; env steps: true / world-judged / exploitability):", ""]
     for name, arm in results["arms"].items():
         cells = "; ".join(
