@@ -210,17 +210,7 @@ def make_batched_ppo(policy: str, vec_kind: str, n_envs: int, seed: int = 0):
     model = PPO(
         KosmosActorCritic if kosmos else "MultiInputPolicy",
         vec,
-        n_steps=cfg.n_steps,
-        batch_size=cfg.batch_size,
-        n_epochs=cfg.n_epochs,
-        learning_rate=cfg.learning_rate,
-        gamma=cfg.gamma,
-        gae_lambda=cfg.gae_lambda,
-        clip_range=cfg.clip_range,
-        ent_coef=cfg.ent_coef,
-        vf_coef=cfg.vf_coef,
-        max_grad_norm=cfg.max_grad_norm,
-        target_kl=None,  # every update runs all its epochs: the same work per env step in every row
+        **cfg.sb3_kwargs(),  # target_kl off: every update runs all its epochs, the same work per env step in every row
         policy_kwargs={"net_config": net.to_dict()} if kosmos else None,
         seed=seed,
         device="cpu",

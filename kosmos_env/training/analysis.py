@@ -109,11 +109,26 @@ def analyse(
             "lift": boot.mean(lifts[name]),
             "exploitability_growth": boot.mean((world[-1] - truth[-1]) - (world[0] - truth[0])),
         }
+    _transfer_and_gate(out, boot, lifts, exploit_last, simulator_arm, (), gate_pairs)
+    return out
+
+
+def _transfer_and_gate(
+    out: dict[str, Any],
+    boot: UnitBootstrap,
+    lifts: Mapping[str, np.ndarray],
+    exploit_last: Mapping[str, np.ndarray],
+    simulator_arm: str,
+    no_ratio: Sequence[str],
+    gate_pairs: Sequence[tuple[str, str]],
+) -> None:
+    """Each arm's transfer ratio over ``simulator_arm`` (not for ``no_ratio`` arms) and the gate's
+    effect per pair, written into ``out``."""
     sim = lifts.get(simulator_arm)
     if sim is not None:
         sim_lift = out["arms"][simulator_arm]["lift"]
-        for name in arms:
-            if name == simulator_arm:
+        for name in lifts:
+            if name == simulator_arm or name in no_ratio:
                 continue
             ratio = boot.ratio(lifts[name], sim)
             ratio["defined"] = excludes_zero(sim_lift)
@@ -128,7 +143,6 @@ def analyse(
         for a, b in gate_pairs
         if a in exploit_last and b in exploit_last
     }
-    return out
 
 
 def _mean_over_seeds(vectors: Sequence[np.ndarray]) -> np.ndarray:
@@ -213,22 +227,5 @@ def analyse_seeds(
             "exploitability_growth": boot.mean((w1 - t1) - (w0 - t0)),
             "over_credit_split": {"judge": boot.mean(j1 - t1), "world": boot.mean(w1 - j1)},
         }
-    sim_lift = out["arms"].get(simulator_arm, {}).get("lift")
-    if sim_lift is not None:
-        for name in out["arms"]:
-            if name == simulator_arm or name in oracle_arms:
-                continue
-            ratio = boot.ratio(lifts[name], lifts[simulator_arm])
-            ratio["defined"] = excludes_zero(sim_lift)
-            if not ratio["defined"]:
-                ratio["note"] = (
-                    f"undefined: arm {simulator_arm}'s lift interval [{sim_lift['lower']:+.3f}, "
-                    f"{sim_lift['upper']:+.3f}] contains 0"
-                )
-            out["arms"][name]["transfer_ratio"] = ratio
-    out["gate_effect"] = {
-        f"{a}-{b}": boot.mean(exploit_last[a] - exploit_last[b])
-        for a, b in gate_pairs
-        if a in exploit_last and b in exploit_last
-    }
+    _transfer_and_gate(out, boot, lifts, exploit_last, simulator_arm, oracle_arms, gate_pairs)
     return out

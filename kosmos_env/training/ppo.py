@@ -74,6 +74,12 @@ class PPOConfig:
     critic_warmup: int = 2
     threads: int = 1
 
+    def sb3_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of SB3's ``PPO`` these settings fix (the algorithm's, not ours)."""
+        names = ("n_steps", "batch_size", "n_epochs", "learning_rate", "gamma", "gae_lambda", "clip_range")
+        names += ("ent_coef", "vf_coef", "max_grad_norm", "target_kl")
+        return {name: getattr(self, name) for name in names}
+
 
 def reward_override(reward: str | Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The spec's ``reward`` override for a mode name (``progress`` scores frames with the
@@ -274,17 +280,7 @@ def finetune_ppo(
             model = PPO(
                 KosmosActorCritic,
                 vec,
-                n_steps=cfg.n_steps,
-                batch_size=cfg.batch_size,
-                n_epochs=cfg.n_epochs,
-                learning_rate=cfg.learning_rate,
-                gamma=cfg.gamma,
-                gae_lambda=cfg.gae_lambda,
-                clip_range=cfg.clip_range,
-                ent_coef=cfg.ent_coef,
-                vf_coef=cfg.vf_coef,
-                max_grad_norm=cfg.max_grad_norm,
-                target_kl=cfg.target_kl,
+                **cfg.sb3_kwargs(),
                 policy_kwargs={"net_config": net_cfg.to_dict()},
                 seed=int(seed),
                 device="cpu",
