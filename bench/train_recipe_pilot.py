@@ -71,6 +71,7 @@ def main(argv=None) -> int:
     p.add_argument("--init-log-std", type=float, default=-2.3)
     p.add_argument("--critic-warmup", type=int, default=0)
     p.add_argument("--ent-coef", type=float, default=0.0)
+    p.add_argument("--clip-range", type=float, default=0.2)
     p.add_argument("--checkpoint-every", type=int, default=12)
     p.add_argument("--seed", type=int, default=0, help="PPO seed")
     p.add_argument("--tune-units", type=int, default=25, help="tuning units per task")
@@ -127,6 +128,7 @@ def main(argv=None) -> int:
                 init_log_std=args.init_log_std,
                 critic_warmup=args.critic_warmup,
                 ent_coef=args.ent_coef,
+                clip_range=args.clip_range,
             )
             t1 = time.perf_counter()
             paths = finetune_ppo(
