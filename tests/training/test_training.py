@@ -145,27 +145,36 @@ def test_frame_stack_policy_matches_the_wrapper_stack(demos, tmp_path):
         wrapped.close()
 
 
-@pytest.mark.slow
-@requires_extra("rl")  # stable-baselines3
-def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
-    from gymnasium.wrappers import RescaleAction
-    from stable_baselines3 import PPO
+def _oracle_ppo(bc_ckpt, out_dir, config):
+    """24 env steps of PPO (2 envs, oracle reward, short horizon) from ``bc_ckpt``, a checkpoint per update."""
+    from kosmos_env.training.ppo import finetune_ppo
 
-    from kosmos_env.training.ppo import PPOConfig, finetune_ppo
-    from kosmos_env.wrappers import KosmosObservation
-
-    paths = finetune_ppo(
+    return finetune_ppo(
         ENV,
         bc_ckpt,
         reward="oracle",
         total_steps=24,
         n_envs=2,
         seed=0,
-        out_dir=tmp_path,
+        out_dir=out_dir,
         checkpoint_every=1,
         env_kwargs={"horizon": HORIZON},
-        config=PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3, critic_warmup=0),
+        config=config,
         progress=False,
+    )
+
+
+@pytest.mark.slow
+@requires_extra("rl")  # stable-baselines3
+def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
+    from gymnasium.wrappers import RescaleAction
+    from stable_baselines3 import PPO
+
+    from kosmos_env.training.ppo import PPOConfig
+    from kosmos_env.wrappers import KosmosObservation
+
+    paths = _oracle_ppo(
+        bc_ckpt, tmp_path, PPOConfig(n_steps=6, batch_size=12, n_epochs=2, learning_rate=1e-3, critic_warmup=0)
     )
     assert [p.name for p in paths] == ["ppo_update_0001.safetensors", "ppo_update_0002.safetensors"]
     meta = read_checkpoint_meta(paths[-1])
@@ -195,21 +204,14 @@ def test_ppo_export_acts_as_sb3_predict(bc_ckpt, tmp_path):
         raw.close()
 
 
+@requires_extra("rl")  # stable-baselines3
 def test_critic_warmup_trains_only_the_critic_first(bc_ckpt, tmp_path):
-    from kosmos_env.training.ppo import PPOConfig, finetune_ppo
+    from kosmos_env.training.ppo import PPOConfig
 
-    paths = finetune_ppo(
-        ENV,
+    paths = _oracle_ppo(
         bc_ckpt,
-        reward="oracle",
-        total_steps=24,
-        n_envs=2,
-        seed=0,
-        out_dir=tmp_path,
-        checkpoint_every=1,
-        env_kwargs={"horizon": HORIZON},
-        config=PPOConfig(n_steps=4, batch_size=8, n_epochs=2, learning_rate=1e-2, critic_warmup=2, init_log_std=None),
-        progress=False,
+        tmp_path,
+        PPOConfig(n_steps=4, batch_size=8, n_epochs=2, learning_rate=1e-2, critic_warmup=2, init_log_std=None),
     )
     start, _ = load_checkpoint(bc_ckpt)
     nets = [load_checkpoint(p)[0] for p in paths]  # after updates 1, 2 (warm-up) and 3
