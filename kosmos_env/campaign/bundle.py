@@ -2,8 +2,8 @@
 
 - ``results.json``: ``{"schema": "kosmos-env/results", "schema_version": 1, "package_version",
   "campaign": {id, config_hash, env_id, spec_hash, spec, policies [{label, name, kwargs,
-  content_hash, hub_model_id}], tasks, seeds, repeats, judge, gate, created, price_table, planned,
-  complete, ...}, "per_episode": [one :func:`episode_entry` per finished episode],
+  content_hash, hub_model_id}], tasks, seeds, seed_provenance, repeats, judge, gate, created,
+  price_table, planned, complete, ...}, "per_episode": [one :func:`episode_entry` per finished episode],
   "aggregated": {"per_policy", "per_policy_task", "ranking", "cost"}}``;
 - ``episodes.parquet``: one flat row per episode (nested values as JSON strings);
 - ``manifest.json``: ``{"schema": "kosmos-env/manifest", "campaign", "files": {relpath: sha256}}``
@@ -27,6 +27,7 @@ from kosmos_env.campaign.artifacts import ArtifactStore
 from kosmos_env.campaign.cost import PriceTable, cost_summary
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
 from kosmos_env.utils.fileio import atomic_write, file_lock
+from kosmos_env.utils.seed_ranges import seed_provenance
 from kosmos_env.hashing import sha256_file
 
 RESULTS_SCHEMA = "kosmos-env/results"
@@ -153,6 +154,9 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
             ],
             "tasks": list(config.tasks),
             "seeds": list(config.seeds),
+            # how many seeds lie in the declared training, tuning and evaluation ranges, and whether
+            # all are held out: a result on training scenes says so in its own record
+            "seed_provenance": seed_provenance(config.seeds),
             "repeats": config.repeats,
             "judge": dict(config.judge),
             "gate": dict(config.gate),

@@ -195,6 +195,8 @@ def parse_judge(arg: str | Mapping[str, Any] | None, default: Mapping[str, Any])
 
 #: the most episodes one campaign plans (its ledger holds a row per episode)
 MAX_EPISODES = 1_000_000
+#: the largest campaign seed: a repeat's derived seed is 31 bits too (:func:`env_seed`)
+MAX_SEED = 2**31 - 1
 
 
 def make_config(
@@ -207,11 +209,14 @@ def make_config(
     image_size: Sequence[int] | None = None,
     video: bool = True,
     spec_overrides: Mapping[str, Any] | None = None,
+    seed_offset: int = 0,
 ) -> CampaignConfig:
     """Validate the inputs and freeze them (the spec is loaded to get its hash and tasks).
 
-    ``seeds`` is a count (seeds 0..N-1) or an explicit list; ``tasks`` None or ``["all"]``
-    means every task of the spec's suite.
+    ``seeds`` is a count (seeds ``seed_offset`` .. ``seed_offset + N - 1``) or an explicit list;
+    ``tasks`` None or ``["all"]`` means every task of the spec's suite. The library takes seeds as
+    given (offset 0 by default, which keeps pinned config hashes); ``kosmos-env eval`` passes the
+    first evaluation seed (:func:`kosmos_env.utils.seed_ranges.evaluation_start`) unless told.
     """
     from kosmos_env.policies import resolve_policy
     from kosmos_env.spec import load_spec
@@ -246,11 +251,16 @@ def make_config(
             raise ValueError(f"--seeds must be at least 1, got {seeds}")
         if seeds > MAX_EPISODES:  # checked before the list is built: a billion seeds would hang here
             raise ValueError(f"--seeds {seeds} is more than a campaign can plan ({MAX_EPISODES} episodes at most)")
-        seed_list = list(range(seeds))
+        if not 0 <= seed_offset <= MAX_SEED - seeds + 1:
+            raise ValueError(
+                f"--seed-offset must be in [0, {MAX_SEED - seeds + 1}] for {seeds} seeds (seeds are at most "
+                f"{MAX_SEED}), got {seed_offset}"
+            )
+        seed_list = list(range(seed_offset, seed_offset + seeds))
     else:
         seed_list = [int(s) for s in seeds]
-        if not seed_list or len(set(seed_list)) != len(seed_list) or min(seed_list) < 0:
-            raise ValueError(f"seeds must be distinct non-negative integers, got {seed_list}")
+        if not seed_list or len(set(seed_list)) != len(seed_list) or min(seed_list) < 0 or max(seed_list) > MAX_SEED:
+            raise ValueError(f"seeds must be distinct integers in [0, {MAX_SEED}], got {seed_list}")
     if repeats < 1:
         raise ValueError(f"--repeats must be at least 1, got {repeats}")
     n = len(refs) * len(task_list) * len(seed_list) * int(repeats)

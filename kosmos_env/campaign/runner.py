@@ -37,6 +37,23 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
     return new
 
 
+def recorded_config(out_dir: str | os.PathLike) -> CampaignConfig | None:
+    """The config of the campaign ``out_dir`` already holds, or None (no folder, no ledger, no config).
+
+    Read-only: nothing is created. ``kosmos-env eval`` uses it so that a folder made before its
+    default seeds changed resumes on the seeds it recorded, instead of planning other seeds and
+    being refused as a different campaign."""
+    from kosmos_env.campaign.readonly import ReadOnlyLedger
+
+    path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
+    if not os.path.isfile(path):
+        return None
+    with ReadOnlyLedger(path) as ledger:
+        if "config" not in ledger.meta():
+            return None
+        return ledger.config()
+
+
 def run_campaign(
     config: CampaignConfig,
     out_dir: str | os.PathLike,

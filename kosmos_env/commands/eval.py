@@ -36,7 +36,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="task names (space or comma separated) or 'all' (default: all tasks of the suite)",
     )
-    p.add_argument("--seeds", type=int, default=None, help=f"seeds per task, 0..N-1 (default: {DEFAULT_SEEDS})")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"seeds per task: N consecutive seeds from --seed-offset (default: {DEFAULT_SEEDS})",
+    )
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=None,
+        metavar="K",
+        help="first seed: the campaign runs seeds K..K+N-1 on every task (default: the first evaluation seed "
+        "of kosmos_env/study/seed_ranges.json, 100000; seeds 0-99999 are the training scenes of the learned "
+        "world and judges, and a campaign on training or tuning seeds says so). A folder that already "
+        "holds a campaign resumes on the seeds it recorded",
+    )
     p.add_argument("--repeats", type=int, default=None, help="repeats of each (task, seed) cell (default: 1)")
     p.add_argument(
         "--registration",
@@ -187,6 +203,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.runner import run_campaign
     from kosmos_env.campaign.worker import WorkSettings
     from kosmos_env.utils.fileio import check_writable_path
+    from kosmos_env.utils.seed_ranges import evaluation_start, overlap_line
 
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if getattr(args, "tiny", False):
@@ -214,6 +231,7 @@ def run(args: argparse.Namespace) -> int:
             policies=args.policy,
             tasks=args.tasks and tasks,
             seeds=args.seeds,
+            seed_offset=args.seed_offset,
             repeats=args.repeats,
             judge=args.judge,
             image_size=args.image_size,
@@ -223,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
         registration = None
         if not args.policy:
             raise ValueError("give at least one --policy (or --registration REG.json)")
+        seed_offset, resumed = _seed_offset(args.seed_offset, args.out)
         config = make_config(
             args.env or DEFAULT_ENV,
             args.policy,
@@ -233,7 +252,14 @@ def run(args: argparse.Namespace) -> int:
             image_size=args.image_size,
             video=not args.no_video,
             spec_overrides=control_overrides(args.control),
+            seed_offset=seed_offset,
         )
+        overlap = overlap_line(config.seeds)
+        if overlap:  # said once, before any work; results.json records it too (campaign.seed_provenance)
+            overlap += f"; evaluation seeds start at --seed-offset {evaluation_start()}"
+        note = "; ".join(x for x in (resumed, overlap) if x)
+        if note:
+            print(f"kosmos-env eval: note: {note}", file=sys.stderr)
     # nothing is written to --out before these checks pass: a refused campaign leaves no run folder
     check_weights(config)  # every missing world and judge weight, named at once
     check_lockstep(config, args.lockstep)  # before building policies: one that cannot run side by side is refused
@@ -322,6 +348,24 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0 if camp["complete"] and not errors else 1
+
+
+def _seed_offset(given: int | None, out: str) -> tuple[int, str]:
+    """The first seed and, when it was not asked for, why: ``--seed-offset`` when given; else the
+    first seed of the campaign ``out`` already holds (a folder made when the default was seed 0
+    resumes on its own seeds, never on new ones beside them); else the first evaluation seed."""
+    from kosmos_env.campaign.runner import recorded_config
+    from kosmos_env.utils.seed_ranges import evaluation_start
+
+    if given is not None:
+        return given, ""
+    recorded = recorded_config(out)
+    if recorded is None or not recorded.seeds:
+        return evaluation_start(), ""
+    first = min(recorded.seeds)
+    if first == evaluation_start():
+        return first, ""
+    return first, f"{out} holds campaign {recorded.campaign_id}: resuming on its recorded seeds (--seed-offset {first})"
 
 
 def this_run_line(run_stats: dict, planned: int) -> str:

@@ -57,7 +57,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tasks", default=None, help="comma-separated tasks (default: every task of the suite)")
     p.add_argument("--seeds", type=int, default=3, help="episodes per policy and task (default: %(default)s)")
     p.add_argument(
-        "--seed", type=int, default=0, help="first episode seed; shuffles and pans use it too (default: %(default)s)"
+        "--seed-offset",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=None,
+        metavar="K",
+        help="first episode seed, as `eval --seed-offset` (the campaign control starts at K + 1000); shuffles "
+        "and pans use it too (default: 100000, the first evaluation seed of kosmos_env/study/seed_ranges.json)",
     )
     p.add_argument("--image-size", type=int, default=128, help="square frame size (default: %(default)s)")
     p.add_argument(
@@ -97,7 +104,10 @@ def json_targets(args: argparse.Namespace) -> tuple[bool, str | None]:
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.checks.controls import format_gate_check, gate_check, json_default, load_gate_spec, parse_policies
 
+    from kosmos_env.utils.seed_ranges import evaluation_start
+
     gate_spec = load_gate_spec(args.env, args.gate_json)
+    first_seed = evaluation_start() if args.seed is None else args.seed
     skills = [float(s) for s in args.campaign_skills.split(",") if s.strip()]
     report = gate_check(
         args.env,
@@ -105,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
         parse_policies(args.policies),
         args.tasks.split(",") if args.tasks else None,
         args.seeds,
-        args.seed,
+        first_seed,
         args.image_size,
         skills,
         args.campaign_seeds,

@@ -17,7 +17,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "policies use `kosmos-env eval`.",
     )
     p.add_argument("--env", default="Kosmos-Tabletop-v1", help="registered env id (default: %(default)s)")
-    # the flags are spelled as `eval` spells them (--tasks, --seeds N = seeds 0..N-1); the older
+    # the flags are spelled as `eval` spells them (--tasks, --seeds N from --seed-offset); the older
     # --task / --episodes / --seed stay as aliases so existing scripts keep working
     p.add_argument(
         "--tasks",
@@ -35,10 +35,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=5,
         metavar="N",
-        help="number of episodes: seeds 0..N-1, offset by --seed-offset (default: %(default)s)",
+        help="number of episodes: N consecutive seeds from --seed-offset (default: %(default)s)",
     )
     p.add_argument(
-        "--seed-offset", "--seed", dest="seed", type=int, default=0, help="first seed (default: %(default)s)"
+        "--seed-offset",
+        "--seed",
+        dest="seed",
+        type=int,
+        default=None,
+        metavar="K",
+        help="first seed (default: 100000, the first evaluation seed of kosmos_env/study/seed_ranges.json, "
+        "as `eval`; the same seed gives the same scene as an `eval` episode on it)",
     )
     p.add_argument("--out", required=True, help="output directory for MP4s and summary.json")
     p.add_argument("--no-video", action="store_true", help="skip writing MP4s")
@@ -54,8 +61,16 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.rollouts import run_episode
     from kosmos_env.utils.video import write_mp4
 
+    from kosmos_env.utils.seed_ranges import evaluation_start, overlap_line
+
     if args.episodes < 1:
         raise ValueError("--seeds (--episodes) must be at least 1")
+    first_seed = evaluation_start() if args.seed is None else args.seed
+    if first_seed < 0:
+        raise ValueError(f"--seed-offset must be at least 0, got {first_seed}")
+    overlap = overlap_line(range(first_seed, first_seed + args.episodes))
+    if overlap:
+        print(f"kosmos-env rollout: note: {overlap}", file=sys.stderr)
     if args.task is not None and "," in args.task:
         raise ValueError(f"rollout runs one task; got --tasks {args.task!r} (use `kosmos-env eval` for several)")
     name, kwargs = parse_policy_arg(args.policy)
@@ -66,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     episodes = []
     successes = 0
     for i in tqdm(range(args.episodes), desc=f"{policy.name} on {base.task.name}", unit="ep", file=sys.stderr):
-        seed = args.seed + i
+        seed = first_seed + i
         result = run_episode(env, policy, seed)
         success = bool(result.judgment and result.judgment.get("success"))
         successes += success

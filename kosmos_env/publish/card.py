@@ -70,10 +70,13 @@ def rerun_command(sub: VerifiedSubmission) -> str:
     parts += [f"--policy '{p['label']}'" for p in c["policies"]]
     parts.append("--tasks " + " ".join(c["tasks"]))
     seeds = list(c["seeds"])
+    # the offset is always written: `eval`'s default first seed is not the same in every version
+    first = min(seeds)
+    contiguous = sorted(seeds) == list(range(first, first + len(seeds)))
     parts.append(
-        f"--seeds {len(seeds)}"
-        if seeds == list(range(len(seeds)))
-        else f"--seeds {len(seeds)}  # NOTE: this campaign used seeds {seeds}"
+        f"--seeds {len(seeds)} --seed-offset {first}"
+        if contiguous
+        else f"--seeds {len(seeds)} --seed-offset {first}  # NOTE: this campaign used seeds {seeds}"
     )
     if c.get("repeats", 1) != 1:
         parts.append(f"--repeats {c['repeats']}")

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from kosmos_env.registration.protocol import policy_content_hash, policy_refs
 from kosmos_env.registration.registry import Registration, RegistrationError
+from kosmos_env.utils.seed_ranges import evaluation_seeds, overlap_line, seeds_text
 
 
 class RegistrationDeviation(ValueError):
@@ -28,6 +29,7 @@ def registered_config(
     policies: Sequence[str] | None = None,
     tasks: Sequence[str] | None = None,
     seeds: int | None = None,
+    seed_offset: int | None = None,
     repeats: int | None = None,
     judge: Any = None,
     image_size: Sequence[int] | None = None,
@@ -37,8 +39,11 @@ def registered_config(
     """The :class:`~kosmos_env.campaign.design.CampaignConfig` of the registered design.
 
     The keyword arguments are what the command line gave (None = not given). Every one given
-    must match the registration; the current spec hash and (``check_policies``) every policy's
-    content hash must match too. All deviations are reported together.
+    must match the registration (``--seeds N`` with ``--seed-offset K`` means seeds K..K+N-1, K
+    by default the first evaluation seed); the current spec hash and (``check_policies``) every
+    policy's content hash must match too. All deviations are reported together. A registration
+    whose seeds lie in the declared training or tuning range (one written before ``register``
+    refused them) is refused too: a registered result must be on held-out scenes.
     """
     from kosmos_env.campaign.design import PolicyRef, make_config, parse_judge
     from kosmos_env.spec import load_spec
@@ -61,8 +66,19 @@ def registered_config(
             want = load_suite(load_spec(p["env"]["id"]).tasks["suite"]).names
         if sorted(want) != sorted(p["tasks"]):
             dev.append(f"--tasks {want} (registered: {p['tasks']})")
-    if seeds is not None and list(range(int(seeds))) != list(p["seeds"]):
-        dev.append(f"--seeds {seeds} = {list(range(int(seeds)))} (registered seeds: {p['seeds']})")
+    if seeds is not None or seed_offset is not None:
+        count = len(p["seeds"]) if seeds is None else int(seeds)
+        asked = evaluation_seeds(count, seed_offset)
+        if asked != list(p["seeds"]):
+            flags = " ".join(
+                f
+                for f in (
+                    seeds is not None and f"--seeds {seeds}",
+                    seed_offset is not None and f"--seed-offset {seed_offset}",
+                )
+                if f
+            )
+            dev.append(f"{flags} = seeds {seeds_text(asked)} (registered seeds: {seeds_text(p['seeds'])})")
     if repeats is not None and int(repeats) != p["repeats"]:
         dev.append(f"--repeats {repeats} (registered: {p['repeats']})")
     if image_size is not None and [int(v) for v in image_size] != overrides.get("image_size"):
@@ -93,6 +109,13 @@ def registered_config(
                 dev.append(
                     f"policy {ref.label} now has content hash {actual[:12]}..., registered {x['content_hash'][:12]}..."
                 )
+    overlap = overlap_line(p["seeds"])
+    if overlap:
+        raise RegistrationError(
+            f"refusing to run registration {reg.short} ({reg.name}): {overlap}; a registered study runs on "
+            f"evaluation seeds only: register the protocol again with `seeds: N` (N evaluation seeds from "
+            f"{evaluation_seeds(1)[0]}) or a list in the evaluation range"
+        )
     if dev:
         raise RegistrationDeviation(
             f"refusing to run registration {reg.short} ({reg.name}): the design deviates "

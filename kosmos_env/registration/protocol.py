@@ -15,7 +15,7 @@ A protocol (YAML, read with ``yaml.safe_load`` only) freezes a study before any 
       - {policy: "scripted:skill=1.0", content_hash: <make_policy(...).content_hash()>}
       - {policy: random, content_hash: ...}
     tasks: [carrot_on_plate]                    # or "all"
-    seeds: 3                                    # a count (0..N-1) or an explicit list
+    seeds: 3                                    # a count (N evaluation seeds from 100000) or a list
     repeats: 1                                  # optional, default 1
     judge: state                                # optional: a type name or a spec mapping; default the spec's
     reference: {path: ref.csv, sha256: ...}     # optional; path relative to the protocol file
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from kosmos_env.hashing import canonical_hash, canonical_json, sha256_file
+from kosmos_env.utils.seed_ranges import evaluation_seeds, overlap_line
 
 PROTOCOL_SCHEMA = "kosmos-env/protocol"
 PROTOCOL_SCHEMA_VERSION = 1
@@ -263,11 +264,18 @@ def validate_protocol(raw: Mapping[str, Any], base_dir: str | Path | None = None
     if _is_int(seeds):
         if seeds < 1:
             raise ProtocolError(f"protocol.seeds must be at least 1, got {seeds}")
-        seeds = list(range(seeds))
+        seeds = evaluation_seeds(seeds)  # a count: the first N evaluation seeds of seed_ranges.json
     if not isinstance(seeds, list) or not seeds or not all(_is_int(s) and s >= 0 for s in seeds):
         raise ProtocolError(f"protocol.seeds must be a count or a list of non-negative integers, got {raw['seeds']!r}")
     if len(set(seeds)) != len(seeds):
         raise ProtocolError(f"protocol.seeds lists a seed twice: {seeds}")
+    if check_hashes:  # against the seed ranges as declared now, as the hashes are checked against the code
+        overlap = overlap_line(seeds)
+        if overlap:
+            raise ProtocolError(
+                f"protocol.seeds: {overlap}; a registered study runs on evaluation seeds: write `seeds: "
+                f"{len(seeds)}` (evaluation seeds from {evaluation_seeds(1)[0]}) or list seeds in that range"
+            )
     repeats = raw.get("repeats", 1)
     if not _is_int(repeats) or repeats < 1:
         raise ProtocolError(f"protocol.repeats must be an integer >= 1, got {repeats!r}")

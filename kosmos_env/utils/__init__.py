@@ -8,6 +8,7 @@
 - :mod:`~kosmos_env.utils.obs_encoding`: observation encoding shared by the RL wrappers and the
   trained-checkpoint policy.
 - :mod:`~kosmos_env.utils.vector_guard`: refuses ``AsyncVectorEnv`` settings that break these envs.
+- :mod:`~kosmos_env.utils.seed_ranges`: the declared training, tuning and evaluation seed ranges.
 
 Importing this package imports none of them.
 """

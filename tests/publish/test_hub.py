@@ -200,12 +200,13 @@ def test_dataset_card_has_hub_metadata_and_renders_the_ranking(bundle, tmp_path)
     argv = shlex.split(block.replace("\\\n", " "))
     assert argv[0] == "kosmos-env"
     args = build_parser().parse_args(argv[1:])
-    assert (args.command, args.env, args.policy, args.tasks, args.seeds) == (
+    assert (args.command, args.env, args.policy, args.tasks, args.seeds, args.seed_offset) == (
         "eval",
         "Kosmos-Tabletop-v1",
         ["scripted:skill=1.0", "random"],
         ["carrot_on_plate"],
         3,
+        0,  # the bundle's seeds 0-2, written out: eval's default first seed is an evaluation seed
     )
     campaign_card = plan.dataset.files[plan.prefix + "README.md"].decode()
     assert "| 1 | `scripted:skill=1.0` | 100.0%" in campaign_card

@@ -48,7 +48,8 @@ def test_the_registered_design_ran_with_the_overridden_spec(study):
         camp["spec_hash"] == load_spec(ENV).with_overrides(image_size=[64, 64]).hash == reg.protocol["env"]["spec_hash"]
     )
     assert camp["spec_overrides"] == {"image_size": [64, 64]}
-    assert camp["seeds"] == [0, 1, 2] and camp["tasks"] == [TASK] and camp["complete"]
+    assert camp["seeds"] == [100000, 100001, 100002] and camp["tasks"] == [TASK] and camp["complete"]
+    assert camp["seed_provenance"]["held_out"] and camp["seed_provenance"]["counts"]["evaluation"] == 3
     assert {p["label"]: p["content_hash"] for p in camp["policies"]} == {
         p["policy"]: p["content_hash"] for p in reg.protocol["policies"]
     }
@@ -132,6 +133,8 @@ def test_resume_with_the_same_registration_is_allowed(study):
     "flags, needle",
     [
         (["--seeds", "4"], "--seeds 4"),
+        (["--seed-offset", "0"], "--seed-offset 0 = seeds 0-2"),
+        (["--seeds", "3", "--seed-offset", "100001"], "seeds 100001-100003 (registered seeds: 100000-100002)"),
         (["--image-size", "32", "32"], "--image-size"),
         (["--policy", "random"], "--policy"),
         (["--judge", "robot_log"], "--judge"),
@@ -147,6 +150,23 @@ def test_deviating_design_flags_are_refused(study, tmp_path, capsys, flags, need
     err = capsys.readouterr().err
     assert "deviates from the registered one" in err and needle in err
     assert not new.exists()  # refused before anything ran
+
+
+def test_a_registration_on_training_seeds_is_refused_in_one_line(tmp_path, capsys):
+    """A registration written before `register` refused training seeds (seeds 0-2) still loads, but
+    `eval --registration` refuses to run it: a registered result must be on held-out scenes."""
+    from kosmos_env.registration import build_registration, write_registration
+
+    proto = write_protocol(tmp_path, base_protocol(seeds=[0, 1, 2]))
+    assert cli.main(["register", str(proto), "--out", str(tmp_path / "refused.json")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "training range" in err[0] and not (tmp_path / "refused.json").exists()
+    old = write_registration(build_registration(proto, check_hashes=False), tmp_path / "old.json")
+    assert load_registration(old).protocol["seeds"] == [0, 1, 2]
+    assert cli.main(["eval", "--registration", str(old), "--out", str(tmp_path / "run"), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "refusing to run registration" in err[0] and "seeds 0-2" in err[0], err
+    assert "not held out" in err[0] and not (tmp_path / "run").exists()
 
 
 def test_a_changed_spec_is_refused(study, tmp_path, monkeypatch, capsys):
@@ -175,7 +195,7 @@ def test_a_changed_policy_is_refused(study, tmp_path, monkeypatch, capsys):
 def test_an_edited_registration_is_refused_at_eval_and_analyze(study, tmp_path, capsys):
     root, reg, out = study
     data = json.loads(Path(reg).read_text())
-    data["protocol"]["seeds"] = [0, 1, 2, 3]  # more seeds after the fact
+    data["protocol"]["seeds"] = [100000, 100001, 100002, 100003]  # more seeds after the fact
     edited = tmp_path / "edited.json"
     edited.write_text(json.dumps(data))
     assert cli.main(["eval", "--registration", str(edited), "--out", str(tmp_path / "run"), "--no-progress"]) == 2

@@ -26,7 +26,8 @@ ZERO = "0" * 64
 
 def test_canonical_form_makes_every_default_explicit():
     c = validate_protocol(base_protocol())
-    assert c["seeds"] == [0, 1, 2] and c["repeats"] == 1 and c["judge"] == {"type": "state"}
+    # a count is that many evaluation seeds (kosmos_env/study/seed_ranges.json), never training scenes
+    assert c["seeds"] == [100000, 100001, 100002] and c["repeats"] == 1 and c["judge"] == {"type": "state"}
     assert c["env"] == {
         "id": ENV,
         "overrides": {"image_size": [64, 64]},
@@ -45,7 +46,7 @@ def test_canonical_form_makes_every_default_explicit():
 
 def test_equivalent_spellings_hash_the_same():
     a = base_protocol()
-    b = base_protocol(seeds=[0, 1, 2], repeats=1, judge={"type": "state"})
+    b = base_protocol(seeds=[100000, 100001, 100002], repeats=1, judge={"type": "state"})
     b["metrics"][0]["expr"] = "success_rate( 'scripted:skill=1.0' , task=None )"
     b["metrics"][1]["bar"] = dict(reversed(list(b["metrics"][1]["bar"].items())))
     assert protocol_hash(validate_protocol(a)) == protocol_hash(validate_protocol(b))
@@ -61,6 +62,8 @@ def test_equivalent_spellings_hash_the_same():
         (lambda p: p.update(metrics=[]), "at least one metric"),
         (lambda p: p.update(seeds="3"), "protocol.seeds must be"),
         (lambda p: p.update(seeds=[0, 0]), "seed twice"),
+        (lambda p: p.update(seeds=[0, 1, 2]), r"3 in the training range .* write `seeds: 3`"),
+        (lambda p: p.update(seeds=[100000, 250000]), "1 in the tuning range"),
         (lambda p: p.update(repeats=1.5), "protocol.repeats"),
         (lambda p: p.update(tasks=["fly_to_moon"]), "unknown task"),
         (lambda p: p.update(judge={"type": "oracle9"}), "unknown judge type"),

@@ -49,11 +49,16 @@ class SlowScripted(ScriptedPolicy):
 
 
 def tabletop_eval_argv(
-    out, policies, *extra, tasks=("carrot_on_plate",), seeds: int = 2, video: bool = False
+    out, policies, *extra, tasks=("carrot_on_plate",), seeds: int = 2, video: bool = False, seed_offset: int = 0
 ) -> list[str]:
     """``kosmos-env eval`` arguments for a small tabletop campaign: 64x64 frames, no progress bar,
-    no video unless asked, one ``--policy`` per entry of ``policies``, then ``extra`` as given."""
+    no video unless asked, one ``--policy`` per entry of ``policies``, then ``extra`` as given.
+
+    Seeds start at ``seed_offset`` (0: the tests that use this helper are about faults, executors
+    and reports, and inject failures at chosen seeds; the default evaluation seeds are tested in
+    tests/commands/test_eval_seeds.py)."""
     argv = ["eval", "--env", "Kosmos-Tabletop-v1", "--tasks", *tasks, "--seeds", str(seeds), "--image-size", "64", "64"]
+    argv += ["--seed-offset", str(seed_offset)]
     argv += ["--no-progress", "--out", str(out)] + ([] if video else ["--no-video"])
     for policy in policies:
         argv += ["--policy", policy]
