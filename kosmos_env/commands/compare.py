@@ -83,6 +83,7 @@ def _pair(a, b, pa: Path, pb: Path) -> tuple[list[float], list[float], str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kosmos_env.stats.numbers import signed, signed_interval
     from kosmos_env.stats.report import agreement_table, read_agreement_csv, report_text
     from kosmos_env.stats.sequential import sequential_ab
     from kosmos_env.stats.verdict import paired_verdict
@@ -116,8 +117,8 @@ def run(args: argparse.Namespace) -> int:
             f"secondary: anytime-valid paired A/B on {verdict.measure_words} (decision and interval from one "
             f"empirical-Bernstein confidence sequence, alpha={args.alpha}):\n"
             f"  decision: {res.decision} after {res.n_used} of {res.n_total} paired episodes\n"
-            f"  mean(A - B) = {f.mean_diff:.3f}, {100 * (1 - args.alpha):g}% anytime-valid interval "
-            f"[{f.lower:.3f}, {f.upper:.3f}]"
+            f"  mean(A - B) = {signed(f.mean_diff, 3)}, {100 * (1 - args.alpha):g}% anytime-valid interval "
+            f"{signed_interval(f.lower, f.upper, 3)}"
         )
     if args.judges is not None:
         from kosmos_env.campaign.judge_compare import compare_judges, format_comparison

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kosmos_env.report.cells import bounds, diff_interval, iv, num, pct, spread
+from kosmos_env.stats.numbers import p_value, signed, signed_estimate
 
 
 @dataclass(frozen=True)
@@ -51,7 +52,7 @@ def verdict_rows(vs: list[dict]) -> list[list[str]]:
         word = {"a_better": f"{v['a']} better", "b_better": f"{v['b']} better"}.get(v["outcome"], "undecided")
         more = "" if v["more_pairs_needed"] is None else f"about {v['more_pairs_needed']}"
         out.append(
-            [f"{v['a']} vs {v['b']}", word, f"{v['difference']:+.2f} [{lo:+.2f}, {hi:+.2f}]", str(v["n_pairs"]), more]
+            [f"{v['a']} vs {v['b']}", word, signed_estimate(v["difference"], lo, hi, 2), str(v["n_pairs"]), more]
         )
     return out
 
@@ -101,7 +102,7 @@ def analysis_tables(a: dict) -> dict[str, AnalysisTable]:
                     if "skipped" in d
                     else [
                         f"{d['a']} − {d['b']}",
-                        f"{d['estimate']:+.3f}",
+                        signed(d["estimate"], 3),
                         diff_interval(d),
                         num(d["prob_a_better"]),
                         str(d["n_pairs"]),
@@ -153,12 +154,12 @@ def analysis_tables(a: dict) -> dict[str, AnalysisTable]:
         out.append(
             AnalysisTable(
                 "paired_tests",
-                ["pair", "difference", "p", "MDD", "separated"],
+                ["pair", "difference", "p (paired t)", "MDD", "separated (Holm)"],
                 [
                     [
                         f"{t['a']} vs {t['b']}",
-                        f"{t['mean_diff']:+.3f}",
-                        num(t["p_value"], 4),
+                        signed(t["mean_diff"], 3),
+                        p_value(t["p_value"]),
                         num(t["mdd"]),
                         "yes" if t["separated"] else "no",
                     ]

@@ -5,6 +5,8 @@ bootstrap, bounds that coincide, every split alike) is said in words rather than
 
 from __future__ import annotations
 
+from kosmos_env.stats.numbers import signed_interval
+
 
 def num(x, digits: int = 3) -> str:
     """A number for a table cell; ``n/a`` for None/NaN."""
@@ -42,9 +44,10 @@ def spread(d: dict | None, digits: int = 3) -> str:
 
 
 def diff_interval(d: dict, digits: int = 3) -> str:
-    """A bootstrap interval of a difference, or why there is none: a zero-width bootstrap
-    interval (every resample alike) claims a certainty a handful of pairs cannot give."""
+    """A bootstrap interval of a difference, signed (:func:`kosmos_env.stats.numbers.signed_interval`),
+    or why there is none: a zero-width bootstrap interval (every resample alike) claims a certainty
+    a handful of pairs cannot give."""
     lo, hi = d.get("lower"), d.get("upper")
     if lo is None or hi is None or abs(hi - lo) < 1e-12:
         return f"interval not estimable from {d.get('n_pairs', '?')} pairs"
-    return iv((lo, hi), digits)
+    return signed_interval(lo, hi, digits)

@@ -11,6 +11,8 @@ import html
 import math
 from typing import Mapping, Sequence
 
+from kosmos_env.stats.numbers import plain_interval, signed, signed_estimate
+
 PALETTE = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b2", "#937860", "#da8bc3", "#8c8c8c", "#ccb974", "#64b5cd")
 FONT = 'font-family="system-ui,-apple-system,Segoe UI,Roboto,Helvetica,Arial,sans-serif"'
 
@@ -133,7 +135,12 @@ def interval_chart(
             )
         if _finite(est):
             out.append(f'<circle cx="{_f(x(est))}" cy="{_f(y)}" r="5" fill="{PALETTE[0]}"/>')
-            text = f"{est:.2f}" + (f" [{low:.2f}, {up:.2f}]" if _finite(low) and _finite(up) else "")
+            # a chart with a zero line shows differences or correlations: signed, and a negative end
+            # never reads "+0.00" (kosmos_env.stats.numbers); rates read unsigned
+            if zero is not None:
+                text = signed_estimate(est, low, up) if _finite(low) and _finite(up) else signed(est)
+            else:
+                text = f"{est:.2f}" + (f" {plain_interval(low, up)}" if _finite(low) and _finite(up) else "")
         else:
             text = "n/a"
         out.append(f'<text x="{label_width + plot_w + 8}" y="{_f(y + 4)}" fill="#1d2433">{_e(text)}</text>')

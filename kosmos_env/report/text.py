@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from kosmos_env.report.analysis_tables import AnalysisTable, analysis_tables
 from kosmos_env.report.cells import diff_interval, iv, num, pct
+from kosmos_env.stats.numbers import signed, signed_interval
 
 
 def format_table(headers, rows, left=(0,)) -> str:
@@ -131,15 +132,15 @@ def ab_lines(ab: dict, conf: str) -> list[str]:
     ]
     if f.get("rule", ab.get("rule", "betting")) == "eb":
         lines.append(
-            f"mean(A - B) = {num(f['mean_diff'])}, {conf} anytime-valid confidence sequence "
-            f"{iv((f['lower'], f['upper']))} (the decision is this interval excluding 0)"
+            f"mean(A - B) = {signed(f['mean_diff'], 3)}, {conf} anytime-valid confidence sequence "
+            f"{signed_interval(f['lower'], f['upper'], 3)} (the decision is this interval excluding 0)"
         )
     else:
         import math
 
         kp, km = f.get("log_capital") or (0.0, 0.0)
         lines.append(
-            f"mean(A - B) = {num(f['mean_diff'])}; decided by betting: capital for A {math.exp(kp):.3g}, "
+            f"mean(A - B) = {signed(f['mean_diff'], 3)}; decided by betting: capital for A {math.exp(kp):.3g}, "
             f"for B {math.exp(km):.3g}, threshold 2/alpha = {2 / f['alpha']:g}"
         )
     return lines

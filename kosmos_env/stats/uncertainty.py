@@ -34,6 +34,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from kosmos_env.stats.agreement import HIGHER_IS_BETTER, METRICS, _kernel, _mmrv_rows, measure_agreement, rowwise
+from kosmos_env.stats.numbers import p_text, plain_interval, signed, signed_estimate
 
 ALPHA = 0.05
 EXACT_PERMUTATION_MAX_P = 8
@@ -263,25 +264,30 @@ def aligned_matrix(rows: Sequence[Mapping], policies: Sequence[str], units: Sequ
 
 
 def format_metric(entry: Mapping, digits: int = 2) -> str:
-    """ "0.93 [0.81, 1.00] p=0.001 (null q 0.42)" or "— (reason)"."""
+    """ "0.93 [0.81, 1.00] p = 0.0123" ("p < 0.0001" below that), or "—" without a value."""
     v = entry.get("value")
     if v is None:
         return "—"
     iv = entry.get("interval")
     s = f"{v:.{digits}f}"
-    s += f" [{iv[0]:.{digits}f}, {iv[1]:.{digits}f}]" if iv else " [n.e.]"
+    s += " " + plain_interval(iv[0], iv[1], digits) if iv else " [n.e.]"
     p = entry.get("p_value")
     if p is not None:
-        s += f" p={p:.3g}" if p >= 0.001 else " p<0.001"
+        # a Monte Carlo permutation p-value cannot go below 1 / (n_perm + 1), about 1e-4 by default
+        s += " " + p_text(p)
     return s
 
 
 def format_difference(entry: Mapping, digits: int = 2) -> str:
+    """ "+0.12 [-0.03, +0.27]" (signed; a negative end never reads "+0.00"), ✓ when it excludes 0."""
     if entry.get("estimate") is None:
         return "—"
     iv = entry.get("interval")
-    s = f"{entry['estimate']:+.{digits}f}"
-    s += f" [{iv[0]:+.{digits}f}, {iv[1]:+.{digits}f}]" if iv else " [n.e.]"
+    s = (
+        signed_estimate(entry["estimate"], iv[0], iv[1], digits)
+        if iv
+        else f"{signed(entry['estimate'], digits)} [n.e.]"
+    )
     return s + (" ✓" if entry.get("excludes_zero") else "")
 
 

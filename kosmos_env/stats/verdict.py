@@ -38,21 +38,14 @@ from typing import Sequence
 import numpy as np
 from scipy.stats import norm
 
+from kosmos_env.stats.numbers import signed_estimate
+
 MEASURES = ("success", "score")
 OUTCOMES = ("a_better", "b_better", "undecided")
 TANGO_METHOD = "Tango score interval for paired proportions"
 SCORE_METHOD = "Agresti-Min adjusted interval for paired mean scores"
 SUCCESS_AVG_METHOD = "Agresti-Min adjusted interval for paired success averaged over repeats"
 POWER = 0.8  # the power at which "more pairs needed" is estimated
-
-
-def _signed(x: float, digits: int = 2) -> str:
-    # Always print a sign so "+0.00" and "-0.00" never look like a missing sign; ASCII minus so
-    # the line greps and pastes the same everywhere.
-    v = round(float(x), digits)
-    if v == 0:
-        v = 0.0
-    return f"{v:+.{digits}f}"
 
 
 @dataclass(frozen=True)
@@ -79,8 +72,9 @@ class Verdict:
         return f"{100 * (1 - self.alpha):g}%"
 
     def interval_text(self, digits: int = 2) -> str:
+        # one helper for every signed number: an upper end of -0.0036 reads "-0.004", never "+0.00"
         lo, hi = self.interval
-        return f"{_signed(self.difference, digits)} [{_signed(lo, digits)}, {_signed(hi, digits)}]"
+        return signed_estimate(self.difference, lo, hi, digits)
 
     def headline(self) -> str:
         what = self.measure_words
