@@ -92,16 +92,24 @@ def mdd_resampled(
 ) -> dict[int, float]:
     """MDD at several numbers of seeds by resampling the per-seed differences.
 
-    For each size m (default: n/4, n/2, n, 2n), draw ``n_resamples`` sets of m differences
+    For each size m (default: n/4, n/2, 3n/4, n), draw ``n_resamples`` sets of m differences
     with replacement, take the standard deviation of their means as the SE, and return
-    {m: MDD}. At m = n this is the bootstrap counterpart of :func:`mdd_paired`.
+    {m: MDD}. At m = n this is the bootstrap counterpart of :func:`mdd_paired`. No size may
+    exceed the n differences there are: an MDD at 2n seeds would be a projection of a campaign
+    that was not run, drawn as if measured (a curve to 96 units under a 48-unit campaign).
     """
     d = np.asarray(diffs, dtype=float)
     d = d[~np.isnan(d)]
     if d.size < 2:
         raise ValueError(f"resampled MDD needs at least 2 per-seed differences, got {d.size}")
     if sizes is None:
-        sizes = sorted({max(2, d.size // 4), max(2, d.size // 2), d.size, 2 * d.size})
+        sizes = sorted({max(2, d.size // 4), max(2, d.size // 2), max(2, 3 * d.size // 4), d.size})
+    beyond = [int(m) for m in sizes if m > d.size]
+    if beyond:
+        raise ValueError(
+            f"resampled MDD sizes {beyond} exceed the {d.size} per-seed differences the campaign has; "
+            f"give sizes up to {d.size} (a larger campaign is measured by running it)"
+        )
     if d.std() == 0:
         raise NotEstimable("resampled MDD is not estimable: the per-seed differences have no spread")
     rng = np.random.default_rng(seed)

@@ -46,10 +46,28 @@ def test_mdd_resampled_agrees_with_analytic_and_shrinks_with_seeds():
     rng = np.random.default_rng(0)
     d = rng.choice([-1.0, 0.0, 1.0], p=[0.2, 0.5, 0.3], size=400)
     curve = mdd_resampled(d, n_resamples=4000, seed=1)
-    assert sorted(curve) == [100, 200, 400, 800]
+    assert sorted(curve) == [100, 200, 300, 400]  # never past the 400 units there are
     assert curve[400] == pytest.approx(mdd_paired(d), rel=0.06)
-    assert curve[100] > curve[200] > curve[400] > curve[800]
+    assert curve[100] > curve[200] > curve[300] > curve[400]
     assert curve[100] == pytest.approx(2 * curve[400], rel=0.1)  # SE ~ 1/sqrt(n)
+
+
+def test_mdd_curve_never_extends_past_the_campaigns_units():
+    """The issue's case: a 48-unit campaign drew its MDD curve to 96 units. The default curve now
+    ends at the units there are, and asking for more is refused with the limit named."""
+    rng = np.random.default_rng(5)
+    d = rng.choice([-1.0, 0.0, 1.0], p=[0.25, 0.4, 0.35], size=48)
+    curve = mdd_resampled(d, n_resamples=500, seed=0)
+    assert max(curve) == 48 and sorted(curve) == [12, 24, 36, 48]
+    with pytest.raises(ValueError, match=r"\[96\] exceed the 48 per-seed differences"):
+        mdd_resampled(d, sizes=[24, 96])
+    # NaN units (a policy without a verdict there) are not units: the curve ends at the 40 left
+    d[:8] = np.nan
+    assert max(mdd_resampled(d, n_resamples=200, seed=0)) == 40
+    # the campaign summary's curve ends at its units too, for every pair it could pick
+    m = (rng.random((3, 48)) < np.array([[0.2], [0.5], [0.8]])).astype(float)
+    s = detectable_summary(m, ["p", "q", "r"])
+    assert s.resampled and max(s.resampled) <= s.n_seeds == 48
 
 
 def test_pairing_beats_unpaired_when_seed_difficulty_dominates():
