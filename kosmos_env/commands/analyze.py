@@ -23,7 +23,8 @@ Every analysis names the judge of its success numbers (label and identity hash) 
 time and money per stage (warm per-rollout seconds; model loads apart) with the judge's share
 of the bill. Last, "how far to trust this world": the truth-free diagnostics the run has (the
 gate's discard rate when it ran with the gate) read against the fidelity ladder
-(``kosmos_env.study.trust``; ``kosmos-env trust --env ID`` measures all three).
+(``kosmos_env.study.trust``; ``kosmos-env trust --env ID`` measures all three). On the simulator
+itself (the ground truth those diagnostics are read against) that is one line saying so.
 
 ``--judge ID_OR_NAME`` reads the numbers of another judge stored with the campaign
 (``kosmos-env judge DIR --judge SPEC``): its identity, a unique prefix of it, or its label;

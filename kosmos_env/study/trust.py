@@ -51,6 +51,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from kosmos_env.stats.numbers import plain_interval, signed, signed_estimate
+
 DRIFT_HORIZON = 20
 LADDER_FILE = "fidelity_ladder.json"
 ALPHA = 0.05
@@ -255,12 +257,48 @@ def diagnostics_from_study(
     return out
 
 
+def ground_truth_world(campaign: Mapping[str, Any]) -> str | None:
+    """Why "how far to trust this world" is trivial for a campaign's world, in one line, or None
+    where it is a real question.
+
+    It is trivial on a simulator run as itself (a world type in
+    :data:`kosmos_env.campaign.rederive.SIMULATOR_WORLDS`, no control wrapped around it): its frames
+    are the truth the diagnostics are measured against, so a discard rate or a rank correlation
+    printed for it would look like evidence and be none. ``campaign`` is results.json's
+    ``campaign`` object (its ``spec`` says the world and the judge)."""
+    from kosmos_env.campaign.rederive import SIMULATOR_WORLDS
+
+    spec = campaign.get("spec") or {}
+    world = spec.get("world") or {}
+    if world.get("type") not in SIMULATOR_WORLDS or world.get("control") is not None:
+        return None
+    env_id = campaign.get("env_id") or spec.get("id") or "this world"
+    judge = (spec.get("judge") or {}).get("type")
+    head = (
+        f"how far to trust {env_id}: nothing to measure, it is the simulator, the ground truth the "
+        "truth-free diagnostics are read against"
+    )
+    if judge == "state":
+        return head + " (its judge reads the simulator's own state; `kosmos-env trust` is for learned worlds)"
+    return (
+        f"{head}; its {judge or 'campaign'} judge is what can be wrong here: `kosmos-env judge RUN --judge state` "
+        "then `kosmos-env compare --judges RUN campaign state` measures it"
+    )
+
+
 def diagnostics_from_campaign(bundle: Any, *, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
     """What one campaign run (a :class:`kosmos_env.report.bundle.Bundle`) can tell: the gate discard
     rate when it ran with the gate. A campaign has neither a shuffled twin nor real frames at H, so
-    the other two diagnostics are reported unavailable with the command that measures them."""
+    the other two diagnostics are reported unavailable with the command that measures them.
+
+    On a ground-truth world (:func:`ground_truth_world`) there is nothing to diagnose: the dict
+    holds only ``world`` and ``ground_truth`` (the line that says why), and :func:`trust_lines`
+    prints that line alone."""
     camp = bundle.campaign
     env_id = camp.get("env_id", "?")
+    trivial = ground_truth_world(camp)
+    if trivial is not None:
+        return {"world": env_id, "judge": "campaign", "ground_truth": trivial}
     spec = camp.get("spec") or {}
     gate = {**(spec.get("gate") or {}), **(camp.get("gate") or {})}
     control = (spec.get("world") or {}).get("control")
@@ -353,14 +391,9 @@ def _fmt(name: str, e: Mapping[str, Any]) -> str:
     if name == "gate_discard":
         s = _pct(e["value"])
         return s + (f" [{100 * iv[0]:.0f}, {100 * iv[1]:.0f}]" if iv else " (no interval)")
-    s = f"{e['value']:+.2f}" if name == "shuffled_gap" else f"{e['value']:.2f}"
-    return s + (
-        f" [{iv[0]:+.2f}, {iv[1]:+.2f}]"
-        if (iv and name == "shuffled_gap")
-        else f" [{iv[0]:.2f}, {iv[1]:.2f}]"
-        if iv
-        else " (no interval)"
-    )
+    if name == "shuffled_gap":  # a difference of rates: signed, a negative end never reads "+0.00"
+        return signed_estimate(e["value"], iv[0], iv[1]) if iv else f"{signed(e['value'])} (no interval)"
+    return f"{e['value']:.2f}" + (f" {plain_interval(iv[0], iv[1])}" if iv else " (no interval)")
 
 
 def _nearby_rungs(name: str, e: Mapping[str, Any], ladder: Mapping[str, Any], judge: str) -> list[dict]:
@@ -394,12 +427,18 @@ def _kendall_range(rungs: Sequence[Mapping], judge: str) -> str:
     return core + span
 
 
+def _with_interval(value: float, iv) -> str:
+    # a bootstrap interval of a rank correlation over ten rungs can be narrower than 0.01: it gets
+    # the decimals that show its width rather than reading "-0.39 [-0.39, -0.39]"
+    return signed_estimate(value, iv[0], iv[1]) if iv else signed(value)
+
+
 def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
     c = ((ladder.get("prediction") or {}).get(judge) or {}).get(name)
     if not c or c.get("value") is None:
         return "its rank correlation with agreement over the ladder is undefined"
     iv = c.get("interval")
-    rho = f"Spearman {c['value']:+.2f}" + (f" [{iv[0]:+.2f}, {iv[1]:+.2f}]" if iv else "")
+    rho = f"Spearman {_with_interval(c['value'], iv)}"
     expected = BETTER.get(name, 1)
     if iv and (iv[0] > 0 if expected > 0 else iv[1] < 0):
         text = f"over the whole ladder it goes with agreement ({rho} with Kendall)"
@@ -413,20 +452,18 @@ def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
         elif not (uiv and (uiv[0] > 0 if expected > 0 else uiv[1] < 0)):
             text += (
                 f"; but among worlds whose judge ranks at all it does not order agreement (Spearman "
-                f"{up['value']:+.2f}" + (f" [{uiv[0]:+.2f}, {uiv[1]:+.2f}]" if uiv else "") + ")"
+                f"{_with_interval(up['value'], uiv)})"
             )
         else:
-            text += (
-                f"; among worlds whose judge ranks at all too (Spearman {up['value']:+.2f} "
-                f"[{uiv[0]:+.2f}, {uiv[1]:+.2f}])"
-            )
+            text += f"; among worlds whose judge ranks at all too (Spearman {_with_interval(up['value'], uiv)})"
     return text
 
 
 def trust_lines(
     diagnostics: Mapping[str, Any], ladder: Mapping[str, Any] | None = None, *, judge: str | None = None
 ) -> list[str]:
-    """ "How far to trust this world", in plain words, one line per diagnostic plus the summary.
+    """ "How far to trust this world", in plain words, one line per diagnostic plus the summary (one
+    line alone for a ground-truth world, :func:`ground_truth_world`).
 
     ``diagnostics`` is what :func:`diagnostics_from_rows`, :func:`diagnostics_from_study`,
     :func:`diagnostics_from_campaign` or :func:`measure` return; ``ladder`` defaults to the
@@ -434,6 +471,8 @@ def trust_lines(
     picks the ladder's judge to compare with (default: the diagnostics' judge where the ladder has
     it, else the vision judge).
     """
+    if diagnostics.get("ground_truth"):  # a simulator: one line on why there is nothing to trust
+        return [str(diagnostics["ground_truth"])]
     if ladder is None:
         ladder = load_ladder()
     world = diagnostics.get("world") or "this world"

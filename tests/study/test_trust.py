@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -283,3 +285,78 @@ def test_committed_ladder_has_every_rung_number_with_an_interval():
         assert set(tr.DIAGNOSTICS) <= set(r["diagnostics"]) | {"shuffled_gap"}
     for j in ladder["judges"]:
         assert set(ladder["prediction"][j]) == {*tr.DIAGNOSTICS, "combined"}
+
+
+COLLAPSED = re.compile(r"\[([+-]?\d+\.\d+), \1\]")
+
+
+def _campaign_on(tmp_path, world: dict, judge: dict) -> Path:
+    """The synthetic campaign with a spec whose world and judge are ``world`` and ``judge``."""
+    from kosmos_env.spec import load_spec
+    from tests.support.report_bundle import make_bundle
+
+    d = make_bundle(tmp_path / "c", seeds=4, rng_seed=3)
+    results = json.loads((d / "results.json").read_text())
+    spec = load_spec("Kosmos-Tabletop-v1").to_dict()
+    results["campaign"]["spec"] = {**spec, "world": {**spec["world"], **world}, "judge": judge}
+    (d / "results.json").write_text(json.dumps(results))
+    return d
+
+
+def _trust_part(out: str) -> list[str]:
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("how far to trust"))
+    return [line for line in lines[start:] if line.strip() and not line.startswith("wrote ")]
+
+
+def test_analyze_on_the_simulator_says_in_one_line_why_trust_is_trivial(tmp_path, capsys):
+    """The simulator is the ground truth the diagnostics are read against: no trust block (whose
+    ladder line read "Spearman -0.39 [-0.39, -0.39]"), one line saying why."""
+    d = _campaign_on(tmp_path, {}, {"type": "state"})
+    assert cli.main(["analyze", str(d), "--n-boot", "200", "--n-splits", "20"]) == 0
+    trust = _trust_part(capsys.readouterr().out)
+    assert len(trust) == 1 and "nothing to measure, it is the simulator" in trust[0], trust
+    assert "judge reads the simulator's own state" in trust[0]
+    assert "Spearman" not in trust[0] and "gate discards" not in trust[0]
+    saved = json.loads((d / "analysis.json").read_text())["trust"]
+    assert saved == {"world": "Kosmos-Tabletop-v1", "judge": "campaign", "ground_truth": trust[0]}
+    # another judge on the simulator: the world is still the truth, the line names what can be wrong
+    line = tr.ground_truth_world(
+        {"env_id": "Kosmos-Tabletop-v1", "spec": {"world": {"type": "tabletop"}, "judge": {"type": "vision"}}}
+    )
+    assert "its vision judge is what can be wrong here" in line and "--judges RUN campaign state" in line
+
+
+@pytest.mark.parametrize(
+    "world",
+    [{"type": "tabletop_learned"}, {"control": {"type": "shuffled"}}],
+    ids=["learned world", "shuffled control on the simulator"],
+)
+def test_analyze_keeps_the_trust_block_where_trust_is_a_question(tmp_path, capsys, world):
+    d = _campaign_on(tmp_path, world, {"type": "state"})
+    assert tr.ground_truth_world(json.loads((d / "results.json").read_text())["campaign"]) is None
+    assert cli.main(["analyze", str(d), "--n-boot", "200", "--n-splits", "20", "--no-write"]) == 0
+    trust = _trust_part(capsys.readouterr().out)
+    assert len(trust) > 1 and any("the gate discards" in line for line in trust)
+    assert not any(COLLAPSED.search(line) for line in trust), trust
+
+
+def test_ladder_correlations_never_print_as_a_collapsed_interval():
+    """A rank correlation whose interval is narrower than the printed decimals gets the decimals
+    that show its width (the committed ladder's gate-discard Spearman is -0.3898 [-0.3937, -0.3898])."""
+    narrow = dict(
+        LADDER,
+        prediction={
+            "vision": {
+                **LADDER["prediction"]["vision"],
+                "gate_discard": {"value": -0.3898, "interval": [-0.3937, -0.3898]},
+            }
+        },
+    )
+    d = {"world": "W", "judge": "vision", "gate_discard": {"value": 0.12, "interval": [0.08, 0.17], "n": 50}}
+    gate = next(line for line in tr.trust_lines(d, narrow) if "gate discards" in line)
+    assert "Spearman -0.390 [-0.394, -0.390]" in gate and not COLLAPSED.search(gate)
+    ladder = tr.load_ladder()
+    if ladder is not None:  # the committed reference, read by every analyze of a learned world
+        lines = tr.trust_lines(d, ladder)
+        assert not any(COLLAPSED.search(line) for line in lines), lines
