@@ -19,6 +19,7 @@ COMMANDS = [
     "rollout",
     "serve",
     "judge",  # re-judge a campaign's stored rollouts with another judge
+    "export",  # rollouts or demonstrations as a LeRobot dataset
     # studies, publishing, leaderboard
     "register",
     "publish",
