@@ -443,34 +443,19 @@ def tasks_table(tasks: Sequence[str]):
             "__index_level_0__": pa.array(list(tasks), type=pa.string()),
         }
     )
+
+    def column(name, field_name, pandas_type, numpy_type, metadata=None):
+        return dict(name=name, field_name=field_name, pandas_type=pandas_type, numpy_type=numpy_type, metadata=metadata)
+
     pandas_meta = {
         "index_columns": ["__index_level_0__"],
-        "column_indexes": [
-            {
-                "name": None,
-                "field_name": None,
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": {"encoding": "UTF-8"},
-            }
-        ],
+        "column_indexes": [column(None, None, "unicode", "object", {"encoding": "UTF-8"})],
         "columns": [
-            {
-                "name": "task_index",
-                "field_name": "task_index",
-                "pandas_type": "int64",
-                "numpy_type": "int64",
-                "metadata": None,
-            },
-            {
-                "name": None,
-                "field_name": "__index_level_0__",
-                "pandas_type": "unicode",
-                "numpy_type": "object",
-                "metadata": None,
-            },
+            column("task_index", "task_index", "int64", "int64"),
+            column(None, "__index_level_0__", "unicode", "object"),
         ],
         "creator": {"library": "pyarrow", "version": pa.__version__},
+        # pandas 2's layout of this metadata; pandas 3 (LeRobot 0.4.4's environment) reads it too
         "pandas_version": "2.2.3",
     }
     return table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
@@ -538,78 +523,37 @@ def _histogram_quantile(counts: np.ndarray, q: float) -> float:
 # -- video ---------------------------------------------------------------------------------------
 def encode_video(path: Path, frames: np.ndarray, fps: int) -> None:
     """(T, H, W, 3) uint8 frames as an H.264 MP4 at ``fps``, frame ``i`` at exactly ``i / fps``."""
-    import imageio_ffmpeg
-
     n, height, width = frames.shape[:3]
-    command = [
-        imageio_ffmpeg.get_ffmpeg_exe(),
-        "-y",
-        "-loglevel",
-        "error",
-        "-f",
-        "rawvideo",
-        "-pix_fmt",
-        "rgb24",
-        "-s",
-        f"{width}x{height}",
-        "-r",
-        str(int(fps)),
-        "-i",
-        "-",
-        "-an",
-        "-c:v",
-        "libx264",
-        "-pix_fmt",
-        VIDEO_PIX_FMT,
-        "-crf",
-        str(VIDEO_CRF),
-        "-g",
-        str(VIDEO_GOP),
-        "-bf",
-        "0",
-        "-movflags",
-        "+faststart",
-        str(path),
-    ]
-    _ffmpeg(command, np.ascontiguousarray(frames).tobytes(), f"encoding {n} frames")
+    raw = f"-f rawvideo -pix_fmt rgb24 -s {width}x{height} -r {int(fps)} -i -".split()
+    h264 = f"-an -c:v libx264 -pix_fmt {VIDEO_PIX_FMT} -crf {VIDEO_CRF} -g {VIDEO_GOP} -bf 0".split()
+    _ffmpeg(
+        [*raw, *h264, "-movflags", "+faststart", str(path)],
+        np.ascontiguousarray(frames).tobytes(),
+        f"encoding {n} frames",
+    )
 
 
 def join_videos(parts: Sequence[Path], out: Path) -> None:
     """The videos ``parts`` (same codec, size and rate), one after another, as ``out``: a stream
     copy (no re-encoding), each part starting where the previous one ends."""
-    import imageio_ffmpeg
-
     if len(parts) == 1:
         os.replace(parts[0], out)
         return
-    folder = parts[0].parent
-    listing = folder / "join.ffconcat"
+    listing = parts[0].parent / "join.ffconcat"
     # names relative to the list's folder: no quoting of the user's paths is needed
     listing.write_text("ffconcat version 1.0\n" + "".join(f"file '{p.name}'\n" for p in parts), encoding="utf-8")
-    command = [
-        imageio_ffmpeg.get_ffmpeg_exe(),
-        "-y",
-        "-loglevel",
-        "error",
-        "-f",
-        "concat",
-        "-safe",
-        "0",
-        "-i",
-        str(listing),
-        "-c",
-        "copy",
-        "-movflags",
-        "+faststart",
-        str(out),
-    ]
-    _ffmpeg(command, None, f"joining {len(parts)} episode videos")
+    concat = ["-f", "concat", "-safe", "0", "-i", str(listing), "-c", "copy", "-movflags", "+faststart", str(out)]
+    _ffmpeg(concat, None, f"joining {len(parts)} episode videos")
     listing.unlink()
     for part in parts:
         part.unlink()
 
 
-def _ffmpeg(command: list[str], stdin: bytes | None, doing: str) -> None:
+def _ffmpeg(args: list[str], stdin: bytes | None, doing: str) -> None:
+    """Run the ffmpeg binary imageio-ffmpeg ships (a core dependency) with ``args``."""
+    import imageio_ffmpeg
+
+    command = [imageio_ffmpeg.get_ffmpeg_exe(), "-y", "-loglevel", "error", *args]
     proc = subprocess.run(command, input=stdin, capture_output=True, timeout=3600)
     if proc.returncode != 0:
         tail = proc.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no message"]
