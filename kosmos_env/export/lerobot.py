@@ -127,8 +127,6 @@ def check_out_folder(out: str | os.PathLike) -> Path:
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ValueError(f"{out} exists and is not an empty folder: export into a new folder (nothing is overwritten)")
-    if not out.parent.is_dir():
-        raise ValueError(f"cannot write {out}: its parent folder {out.parent} does not exist")
     return out
 
 
@@ -186,6 +184,7 @@ def write_dataset(
     height, width = spec.image_size
     if height % 2 or width % 2:
         raise ValueError(f"frames of {height}x{width} pixels: LeRobot's yuv420p videos need even sizes")
+    out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
     os.chmod(tmp, 0o777 & ~current_umask())  # mkdtemp's 0700 would make the dataset private
     try:

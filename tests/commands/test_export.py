@@ -42,7 +42,7 @@ def _fails(argv, capsys, *phrases):
 
 
 def test_export_from_the_command_line(run_dir, tmp_path, capsys):
-    out = tmp_path / "dataset"
+    out = tmp_path / "datasets" / "c1"  # parent folders are made
     assert cli.main(["export", "--format", "lerobot", str(run_dir), str(out), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["episodes"] == 1 and report["frames"] == 2 and report["out"] == str(out)
