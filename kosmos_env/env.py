@@ -69,7 +69,8 @@ class KosmosEnv(gymnasium.Env):
       step, the judge's score in [0, 1], with the full verdict in ``info["judgment"]`` (success
       True/False/None = abstained, score, rationale, votes).
     - ``"progress"`` (training): a step judge (``reward.step_judge``, e.g. ``{"type": "vision_frame"}``,
-      the frame classifier) reads only the frame the world produced and gives P(success) =
+      the frame classifier, which both tabletop worlds use when none is named: the spec then names it,
+      hash included) reads only the frame the world produced and gives P(success) =
       ``info["progress"]`` after every step (and in the reset's info). The reward is its change,
       ``progress_t - progress_{t-1}`` (potential-based shaping with gamma 1: an episode's return is
       its last progress minus its first). A gate discard takes back what the episode earned, so a
@@ -102,7 +103,14 @@ class KosmosEnv(gymnasium.Env):
     ## Episode End
 
     - Truncation: after ``horizon`` steps (the env owns the horizon because it must judge the
-      last step).
+      last step). A shorter episode is made with the spec override ``horizon=N``
+      (``gymnasium.make(id, horizon=N)``), which judges step N. Gymnasium's ``max_episode_steps``
+      (a ``TimeLimit`` wrapper) cuts an episode off outside the env, which cannot see it: such an
+      episode ends unjudged (no ``info["judgment"]``, terminal reward 0). The env does not judge a
+      cut-off episode on the next reset (the judgment would come after the episode's last step was
+      returned); it warns once instead, when two episodes in a row are reset unjudged after the same
+      number N > 1 of steps below the horizon (the pattern a ``TimeLimit`` leaves), naming
+      ``horizon=N``.
     - Termination: the consistency gate rejected a generation; ``info["gate"]`` says why,
       ``info["terminated_by"] == "gate"`` and ``info["outcome"] == "discarded"``. A discarded
       episode is never a policy failure.
@@ -365,6 +373,10 @@ class KosmosEnv(gymnasium.Env):
         self._potential0 = 0.0
         self._over_threshold = 0  # consecutive steps with the step signal at or above the threshold
         self.last_step_timings: dict[str, float] = {}
+        # steps of the last episode reset before the env ended it (None: the last one ended here), and
+        # whether the cut-off warning was given (once per env)
+        self._unjudged_steps: int | None = None
+        self._warned_cut_off = False
 
     # -- public properties ----------------------------------------------------------------
     @property
@@ -435,6 +447,8 @@ class KosmosEnv(gymnasium.Env):
         if self._closed:
             raise RuntimeError("reset() on a closed env: close() released its world; make a new env")
         super().reset(seed=seed)
+        if not self._episode_over and self._t > 0:
+            self._note_unjudged_end(self._t)
         options = dict(options or {})
         if "task" in options:
             self._task = self._resolve_task(options.pop("task"))
@@ -517,6 +531,7 @@ class KosmosEnv(gymnasium.Env):
 
         if terminated or truncated:
             self._episode_over = True
+            self._unjudged_steps = None  # an episode the env ended breaks a run of cut-off ones
             self._ground_truth = self.world.evaluate()
             if self._ground_truth is not None:
                 info["ground_truth"] = dict(self._ground_truth)
@@ -586,6 +601,26 @@ class KosmosEnv(gymnasium.Env):
             return self._suite.tasks[name]
         except KeyError:
             raise ValueError(f"unknown task {name!r} for {self.kosmos_spec.id}; tasks: {self._suite.names}") from None
+
+    def _note_unjudged_end(self, steps: int) -> None:
+        """An episode was reset after ``steps`` steps, before the env ended it, so it was never judged.
+        The second such episode in a row with the same length is a ``TimeLimit`` (gymnasium's
+        ``max_episode_steps``) shorter than the horizon: warn once with the override that judges it."""
+        # one step is what env checkers do between resets (gymnasium's check_env), never a time limit
+        if not self._warned_cut_off and steps > 1 and self._unjudged_steps == steps:
+            import warnings
+
+            self._warned_cut_off = True
+            horizon = self.kosmos_spec.horizon
+            warnings.warn(
+                f"{self.kosmos_spec.id}: episodes are being reset after {steps} of {horizon} steps, before the "
+                f"env's horizon, so the judge never runs (no info['judgment'], terminal reward 0); a gymnasium "
+                f"max_episode_steps={steps} (TimeLimit) does this: make the env with horizon={steps} instead "
+                f"(gymnasium.make(id, horizon={steps}): a spec override, judged at step {steps})",
+                UserWarning,
+                stacklevel=3,
+            )
+        self._unjudged_steps = steps
 
     def _build_judge(self, judge):
         from kosmos_env.judges import make_judge

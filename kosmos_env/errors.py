@@ -162,6 +162,26 @@ def missing_module_message(exc: BaseException) -> str | None:
     return f"{dist} is not installed; it comes with the '{extra}' extra: {install_hint(extra)}"
 
 
+def missing_extra_line(module: str, who: str, extra: str | None = None) -> str | None:
+    """One line when ``module`` (a package pyproject.toml declares) is not installed, naming who needs
+    it and the extra that installs it (``extra``, or the one pyproject.toml lists it in; give it for a
+    package several extras list); None when it is there. Checked with ``find_spec``, nothing is
+    imported: a command calls this for every flag it was given before any work starts."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a parent package that fails to import, a module set to None
+        found = False
+    if found:
+        return None
+    dist, listed = extra_for_module(module) or (module, None)
+    extra = extra or listed
+    if extra is None:
+        return f"{dist} is not installed; {who} needs it: {install_hint(None)}"
+    return f"{dist} is not installed; {who} needs it (the '{extra}' extra): {install_hint(extra)}"
+
+
 def require_version(dist: str, installed: str, what: str) -> None:
     """Raise RuntimeError (one line, with the install command) when ``installed`` is below the floor
     pyproject.toml declares for ``dist``; ``what`` names who needs it (e.g. "the VLM judge")."""
@@ -181,6 +201,7 @@ __all__ = [
     "dependency_floor",
     "extra_for_module",
     "install_hint",
+    "missing_extra_line",
     "missing_module_message",
     "require_version",
     "requirement_table",

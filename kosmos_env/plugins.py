@@ -71,6 +71,33 @@ def check_remote_code(requested: bool, who: str) -> bool:
     return bool(requested)
 
 
+#: the permission flags that belong to ``kosmos-env`` itself, before the command
+GLOBAL_FLAGS = ("--allow-import", "--trust-remote-code")
+
+
+def add_global_flag_hints(parser: Any) -> None:
+    """Let a command's parser catch ``kosmos-env eval --allow-import ...`` (a permission flag given
+    after the command, which argparse would answer with "unrecognized arguments") and say in one line
+    where it goes, exit 2. The flags stay global on purpose: a permission is given to the whole
+    invocation, and its workers inherit it through the environment."""
+    import argparse
+
+    class _Misplaced(argparse.Action):
+        def __call__(self, parser, namespace, values, option_string=None):
+            import sys
+
+            command = parser.prog.split()[-1]
+            print(
+                f"{parser.prog}: error: {option_string} goes before the command: kosmos-env {option_string} "
+                f"{command} ...",
+                file=sys.stderr,
+            )
+            raise SystemExit(2)
+
+    for flag in GLOBAL_FLAGS:
+        parser.add_argument(flag, nargs=0, action=_Misplaced, default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def import_allowed(allow_import: bool | None = None) -> bool:
     """The explicit opt-in for ``"module:attr"`` names: the argument, else the environment variable."""
     if allow_import is not None:
@@ -120,6 +147,12 @@ def resolve_class(
                 f"{GROUPS[kind]} entry point), never 'module:attr'; registered: "
                 f"{', '.join(registered_names(kind, builtins))}"
             )
+        elif ":" in name and _setting_without_key(name, builtins, plugins):
+            head, _, value = name.partition(":")
+            raise PluginError(
+                f"{label} {name!r}: what follows '{head}:' must be key=value settings; write "
+                f"'{head}:{_first_setting(kind, head, builtins, plugins)}={value}'"
+            )
         elif ":" in name:
             if not import_allowed(allow_import):
                 raise PluginError(
@@ -142,6 +175,25 @@ def resolve_class(
             f"which {problem}; nothing was called"
         )
     return obj
+
+
+def _setting_without_key(name: str, builtins: Mapping[str, str], plugins: Mapping[str, Any]) -> bool:
+    """``ckpt:runs/x.safetensors``: a registered name, then a value that cannot be a class name (a
+    path, a URL): a setting whose ``key=`` was left out, not a ``module:attr`` to import."""
+    head, _, rest = name.partition(":")
+    return (head in builtins or head in plugins) and not all(part.isidentifier() for part in rest.split("."))
+
+
+def _first_setting(kind: str, head: str, builtins: Mapping[str, str], plugins: Mapping[str, Any]) -> str:
+    """The first constructor parameter of the registered class ``head`` (``path`` for ``ckpt``), the
+    setting a bare value most likely meant; ``path`` when the class cannot be read."""
+    target = builtins[head] if head in builtins else plugins[head].value
+    try:
+        params = [p for p in inspect.signature(load_target(kind, head, target).__init__).parameters if p != "self"]
+    except Exception:  # noqa: BLE001 - only a hint: a class that cannot be loaded here still gets one
+        return "path"
+    named = [p for p in params if p not in ("args", "kwargs")]
+    return named[0] if named else "path"
 
 
 def load_target(kind: str, name: str, target: str) -> Any:

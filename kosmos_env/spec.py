@@ -152,7 +152,7 @@ class EnvSpec:
         if not isinstance(action.get("clip", False), bool):
             raise SpecError("spec field 'action.clip' must be true or false")
 
-        reward = _validated_reward(data.get("reward"))
+        reward = _validated_reward(data.get("reward"), data["world"]["type"])
         if reward == DEFAULT_REWARD:
             # today's evaluation reward: the field is left out so that every hash published before
             # reward modes existed stays valid (``reward={"mode": "terminal"}`` is the same spec)
@@ -409,13 +409,22 @@ def _normalise_learned_tabletop(world: dict) -> None:
 
 
 DEFAULT_REWARD = {"mode": "terminal", "terminate_on_success": False}
+#: the step judge that ``reward.mode 'progress'`` uses when it names none, per world type: the frame
+#: classifier the training code uses on both tabletop worlds (the same settings written out, so the
+#: spec, and its hash, are those of ``{"mode": "progress", "step_judge": {"type": "vision_frame"}}``).
+#: It fills in only a progress reward that names no step judge, so no registered spec moves.
+DEFAULT_STEP_JUDGES: Mapping[str, Mapping[str, Any]] = {
+    "tabletop": {"type": "vision_frame"},
+    "tabletop_learned": {"type": "vision_frame"},
+}
 
 
-def _validated_reward(raw: Any) -> dict[str, Any]:
+def _validated_reward(raw: Any, world_type: str = "") -> dict[str, Any]:
     """The spec's ``reward`` section with every setting filled in; a bad one is a :class:`SpecError`.
 
     ``mode``: one of :data:`REWARD_MODES` (default ``terminal``). ``step_judge``: the judge that scores
-    each step's frame (``progress`` only; required there, e.g. ``{"type": "vision_frame"}``).
+    each step's frame (``progress`` only; default :data:`DEFAULT_STEP_JUDGES` of ``world_type``, and
+    required on a world with none, e.g. ``{"type": "vision_frame"}``).
     ``terminate_on_success``: end the episode (``terminated=True``) once the step signal has been at
     or above ``success_threshold`` (a probability in [0, 1], default 0.5) for ``success_patience``
     consecutive steps (default 1; a frame judge can see "success" for a step or two while the object
@@ -434,11 +443,12 @@ def _validated_reward(raw: Any) -> dict[str, Any]:
         raise SpecError(f"spec field 'reward.terminate_on_success' must be true or false, got {terminate!r}")
     out: dict[str, Any] = {"mode": mode, "terminate_on_success": terminate}
     if mode == "progress":
-        judge = raw.get("step_judge")
+        judge = raw.get("step_judge", DEFAULT_STEP_JUDGES.get(world_type))
         if not isinstance(judge, Mapping) or not isinstance(judge.get("type"), str):
             raise SpecError(
-                "reward.mode 'progress' needs reward.step_judge naming a judge that scores single "
-                'frames, e.g. {"type": "vision_frame"}'
+                f"reward.mode 'progress' needs reward.step_judge naming a judge that scores single frames, "
+                f'e.g. {{"type": "vision_frame"}} (the {world_type or "spec"!r} world has no default step judge; '
+                f"the tabletop worlds default to vision_frame)"
             )
         out["step_judge"] = copy.deepcopy(dict(judge))
     elif "step_judge" in raw:

@@ -65,6 +65,10 @@ def parse_policy_arg(arg: str) -> tuple[str, dict[str, Any]]:
     import json
 
     head, _, tail = arg.partition(":")
+    if head in POLICIES and tail and "=" not in tail and not all(p.isidentifier() for p in tail.split(".")):
+        # `ckpt:runs/x.safetensors`, `remote:http://host:8000`: a value whose key= was left out; kept
+        # whole so that resolving it names the setting to write (kosmos_env.plugins.resolve_class)
+        return arg, {}
     if tail and "=" not in tail.split(",")[0].split(":")[0]:  # module:Class[:k=v,...]
         cls, _, tail = tail.partition(":")
         head = f"{head}:{cls}"

@@ -123,6 +123,9 @@ def small_campaign(tmp_path_factory) -> Path:
                 "{out}",
             ],
         ),
+        # a flag's extra is named before any work: no campaign folder, no episode
+        ("wandb", ["eval", "--wandb", "--policy", "random", "--seeds", "1", "--out", "{out}"]),
+        ("ray", ["eval", "--executor", "ray", "--policy", "random", "--seeds", "1", "--out", "{out}"]),
     ],
 )
 def test_a_missing_extra_is_one_line_naming_it(core_install, small_campaign, tmp_path, extra, args):

@@ -71,6 +71,34 @@ def test_horizon_truncates_and_judges_last_step():
         env.unwrapped.step(NOOP)
 
 
+def test_a_time_limit_shorter_than_the_horizon_warns_once_and_horizon_judges():
+    """gymnasium's max_episode_steps cuts episodes off outside the env: unjudged, reward 0. The env
+    warns once (at the second cut-off episode of the same length) with the override that judges."""
+    import warnings
+
+    env = gymnasium.make("Kosmos-Tabletop-v1", max_episode_steps=3, image_size=(64, 64))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for episode in range(4):
+            env.reset(seed=episode)
+            for _ in range(3):
+                _, reward, terminated, truncated, info = env.step(NOOP)
+            assert truncated and not terminated and reward == 0.0 and "judgment" not in info
+        env.reset(seed=9)
+    cut_off = [str(w.message) for w in caught if "before the env's horizon" in str(w.message)]
+    assert len(cut_off) == 1 and "max_episode_steps=3" in cut_off[0] and "horizon=3" in cut_off[0], cut_off
+    # the override the warning names ends the episode in the env, which judges it, and says nothing
+    env = gymnasium.make("Kosmos-Tabletop-v1", horizon=3, image_size=(64, 64))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for episode in range(3):
+            env.reset(seed=episode)
+            for _ in range(3):
+                _, _, _, truncated, info = env.step(NOOP)
+            assert truncated and info["judgment"]["success"] is False
+    assert not [w for w in caught if "before the env's horizon" in str(w.message)]
+
+
 def test_deferred_judging_marks_pending():
     env = gymnasium.make("Kosmos-Tabletop-v1", image_size=(64, 64), horizon=2, defer_judging=True)
     env.reset(seed=0)

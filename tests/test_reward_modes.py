@@ -54,6 +54,20 @@ def test_default_reward_keeps_every_registered_hash_and_new_settings_change_it()
     )
 
 
+def test_progress_without_a_step_judge_takes_the_worlds_default_and_moves_no_registered_hash():
+    """Both tabletop worlds default to the frame classifier the training code uses; the filled-in spec
+    is the one that names it, so its hash is too, and specs without a progress reward are untouched."""
+    for env_id in ("Kosmos-Tabletop-v1", "Kosmos-TabletopLearned-v1"):
+        spec = load_spec(env_id)
+        bare = spec.with_overrides(reward={"mode": "progress"})
+        assert bare.reward["step_judge"] == {"type": "vision_frame"}
+        assert bare.hash == spec.with_overrides(reward=PROGRESS).hash != spec.hash
+    env = gymnasium.make("Kosmos-TabletopLearned-v1", reward={"mode": "progress"}, horizon=2)
+    _, info = env.reset(seed=3)
+    _, _, _, _, info = env.step(np.array([0, 0, 0, 0, 0, 0, 1], dtype=np.float32))
+    assert 0.0 <= info["progress"] <= 1.0
+
+
 def test_progress_reward_is_the_step_judges_potential_difference_on_the_learned_world():
     env = gymnasium.make("Kosmos-TabletopLearned-v1", reward=PROGRESS, horizon=12)
     steps = _episode(env, seed=5)
@@ -196,7 +210,7 @@ def test_a_discarded_episode_returns_nothing():
             {"reward": {"mode": "terminal", "terminate_on_success": True}},
             "needs a per-step success signal",
         ),
-        ("Kosmos-TabletopLearned-v1", {"reward": {"mode": "progress"}}, "needs reward.step_judge"),
+        ("Kosmos-Bridge-v1", {"reward": {"mode": "progress"}}, "'cosmos3' world has no default step judge"),
         (
             "Kosmos-TabletopLearned-v1",
             {"reward": {"mode": "oracle", "terminate_on_success": True}},

@@ -11,6 +11,10 @@ they cannot drift apart (an episode reopened by another process moves the bar ba
 
 Each newly discarded episode's reason (the gate's) is printed above the bar as it happens.
 
+The line fits 80 columns (a terminal's default width, and what a log file shows unwrapped): the
+bar is at most 80 wide, the campaign is named on the line printed above it rather than in the bar,
+and the postfix is :func:`postfix_text`, which leaves out outcomes that have not happened.
+
 Rate and ETA leave the warm-up out: the bar's clock restarts when this run's first episode
 finishes, so model loading (minutes for a real world model) is not read as the per-episode pace.
 """
@@ -23,6 +27,9 @@ import time
 
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
 
+#: the widest the progress line gets
+MAX_COLUMNS = 80
+
 
 class ProgressMonitor:
     """Reads the ledger's counts at most every ``min_interval`` seconds and moves the bar."""
@@ -30,7 +37,7 @@ class ProgressMonitor:
     def __init__(
         self,
         out_dir: str | os.PathLike,
-        desc: str = "campaign",
+        desc: str = "",
         enabled: bool = True,
         min_interval: float = 0.2,
         two_stage: bool = False,
@@ -50,6 +57,8 @@ class ProgressMonitor:
             row["episode_id"] for row in self.ledger.episodes("done") if row["outcome"] == "discarded"
         }
         if enabled:
+            import shutil
+
             from tqdm import tqdm
 
             self.bar = tqdm(
@@ -58,7 +67,8 @@ class ProgressMonitor:
                 desc=desc,
                 unit="ep",
                 file=sys.stderr,
-                dynamic_ncols=True,
+                # never wider than 80 columns, nor than the terminal; tqdm shortens the bar to fit
+                ncols=min(shutil.get_terminal_size((MAX_COLUMNS, 24)).columns, MAX_COLUMNS),
                 smoothing=0.1,
             )
             self._postfix(counts)
@@ -100,13 +110,29 @@ class ProgressMonitor:
             tqdm.write(line, file=sys.stderr)
 
     def _postfix(self, counts) -> None:
-        self.bar.set_postfix(stage_postfix(counts, self.two_stage), refresh=False)
+        self.bar.set_postfix_str(postfix_text(stage_postfix(counts, self.two_stage)), refresh=False)
 
     def close(self) -> None:
         self.refresh(force=True)
         if self.bar is not None:
             self.bar.close()
         self.ledger.close()
+
+
+def postfix_text(fields: dict[str, int]) -> str:
+    """The postfix of :func:`stage_postfix`'s fields, short enough for an 80-column line: ``3 ok,
+    2 fail, 1 discarded``. Successes and failures always show; errored, discarded and abstained
+    episodes once there are some (the run's closing table counts every outcome). The queue of pending and rolling-out episodes is the bar's own
+    count (total minus done), so it is not repeated; a two-stage run adds the judge stage's queues,
+    ``| 4 to judge, 2 judging``."""
+    text = ", ".join(
+        [f"{fields['success']} ok", f"{fields['failure']} fail"]
+        # errors first: where a long line is cut at 80 columns, the rarest news is what goes
+        + [f"{fields[key]} {key}" for key in ("errors", "discarded", "abstained") if fields[key]]
+    )
+    if "await_judge" in fields:
+        text += f" | {fields['await_judge']} to judge, {fields['judging']} judging"
+    return text
 
 
 def discard_reason(gate: dict | None) -> str:

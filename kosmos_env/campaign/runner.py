@@ -92,7 +92,6 @@ def run_campaign(
         run_id = ledger.start_run(owner, executor.name, executor.workers, argv)
     monitor = ProgressMonitor(
         out_dir,
-        desc=f"{config.env_id} {config.campaign_id}",
         enabled=progress,
         two_stage=bool(getattr(executor, "judge_workers", 0)),
     )

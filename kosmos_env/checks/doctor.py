@@ -13,6 +13,11 @@ For an env with a Cosmos 3 world (``Kosmos-Bridge-v1``) the doctor checks, in or
 8. the judge readiness check (:mod:`kosmos_env.checks.judge_readiness`).
 
 Each check ends ``ok``, ``FAIL`` (with the fix) or ``skip`` (with why: e.g. no weights to time).
+A missing weight is listed once, under "weights on disk"; the checks that would load it are
+skipped and point there. The doctor is offline by default: it checks what is on this disk, with
+``HF_HUB_OFFLINE=1`` while it runs, so a missing model is reported at once instead of after the
+Hugging Face Hub times out; ``online=True`` (``kosmos-env doctor --online``) lets the loaders reach
+the Hub (a judge named by model id then checks its revision there).
 The doctor fails (exit status 1) when any check fails. With ``tiny=True`` the world and judge
 are the tiny random models of :mod:`kosmos_env.testing` and a CPU is enough: every step runs,
 and the readiness check's expected "not ready" is reported, not counted as a failure.
@@ -21,8 +26,9 @@ and the readiness check's expected "not ready" is reported, not counted as a fai
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -130,7 +136,7 @@ def check_weights_present(spec: Any, weights_path: str | None, judge_spec: dict[
             "weights on disk",
             "FAIL",
             f"{len(problems)} missing: " + "; ".join(problems),
-            fix="download each as shown and point the env at it (the hf download lines above)",
+            fix="download each as listed (its hf download command) and point the env at it as shown",
         )
     return Check("weights on disk", "ok", "every weight the world and the judge need is on disk")
 
@@ -360,6 +366,34 @@ def time_judge(judge_spec: dict[str, Any], image_size) -> tuple[Check, Any]:
     ), judge
 
 
+@contextmanager
+def _hub_access(online: bool) -> Iterator[None]:
+    """Offline unless ``online``: ``HF_HUB_OFFLINE=1`` while the checks run (and huggingface_hub's
+    own flag, which it reads once at import, when it is already imported); restored afterwards."""
+    if online:
+        yield
+        return
+    import os
+    import sys
+
+    saved = {k: os.environ.get(k) for k in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    constants = sys.modules.get("huggingface_hub.constants")
+    saved_flag = getattr(constants, "HF_HUB_OFFLINE", None)
+    os.environ.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        if constants is not None:
+            constants.HF_HUB_OFFLINE = saved_flag
+
+
 def run_doctor(
     env_id: str = "Kosmos-Bridge-v1",
     tiny: bool = False,
@@ -367,8 +401,21 @@ def run_doctor(
     judge_spec: dict[str, Any] | None = None,
     spec: Any = None,
     free_bytes: Callable[[str], tuple[int, int]] | None = None,
+    online: bool = False,
 ) -> DoctorReport:
     """Run every check for ``env_id`` (or the given ``spec``); see the module docstring."""
+    with _hub_access(online):
+        return _run_checks(env_id, tiny, weights_path, judge_spec, spec, free_bytes)
+
+
+def _run_checks(
+    env_id: str,
+    tiny: bool,
+    weights_path: str | None,
+    judge_spec: dict[str, Any] | None,
+    spec: Any,
+    free_bytes: Callable[[str], tuple[int, int]] | None,
+) -> DoctorReport:
     from kosmos_env.spec import load_spec
 
     spec = spec if spec is not None else load_spec(env_id)
@@ -403,12 +450,21 @@ def run_doctor(
         )
     report.checks.append(versions)
     report.checks.append(check_weights_present(spec, weights_path, judge_spec))
+    # each missing weight is listed once, in the check above; the checks that would load it point there
+    from kosmos_env.required_weights import missing_weights
+
+    world_kwargs = {"weights_path": weights_path} if weights_path else None
+    world_missing = bool(missing_weights(spec, world_kwargs, judge={}))
+    judge_missing = bool(missing_weights(spec, world_kwargs, judge_spec, check_world=False))
+    listed = "not on disk (listed under 'weights on disk' above)"
     world_path = None
     if spec.world.get("type") == "cosmos3":
         from kosmos_env.worlds.cosmos3 import _validated_config
 
         cfg = _validated_config(spec)
-        wcheck, world_path = check_weights(cfg, weights_path)
+        wcheck, world_path = (
+            (Check("world weights", "skip", listed), None) if world_missing else check_weights(cfg, weights_path)
+        )
         report.checks.extend(check_device(cfg, world_path, tiny, free_bytes))
         report.checks.append(check_stats(spec))
         report.checks.append(check_frames(spec))
@@ -430,6 +486,8 @@ def run_doctor(
                 f"the {judge_spec.get('type')!r} judge does not read video: the readiness videos do not apply to it",
             )
         )
+    elif judge_missing:
+        report.checks.append(Check("judge call", "skip", f"not run: the judge's weights are {listed}"))
     elif report.checks[0].status != "FAIL":
         try:
             jcheck, judge = time_judge(judge_spec, spec.image_size)

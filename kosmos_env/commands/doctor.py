@@ -13,7 +13,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "the weights (path, revision, file hashes), diffusers/transformers versions, the action statistics "
         "and initial frames, one timed world call and one judge call (cold and warm) and the judge "
         "readiness check. Every failure names its fix; the exit status is 1 when a real run would fail. "
-        "--tiny runs every step with tiny random models on CPU.",
+        "--tiny runs every step with tiny random models on CPU. Offline unless --online.",
     )
     p.add_argument("--env", default="Kosmos-Bridge-v1", help="registered env id (default: %(default)s)")
     p.add_argument(
@@ -29,7 +29,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="use tiny random Cosmos 3 and Qwen-VL models (built once in ~/.cache/kosmos-env): checks the "
         "install end to end on CPU; outputs mean nothing",
     )
+    p.add_argument(
+        "--online",
+        action="store_true",
+        help="let the checks reach the Hugging Face Hub (a judge named by model id then checks its revision "
+        "there); by default the doctor is offline (HF_HUB_OFFLINE=1 while it runs) and checks what is on disk",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 
@@ -41,6 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.spec import load_spec
 
     judge = parse_judge(args.judge, load_spec(args.env).judge) if args.judge else None
-    report = run_doctor(args.env, tiny=args.tiny, weights_path=args.weights, judge_spec=judge)
+    report = run_doctor(args.env, tiny=args.tiny, weights_path=args.weights, judge_spec=judge, online=args.online)
     print(json.dumps(report.to_dict(), indent=1) if args.json else report.format())
     return 0 if report.ok else 1

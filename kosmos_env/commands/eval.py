@@ -187,6 +187,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "videos, the episode table and per-policy summaries to W&B (project PROJECT, default "
         "kosmos-env; honours WANDB_MODE=offline)",
     )
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 
@@ -205,6 +208,15 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.utils.fileio import check_writable_path
     from kosmos_env.utils.seed_ranges import evaluation_start, overlap_line
 
+    from kosmos_env.errors import missing_extra_line
+
+    # an optional package a flag needs is named before any work (a missing wandb would otherwise
+    # surface after the campaign as a logger error, a missing Ray as a traceback)
+    needs = [("wandb", "--wandb")] if args.wandb else []
+    needs += [("ray", "--executor ray")] if args.executor == "ray" else []
+    missing = [line for module, who in needs if (line := missing_extra_line(module, who))]
+    if missing:
+        raise RuntimeError("; ".join(missing))
     tasks = [t for item in args.tasks or ["all"] for t in item.split(",") if t]
     if getattr(args, "tiny", False):
         from kosmos_env.testing.tiny_run import apply_tiny
@@ -221,6 +233,7 @@ def run(args: argparse.Namespace) -> int:
     if args.registration and args.control:
         raise ValueError("--control runs a different world than the registered one; run it without --registration")
     check_writable_path(args.out)  # a file or read-only folder fails here, in one line (nothing is created)
+    resumed = ""  # why the seeds are not the default ones, when they were taken from the folder
     if args.registration:
         from kosmos_env.registration import bind_registration, load_registration, registered_config
 
@@ -254,12 +267,7 @@ def run(args: argparse.Namespace) -> int:
             spec_overrides=control_overrides(args.control),
             seed_offset=seed_offset,
         )
-        overlap = overlap_line(config.seeds)
-        if overlap:  # said once, before any work; results.json records it too (campaign.seed_provenance)
-            overlap += f"; evaluation seeds start at --seed-offset {evaluation_start()}"
-        note = "; ".join(x for x in (resumed, overlap) if x)
-        if note:
-            print(f"kosmos-env eval: note: {note}", file=sys.stderr)
+
     # nothing is written to --out before these checks pass: a refused campaign leaves no run folder
     check_weights(config)  # every missing world and judge weight, named at once
     check_lockstep(config, args.lockstep)  # before building policies: one that cannot run side by side is refused
@@ -282,6 +290,12 @@ def run(args: argparse.Namespace) -> int:
         bind_registration(args.out, config, registration)
         print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
     executor = make_executor(args.workers, args.executor, judge_workers=args.judge_workers, **ray_options)
+    overlap = overlap_line(config.seeds)
+    if overlap:  # said once as the campaign starts; results.json records it too (campaign.seed_provenance)
+        overlap += f"; evaluation seeds start at --seed-offset {evaluation_start()}"
+    note = "; ".join(x for x in (resumed, overlap) if x)
+    if note:
+        print(f"kosmos-env eval: note: {note}", file=sys.stderr)
     settings = WorkSettings(
         lease_seconds=args.lease_seconds,
         max_attempts=args.max_attempts,

@@ -90,6 +90,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json-out", dest="json_out", default=None, metavar="FILE", help="also write every number to FILE")
     p.add_argument("--strict", action="store_true", help="exit 1 when an acceptance criterion fails")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -34,6 +34,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--batch-size", type=int, default=8, help="rollouts per judge batch (default 8)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

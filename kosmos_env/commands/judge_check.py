@@ -26,6 +26,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         "--tiny", action="store_true", help="check the tiny random Qwen-VL judge (runs on CPU; reports not ready)"
     )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -53,6 +53,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="print the current spec hash (with the protocol's overrides) and policy content hashes the "
         "protocol must declare, then stop (writes nothing)",
     )
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

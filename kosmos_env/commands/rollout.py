@@ -49,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="output directory for MP4s and summary.json")
     p.add_argument("--no-video", action="store_true", help="skip writing MP4s")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -60,11 +60,27 @@ def run(args: argparse.Namespace) -> int:
         raise RuntimeError(
             f"the console needs the console extra ({exc.name} is missing): pip install 'kosmos-env[console]'"
         ) from None
-    serve(
-        args.dirs or [Path("runs")],
-        host=args.host,
-        port=args.port,
-        allow_remote=args.allow_remote,
-        reference=args.reference,
-    )
+    try:
+        serve(
+            args.dirs or [Path("runs")],
+            host=args.host,
+            port=args.port,
+            allow_remote=args.allow_remote,
+            reference=args.reference,
+        )
+    except RuntimeError as exc:
+        # the bind's OSError rides along as the context of the server's one-line error
+        if _port_in_use(exc):
+            raise RuntimeError(
+                f"{exc}: another program holds it (a second `kosmos-env serve`?); give --port 0 to take a "
+                f"free port (the console prints its address)"
+            ) from None
+        raise
     return 0
+
+
+def _port_in_use(exc: BaseException) -> bool:
+    import errno
+
+    context = exc.__cause__ or exc.__context__
+    return isinstance(context, OSError) and context.errno == errno.EADDRINUSE

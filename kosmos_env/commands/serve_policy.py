@@ -52,6 +52,9 @@ def add_parser(subparsers) -> None:
         help="seconds without a request after which a session is ended (default 300)",
     )
     p.add_argument("--quiet", action="store_true", help="do not log each request")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

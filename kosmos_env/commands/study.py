@@ -55,6 +55,9 @@ def add_parser(subparsers) -> None:
         "running them; the registration in DIR, if any, is checked and kept",
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -166,6 +166,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--quiet", action="store_true", help="no progress bars")
     p.error = _one_line_error(p)
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 
@@ -306,29 +309,19 @@ def _tensorboard_dir(args) -> Path | None:
 def _missing_extras(args) -> list[str]:
     """One line per package the chosen stage and flags need that is not installed (checked before
     anything runs: a missing stable-baselines3 would otherwise surface after demos and cloning)."""
-    import importlib.util
+    from kosmos_env.errors import missing_extra_line
 
-    from kosmos_env.errors import install_hint
-
-    needs = []  # (module, distribution, extra, who needs it)
+    needs = []  # (module, who needs it, the extra that brings it)
     if args.stage in ("ppo", "both"):
         needs += [
-            ("stable_baselines3", "stable-baselines3", "rl", f"--stage {args.stage} (PPO)"),
-            ("matplotlib", "matplotlib", "rl", f"--stage {args.stage} (the learning curve)"),
+            ("stable_baselines3", f"--stage {args.stage} (PPO)", "rl"),
+            ("matplotlib", f"--stage {args.stage} (the learning curve)", "rl"),
         ]
     if args.tensorboard is not None:
-        needs.append(("tensorboard", "tensorboard", "tensorboard", "--tensorboard"))
+        needs.append(("tensorboard", "--tensorboard", "tensorboard"))
     if args.wandb is not None:
-        needs.append(("wandb", "wandb", "wandb", "--wandb"))
-    lines = []
-    for module, dist, extra, who in needs:
-        try:
-            found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package that fails to import, a module set to None
-            found = False
-        if not found:
-            lines.append(f"{dist} is not installed; {who} needs it (the '{extra}' extra): {install_hint(extra)}")
-    return lines
+        needs.append(("wandb", "--wandb", "wandb"))
+    return [line for module, who, extra in needs if (line := missing_extra_line(module, who, extra))]
 
 
 def _check(args) -> str | None:

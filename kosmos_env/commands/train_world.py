@@ -94,6 +94,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out-dir", default="learned_tabletop", help="where the .safetensors files go")
     p.add_argument("--error-report", default=None, help="also write the held-out error table here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -69,6 +69,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--json", action="store_true", help="print the diagnostics as JSON instead of lines")
     p.add_argument("--out", type=Path, default=None, metavar="FILE.json", help="also write the diagnostics here")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -40,6 +40,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="with --replay: do not re-run the campaign's policies (by default each replayed episode's "
         "policy is rebuilt and must take the stored actions)",
     )
+    from kosmos_env.plugins import add_global_flag_hints
+
+    add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
     p.set_defaults(func=run)
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from kosmos_env.campaign.design import make_config
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger
-from kosmos_env.campaign.progress import ProgressMonitor, discard_reason, stage_postfix
+from kosmos_env.campaign.progress import ProgressMonitor, discard_reason, postfix_text, stage_postfix
 
 
 def _config():
@@ -64,6 +64,33 @@ def test_progress_counts_add_up_and_a_discard_prints_its_reason(tmp_path, capsys
     assert again.done_before == 3 and again.bar.n == 3
     again.close()
     assert "discarded:" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("columns", ["200", "60"])
+def test_the_progress_line_fits_80_columns_and_the_terminal(tmp_path, capsys, monkeypatch, columns):
+    monkeypatch.setenv("COLUMNS", columns)  # what shutil.get_terminal_size reads first
+    with Ledger(tmp_path / LEDGER_NAME) as ledger:
+        ledger.initialise(_config())
+        _finish(ledger, "success")
+        _finish(ledger, "failure")
+        _finish(ledger, "error")
+    monitor = ProgressMonitor(tmp_path, enabled=True, min_interval=0.0)
+    monitor.refresh(force=True)
+    line = str(monitor.bar)
+    monitor.close()
+    drawn = [part for part in capsys.readouterr().err.replace("\r", "\n").splitlines() if part.strip()]
+    width = min(int(columns), 80)
+    assert drawn and all(len(part) <= width for part in drawn), [len(p) for p in drawn]
+    assert len(line) <= width and "3/4" in line
+    if width == 80:  # a campaign of the README's size shows every field, nothing cut off
+        assert line.rstrip().endswith("1 ok, 1 fail, 1 errors]"), line
+    # a two-stage campaign adds the judge stage's queues; zero counts of rare outcomes stay out
+    assert postfix_text(stage_postfix(_counts(), two_stage=True)) == "2 ok, 1 fail | 3 to judge, 1 judging"
+
+
+def _counts() -> dict:
+    zero = dict.fromkeys(("success", "failure", "discarded", "abstained", "error", "pending", "rolling_out"), 0)
+    return {**zero, "success": 2, "failure": 1, "rolled_out": 3, "judging": 1}
 
 
 def test_discard_reason_in_words():

@@ -93,10 +93,44 @@ def test_doctor_without_weights_on_cpu_reports_what_is_missing(monkeypatch, tmp_
     assert lines["packages"].startswith("[ok")
     assert lines["action statistics"].startswith("[ok") and "5eee9ed5" in lines["action statistics"]
     assert lines["initial frames"].startswith("[ok") and "3 task(s)" in lines["initial frames"]
-    assert lines["world weights"].startswith("[FAIL") and "hf download nvidia/Cosmos3-Nano" in out
-    assert lines["judge call"].startswith("[FAIL") and "KOSMOS_VLM_JUDGE_PATH" in out
+    # each missing weight is listed once, under "weights on disk"; the checks that would load it point there
+    assert lines["weights on disk"].startswith("[FAIL") and "2 missing" in lines["weights on disk"]
+    assert out.count("hf download nvidia/Cosmos3-Nano") == 1 and out.count("hf download nvidia/Cosmos-Reason1-7B") == 1
+    assert out.count("KOSMOS_VLM_JUDGE_PATH") == 1
+    assert lines["world weights"].startswith("[skip") and "listed under 'weights on disk'" in lines["world weights"]
+    assert lines["judge call"].startswith("[skip") and "listed under 'weights on disk'" in lines["judge call"]
     assert lines["world call"].startswith("[skip") and lines["judge readiness"].startswith("[skip")
     assert "RESULT: a real run would fail" in out
+
+
+@requires_extra("models")
+def test_doctor_is_offline_unless_asked(monkeypatch):
+    """While the checks run, HF_HUB_OFFLINE is set (and huggingface_hub's own flag, read at its import),
+    and both are restored after; --online leaves them as they were."""
+    import os
+
+    import huggingface_hub.constants as hub_constants
+
+    from kosmos_env.checks import doctor
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    monkeypatch.setattr(hub_constants, "HF_HUB_OFFLINE", False)
+    seen = []
+    real = doctor.check_stats
+
+    def check_stats_seeing_the_hub_setting(spec):
+        seen.append((os.environ.get("HF_HUB_OFFLINE"), hub_constants.HF_HUB_OFFLINE))
+        return real(spec)
+
+    monkeypatch.setattr(doctor, "check_stats", check_stats_seeing_the_hub_setting)
+    doctor.run_doctor("Kosmos-Bridge-v1")
+    doctor.run_doctor("Kosmos-Bridge-v1", online=True)
+    assert seen == [("1", True), (None, False)]
+    assert "HF_HUB_OFFLINE" not in os.environ and hub_constants.HF_HUB_OFFLINE is False
+    from kosmos_env.cli import build_parser
+
+    assert build_parser().parse_args(["doctor", "--online"]).online is True
 
 
 @pytest.mark.slow
