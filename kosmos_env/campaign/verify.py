@@ -29,8 +29,8 @@ What is checked (each failure is named in :attr:`VerifyReport.problems`):
   deterministic, is re-run on every episode's stored actions, robot log and frames (the state
   judge on the ground truth the stored log records), as is every other deterministic judge whose
   verdicts ``kosmos-env judge`` filed; ``replay`` replays a seeded sample of episodes from their
-  stored actions and seed on a simulator world (actions, log, frames and video bit for bit) and
-  re-runs their policies.
+  stored actions and seed on a simulator world (actions, log and frames bit for bit, the video's
+  decoded frames within :data:`kosmos_env.utils.video.MIN_LUMA_PSNR_DB`) and re-runs their policies.
 
 So a ledger edited by hand is caught even after ``kosmos-env eval`` rebuilt the bundle from
 it, even when the outcome, score, judgment and ground truth were all edited to agree: the
