@@ -11,6 +11,13 @@ With judging as its own stage (``eval --judge-workers N``) a worker here is a *r
 worker: it never loads the judge, and files each rolled-out episode (record, artifacts and the
 exact frames the judge is to see) for the judge workers of :mod:`kosmos_env.campaign.judge_stage`.
 Gate discards need no judge and are recorded at once.
+
+Videos are written off the rollout's path: :func:`work` hands each episode's frames to a writer
+thread (:meth:`EpisodeRunner.run_video_later`), runs the next episode meanwhile, and records an
+episode only once its MP4 is stored under its hash, its lease renewed until then. A writer error
+is the episode's recorded failure (retried like any other), a stop or cancel records the episode
+in hand before the worker leaves, and a killed worker leaves that episode leased and unrecorded
+(run again when its lease expires): no ledger row ever names a video that is not stored.
 """
 
 from __future__ import annotations
@@ -19,7 +26,8 @@ import os
 import threading
 import time
 import traceback
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
@@ -51,6 +59,10 @@ class WorkSettings:
     # take up to judge_batch of them at a time (0: as many as the judge batches itself)
     judge_stage: bool = False
     judge_batch: int = 0
+    # each episode's MP4 is encoded on a writer thread while the worker runs its next episode, and the
+    # episode is recorded once the video is stored (False: stored before the episode is recorded, as the
+    # lockstep and Ray workers do)
+    video_thread: bool = True
 
 
 class StagedJudge:
@@ -112,6 +124,7 @@ class EpisodeRunner:
         self.fps = float(base.kosmos_spec.render_fps * base.world.frames_per_action)
         self._policies: dict[tuple[str, int], Any] = {}
         self._refs = {p.label: p for p in config.policies}
+        self._writer: ThreadPoolExecutor | None = None  # the video writer thread (run_video_later), built on first use
 
     def policy(self, label: str, lane: int = 0):
         """The warm policy for ``label`` (built on first use; its content hash checked in the ledger).
@@ -156,6 +169,32 @@ class EpisodeRunner:
         ``episode``: the EpisodeResult of ``key`` already run elsewhere (the lockstep worker runs
         several side by side), then only judging and storing happen here; ``started`` is the
         ``perf_counter`` time its ``total`` counts from."""
+        record, artifacts, _ = self._run(key, episode, started, video_later=False)
+        return record, artifacts
+
+    def run_video_later(self, key: EpisodeKey) -> "PendingEpisode":
+        """Run ``key`` like :meth:`run`, but hand its video to this runner's writer thread: the
+        episode comes back before its MP4 is written, and :meth:`PendingEpisode.complete` waits for
+        it (the caller runs the next episode meanwhile)."""
+        record, artifacts, video = self._run(key, None, None, video_later=True)
+        return PendingEpisode(key, record, artifacts, video)
+
+    def _video_writer(self) -> ThreadPoolExecutor:
+        # one thread: videos are stored in the order the episodes ran, and at most one encodes beside
+        # the worker's own rollout (PyAV encodes without holding the GIL)
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kosmos-video-writer")
+        return self._writer
+
+    def _store_video(self, frames: Any) -> tuple[str, str, int, float]:
+        """The writer thread's job: the stored video's (sha256, relpath, size) and its seconds."""
+        t0 = time.perf_counter()
+        sha, rel, size = self.store.put_video(frames, self.fps)
+        return sha, rel, size, time.perf_counter() - t0
+
+    def _run(
+        self, key: EpisodeKey, episode: Any, started: float | None, video_later: bool
+    ) -> tuple[dict[str, Any], list[tuple[str, str, int, str]], "Future | None"]:
         from kosmos_env.rollouts import run_episode
 
         # a first use builds the policy: a load, not this episode's seconds
@@ -180,9 +219,17 @@ class EpisodeRunner:
         rollout = result.rollout
         artifacts = []
         video = None
+        video_job = None
         if self.config.video and len(rollout.frames):
-            sha, video, size = self.store.put_video(rollout.frames, self.fps)
-            artifacts.append((sha, video, size, "video"))
+            # "video": the seconds this episode waited for its MP4 (part of "io"; kept in the ledger,
+            # bench/time_breakdown.py --video-writers reads it)
+            t_video = time.perf_counter()
+            if video_later:  # rollouts return fresh frame arrays: the writer thread may keep this one
+                video_job = self._video_writer().submit(self._store_video, rollout.frames)
+            else:
+                sha, video, size = self.store.put_video(rollout.frames, self.fps)
+                artifacts.append((sha, video, size, "video"))
+            timings["video"] = time.perf_counter() - t_video
         sha, actions, size = self.store.put_bytes(npy_bytes(rollout.actions), "npy")
         artifacts.append((sha, actions, size, "actions"))
         log = None
@@ -219,15 +266,55 @@ class EpisodeRunner:
         }
         if staged is not None:
             record["staged"] = staged
-        return record, artifacts
+        return record, artifacts, video_job
 
     def close(self) -> None:
+        """Wait for the writer thread's last video, then close the policies and the env."""
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
         for pol in self._policies.values():
             try:
                 pol.close()
             except Exception:  # closing must not hide the campaign's result
                 pass
         self.env.close()
+
+
+@dataclass
+class PendingEpisode:
+    """An episode run to the end whose video the writer thread may still be storing.
+
+    ``heartbeat``: the lease renewal of ``key``, kept running until the episode is recorded."""
+
+    key: EpisodeKey
+    record: dict[str, Any]
+    artifacts: list[tuple[str, str, int, str]]
+    video: "Future | None" = None
+    heartbeat: "Heartbeat | None" = field(default=None, repr=False)
+
+    def complete(self) -> tuple[dict[str, Any], list[tuple[str, str, int, str]]]:
+        """Wait for the video and return the record and artifacts that name it; raises what the
+        writer raised (the caller records it as the episode's failure)."""
+        if self.video is not None:
+            t0 = time.perf_counter()
+            try:
+                sha, rel, size, writer_seconds = self.video.result()
+            finally:
+                waited = time.perf_counter() - t0
+                timings = self.record["timings"]
+                for stage in ("video", "io", "total"):  # waiting for it is this episode's time
+                    timings[stage] = float(timings.get(stage, 0.0)) + waited
+            timings["video_writer"] = writer_seconds  # the writer thread's own seconds, beside the rollouts
+            self.record["video"] = rel
+            self.artifacts.insert(0, (sha, rel, size, "video"))
+            self.video = None
+        return self.record, self.artifacts
+
+    def stop_heartbeat(self) -> None:
+        if self.heartbeat is not None:
+            self.heartbeat.stop()
+            self.heartbeat = None
 
 
 def campaign_provenance(config: CampaignConfig, world: Mapping[str, Any], judge: Mapping[str, Any]) -> dict[str, Any]:
@@ -270,10 +357,16 @@ class Heartbeat:
         self._thread = threading.Thread(target=self._loop, name=f"lease:{episode_id}", daemon=True)
 
     def __enter__(self) -> "Heartbeat":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> "Heartbeat":
         self._thread.start()
         return self
 
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
 
@@ -392,6 +485,9 @@ def work(
     A cancel recorded in the ledger (:mod:`kosmos_env.campaign.control`) stops the loop before
     the next claim.
     The env and models are built on the first claim, so an idle worker costs nothing.
+    With ``settings.video_thread`` an episode's video is written while the next episode runs, and
+    the episode is recorded after that one (or before the worker waits or leaves), once its video
+    is stored; a failed video write is recorded as the episode's failed attempt.
     (``settings.lockstep`` > 1 is :func:`kosmos_env.campaign.lockstep.work_lockstep`; executors
     choose through :func:`kosmos_env.campaign.lockstep.run_worker`.)
     """
@@ -400,12 +496,40 @@ def work(
     runner: EpisodeRunner | None = None
     finished = 0
     infra_in_a_row = 0
+    pending: PendingEpisode | None = None  # run to the end, its video still being written
+
+    def failed(key: EpisodeKey, exc: Exception) -> None:
+        nonlocal infra_in_a_row
+        if not record_failure(ledger, key, owner, exc, settings, on_episode):
+            infra_in_a_row = 0
+            return
+        infra_in_a_row += 1
+        pause_after_infrastructure_failure(infra_in_a_row, exc, settings, stop)
+
+    def finish() -> None:
+        """Record the pending episode once its video is stored (its lease renewed until then)."""
+        nonlocal pending, finished
+        if pending is None:
+            return
+        done, pending = pending, None
+        try:
+            try:
+                record, artifacts = done.complete()
+            except Exception as exc:  # the writer's error: this episode's failed attempt, never lost
+                failed(done.key, exc)
+                return
+            if record_episode(ledger, done.key, owner, record, artifacts, on_episode):
+                finished += 1
+        finally:
+            done.stop_heartbeat()
+
     try:
         while stop is None or not stop.is_set():
             if cancel_requested(ledger):  # checked between episodes only: a running one finishes first
                 break
             key = ledger.claim(owner, settings.lease_seconds, settings.max_attempts)
             if key is None:
+                finish()  # no next episode to run beside its video: record it now
                 if wait_for_work(ledger, settings):
                     continue
                 break
@@ -415,23 +539,37 @@ def work(
                 except BaseException:
                     ledger.release(key.episode_id, owner)  # not the episode's fault: no attempt used
                     raise
-            with Heartbeat(path, key.episode_id, owner, settings.lease_seconds):
-                try:
-                    record, artifacts = runner.run(key)
-                except ConfigMismatchError:
-                    ledger.release(key.episode_id, owner)
-                    raise  # a changed policy is a campaign-level error, not an episode's
-                except Exception as exc:
-                    if not record_failure(ledger, key, owner, exc, settings, on_episode):
-                        infra_in_a_row = 0
-                        continue
-                    infra_in_a_row += 1
-                    pause_after_infrastructure_failure(infra_in_a_row, exc, settings, stop)
-                    continue
+            heartbeat = Heartbeat(path, key.episode_id, owner, settings.lease_seconds).start()
+            try:
+                if settings.video_thread:
+                    ran = runner.run_video_later(key)
+                else:
+                    ran = PendingEpisode(key, *runner.run(key))
+            except ConfigMismatchError:
+                heartbeat.stop()
+                ledger.release(key.episode_id, owner)
+                raise  # a changed policy is a campaign-level error, not an episode's
+            except Exception as exc:
+                heartbeat.stop()
+                finish()
+                failed(key, exc)
+                continue
+            except BaseException:
+                heartbeat.stop()
+                raise
+            ran.heartbeat = heartbeat
             infra_in_a_row = 0
-            if record_episode(ledger, key, owner, record, artifacts, on_episode):
-                finished += 1
+            finish()  # the episode before: its video was written while this one ran
+            pending = ran
+            if not settings.video_thread:
+                finish()
+        finish()
     finally:
+        if pending is not None:  # leaving on an error: the episode in hand is still recorded if it can be
+            try:
+                finish()
+            except Exception:  # noqa: BLE001 - the error that ended the loop is the one to raise; the
+                pass  # episode stays leased and unrecorded, and runs again when its lease expires
         if runner is not None:
             runner.close()
         ledger.close()

@@ -1,0 +1,118 @@
+"""The campaign worker writes each episode's video on a writer thread while it runs the next episode
+(issue 42, item 3): an episode is recorded only once its video is stored, a writer error is the
+episode's recorded (and retried) failure, an error that ends the worker still records the episode
+in hand, and the stored videos are the same files, under the same hashes, as without the thread."""
+
+from __future__ import annotations
+
+import pytest
+
+from kosmos_env.campaign import make_config, run_campaign, verify_campaign
+from kosmos_env.campaign.artifacts import ArtifactStore
+from kosmos_env.campaign.executors import InProcessExecutor
+from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
+from kosmos_env.campaign.runner import open_campaign
+from kosmos_env.campaign.worker import EpisodeRunner, WorkSettings, work
+
+
+def _config(seeds: int = 3):
+    return make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=seeds,
+        image_size=(64, 64),
+        video=True,
+    )
+
+
+def _rows(out) -> list[dict]:
+    with Ledger(out / LEDGER_NAME, create=False) as ledger:
+        return ledger.episodes()
+
+
+def test_an_episode_is_recorded_only_once_its_video_is_stored(tmp_path, monkeypatch):
+    out = tmp_path / "thread"
+    at_record: list[tuple[str, bool]] = []
+    complete = Ledger.complete
+
+    def checked(self, episode_id, owner, record, artifacts):
+        at_record.append((record["video"], bool(record["video"]) and (out / record["video"]).is_file()))
+        return complete(self, episode_id, owner, record, artifacts)
+
+    monkeypatch.setattr(Ledger, "complete", checked)
+    run_campaign(_config(), out, InProcessExecutor(), WorkSettings(), progress=False)
+    assert len(at_record) == 3 and all(stored for _, stored in at_record), at_record
+    rows = _rows(out)
+    assert all(r["status"] == "done" and r["outcome"] == "success" for r in rows)
+    # the video was written on the writer thread (its seconds filed), and waiting for it is part of io
+    assert all("video_writer" in r["timings"] and r["timings"]["io"] >= r["timings"]["video"] for r in rows)
+    assert verify_campaign(out).ok
+
+    # without the thread: the same videos, byte for byte, under the same names
+    monkeypatch.setattr(Ledger, "complete", complete)
+    inline = tmp_path / "inline"
+    run_campaign(_config(), inline, InProcessExecutor(), WorkSettings(video_thread=False), progress=False)
+    inline_rows = _rows(inline)
+    assert [r["video"] for r in inline_rows] == [r["video"] for r in rows]
+    assert not any("video_writer" in r["timings"] for r in inline_rows)
+    assert ArtifactStore(inline).files() == ArtifactStore(out).files()
+
+
+def test_a_failed_video_write_is_the_episodes_failed_attempt(tmp_path, monkeypatch):
+    put_video = ArtifactStore.put_video
+    calls = []
+
+    def fails_once(self, frames, fps):
+        calls.append(len(frames))
+        if len(calls) == 2:  # the second episode's video: on the writer thread, while the third runs
+            raise RuntimeError("the encoder crashed (test)")
+        return put_video(self, frames, fps)
+
+    monkeypatch.setattr(ArtifactStore, "put_video", fails_once)
+    out = tmp_path / "c"
+    results = run_campaign(_config(), out, InProcessExecutor(), WorkSettings(max_attempts=2), progress=False)
+    assert len(calls) == 4  # three episodes, one of them twice
+    assert [e["outcome"] for e in results["per_episode"]] == ["success"] * 3
+    assert sorted(e["attempts"] for e in results["per_episode"]) == [1, 1, 2]
+    with Ledger(out / LEDGER_NAME, create=False) as ledger:
+        errors = [a["error"] for a in ledger.attempts() if a["error"]]
+    assert len(errors) == 1 and "the encoder crashed (test)" in errors[0] and "Traceback" in errors[0]
+    assert verify_campaign(out).ok
+
+
+def test_a_writer_error_on_every_attempt_ends_as_the_episodes_error(tmp_path, monkeypatch):
+    def always_fails(self, frames, fps):
+        raise RuntimeError("no encoder (test)")
+
+    monkeypatch.setattr(ArtifactStore, "put_video", always_fails)
+    out = tmp_path / "c"
+    results = run_campaign(_config(seeds=1), out, InProcessExecutor(), WorkSettings(max_attempts=2), progress=False)
+    (episode,) = results["per_episode"]
+    assert episode["outcome"] == "error" and episode["attempts"] == 2
+    assert "no encoder (test)" in episode["error"] and episode["artifacts"]["video"] is None
+
+
+def test_an_error_that_ends_the_worker_still_records_the_episode_in_hand(tmp_path, monkeypatch):
+    """The first episode's video is being written when the second episode is interrupted: the worker
+    leaves, but only after the first is recorded with its stored video; the second stays unrecorded."""
+    run = EpisodeRunner._run
+    runs = []
+
+    def interrupted(self, key, episode, started, video_later):
+        runs.append(key.episode_id)
+        if len(runs) == 2:
+            raise KeyboardInterrupt
+        return run(self, key, episode, started, video_later)
+
+    monkeypatch.setattr(EpisodeRunner, "_run", interrupted)
+    out = tmp_path / "c"
+    config = _config()
+    open_campaign(config, out)
+    with pytest.raises(KeyboardInterrupt):
+        work(out, config, make_owner("interrupted"), WorkSettings())
+    rows = {r["episode_id"]: r for r in _rows(out)}
+    first, second = runs
+    assert rows[first]["status"] == "done" and (out / rows[first]["video"]).is_file()
+    assert rows[second]["status"] != "done"
+    assert all(r["video"] is None or (out / r["video"]).is_file() for r in rows.values())
