@@ -221,8 +221,8 @@ class EpisodeRunner:
         video = None
         video_job = None
         if self.config.video and len(rollout.frames):
-            # "video": the seconds this episode waited for its MP4 (part of "io"; kept in the ledger,
-            # bench/time_breakdown.py --video-writers reads it)
+            # "video": the seconds this episode waited for its MP4 (part of "io"), "video_writer": the
+            # seconds the write took, wherever it ran (kept in the ledger; bench/time_breakdown.py reads them)
             t_video = time.perf_counter()
             if video_later:  # rollouts return fresh frame arrays: the writer thread may keep this one
                 video_job = self._video_writer().submit(self._store_video, rollout.frames)
@@ -230,6 +230,8 @@ class EpisodeRunner:
                 sha, video, size = self.store.put_video(rollout.frames, self.fps)
                 artifacts.append((sha, video, size, "video"))
             timings["video"] = time.perf_counter() - t_video
+            if video_job is None:  # "video_writer": the write's own seconds, here the same as waited
+                timings["video_writer"] = timings["video"]
         sha, actions, size = self.store.put_bytes(npy_bytes(rollout.actions), "npy")
         artifacts.append((sha, actions, size, "actions"))
         log = None
@@ -487,7 +489,8 @@ def work(
     The env and models are built on the first claim, so an idle worker costs nothing.
     With ``settings.video_thread`` an episode's video is written while the next episode runs, and
     the episode is recorded after that one (or before the worker waits or leaves), once its video
-    is stored; a failed video write is recorded as the episode's failed attempt.
+    is stored; a failed video write is recorded as the episode's failed attempt. An episode with
+    no video to write is recorded at once.
     (``settings.lockstep`` > 1 is :func:`kosmos_env.campaign.lockstep.work_lockstep`; executors
     choose through :func:`kosmos_env.campaign.lockstep.run_worker`.)
     """
@@ -561,7 +564,7 @@ def work(
             infra_in_a_row = 0
             finish()  # the episode before: its video was written while this one ran
             pending = ran
-            if not settings.video_thread:
+            if ran.video is None:  # no video being written (none kept, or written already): record it now
                 finish()
         finish()
     finally:

@@ -33,30 +33,58 @@ def _rows(out) -> list[dict]:
 
 def test_an_episode_is_recorded_only_once_its_video_is_stored(tmp_path, monkeypatch):
     out = tmp_path / "thread"
-    at_record: list[tuple[str, bool]] = []
-    complete = Ledger.complete
+    events: list[tuple[str, str]] = []
+    at_record: list[bool] = []
+    complete, run = Ledger.complete, EpisodeRunner._run
 
     def checked(self, episode_id, owner, record, artifacts):
-        at_record.append((record["video"], bool(record["video"]) and (out / record["video"]).is_file()))
+        events.append(("record", episode_id))
+        at_record.append(bool(record["video"]) and (out / record["video"]).is_file())
         return complete(self, episode_id, owner, record, artifacts)
 
+    def logged(self, key, episode, started, **kw):
+        events.append(("run", key.episode_id))
+        return run(self, key, episode, started, **kw)
+
     monkeypatch.setattr(Ledger, "complete", checked)
+    monkeypatch.setattr(EpisodeRunner, "_run", logged)
     run_campaign(_config(), out, InProcessExecutor(), WorkSettings(), progress=False)
-    assert len(at_record) == 3 and all(stored for _, stored in at_record), at_record
+    assert at_record == [True, True, True]
+    a, b, c = (eid for kind, eid in events if kind == "run")
+    # each episode is recorded after the next one ran: its video was written meanwhile
+    assert events == [("run", a), ("run", b), ("record", a), ("run", c), ("record", b), ("record", c)]
     rows = _rows(out)
     assert all(r["status"] == "done" and r["outcome"] == "success" for r in rows)
-    # the video was written on the writer thread (its seconds filed), and waiting for it is part of io
-    assert all("video_writer" in r["timings"] and r["timings"]["io"] >= r["timings"]["video"] for r in rows)
+    assert all(r["timings"]["io"] >= r["timings"]["video"] for r in rows)  # waiting for it is part of io
     assert verify_campaign(out).ok
 
-    # without the thread: the same videos, byte for byte, under the same names
-    monkeypatch.setattr(Ledger, "complete", complete)
+    # without the thread: recorded right after its run, and the same videos, byte for byte, under the same names
+    events.clear()
     inline = tmp_path / "inline"
+    out = inline
     run_campaign(_config(), inline, InProcessExecutor(), WorkSettings(video_thread=False), progress=False)
+    assert [kind for kind, _ in events] == ["run", "record"] * 3
     inline_rows = _rows(inline)
+    assert all(r["timings"]["video_writer"] == r["timings"]["video"] for r in inline_rows)
     assert [r["video"] for r in inline_rows] == [r["video"] for r in rows]
-    assert not any("video_writer" in r["timings"] for r in inline_rows)
-    assert ArtifactStore(inline).files() == ArtifactStore(out).files()
+    assert ArtifactStore(inline).files() == ArtifactStore(tmp_path / "thread").files()
+
+
+def test_an_episode_without_a_video_is_recorded_at_once(tmp_path, monkeypatch):
+    events: list[str] = []
+    complete, run = Ledger.complete, EpisodeRunner._run
+    monkeypatch.setattr(Ledger, "complete", lambda *a, **kw: events.append("record") or complete(*a, **kw))
+    monkeypatch.setattr(EpisodeRunner, "_run", lambda *a, **kw: events.append("run") or run(*a, **kw))
+    config = make_config(
+        "Kosmos-Tabletop-v1",
+        ["scripted:skill=1.0"],
+        tasks=["carrot_on_plate"],
+        seeds=2,
+        image_size=(64, 64),
+        video=False,
+    )
+    run_campaign(config, tmp_path / "c", InProcessExecutor(), WorkSettings(), progress=False)
+    assert events == ["run", "record", "run", "record"]
 
 
 def test_a_failed_video_write_is_the_episodes_failed_attempt(tmp_path, monkeypatch):
