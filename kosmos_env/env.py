@@ -13,6 +13,7 @@ from gymnasium import spaces
 from kosmos_env.actions import validate_action
 from kosmos_env.judges.base import PENDING, Judge, Judgment, Rollout
 from kosmos_env.spec import EnvSpec, load_spec
+from kosmos_env.utils.threads import set_torch_threads, threads_problem
 from kosmos_env.utils.vector_guard import check_async_vector_settings
 from kosmos_env.tasks import TaskSpec, load_suite
 
@@ -124,13 +125,21 @@ class KosmosEnv(gymnasium.Env):
     ## Arguments
 
     ``gymnasium.make(id, task=None, render_mode=None, judge=None, defer_judging=False,
-    world_model=None, world_kwargs=None, **spec_overrides)``
+    world_model=None, world_kwargs=None, threads=None, **spec_overrides)``
     - ``task``: a task of the suite (``env.unwrapped.task_names``); switch with
       ``reset(options={"task": name})``.
     - ``render_mode``: ``"rgb_array"`` or None.
     - ``judge``: a judge name (``"state"``, ...), a spec mapping, or a Judge instance.
     - ``world_model``: a ready WorldModel (tests, warm workers); ``world_kwargs``: backend
       options that do not change results (e.g. a local weights path, a loaded pipeline).
+    - ``threads``: torch's intra-op threads for the whole *process* (``torch.set_num_threads``,
+      importing torch), set when the env is made; a runtime setting, never part of the spec or its
+      hash. Left out (the default), the env does not touch torch's threads: the process is yours,
+      and the setting is global to it (your training loop's networks use it too). Torch's default
+      is one thread per core, which on a busy or shared machine makes the learned tabletop step many
+      times slower (25-35x with 2 threads against 1, measured on a loaded 2-core machine); there,
+      ``threads=1`` (or ``torch.set_num_threads(1)``, or ``OMP_NUM_THREADS=1`` in the environment)
+      fixes it. Campaign workers set theirs by one rule (:mod:`kosmos_env.utils.threads`).
     - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
       ``gate={"enabled": False}``, ``reward={"mode": "progress", "step_judge": {"type":
       "vision_frame"}, "terminate_on_success": True}``); the overridden spec has its own hash. A reward
@@ -302,9 +311,15 @@ class KosmosEnv(gymnasium.Env):
         defer_judging: bool = False,
         world_model: Any = None,
         world_kwargs: Mapping[str, Any] | None = None,
+        threads: int | None = None,
         **spec_overrides: Any,
     ):
         check_async_vector_settings()  # before anything heavy: refuse settings that corrupt or hang
+        if threads is not None:  # asked for: a process-wide setting, before the world loads its networks
+            problem = threads_problem(threads, "threads")
+            if problem:
+                raise ValueError(problem)
+            set_torch_threads(threads)
         if env_spec is None:
             if spec_id is None:
                 raise ValueError("KosmosEnv needs spec_id (a registered env id) or env_spec")

@@ -7,6 +7,11 @@ import os
 os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+# one torch (and OpenMP) thread: the suite runs on a loaded 2-core machine, where a second thread per
+# process makes small networks many times slower. Commands and campaign workers the tests run in
+# this process or spawn honour it as the user's choice (kosmos_env.utils.threads); tests of the
+# thread rule itself remove it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import gymnasium
 import pytest

@@ -3,7 +3,7 @@
 - ``results.json``: ``{"schema": "kosmos-env/results", "schema_version": 1, "package_version",
   "campaign": {id, config_hash, env_id, spec_hash, spec, policies [{label, name, kwargs,
   content_hash, hub_model_id}], tasks, seeds, seed_provenance, repeats, judge, gate, created,
-  price_table, planned, complete, ...}, "per_episode": [one :func:`episode_entry` per finished episode],
+  price_table, planned, complete, worker_threads [{worker, role, torch_threads, source, ...}], ...}, "per_episode": [one :func:`episode_entry` per finished episode],
   "aggregated": {"per_policy", "per_policy_task", "ranking", "cost"}}``;
 - ``episodes.parquet``: one flat row per episode (nested values as JSON strings);
 - ``manifest.json``: ``{"schema": "kosmos-env/manifest", "campaign", "files": {relpath: sha256}}``
@@ -167,6 +167,9 @@ def build_results(ledger: Ledger, price_table: PriceTable | None = None) -> dict
             "complete": counts["done"] == counts["planned"],
             # queue depth per stage when the bundle was written (all done for a finished campaign)
             "queue": ledger.stage_depths(),
+            # each worker's torch intra-op threads and why (kosmos_env.utils.threads): they can change
+            # the last bits of a network's floats, and they explain its speed; every run's workers
+            "worker_threads": ledger.worker_threads(),
             "written": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         },
         "per_episode": per_episode,

@@ -16,6 +16,12 @@ the ledger (leases), not in the executor, so executors stay small:
   ``judge_workers`` judge processes (:mod:`kosmos_env.campaign.judge_stage`), each replaced
   the same way when killed.
 
+Torch threads (:mod:`kosmos_env.utils.threads`): each pool process sets its torch intra-op threads
+at start, ``max(1, cores // (workers + judge_workers))`` unless ``threads`` (``eval --threads``) or
+``OMP_NUM_THREADS`` says otherwise, so the pool never runs more threads than cores; the in-process
+executor sets them only when given ``threads``. Every worker records the count torch ran with in
+the ledger (``results.json`` ``campaign.worker_threads``).
+
 A Ray executor (issue 10) fits the same shape: ``run`` creates N actors that each call
 ``work(out_dir, config, owner, settings)`` (the ledger must sit on a disk the actors share
 with one host, or behind a coordinator), and polls ``progress.refresh()`` meanwhile.
@@ -28,6 +34,7 @@ import os
 import queue
 import time
 import traceback
+from contextlib import nullcontext
 from dataclasses import asdict, replace
 from typing import Any, Callable
 
@@ -36,19 +43,48 @@ from kosmos_env.campaign.executor_base import CampaignJob, Executor, WorkerFaile
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.lockstep import run_worker
 from kosmos_env.campaign.worker import WorkSettings
+from kosmos_env.utils.threads import ThreadChoice, apply_threads, choose_threads, threads_applied, worker_record
+
+
+def thread_choice(threads: ThreadChoice | int | None, processes: int) -> ThreadChoice:
+    """``threads`` as a :class:`ThreadChoice`: a choice made by the caller (``eval --threads``) as it
+    is, a count given in code as ``threads=``, or None: the rule for ``processes`` on this host."""
+    if isinstance(threads, ThreadChoice):
+        return threads
+    return choose_threads(processes, given=threads, given_as="threads=")
+
+
+def record_threads(out_dir: str, entry: dict[str, Any]) -> None:
+    """File one worker's thread record in the campaign's ledger. Never raises: a worker that is
+    failing reports its own error, not this one's."""
+    try:
+        with Ledger(os.path.join(out_dir, LEDGER_NAME), create=False) as ledger:
+            ledger.record_worker_threads(entry)
+    except Exception:
+        pass
 
 
 class InProcessExecutor(Executor):
-    """One worker in the calling process."""
+    """One worker in the calling process.
+
+    ``threads``: torch's threads in this process while the campaign runs (OMP_NUM_THREADS and an
+    earlier torch count are put back after; see :func:`kosmos_env.utils.threads.threads_applied`);
+    None leaves the process as it is (it is the caller's). Recorded either way."""
 
     name = "in-process"
 
-    def __init__(self, owner_tag: str | None = None):
+    def __init__(self, owner_tag: str | None = None, threads: ThreadChoice | int | None = None):
         self.workers = 1
         self.owner_tag = owner_tag
+        self.threads = None if threads is None else thread_choice(threads, 1)
 
     def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
-        run_worker(job.out_dir, job.config, make_owner(self.owner_tag), job.settings, on_episode=lambda *_: refresh())
+        owner = make_owner(self.owner_tag)
+        with nullcontext() if self.threads is None else threads_applied(self.threads.threads):
+            try:
+                run_worker(job.out_dir, job.config, owner, job.settings, on_episode=lambda *_: refresh())
+            finally:  # measured before the block puts an earlier count back
+                record_threads(job.out_dir, worker_record(owner, "rollout", self.threads))
         refresh()
 
 
@@ -99,20 +135,28 @@ def _pool_worker(
     errors,
     parent_pid: int | None = None,
     role: str = "rollout",
+    threads: dict[str, Any] | None = None,
 ) -> None:
-    """Entry point of a pool process (top level so ``spawn`` can import it); ``role``: rollout or judge."""
+    """Entry point of a pool process (top level so ``spawn`` can import it); ``role``: rollout or judge;
+    ``threads``: the pool's :class:`ThreadChoice` as a dict, applied before anything loads torch."""
     if parent_pid is not None:
         _die_with_parent(parent_pid)
+    choice = None if threads is None else ThreadChoice(**threads)
+    if choice is not None:
+        apply_threads(choice.threads)
+    owner = make_owner(tag)
     try:
         if role == "judge":
             from kosmos_env.campaign.judge_stage import judge_work
 
-            judge_work(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+            judge_work(out_dir, CampaignConfig.from_dict(config), owner, WorkSettings(**settings))
         else:
-            run_worker(out_dir, CampaignConfig.from_dict(config), make_owner(tag), WorkSettings(**settings))
+            run_worker(out_dir, CampaignConfig.from_dict(config), owner, WorkSettings(**settings))
     except BaseException as exc:  # report, then exit non-zero: the parent decides what to do
         errors.put((tag, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         raise SystemExit(1)
+    finally:
+        record_threads(out_dir, worker_record(owner, role, choice))
 
 
 class ProcessPoolExecutor(Executor):
@@ -127,6 +171,7 @@ class ProcessPoolExecutor(Executor):
         max_respawns: int | None = None,
         poll_seconds: float = 0.3,
         judge_workers: int = 0,
+        threads: ThreadChoice | int | None = None,
     ):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
@@ -141,6 +186,8 @@ class ProcessPoolExecutor(Executor):
         self.start_method = start_method
         self.max_respawns = 2 * (self.workers + self.judge_workers) if max_respawns is None else int(max_respawns)
         self.poll_seconds = poll_seconds
+        # every process of the pool (rollout and judge) shares this host's cores
+        self.threads = thread_choice(threads, self.workers + self.judge_workers)
 
     def run(self, job: CampaignJob, refresh: Callable[[], None]) -> None:
         ctx = mp.get_context(self.start_method)
@@ -156,7 +203,7 @@ class ProcessPoolExecutor(Executor):
             spawned += 1
             p = ctx.Process(
                 target=_pool_worker,
-                args=(job.out_dir, config, settings, tag, errors, os.getpid(), role),
+                args=(job.out_dir, config, settings, tag, errors, os.getpid(), role, self.threads.to_dict()),
                 name=f"kosmos-campaign-{tag}",
                 daemon=False,
             )
@@ -224,9 +271,18 @@ EXECUTORS = ("auto", "in-process", "process", "ray")
 
 
 def make_executor(
-    workers: int = 1, kind: str = "auto", start_method: str = "spawn", judge_workers: int = 0, **ray_options: Any
+    workers: int = 1,
+    kind: str = "auto",
+    start_method: str = "spawn",
+    judge_workers: int = 0,
+    threads: ThreadChoice | int | None = None,
+    **ray_options: Any,
 ) -> Executor:
     """``auto``: in this process for one worker, a process pool for more; or force either.
+
+    ``threads``: torch threads per worker (:mod:`kosmos_env.utils.threads`); None: the rule
+    (a pool: cores // its processes; a Ray actor: the CPUs it reserved; in-process: this process
+    is left as it is).
 
     ``judge_workers`` > 0 runs judging as its own stage beside the rollout workers (a process
     pool, or Ray judge actors); 0 judges in-line, in each rollout worker.
@@ -242,7 +298,7 @@ def make_executor(
     if kind == "ray":
         from kosmos_env.campaign.ray_executor import RayExecutor
 
-        return RayExecutor(workers, judge_workers=judge_workers, **ray_options)
+        return RayExecutor(workers, judge_workers=judge_workers, threads=threads, **ray_options)
     if any(v is not None for v in ray_options.values()):
         raise ValueError(f"{sorted(k for k, v in ray_options.items() if v is not None)} only apply to --executor ray")
     if kind == "in-process" and judge_workers:
@@ -253,5 +309,5 @@ def make_executor(
     if kind == "in-process" or (kind == "auto" and workers == 1 and not judge_workers):
         if workers != 1:
             raise ValueError("the in-process executor runs exactly one worker; use --executor process for more")
-        return InProcessExecutor()
-    return ProcessPoolExecutor(workers, start_method=start_method, judge_workers=judge_workers)
+        return InProcessExecutor(threads=threads)
+    return ProcessPoolExecutor(workers, start_method=start_method, judge_workers=judge_workers, threads=threads)

@@ -107,6 +107,8 @@ _RECORD_FIELDS = (
 #: lease owner of an episode that is rolled out and belongs to the judge stage (never expires,
 #: never taken over by a rollout worker; two fields only, so it never looks like a dead process)
 JUDGE_STAGE = "stage:judge"
+#: meta key of the workers' torch thread counts (:meth:`Ledger.record_worker_threads`)
+WORKER_THREADS_KEY = "worker_threads"
 #: queue depth per stage, in pipeline order (see :meth:`Ledger.counts`)
 STAGE_DEPTHS = ("pending", "rolling_out", "rolled_out", "judging", "done")
 
@@ -687,6 +689,22 @@ class Ledger:
 
     def runs(self) -> list[dict[str, Any]]:
         return [dict(r) for r in self.conn.execute("SELECT * FROM runs ORDER BY started")]
+
+    def record_worker_threads(self, entry: Mapping[str, Any]) -> None:
+        """Add one worker's torch thread count (:func:`kosmos_env.utils.threads.worker_record`) to the
+        campaign's list in meta (every run's workers, in the order they finished)."""
+        with self.transaction() as conn:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", (WORKER_THREADS_KEY,)).fetchone()
+            entries = json.loads(row[0]) if row else []
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)",
+                (WORKER_THREADS_KEY, json.dumps(entries + [dict(entry)], sort_keys=True)),
+            )
+
+    def worker_threads(self) -> list[dict[str, Any]]:
+        """Every recorded worker's torch threads (see :meth:`record_worker_threads`); [] if none."""
+        value = self.meta().get(WORKER_THREADS_KEY)
+        return list(json.loads(value)) if value else []
 
     # -- reading ------------------------------------------------------------------------
     def counts(self) -> dict[str, int]:

@@ -34,13 +34,27 @@ def _where(role: str) -> dict[str, Any]:
     """Where the calling actor runs: its role, host, pid, node and the GPUs Ray gave it."""
     import ray
 
+    from kosmos_env.utils.threads import torch_threads_now
+
+    torch_threads, torch_loaded = torch_threads_now()
     return {
         "role": role,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "gpus": [str(g) for g in ray.get_gpu_ids()],
         "node_id": ray.get_runtime_context().get_node_id(),
+        "torch_threads": torch_threads,
+        "torch_loaded": torch_loaded,
     }
+
+
+def _apply_threads(threads: int | None) -> None:
+    """Torch's threads in this actor's process (the driver chose them: kosmos_env.utils.threads),
+    set before anything here imports torch; None leaves the process as Ray started it."""
+    if threads is not None:
+        from kosmos_env.utils.threads import apply_threads
+
+        apply_threads(threads)
 
 
 class _PolicyRegistrations:
@@ -68,7 +82,8 @@ class EpisodeActor:
     store may be on another node); the temporary files are removed right after.
     """
 
-    def __init__(self, config: Mapping[str, Any], owner: str, judge_stage: bool = False):
+    def __init__(self, config: Mapping[str, Any], owner: str, judge_stage: bool = False, threads: int | None = None):
+        _apply_threads(threads)
         self.config = CampaignConfig.from_dict(config)
         self.owner = owner
         self.judge_stage = bool(judge_stage)
@@ -172,7 +187,8 @@ class EpisodeActor:
 class JudgeActor:
     """The body of one Ray judge actor: the campaign's judge, loaded once, judging batches of rollouts."""
 
-    def __init__(self, config: Mapping[str, Any], judge_batch: int = 0):
+    def __init__(self, config: Mapping[str, Any], judge_batch: int = 0, threads: int | None = None):
+        _apply_threads(threads)
         self.config = CampaignConfig.from_dict(config)
         self.judge_batch = int(judge_batch)
         self.runner = None

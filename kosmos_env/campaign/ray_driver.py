@@ -83,11 +83,13 @@ class RayDriver:
 
     def _start_actor(self, slot: int) -> None:
         if slot in self.judge_slots:
-            self.actors[slot] = self.judge_cls.remote(self.config, self.settings.judge_batch)
+            threads = self.ex.threads["judge"].threads
+            self.actors[slot] = self.judge_cls.remote(self.config, self.settings.judge_batch, threads)
             # the judge loads while rollouts start (no waiting on it here: the driver renews leases meanwhile)
             self.judge_loading[slot] = self.actors[slot].start.remote()
         else:
-            self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot], bool(self.judge_slots))
+            threads = self.ex.threads["rollout"].threads
+            self.actors[slot] = self.actor_cls.remote(self.config, self.owners[slot], bool(self.judge_slots), threads)
         self.idle.add(slot)
 
     def run(self) -> None:
@@ -379,6 +381,19 @@ class RayDriver:
         self.restarts += 1
         self._start_actor(slot)
 
+    def _record_threads(self, slots: list[int], infos: list[dict[str, Any]]) -> None:
+        """File each live actor's torch threads (as its ``where()`` measured them) in the ledger."""
+        from kosmos_env.utils.threads import worker_record
+
+        for slot, info in zip(slots, infos, strict=False):  # no infos at all when where() timed out
+            role = "judge" if slot in self.judge_slots else "rollout"
+            measured = (info.get("torch_threads"), bool(info.get("torch_loaded")))
+            entry = worker_record(self.owners[slot], role, self.ex.threads[role], measured)
+            try:
+                self.ledger.record_worker_threads(entry)
+            except Exception:  # leaving on an error: that error is the one to report
+                pass
+
     def _shutdown(self) -> None:
         # calls still in flight (we are leaving on an error or an interrupt): hand their leases back
         for flight in self.in_flight.values():
@@ -392,16 +407,18 @@ class RayDriver:
                 self._release_lanes(slot)
             except Exception:
                 pass
-        info_refs = []
-        for handle in self.actors.values():
+        info_refs, info_slots = [], []
+        for slot, handle in self.actors.items():
             try:
                 info_refs.append(handle.where.remote())
+                info_slots.append(slot)
             except Exception:
                 pass
         try:
             self.ex.actor_info = [i for i in self.ray.get(info_refs, timeout=10)]
         except Exception:
             self.ex.actor_info = []
+        self._record_threads(info_slots, self.ex.actor_info)
         closing = []
         for handle in self.actors.values():
             try:

@@ -142,6 +142,7 @@ class RayExecutor(Executor):
         init_kwargs: Mapping[str, Any] | None = None,
         judge_workers: int = 0,
         judge_resources: str | Mapping[str, Any] | None = None,
+        threads: Any = None,
     ):
         if workers < 1:
             raise ValueError(f"--workers must be at least 1, got {workers}")
@@ -166,6 +167,12 @@ class RayExecutor(Executor):
         self.poll_seconds = float(poll_seconds)
         self.init_kwargs = dict(init_kwargs or {})
         self.actor_info: list[dict[str, Any]] = []  # where each actor ran (filled during run)
+        # torch threads per actor (kosmos_env.utils.threads): a count given, or per role the CPUs its
+        # actors reserve (num_cpus, at least 1): Ray packs actors on a node by their num_cpus
+        self.threads = {
+            role: _actor_threads(threads, options)
+            for role, options in (("rollout", self.actor_options), ("judge", self.judge_options))
+        }
 
     # -- Ray lifetime -----------------------------------------------------------------
     def _init(self, ray):
@@ -206,6 +213,17 @@ class RayExecutor(Executor):
                 ray.shutdown()
                 guard.close()
         refresh()
+
+
+def _actor_threads(threads: Any, options: Mapping[str, Any]):
+    """The :class:`~kosmos_env.utils.threads.ThreadChoice` of an actor placed with ``options``:
+    the rule with the actor's reserved CPUs as its cores and itself as the one worker on them."""
+    from kosmos_env.utils.threads import ThreadChoice, choose_threads
+
+    if isinstance(threads, ThreadChoice):
+        return threads
+    reserved = max(1, int(float(options.get("num_cpus", 1))))
+    return choose_threads(1, given=threads, cores=reserved, given_as="threads=")
 
 
 class _NoGuard:

@@ -63,6 +63,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="campaign folder (ledger, artifacts, results bundle)")
     p.add_argument("--workers", type=int, default=1, help="parallel workers (default: %(default)s)")
+    from kosmos_env.utils.threads import add_threads_argument
+
+    add_threads_argument(
+        p,
+        default="max(1, cores // processes) per worker process, --judge-workers counted; per Ray actor, its "
+        "num_cpus; workers x threads <= cores. Recorded in results.json, campaign.worker_threads",
+    )
     p.add_argument(
         "--lockstep",
         type=int,
@@ -207,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.worker import WorkSettings
     from kosmos_env.utils.fileio import check_writable_path
     from kosmos_env.utils.seed_ranges import evaluation_start, overlap_line
+    from kosmos_env.utils.threads import ThreadChoice, busy_note, threads_problem
 
     from kosmos_env.errors import missing_extra_line
 
@@ -226,6 +234,8 @@ def run(args: argparse.Namespace) -> int:
             args.judge = json.dumps(tiny_judge)
     if args.max_attempts < 1:
         raise ValueError("--max-attempts must be at least 1")
+    if args.threads is not None and (problem := threads_problem(args.threads)):
+        raise ValueError(problem)
     if args.lockstep < 1:
         raise ValueError(f"--lockstep must be at least 1, got {args.lockstep}")
     if not args.lease_seconds > 0 or args.lease_seconds == float("inf"):  # "not >": NaN fails too
@@ -289,11 +299,22 @@ def run(args: argparse.Namespace) -> int:
     if registration is not None:
         bind_registration(args.out, config, registration)
         print(f"registered study {registration.name} (sha256 {registration.sha256})", file=sys.stderr)
-    executor = make_executor(args.workers, args.executor, judge_workers=args.judge_workers, **ray_options)
+    executor = make_executor(
+        args.workers, args.executor, judge_workers=args.judge_workers, threads=_given_threads(args), **ray_options
+    )
+    if executor.name == "in-process" and executor.threads is None:
+        from kosmos_env.utils.threads import choose_threads
+
+        # the in-process executor leaves a library caller's process alone; this process is the command's own
+        executor.threads = choose_threads(1)
     overlap = overlap_line(config.seeds)
     if overlap:  # said once as the campaign starts; results.json records it too (campaign.seed_provenance)
         overlap += f"; evaluation seeds start at --seed-offset {evaluation_start()}"
-    note = "; ".join(x for x in (resumed, overlap) if x)
+    busy = None
+    # a hint only where the rule chose the count (not --threads or OMP_NUM_THREADS); Ray actors run elsewhere
+    if isinstance(executor.threads, ThreadChoice) and executor.threads.source == "rule":
+        busy = busy_note(executor.threads.threads, executor.threads.cores)
+    note = "; ".join(x for x in (resumed, overlap, busy) if x)
     if note:
         print(f"kosmos-env eval: note: {note}", file=sys.stderr)
     settings = WorkSettings(
@@ -306,7 +327,8 @@ def run(args: argparse.Namespace) -> int:
         f"campaign {config.campaign_id}: {len(config.policies)} policies × {len(config.tasks)} tasks × "
         f"{len(config.seeds)} seeds × {config.repeats} repeats = {config.n_episodes} episodes on {config.env_id} "
         f"(spec {config.spec_hash[:12]}), {executor.workers} worker(s)"
-        f"{f' + {args.judge_workers} judge worker(s)' if args.judge_workers else ''} -> {args.out}",
+        f"{f' + {args.judge_workers} judge worker(s)' if args.judge_workers else ''}{_threads_note(executor)} "
+        f"-> {args.out}",
         file=sys.stderr,
     )
     feed = None
@@ -362,6 +384,28 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     return 0 if camp["complete"] and not errors else 1
+
+
+def _given_threads(args: argparse.Namespace):
+    """``--threads`` as the executors' thread choice (recorded as given by ``--threads``), or None: the rule."""
+    if args.threads is None:
+        return None
+    from kosmos_env.utils.threads import choose_threads
+
+    in_process = args.executor == "in-process" or (
+        args.executor == "auto" and args.workers == 1 and not args.judge_workers
+    )
+    return choose_threads(1 if in_process else args.workers + args.judge_workers, given=args.threads)
+
+
+def _threads_note(executor) -> str:
+    """``, N torch thread(s) each`` for the campaign's first line (Ray: per role, when they differ)."""
+    threads = getattr(executor, "threads", None)
+    if isinstance(threads, dict):  # Ray: one choice per role
+        roles = ["rollout"] + (["judge"] if getattr(executor, "judge_workers", 0) else [])
+        counts = sorted({threads[role].threads for role in roles})
+        return f", {'/'.join(map(str, counts))} torch thread(s) each"
+    return "" if threads is None else f", {threads.threads} torch thread(s) each"
 
 
 def _seed_offset(given: int | None, out: str) -> tuple[int, str]:

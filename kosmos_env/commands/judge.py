@@ -34,6 +34,9 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--batch-size", type=int, default=8, help="rollouts per judge batch (default 8)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    from kosmos_env.utils.threads import add_threads_argument
+
+    add_threads_argument(p)
     from kosmos_env.plugins import add_global_flag_hints
 
     add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
@@ -44,8 +47,11 @@ def run(args: argparse.Namespace) -> int:
     from kosmos_env.campaign.design import parse_judge
     from kosmos_env.campaign.rejudge import rejudge
 
+    from kosmos_env.utils.threads import choose_threads, threads_applied
+
     spec = parse_judge(args.judge, {})
-    report = rejudge(args.run, spec, batch_size=args.batch_size)
+    with threads_applied(choose_threads(1, given=args.threads).threads):  # before the judge loads torch
+        report = rejudge(args.run, spec, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

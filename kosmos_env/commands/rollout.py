@@ -49,6 +49,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--out", required=True, help="output directory for MP4s and summary.json")
     p.add_argument("--no-video", action="store_true", help="skip writing MP4s")
+    from kosmos_env.utils.threads import add_threads_argument
+
+    add_threads_argument(p)
     from kosmos_env.plugins import add_global_flag_hints
 
     add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
@@ -56,6 +59,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kosmos_env.utils.threads import choose_threads, threads_applied
+
+    with threads_applied(choose_threads(1, given=args.threads).threads):  # before the policy or world loads torch
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     import gymnasium
     from tqdm import tqdm
 

@@ -52,6 +52,9 @@ def add_parser(subparsers) -> None:
         help="seconds without a request after which a session is ended (default 300)",
     )
     p.add_argument("--quiet", action="store_true", help="do not log each request")
+    from kosmos_env.utils.threads import add_threads_argument
+
+    add_threads_argument(p)
     from kosmos_env.plugins import add_global_flag_hints
 
     add_global_flag_hints(p)  # `eval --allow-import` says the flag goes before the command
@@ -59,9 +62,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kosmos_env.policies import make_policy, parse_policy_arg
-    from kosmos_env.policies.protocol import PolicyServer
-    from kosmos_env.policies.remote import policy_info
+    from kosmos_env.policies import parse_policy_arg
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port must be in [0, 65535], got {args.port}")
@@ -74,6 +75,17 @@ def run(args: argparse.Namespace) -> int:
     if not (math.isfinite(args.session_idle) and args.session_idle > 0):
         raise ValueError(f"--session-idle must be a finite number of seconds > 0, got {args.session_idle}")
     name, kwargs = parse_policy_arg(args.policy)
+    from kosmos_env.utils.threads import choose_threads, threads_applied
+
+    with threads_applied(choose_threads(1, given=args.threads).threads):  # before the policy loads torch
+        return _serve(args, name, kwargs)
+
+
+def _serve(args: argparse.Namespace, name: str, kwargs: dict) -> int:
+    from kosmos_env.policies import make_policy
+    from kosmos_env.policies.protocol import PolicyServer
+    from kosmos_env.policies.remote import policy_info
+
     policy = make_policy(name, **kwargs)
     log = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     try:

@@ -28,8 +28,6 @@ from pathlib import Path
 
 #: ``--tensorboard`` given without a folder: ``<--out>/tensorboard``
 _TB_IN_OUT = "<out>/tensorboard"
-#: threads per CPU beyond which ``--threads`` is refused (torch crashes far above it)
-_THREADS_PER_CPU = 4
 
 
 def add_parser(subparsers) -> None:
@@ -326,6 +324,8 @@ def _missing_extras(args) -> list[str]:
 
 def _check(args) -> str | None:
     """The first problem with the arguments, as one line (None when they are fine)."""
+    from kosmos_env.utils.threads import threads_problem
+
     for flag in (
         "steps",
         "n_envs",
@@ -335,15 +335,13 @@ def _check(args) -> str | None:
         "demo_seeds",
         "bc_steps",
         "frame_stack",
-        "threads",
         "eval_units",
         "n_epochs",
     ):
         if getattr(args, flag) < 1:
             return f"--{flag.replace('_', '-')} must be >= 1, got {getattr(args, flag)}"
-    cap = _THREADS_PER_CPU * (os.cpu_count() or 1)
-    if args.threads > cap:
-        return f"--threads {args.threads} is far more than this machine's {os.cpu_count() or 1} CPUs; at most {cap}"
+    if problem := threads_problem(args.threads):  # the check every command's --threads shares
+        return problem
     if args.horizon is not None and args.horizon < 1:
         return f"--horizon must be >= 1, got {args.horizon}"
     if args.eval_every is not None and args.eval_every < 0:

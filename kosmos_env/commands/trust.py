@@ -77,11 +77,12 @@ def add_parser(subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from kosmos_env.study.trust import TrustConfig, format_diagnostics, load_ladder, measure
+    from kosmos_env.utils.threads import threads_problem
 
     if args.n_boot < 100:
         raise ValueError(f"--n-boot must be at least 100, got {args.n_boot}")
-    if args.threads < 1:
-        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    if problem := threads_problem(args.threads):
+        raise ValueError(problem)
     world_kwargs = {}
     if args.world_kwargs:
         try:

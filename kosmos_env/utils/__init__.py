@@ -9,6 +9,8 @@
   trained-checkpoint policy.
 - :mod:`~kosmos_env.utils.vector_guard`: refuses ``AsyncVectorEnv`` settings that break these envs.
 - :mod:`~kosmos_env.utils.seed_ranges`: the declared training, tuning and evaluation seed ranges.
+- :mod:`~kosmos_env.utils.threads`: the one rule for torch's CPU threads (campaign workers, commands,
+  ``gymnasium.make(id, threads=N)``).
 
 Importing this package imports none of them.
 """
