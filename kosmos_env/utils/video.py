@@ -6,8 +6,8 @@ drives, the writer before PyAV, stays selectable (``encoder="ffmpeg"``): it cost
 tabletop rollout (a process started per video, frames piped to it, x264's slower "medium"
 preset), and ``bench/time_breakdown.py --video-writers`` measures both writers on one campaign.
 
-Both writers make the same kind of file: crf 15 (what the ffmpeg writer's ``quality=7`` meant),
-bicubic RGB-to-yuv420p conversion, odd heights and widths padded by one edge row or column
+Both writers make the same kind of file: crf 15 (what the ffmpeg writer's ``quality=7`` meant;
+x264's preset is "medium" there, :data:`PRESET` here), bicubic RGB-to-yuv420p conversion, odd heights and widths padded by one edge row or column
 (yuv420p halves the chroma planes, so it needs even sizes), no resampling. PyAV encodes on one
 x264 thread, so the same frames give the same bytes on every machine with the same PyAV build
 (x264's output depends on its thread count); the frames of one rollout are small, and campaign
@@ -101,9 +101,9 @@ def _write_pyav(path: str | os.PathLike, frames: np.ndarray, fps: float) -> None
         stream.codec_context.options = {"crf": str(CRF), "preset": PRESET, "threads": "1"}
         for index, frame in enumerate(frames):
             picture = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format="rgb24")
-            # bicubic chroma downsampling, as the ffmpeg binary converts by default: PyAV's own
-            # default (bilinear) moved the vision judge's probability on decoded 64x64 frames
-            # about 3x as much (bench/video_decode_error.py)
+            # bicubic chroma downsampling, as the ffmpeg binary converts by default: with PyAV's own
+            # default (bilinear) compression moved the vision judge's probability on 64x64 frames
+            # about 3x as much (90th percentile 0.40 vs 0.13 over 24 learned-world rollouts)
             picture = to_yuv.reformat(picture, format="yuv420p", interpolation="BICUBIC")
             picture.pts = index
             container.mux(stream.encode(picture))
