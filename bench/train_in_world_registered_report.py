@@ -109,11 +109,94 @@ def write_report(out: Path, protocol: dict, units) -> dict:
             lines.append(f"  Transfer ratio {name}/A: {text}.")
     for pair, effect in results["gate_effect"].items():
         lines.append(f"- Gate effect ({pair}, exploitability): {_iv(effect)}.")
+    signals = over_credit_signals(arms, units)
+    if signals:
+        results["over_credit_signals"] = signals
+        lines += [
+            "",
+            "## Which truth-free signal flags the over-credited episodes (exploratory: NOT registered)",
+            "",
+            "At the last checkpoint, pooled over the seeds run: the units the arm's world calls a success "
+            "(the frame judge at step 40 in the world), split by the simulator's truth for the same unit and "
+            "checkpoint. Signals a user has without the simulator: the frame judge's final P(success) in the "
+            "world (AUROC for ranking true successes above over-credited ones; 0.5 = no signal), and the "
+            "world's own env judge disagreeing with the frame judge (share of each group it flags). Gate "
+            "discards: world episodes the gate ended, per checkpoint.",
+            "",
+            "| arm | world-judged successes | of them over-credited | AUROC of final P(success) | env judge "
+            "disagrees: over-credited / true | gate discards per checkpoint |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, sig in signals.items():
+            auc = sig["auroc_progress"]
+            auc_text = "n/a" if auc is None else f"{auc['estimate']:.2f} [{auc['lower']:.2f}, {auc['upper']:.2f}]"
+            lines.append(
+                f"| {name} | {sig['world_successes']} | {sig['over_credited']} | {auc_text} | "
+                f"{sig['judge_disagrees_over']:.2f} / {sig['judge_disagrees_true']:.2f} | "
+                f"{', '.join(str(x) for x in sig['gate_discards'])} |"
+            )
     results["verdicts"] = verdicts
     (out / "results.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     plot(out, results)
     return results
+
+
+def _auroc(pos: list[float], neg: list[float]) -> float:
+    """P(a random ``pos`` score > a random ``neg`` score), ties counting half (Mann-Whitney)."""
+    import numpy as np
+
+    pos_a, neg_a = np.asarray(pos, float)[:, None], np.asarray(neg, float)[None, :]
+    return float(((pos_a > neg_a).sum() + 0.5 * (pos_a == neg_a).sum()) / (pos_a.size * neg_a.size))
+
+
+def over_credit_signals(arms: dict, units, n_boot: int = 2000, seed: int = 0) -> dict:
+    """For each arm with world rollouts (B, C): at the last checkpoint, over seeds, the world-judged
+    successes split by the simulator's truth, and how well truth-free signals separate them."""
+    import numpy as np
+
+    key = {(t, int(s)): i for i, (t, s) in enumerate(units)}
+    out = {}
+    for name, runs in arms.items():
+        if not runs or "world" not in next(iter(runs.values()))[0]:
+            continue
+        rows = []  # (unit index, over-credited?, final P in the world, env judge disagrees?)
+        discards = None
+        for evals in runs.values():
+            last = evals[-1]
+            truth = {(r["task"], int(r["seed"])): bool(r["true_success"]) for r in last["simulator"]}
+            for r in last["world"]:
+                u = (r["task"], int(r["seed"]))
+                if r["world_success"]:
+                    rows.append((key[u], not truth[u], float(r["progress"] or 0.0), r["judge_success"] is False))
+            counts = [sum(r.get("outcome") == "discarded" for r in e["world"]) for e in evals]
+            discards = counts if discards is None else [a + b for a, b in zip(discards, counts, strict=True)]
+        over = [r for r in rows if r[1]]
+        true = [r for r in rows if not r[1]]
+        auc = None
+        if over and true:
+            rng = np.random.default_rng(seed)
+            point = _auroc([r[2] for r in true], [r[2] for r in over])
+            n_units = len(units)
+            boots = []
+            for _ in range(n_boot):
+                # resample units (every row of a drawn unit comes along): the same unit bootstrap as elsewhere
+                draw = np.bincount(rng.integers(0, n_units, n_units), minlength=n_units)
+                t = [r[2] for r in true for _ in range(draw[r[0]])]
+                o = [r[2] for r in over for _ in range(draw[r[0]])]
+                if t and o:
+                    boots.append(_auroc(t, o))
+            lo, hi = np.quantile(boots, [0.025, 0.975])
+            auc = {"estimate": point, "lower": float(lo), "upper": float(hi), "draws": len(boots)}
+        out[name] = {
+            "world_successes": len(rows),
+            "over_credited": len(over),
+            "auroc_progress": auc,
+            "judge_disagrees_over": (sum(r[3] for r in over) / len(over)) if over else 0.0,
+            "judge_disagrees_true": (sum(r[3] for r in true) / len(true)) if true else 0.0,
+            "gate_discards": discards,
+        }
+    return out
 
 
 def plot(out: Path, results: dict) -> None:
