@@ -182,6 +182,7 @@ def stage_arm(out: Path, name: str, cfg: dict, start: Path, args) -> list[Path]:
             learning_rate=1e-4,
             target_kl=0.05,
             critic_warmup=0,
+            clip_range=0.2,
             init_log_std=args.init_log_std,
         ),
         progress=not args.quiet,

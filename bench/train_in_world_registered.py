@@ -293,7 +293,9 @@ def run_piece(out: Path, arm: str, seed: int, quiet: bool, protocol: dict = PROT
     piece = out / f"arm_{arm}" / f"seed_{seed}"
     done = piece / "done.json"
     if not done.is_file():
-        p = dict(protocol["recipe"]["ppo"])
+        # round 2 ran at SB3's clip range 0.2 (its protocol predates the setting): pinned here, since
+        # PPOConfig's default became round 3's 0.1
+        p = {"clip_range": 0.2, **protocol["recipe"]["ppo"]}
         env_id, kwargs = arm_env(arm)
         reward = kwargs.pop("reward")
         total, n_envs, every = p.pop("total_steps"), p.pop("n_envs"), p.pop("checkpoint_every")

@@ -80,7 +80,9 @@ def _measured_ppo():
     defaults then), pinned so the rows stay comparable after the defaults became the training recipe."""
     from kosmos_env.training.ppo import PPOConfig
 
-    return PPOConfig(n_steps=64, batch_size=64, n_epochs=4, learning_rate=1e-4, target_kl=None, critic_warmup=0)
+    return PPOConfig(
+        n_steps=64, batch_size=64, n_epochs=4, learning_rate=1e-4, target_kl=None, critic_warmup=0, clip_range=0.2
+    )
 
 
 def actions_for(space, n_steps: int, n_envs: int, seed: int = 0) -> np.ndarray:

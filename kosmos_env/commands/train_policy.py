@@ -100,6 +100,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--n-epochs", type=int, default=5, help="passes over each update's rollout (default 5)")
     p.add_argument("--learning-rate", type=float, default=3e-4, help="PPO's Adam learning rate (default 3e-4)")
     p.add_argument(
+        "--clip-range", type=float, default=0.1, help="PPO's clip range on the probability ratio (default 0.1)"
+    )
+    p.add_argument(
         "--critic-warmup",
         type=int,
         default=2,
@@ -263,6 +266,7 @@ def _stages(args, out: Path, loggers: list) -> int:
                 batch_size=args.batch_size,
                 n_epochs=args.n_epochs,
                 learning_rate=args.learning_rate,
+                clip_range=args.clip_range,
                 critic_warmup=args.critic_warmup,
                 threads=args.threads,
                 init_log_std=args.init_log_std,
@@ -346,11 +350,13 @@ def _check(args) -> str | None:
         return f"--horizon must be >= 1, got {args.horizon}"
     if args.eval_every is not None and args.eval_every < 0:
         return f"--eval-every must be >= 0 (0: no held-out evaluation), got {args.eval_every}"
-    for flag in ("demo_skill", "success_threshold", "init_log_std", "learning_rate"):
+    for flag in ("demo_skill", "success_threshold", "init_log_std", "learning_rate", "clip_range"):
         if not math.isfinite(getattr(args, flag)):
             return f"--{flag.replace('_', '-')} must be a finite number, got {getattr(args, flag)}"
     if args.learning_rate <= 0:
         return f"--learning-rate must be > 0, got {args.learning_rate}"
+    if not 0.0 < args.clip_range < 1.0:
+        return f"--clip-range must be in (0, 1), got {args.clip_range}"
     if args.critic_warmup < 0:
         return f"--critic-warmup must be >= 0 (0: the actor trains from the first update), got {args.critic_warmup}"
     if not 0.0 <= args.demo_skill <= 1.0:

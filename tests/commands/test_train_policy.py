@@ -96,6 +96,8 @@ def test_missing_extras_are_named_before_anything_runs(tmp_path, capsys, monkeyp
         (["--eval-every", "-1"], "--eval-every must be >= 0"),
         (["--learning-rate", "nan"], "--learning-rate must be a finite number"),
         (["--learning-rate", "0"], "--learning-rate must be > 0"),
+        (["--clip-range", "0"], "--clip-range must be in (0, 1)"),
+        (["--clip-range", "nan"], "--clip-range must be a finite number"),
         (["--critic-warmup", "-1"], "--critic-warmup must be >= 0"),
         (["--n-epochs", "0"], "--n-epochs must be >= 1"),
         (["--demos", "{folder}"], "is a folder"),
