@@ -18,6 +18,14 @@ verdict from the evidence the verdict was drawn from exposes it. Two levels:
   value, and the campaign judge's verdict on the replayed rollout with the recorded outcome. A
   forged log, or artifacts moved from one episode to another, do not replay.
 
+- :class:`Rerunner` re-runs a campaign policy in the recorded world from the episode's recorded
+  seed and task, where a generation cannot be replayed: :func:`judge_reruns` holds it to the
+  agreement the world allows (:data:`EXPECTED_AGREEMENT`: bit for bit, seeded, or sampled).
+
+Which episodes are replayed or re-run is a sample drawn with a salt the verifier picks
+(:func:`sample_rows`, :func:`new_salt`); :func:`escape_probability` is the chance that k forged
+episodes all miss it, and :func:`flips_to_reorder` the fewest false outcomes behind a ranking place.
+
 What cannot be re-derived is said, never passed silently: a judge that samples (a VLM) or that
 needs frames the episode did not keep, and on generated worlds the generation itself (only its
 stored frames and log are re-judged; :data:`ON_TRUST_GENERATED`).
@@ -417,8 +425,9 @@ class Replayer:
 
 
 def sample_rows(rows: Sequence[Mapping[str, Any]], n: int | str, seed: int, salt: str = "") -> list[Mapping[str, Any]]:
-    """A seeded sample of ``n`` rows (``"all"`` or n >= len: every row), in their order. ``salt`` (a
-    content hash) mixes the submission into the seed, so the sample is not known before it exists."""
+    """A seeded sample of ``n`` rows (``"all"`` or n >= len: every row), in their order. ``salt`` mixes
+    in what the party drawing the sample chose (``kosmos-env verify``: a fresh random salt of its own,
+    :func:`new_salt`), so the sample is not known to whoever wrote the rows before it is drawn."""
     rows = list(rows)
     if n == "all" or (isinstance(n, int) and n >= len(rows)):
         return rows
@@ -431,17 +440,266 @@ def sample_rows(rows: Sequence[Mapping[str, Any]], n: int | str, seed: int, salt
     return [rows[i] for i in pick]
 
 
-def replay_count(value: str) -> int | str:
-    """Parse ``--replay N|all`` (one clear error for anything else)."""
+#: episodes ``kosmos-env verify`` replays (and re-runs the policies of) when not told otherwise;
+#: a smaller campaign is replayed whole. 50 leaves a forgery of 10 % of a large campaign's episodes
+#: a 0.5 % chance of escaping (0.9^50), of 5 % a 7.7 % chance. Its cost on the tabletop (128x128,
+#: video kept, 40 steps): replay and policy re-run add 0.57-0.65 s an episode on 2 cores at load 7-8
+#: (`verify --replay all` against `--replay 0` on a 20-episode scripted/random campaign), so about
+#: 30 s for the sample, besides the re-derivation every episode gets.
+DEFAULT_REPLAY_SAMPLE = 50
+
+
+def new_salt() -> str:
+    """A fresh random salt for a verifier's sample (64 bits from the OS): nobody who wrote the
+    campaign can know it, so nobody can place forged episodes outside the sample."""
+    import secrets
+
+    return secrets.token_hex(8)
+
+
+def escape_probability(total: int, sample: int, forged: int) -> float:
+    """The chance that a uniform sample of ``sample`` of ``total`` episodes, drawn without
+    replacement, holds none of ``forged`` forged ones: the hypergeometric P(X = 0) =
+    C(total - forged, sample) / C(total, sample) = prod_{i < sample} (total - forged - i) / (total - i)."""
+    total, sample, forged = int(total), max(0, min(int(sample), int(total))), max(0, int(forged))
+    if forged == 0:
+        return 1.0
+    if forged > total - sample:
+        return 0.0
+    p = 1.0
+    for i in range(sample):
+        p *= (total - forged - i) / (total - i)
+    return p
+
+
+def flips_to_reorder(
+    per_policy: Mapping[str, Mapping[str, Any]], ranking: Sequence[str]
+) -> tuple[int, str, str] | None:
+    """(k, higher, lower): the fewest recorded outcomes that must be false for two neighbours of the
+    ranking to tie or swap on success rate: successes of ``higher`` that were failures, plus
+    failures of ``lower`` that were successes. A forger who bought that ranking place forged at
+    least k episodes. Neighbours already tied on rate (their order is not a claim) and policies
+    without a decided episode are passed over; None when no pair is left."""
+    best: tuple[int, str, str] | None = None
+    for higher, lower in zip(ranking, ranking[1:], strict=False):
+        hi, lo = per_policy.get(higher) or {}, per_policy.get(lower) or {}
+        s_h, s_l = int(hi.get("successes", 0)), int(lo.get("successes", 0))
+        d_h, d_l = s_h + int(hi.get("failures", 0)), s_l + int(lo.get("failures", 0))
+        if not d_h or not d_l or s_h * d_l <= s_l * d_h:
+            continue
+        k = None
+        for a in range(s_h + 1):  # a successes of the higher undone, b failures of the lower undone
+            need = (s_h - a) * d_l - s_l * d_h  # the rates tie or swap once b * d_h >= need
+            b = max(0, -(-need // d_h))
+            if b <= d_l - s_l and (k is None or a + b < k):
+                k = a + b
+        if k is not None and (best is None or k < best[0]):
+            best = (k, higher, lower)
+    return best
+
+
+def sign_test_p(b: int, c: int) -> float:
+    """Two-sided exact sign (McNemar) test: the chance, when each of b + c discordant pairs goes
+    either way with probability 1/2, of a split at least as lopsided as b against c."""
+    n = int(b) + int(c)
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(b, c) + 1)) / 2**n
+    return min(1.0, 2.0 * tail)
+
+
+def replay_count(value: str, flag: str = "--replay") -> int | str:
+    """Parse ``--replay N|all`` (or ``--rerun``; one clear error for anything else)."""
     if value == "all":
         return "all"
     try:
         n = int(value)
     except ValueError:
-        raise ValueError(f"--replay takes a number of episodes or 'all', got {value!r}") from None
+        raise ValueError(f"{flag} takes a number of episodes or 'all', got {value!r}") from None
     if n < 0 or n > 10_000_000:
-        raise ValueError(f"--replay takes a number of episodes >= 0 or 'all', got {value!r}")
+        raise ValueError(f"{flag} takes a number of episodes >= 0 or 'all', got {value!r}")
     return n
+
+
+# ----------------------------------------------------------------------------- re-running policies
+
+#: how a policy re-run in the recorded world, from the recorded seed, should agree with the stored
+#: episode: bit for bit (a simulator); seeded (the same seed gives the same generation up to
+#: floating-point rounding, which a torch thread count or CPU moves); sampled (a generator whose
+#: output is not reproducible, e.g. diffusion on a GPU, or a judge that samples)
+RERUN_EXACT, RERUN_SEEDED, RERUN_SAMPLED = "exact", "seeded", "sampled"
+#: generated worlds whose generation is a function of the seed and the actions (up to rounding)
+SEEDED_WORLDS = ("tabletop_learned",)
+#: worlds whose first observation is not generated (the simulator's layout of the seed's scene, or
+#: the task's starting photograph), so a policy's first action depends on the seed alone
+UNGENERATED_FIRST_FRAME = ("tabletop", "tabletop_learned", "cosmos3")
+#: a re-run's first action differs from the stored one when some dimension is further apart than
+#: this fraction of its bound's range (high - low): rounding (thread counts, a GPU kernel, a VLA's
+#: action-token bin of 1/256) stays far below it, another policy's action does not
+FIRST_ACTION_TOLERANCE = 0.02
+#: a sampled world's re-runs fail a policy when its disagreements lean one way at this level
+SIGN_TEST_ALPHA = 0.01
+
+
+def rerun_expectation(spec: Mapping[str, Any], judge_spec: Mapping[str, Any]) -> str:
+    """:data:`RERUN_EXACT`, :data:`RERUN_SEEDED` or :data:`RERUN_SAMPLED` for the campaign's world and judge."""
+    if not judge_is_deterministic(judge_spec):
+        return RERUN_SAMPLED
+    if world_is_simulator(spec):
+        return RERUN_EXACT
+    return RERUN_SEEDED if str((spec.get("world") or {}).get("type")) in SEEDED_WORLDS else RERUN_SAMPLED
+
+
+EXPECTED_AGREEMENT = {
+    RERUN_EXACT: "the simulator is bit-deterministic: every re-run must take the stored actions bit for bit",
+    RERUN_SEEDED: (
+        "the same seed gives the same generation up to floating-point rounding (a torch thread count or CPU "
+        "moves its last bits): every re-run must begin with the stored first action (within "
+        f"{FIRST_ACTION_TOLERANCE:.0%} of each action bound's range) and end with the stored outcome; later "
+        "actions that differ are rounding and are listed, not failed"
+    ),
+    RERUN_SAMPLED: (
+        "the generation (or the judge) is not reproducible: an honest episode's re-run agrees with it with "
+        "chance p^2 + (1-p)^2 (p: the policy's success chance on that seed), and its disagreements go either "
+        f"way alike; a policy whose disagreements lean one way (two-sided exact sign test p < {SIGN_TEST_ALPHA:g}) "
+        "fails, as does a re-run whose first action differs where the world does not generate the first frame"
+    ),
+}
+
+
+@dataclass
+class RerunOutcome:
+    """One episode's policy re-run in the recorded world: its outcome, whether it took the stored
+    actions bit for bit, and the first stored action row it departs from (None: none)."""
+
+    episode_id: str
+    policy: str
+    recorded: str | None
+    outcome: str | None = None
+    reproduced: bool = False
+    diverged_at: int | None = None
+    first_action_differs: bool = False
+    error: str | None = None
+
+
+class Rerunner:
+    """Re-runs campaign policies in the campaign's recorded world (one env and judge, built once),
+    from each episode's recorded seed and task, as the campaign worker ran them."""
+
+    def __init__(
+        self,
+        env_id: str,
+        spec_overrides: Mapping[str, Any],
+        judge_spec: Mapping[str, Any],
+        spec_hash: str | None = None,
+    ):
+        import gymnasium
+
+        import kosmos_env  # noqa: F401  (registers the env ids)
+        from kosmos_env.judges import make_judge
+
+        self.judge = make_judge(dict(judge_spec))
+        self.env = gymnasium.make(env_id, defer_judging=True, judge=self.judge, **dict(spec_overrides))
+        base = self.env.unwrapped
+        if spec_hash is not None and base.spec_hash != spec_hash:
+            self.close()
+            raise ValueError(
+                f"{env_id} with the recorded overrides has spec hash {base.spec_hash[:12]}, the campaign "
+                f"recorded {spec_hash[:12]}: its policies cannot be re-run in the same world with this kosmos-env"
+            )
+        spec = base.kosmos_spec
+        self.first_frame_ungenerated = str(spec.world.get("type")) in UNGENERATED_FIRST_FRAME
+        self.tolerance = FIRST_ACTION_TOLERANCE * (
+            np.asarray(spec.action_high, dtype=np.float64) - np.asarray(spec.action_low, dtype=np.float64)
+        )
+
+    def close(self) -> None:
+        self.env.close()
+
+    def rerun(self, root: Path, row: Mapping[str, Any], policy: Any) -> RerunOutcome:
+        from kosmos_env.campaign.artifacts import npy_bytes
+        from kosmos_env.rollouts import run_episode
+
+        found = RerunOutcome(str(row.get("episode_id")), str(row.get("policy")), row.get("outcome"))
+        arts = row.get("artifacts") if isinstance(row.get("artifacts"), Mapping) else row
+        try:
+            stored = load_array(root / arts["actions"]) if arts.get("actions") else None
+        except Exception as exc:  # noqa: BLE001 - an unreadable artifact is reported by the other checks
+            found.error = f"its stored actions cannot be read ({exc})"
+            return found
+        try:
+            result = run_episode(self.env, policy, int(row["env_seed"]), row["task"])
+            outcome = result.outcome
+            if outcome == "pending":
+                outcome = self.judge.judge(result.rollout).outcome
+        except Exception as exc:  # noqa: BLE001 - a policy or world that fails here is reported, not raised
+            found.error = f"the re-run failed ({type(exc).__name__}: {exc})"
+            return found
+        found.outcome = outcome
+        actions = np.asarray(result.rollout.actions)
+        if stored is None:
+            return found
+        found.reproduced = sha256_hex(npy_bytes(actions)) == Path(arts["actions"]).name.split(".")[0]
+        if not found.reproduced:
+            n = min(len(actions), len(stored))
+            same = [bool(np.array_equal(actions[i], stored[i])) for i in range(n)]
+            found.diverged_at = same.index(False) if False in same else n
+            if n and stored.ndim == 2 and stored.shape[1] == len(self.tolerance):
+                gap = np.abs(actions[0].astype(np.float64) - stored[0].astype(np.float64))
+                found.first_action_differs = bool(np.any(gap > self.tolerance))
+            else:
+                found.first_action_differs = True
+        return found
+
+
+def judge_reruns(
+    found: Sequence[RerunOutcome], expectation: str, first_frame_ungenerated: bool
+) -> tuple[list[str], list[str]]:
+    """(problems, notes) for re-runs under ``expectation`` (see :data:`EXPECTED_AGREEMENT`)."""
+    problems: list[str] = []
+    notes: list[str] = []
+    for f in found:
+        if f.error:
+            problems.append(f"{f.episode_id}: re-run: {f.error}")
+            continue
+        if f.reproduced:
+            continue
+        where = f"from stored action row {f.diverged_at}" if f.diverged_at is not None else ""
+        if expectation == RERUN_EXACT:
+            problems.append(
+                f"{f.episode_id}: re-run: policy {f.policy!r} does not take its stored actions ({where}); "
+                "the simulator is bit-deterministic, so the evidence is not this policy's"
+            )
+            continue
+        if first_frame_ungenerated and f.first_action_differs:
+            problems.append(
+                f"{f.episode_id}: re-run: its stored first action is not what policy {f.policy!r} takes on the "
+                "seed's first observation (which the world does not generate): the evidence is not this policy's"
+            )
+            continue
+        if f.outcome != f.recorded:
+            line = f"{f.episode_id}: re-run: policy {f.policy!r} gives {f.outcome}, {f.recorded} recorded"
+            if expectation == RERUN_SEEDED:
+                problems.append(
+                    f"{line} (the same seed gives the same generation: the stored outcome is not this policy's)"
+                )
+            else:
+                notes.append(line)
+        elif f.diverged_at is not None:
+            notes.append(f"{f.episode_id}: re-run: same outcome, actions depart {where} (rounding in the generation)")
+    if expectation == RERUN_SAMPLED:
+        for label in dict.fromkeys(f.policy for f in found):
+            mine = [f for f in found if f.policy == label and not f.error and f.outcome is not None]
+            b = sum(1 for f in mine if f.recorded == "success" and f.outcome != "success")
+            c = sum(1 for f in mine if f.recorded != "success" and f.outcome == "success")
+            p = sign_test_p(b, c)
+            if p < SIGN_TEST_ALPHA:
+                problems.append(
+                    f"policy {label!r}: re-run in the recorded world, {b} recorded successes failed and {c} recorded "
+                    f"failures succeeded (two-sided exact sign test p = {p:.2g} < {SIGN_TEST_ALPHA:g}): its "
+                    "recorded outcomes are not what it does"
+                )
+    return problems, notes
 
 
 def rederive_rows(

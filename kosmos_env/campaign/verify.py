@@ -28,9 +28,18 @@ What is checked (each failure is named in :attr:`VerifyReport.problems`):
 - **re-derivation** (:mod:`kosmos_env.campaign.rederive`): the campaign's judge, when
   deterministic, is re-run on every episode's stored actions, robot log and frames (the state
   judge on the ground truth the stored log records), as is every other deterministic judge whose
-  verdicts ``kosmos-env judge`` filed; ``replay`` replays a seeded sample of episodes from their
-  stored actions and seed on a simulator world (actions, log and frames bit for bit, the video's
-  decoded frames within :data:`kosmos_env.utils.video.MIN_LUMA_PSNR_DB`) and re-runs their policies.
+  verdicts ``kosmos-env judge`` filed; ``replay`` replays a sample of episodes from their stored
+  actions and seed on a simulator world (actions, log and frames bit for bit, the video's decoded
+  frames within :data:`kosmos_env.utils.video.MIN_LUMA_PSNR_DB`) and re-runs their policies. The
+  sample is drawn with the verifier's own salt (random unless given), so whoever wrote the campaign
+  cannot place forged episodes outside it; the report gives the chance that k forged episodes all
+  escape it. ``rerun`` re-runs sampled episodes' policies in the recorded world from the recorded
+  seeds: on a generated world, whose generation cannot be replayed, the only check that the stored
+  episode is what the policy does there;
+- results.json's cost, timing, worker and version fields repeat the ledger's; no evidence covers
+  them, and the report lists them as self-reported (:data:`SELF_REPORTED`);
+- nothing is contacted over the network unless asked (``allow_network``): a remote policy named by
+  the campaign's record is not rebuilt, and connections are refused while policies are built and run.
 
 So a ledger edited by hand is caught even after ``kosmos-env eval`` rebuilt the bundle from
 it, even when the outcome, score, judgment and ground truth were all edited to agree: the
@@ -48,7 +57,7 @@ import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from kosmos_env.campaign.artifacts import ArtifactStore
 from kosmos_env.campaign.bundle import (
@@ -66,20 +75,47 @@ from kosmos_env.hashing import sha256_file
 _SUCCESS_OF = {"success": True, "failure": False, "discarded": None, "abstained": None, "error": None}
 
 
+#: what a campaign states about itself that no stored evidence can confirm: verify checks that
+#: results.json repeats the ledger's values, but whoever wrote the ledger chose them
+SELF_REPORTED = (
+    "package_version (the kosmos-env that wrote results.json)",
+    "created and written times",
+    "price_table and the cost block (money, seconds, rollouts per hour)",
+    "per-episode timings",
+    "per-episode worker and attempts",
+    "worker_threads",
+)
+
+
 @dataclass
 class VerifyReport:
-    """Problems make the folder invalid; warnings do not."""
+    """Problems make the folder invalid; warnings do not.
+
+    ``sample``: the replay sample (its salt, size, the episodes drawn and the chance that k
+    forged episodes all escape it); ``rerun``: the policy re-runs in the recorded world and what
+    agreement was expected; ``self_reported``: fields no evidence covers (:data:`SELF_REPORTED`)."""
 
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
+    sample: dict[str, Any] = field(default_factory=dict)
+    rerun: dict[str, Any] = field(default_factory=dict)
+    self_reported: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "problems": self.problems, "warnings": self.warnings, "checked": self.checked}
+        return {
+            "ok": self.ok,
+            "problems": self.problems,
+            "warnings": self.warnings,
+            "checked": self.checked,
+            "sample": self.sample,
+            "rerun": self.rerun,
+            "self_reported": self.self_reported,
+        }
 
 
 def verify_campaign(
@@ -90,6 +126,9 @@ def verify_campaign(
     replay_seed: int = 0,
     rederive: bool = True,
     rerun_policies: bool = True,
+    replay_salt: str | None = None,
+    rerun: int | str = 0,
+    allow_network: bool = False,
 ) -> VerifyReport:
     """Verify ``out_dir``; never raises for a broken folder, it reports.
 
@@ -97,9 +136,20 @@ def verify_campaign(
     that pass it): verifying never writes, so a folder campaigns still write to, or a read-only
     copy, is verified as it is. ``rederive`` re-runs the campaign's deterministic judge on every
     episode's stored artifacts; ``replay`` (a number or ``"all"``) replays a sample of that many
-    episodes drawn with ``replay_seed`` from their stored actions on a simulator world and, with
-    ``rerun_policies``, re-runs each sampled episode's policy (where it can be built here) to check
-    that the stored actions are the ones it takes.
+    episodes from their stored actions on a simulator world and, with ``rerun_policies``, re-runs
+    each sampled episode's policy (where it can be built here) to check that the stored actions are
+    the ones it takes. The sample is drawn with ``replay_salt`` (and ``replay_seed``): None draws a
+    fresh random salt, so whoever wrote the campaign cannot know which episodes will be replayed;
+    the salt is in :attr:`VerifyReport.sample`, and passing it again repeats the sample.
+
+    ``rerun`` (a number or ``"all"``) re-runs that many sampled episodes' policies in the recorded
+    world from the recorded seeds and compares what they do with the stored episodes: on a
+    generated world, the only way to check that the stored generation is what the policy gets
+    (:data:`kosmos_env.campaign.rederive.EXPECTED_AGREEMENT` says how agreement is judged).
+
+    Nothing is contacted over the network unless ``allow_network``: a ``remote`` policy is not
+    re-run (its URL is never opened), and while policies are built and re-run, connections are
+    refused (:func:`no_network`).
     """
     out = Path(out_dir)
     report = VerifyReport()
@@ -161,6 +211,8 @@ def verify_campaign(
                 (j, judgment_table.verdicts(ledger, j["judge_id"])) for j in judgment_table.judges(ledger)
             ]
             judge_queue = ledger.judge_queue()  # two-stage campaigns: the judge stage's own record
+            runs = ledger.runs()
+            worker_threads = ledger.worker_threads()
     except (sqlite3.Error, json.JSONDecodeError, OSError) as exc:  # a corrupt ledger is a finding, not a crash
         report.problems.append(
             f"the ledger {path} cannot be read ({type(exc).__name__}: {exc}); it is corrupt or not a campaign ledger"
@@ -262,8 +314,33 @@ def verify_campaign(
     if rederive:
         _rederive(out, config, done_rows, frames_of, report)
         _rederive_other_judges(out, config, done_rows, frames_of, other_verdicts, report)
-    if replay:
-        _replay(out, config, done_rows, frames_of, replay, replay_seed, report, policy_rows, rerun_policies)
+    from kosmos_env.campaign.rederive import new_salt, world_is_simulator
+
+    salt = new_salt() if replay_salt is None else str(replay_salt)
+    if replay or rerun:
+        policies = _Policies(config, policy_rows, report, allow_network, build=rerun_policies or bool(rerun))
+        try:
+            with no_network(allowed=allow_network):
+                if replay:
+                    _replay(
+                        out,
+                        config,
+                        done_rows,
+                        frames_of,
+                        replay,
+                        replay_seed,
+                        salt,
+                        report,
+                        policies,
+                        rerun_policies,
+                        rerun=bool(rerun),
+                    )
+                if rerun:
+                    _rerun(out, config, done_rows, rerun, replay_seed, salt, report, policies)
+        finally:
+            policies.close()
+    elif not world_is_simulator(config.spec):
+        report.warnings.append(_not_rederived_line(config, len(done_rows)))
     if judge_queue:
         from kosmos_env.campaign.stage_check import check_stage
 
@@ -294,9 +371,70 @@ def verify_campaign(
 
     # -- the bundle ----------------------------------------------------------------------------
     _verify_bundle(out, config, meta, episodes, store_files, digest, report, max_listed, policy_rows)
+    _check_self_reported(out, meta, episodes, runs, worker_threads, report)
     # keep problem lists deterministic and unique
     report.problems = list(dict.fromkeys(report.problems))
     return report
+
+
+def _percent(p: float) -> str:
+    if p == 0 or p >= 0.001:
+        return f"{100 * p:.1f}%"
+    return f"{100 * p:.2g}%"
+
+
+def _escape_text(info: Mapping[str, Any], size: int, total: int) -> str:
+    if size >= total:
+        return "0 for any k: every episode was checked"
+    escape = info.get("escape") or {}
+    text = ", ".join(f"k={k} {_percent(v)}" for k, v in escape.items())
+    reorder = info.get("reorder")
+    if reorder:
+        text += (
+            f"; k={reorder['k']} (the fewest false outcomes that could put {reorder['higher']!r} above "
+            f"{reorder['lower']!r}) {_percent(reorder['escape'])}"
+        )
+    return text
+
+
+def describe(report: VerifyReport, where: str) -> list[str]:
+    """What ``kosmos-env verify`` prints besides problems and warnings: the replay sample (its salt,
+    so the run can be repeated, and the chance k forged episodes all escape it), the policy
+    re-runs and the agreement they were held to, and the fields that stay self-reported."""
+    lines = []
+    sample = report.sample
+    if sample:
+        lines.append(
+            f"replay sample: {sample['size']} of {sample['of']} episodes, salt {sample['salt']} (repeat it: "
+            f"kosmos-env verify {where} --replay {sample['size']} --replay-salt {sample['salt']})"
+        )
+        lines.append(
+            f"  chance that k forged episodes all escape this sample: {_escape_text(sample, sample['size'], sample['of'])}"
+        )
+        if sample.get("policies_not_rerun"):
+            names = ", ".join(repr(x) for x in sample["policies_not_rerun"])
+            lines.append(
+                f"  policies not re-run: {names}: their sampled episodes were replayed in the world only, so "
+                "evidence moved to them from another policy on the same seed is not caught"
+            )
+    rerun = report.rerun
+    if rerun:
+        lines.append(
+            f"re-run in the recorded world: {rerun.get('rerun', 0)} of {rerun['of']} episodes' policies from their "
+            f"recorded seeds (salt {rerun['salt']}): {rerun.get('reproduced', 0)} took the stored actions bit for "
+            f"bit, {rerun.get('same_outcome', 0)} ended with the stored outcome"
+        )
+        lines.append(f"  expected: {rerun['expected']}")
+        if rerun.get("escape"):
+            lines.append(
+                f"  chance that k moved episodes all escape the re-run: {_escape_text(rerun, rerun['rerun'], rerun['of'])}"
+            )
+    if report.self_reported:
+        lines.append(
+            "self-reported (results.json repeats the ledger, but no evidence confirms them): "
+            + "; ".join(report.self_reported)
+        )
+    return lines
 
 
 def check_before_use(out_dir: str | os.PathLike, command: str) -> None:
@@ -633,6 +771,152 @@ def _rederive(out: Path, config, rows, frames_of, report: VerifyReport) -> None:
     report.checked["rederived"] = n
 
 
+class _Policies:
+    """The campaign's policies, each built once where it can be built here and is the policy the
+    campaign ran (its content hash matches the ledger's); otherwise None and a reason, said once.
+
+    A ``remote`` policy is built only with ``allow_network``: its URL comes from the campaign's
+    own record (a downloaded ledger names whatever its writer chose), and even then its identity
+    is what the server states about itself."""
+
+    def __init__(self, config, policy_rows, report: VerifyReport, allow_network: bool, build: bool = True):
+        self.refs = {p.label: p for p in config.policies}
+        self.recorded = {label: (row or {}).get("content_hash") for label, row in (policy_rows or {}).items()}
+        self.report, self.allow_network, self.build = report, allow_network, build
+        self.built: dict[str, Any] = {}
+        self.why_not: dict[str, str] = {}
+
+    def get(self, label: str):
+        if not self.build or label not in self.refs:
+            return None
+        if label not in self.built:
+            pol, why = None, None
+            ref = self.refs[label]
+            if ref.name == "remote" and not self.allow_network:
+                why = (
+                    f"it is served at {ref.kwargs.get('url', '?')} (named by the campaign's ledger), and verify "
+                    "contacts nothing over the network unless given --allow-network"
+                )
+            else:
+                try:
+                    from kosmos_env.policies import make_policy
+
+                    pol = make_policy(ref.name, **dict(ref.kwargs))
+                    recorded = self.recorded.get(label)
+                    if recorded and pol.content_hash() != recorded:
+                        why = f"here it has content hash {pol.content_hash()[:12]}, the campaign ran {recorded[:12]}"
+                        pol.close()
+                        pol = None
+                except Exception as exc:  # noqa: BLE001 - a policy that cannot be built here is not re-run
+                    why = f"it cannot be built here ({type(exc).__name__}: {exc})"
+                    pol = None
+            self.built[label] = pol
+            if pol is not None and ref.name == "remote":
+                self.report.warnings.append(
+                    f"policy {label!r} re-run through the server at {ref.kwargs.get('url', '?')}: which policy "
+                    "answers is what that server states about itself"
+                )
+            if why:
+                self.why_not[label] = why
+                self.report.warnings.append(f"policy {label!r} not re-run: {why}")
+        return self.built[label]
+
+    def close(self) -> None:
+        for pol in self.built.values():
+            if pol is not None:
+                try:
+                    pol.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the report
+                    pass
+
+
+class NetworkRefused(OSError):
+    """A connection attempted while :func:`no_network` holds."""
+
+
+class no_network:
+    """While it holds (unless ``allowed``), every Internet connection and name lookup made in this
+    process is refused with :class:`NetworkRefused` (Unix sockets still work).
+
+    verify builds and runs code the campaign names (policies, plug-ins); a downloaded campaign's
+    record must not make the verifier's machine contact anyone. The remote policy is skipped by
+    name (:class:`_Policies`); this catches whatever else would connect."""
+
+    def __init__(self, allowed: bool = False):
+        self.allowed = allowed
+        self._saved: list[tuple[Any, str, Any]] = []
+
+    def __enter__(self):
+        if self.allowed:
+            return self
+        import socket
+
+        def refuse(what):
+            def refused(*args, **kwargs):
+                raise NetworkRefused(
+                    f"kosmos-env verify refused a network {what} (pass --allow-network to let it contact hosts)"
+                )
+
+            return refused
+
+        def guarded_connect(original):
+            def connect(sock, *args, **kwargs):
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    raise NetworkRefused(
+                        "kosmos-env verify refused a network connection (pass --allow-network to let it contact hosts)"
+                    )
+                return original(sock, *args, **kwargs)
+
+            return connect
+
+        for owner, name, value in (
+            (socket.socket, "connect", guarded_connect(socket.socket.connect)),
+            (socket.socket, "connect_ex", guarded_connect(socket.socket.connect_ex)),
+            (socket, "create_connection", refuse("connection")),
+            (socket, "getaddrinfo", refuse("name lookup")),
+        ):
+            self._saved.append((owner, name, getattr(owner, name)))
+            setattr(owner, name, value)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for owner, name, value in reversed(self._saved):
+            setattr(owner, name, value)
+        self._saved = []
+
+
+def _not_rederived_line(config, n: int, rerun: bool = False) -> str:
+    """What verify cannot re-derive on a generated world without re-running the policies."""
+    kind = (config.spec.get("world") or {}).get("type")
+    head = (
+        f"{config.env_id}'s world ({kind}) is generated, not simulated: for its {n} episodes, the frames and "
+        "robot log the world generated are taken as stored (the judge is re-run on them, but a generation "
+        "cannot be replayed), and so is whether the stored actions are what each policy took on those frames"
+    )
+    if rerun:
+        return head + "; only the episodes whose policies are re-run below are checked for it"
+    return (
+        head + ": evidence moved between policies passes. Re-running the policies in the world checks it: "
+        "kosmos-env verify DIR --rerun N"
+    )
+
+
+def _escape_lines(total: int, size: int, config, rows) -> dict[str, Any]:
+    """The chance that k forged episodes all escape a sample of ``size`` of ``total``: k = 1, 2, 3
+    and the fewest forged outcomes that could have bought a ranking place (recounted here)."""
+    from kosmos_env.campaign.bundle import aggregate
+    from kosmos_env.campaign.rederive import escape_probability, flips_to_reorder
+
+    escape = {str(k): escape_probability(total, size, k) for k in (1, 2, 3)}
+    agg = aggregate(rows, [p.label for p in config.policies], list(config.tasks))
+    flip = flips_to_reorder(agg["per_policy"], agg["ranking"])
+    out: dict[str, Any] = {"escape": escape}
+    if flip is not None:
+        k, higher, lower = flip
+        out["reorder"] = {"k": k, "higher": higher, "lower": lower, "escape": escape_probability(total, size, k)}
+    return out
+
+
 def _replay(
     out: Path,
     config,
@@ -640,69 +924,139 @@ def _replay(
     frames_of,
     replay,
     seed: int,
+    salt: str,
     report: VerifyReport,
-    policy_rows=None,
+    policies: _Policies,
     rerun_policies: bool = True,
+    rerun: bool = False,
 ) -> None:
     from kosmos_env.campaign.rederive import Replayer, sample_rows, world_is_simulator
 
     if not world_is_simulator(config.spec):
-        report.warnings.append(
-            f"--replay: {config.env_id}'s world ({(config.spec.get('world') or {}).get('type')}) "
-            "is not a simulator; its generation cannot be replayed and is taken on trust"
-        )
+        report.warnings.append(_not_rederived_line(config, len(rows), rerun=rerun))
         return
     candidates = [r for r in rows if r.get("outcome") != "error"]
-    picked = sample_rows(candidates, replay, seed)
+    picked = sample_rows(candidates, replay, seed, salt)
+    report.sample = {
+        "salt": salt,
+        "seed": seed,
+        "size": len(picked),
+        "of": len(candidates),
+        "episodes": [r["episode_id"] for r in picked],
+        **_escape_lines(len(candidates), len(picked), config, candidates),
+    }
     try:
         replayer = Replayer(config.env_id, config.spec_overrides, config.judge, config.spec_hash)
     except Exception as exc:  # noqa: BLE001
         report.problems.append(f"--replay: the campaign's world cannot be rebuilt ({type(exc).__name__}: {exc})")
         return
-    policies: dict[str, Any] = {}
-    refs = {p.label: p for p in config.policies}
-
-    def policy_of(label: str):
-        """The campaign's policy, built once, or None (with a warning) where it cannot be built here or
-        is not the policy the campaign ran (its content hash differs)."""
-        if not rerun_policies or label not in refs:
-            return None
-        if label not in policies:
-            ref = refs[label]
-            try:
-                from kosmos_env.policies import make_policy
-
-                pol = make_policy(ref.name, **dict(ref.kwargs))
-                recorded = (policy_rows or {}).get(label, {}).get("content_hash")
-                if recorded and pol.content_hash() != recorded:
-                    report.warnings.append(
-                        f"--replay: policy {label!r} here has content hash "
-                        f"{pol.content_hash()[:12]}, the campaign ran {recorded[:12]}: not re-run"
-                    )
-                    pol = None
-            except Exception as exc:  # noqa: BLE001 - a policy that cannot be built here is not re-run
-                report.warnings.append(
-                    f"--replay: policy {label!r} cannot be built here ({type(exc).__name__}: "
-                    f"{exc}); its actions were replayed in the world but the policy not re-run"
-                )
-                pol = None
-            policies[label] = pol
-        return policies[label]
-
     try:
         for row in picked:
-            for p in replayer.replay(out, row, frames_of.get(row["episode_id"]), policy_of(row["policy"])):
+            pol = policies.get(row["policy"]) if rerun_policies else None
+            for p in replayer.replay(out, row, frames_of.get(row["episode_id"]), pol):
                 report.problems.append(f"{row['episode_id']}: replay: {p}")
     finally:
         replayer.close()
-        for pol in policies.values():
-            if pol is not None:
-                try:
-                    pol.close()
-                except Exception:  # noqa: BLE001 - closing must not hide the report
-                    pass
     report.checked["replayed"] = len(picked)
-    report.checked["policies_rerun"] = sum(1 for r in picked if policies.get(r["policy"]) is not None)
+    rerun = sum(1 for r in picked if rerun_policies and policies.built.get(r["policy"]) is not None)
+    report.checked["policies_rerun"] = rerun
+    not_rerun = sorted({r["policy"] for r in picked} - {k for k, v in policies.built.items() if v is not None})
+    report.sample["policies_not_rerun"] = not_rerun if rerun_policies else sorted({r["policy"] for r in picked})
+
+
+def _rerun(out: Path, config, rows, n, seed: int, salt: str, report: VerifyReport, policies: _Policies) -> None:
+    """Re-run ``n`` sampled episodes' policies in the recorded world from their recorded seeds."""
+    from kosmos_env.campaign.rederive import (
+        EXPECTED_AGREEMENT,
+        RERUN_SAMPLED,
+        Rerunner,
+        judge_reruns,
+        rerun_expectation,
+        sample_rows,
+    )
+
+    candidates = [r for r in rows if r.get("outcome") != "error"]
+    picked = sample_rows(candidates, n, seed, f"{salt}:rerun")
+    expectation = rerun_expectation(config.spec, config.judge)
+    report.rerun = {
+        "salt": salt,
+        "expectation": expectation,
+        "expected": EXPECTED_AGREEMENT[expectation],
+        "of": len(candidates),
+        "episodes": [r["episode_id"] for r in picked],
+    }
+    try:
+        rerunner = Rerunner(config.env_id, config.spec_overrides, config.judge, config.spec_hash)
+    except Exception as exc:  # noqa: BLE001
+        report.problems.append(f"--rerun: the campaign's world cannot be rebuilt ({type(exc).__name__}: {exc})")
+        return
+    found = []
+    try:
+        for row in picked:
+            pol = policies.get(row["policy"])
+            if pol is not None:
+                found.append(rerunner.rerun(out, row, pol))
+    finally:
+        rerunner.close()
+    problems, notes = judge_reruns(found, expectation, rerunner.first_frame_ungenerated)
+    report.problems.extend(problems)
+    report.warnings.extend(notes)
+    report.checked["rerun"] = len(found)
+    report.rerun.update(
+        rerun=len(found),
+        reproduced=sum(1 for f in found if f.reproduced),
+        same_outcome=sum(1 for f in found if not f.error and f.outcome == f.recorded),
+        not_rerun=sorted(policies.why_not),
+    )
+    if expectation != RERUN_SAMPLED:  # each re-run catches a moved episode it draws: the sample's odds apply
+        report.rerun.update(_escape_lines(len(candidates), len(found), config, candidates))
+
+
+def _check_self_reported(out: Path, meta, episodes, runs, worker_threads, report: VerifyReport) -> None:
+    """results.json's price table, cost block, worker threads, creation time and per-episode
+    timings, workers and attempts must repeat the ledger's (an edit of results.json alone, the
+    manifest re-hashed, is caught); all of them stay self-reported (:data:`SELF_REPORTED`)."""
+    report.self_reported = list(SELF_REPORTED)
+    try:
+        results = json.loads((out / RESULTS_NAME).read_text())
+    except (OSError, json.JSONDecodeError):
+        return  # already reported by the bundle check
+    if not isinstance(results, dict) or not isinstance(results.get("campaign"), dict):
+        return
+    from kosmos_env.campaign.cost import PriceTable, cost_summary
+
+    camp = results["campaign"]
+    wrong = []
+    stored_price = meta.get("price_table")
+    try:
+        price = json.loads(stored_price) if stored_price else None
+        table = PriceTable.from_dict(price) if price else None
+    except (ValueError, TypeError, KeyError, json.JSONDecodeError):
+        report.problems.append("the ledger's price table is unreadable")
+        return
+    if not _same(camp.get("price_table"), None if table is None else table.to_dict()):
+        wrong.append("campaign.price_table")
+    if not _same(camp.get("worker_threads"), worker_threads):
+        wrong.append("campaign.worker_threads")
+    if camp.get("created") != meta.get("created"):
+        wrong.append("campaign.created")
+    done = [r for r in episodes if r["status"] == "done"]
+    cost = (results.get("aggregated") or {}).get("cost") if isinstance(results.get("aggregated"), dict) else None
+    if not _same(cost, cost_summary(done, runs, table), tol=1e-6):
+        wrong.append("aggregated.cost")
+    theirs = {e.get("episode_id"): e for e in results.get("per_episode") or [] if isinstance(e, dict)}
+    for row in done:
+        mine, entry = episode_entry(row), theirs.get(row["episode_id"])
+        if entry is None:
+            continue  # already reported by the bundle check
+        fields = [k for k in ("timings", "worker", "attempts") if not _same(mine.get(k), entry.get(k))]
+        if fields:
+            wrong.append(f"per_episode[{row['episode_id']!r}] {', '.join(fields)}")
+    if wrong:
+        report.problems.append(
+            f"results.json's self-reported fields differ from the ledger's: {_listing(wrong, 10)} "
+            "(an edited bundle: rerun kosmos-env eval to rebuild it)"
+        )
 
 
 def provenance_problems(config, rows) -> list[str]:
