@@ -564,10 +564,14 @@ def _verify_bundle(
                 if bad:
                     break
                 flat = rows[eid]
-                for k in ("outcome", "success", "score", "judge", "steps", "error", "policy", "task", "seed", "repeat"):
+                plain = ("outcome", "success", "score", "judge", "steps", "error", "policy", "task", "seed", "repeat")
+                for k in (*plain, "attempts", "worker"):  # the last two self-reported, but the ledger's
                     bad = bad or not _same(mine.get(k), flat.get(k))
-                for k in ("judgment", "gate", "ground_truth", "artifacts"):
+                for k in ("judgment", "gate", "ground_truth", "artifacts", "timings"):
                     bad = bad or not _same(mine.get(k), None if flat.get(k) is None else json.loads(flat[k]))
+                for stage, seconds in (mine.get("timings") or {}).items():
+                    if f"t_{stage}" in flat:
+                        bad = bad or not _same(seconds, flat[f"t_{stage}"])
             if bad:
                 report.problems.append("episodes.parquet disagrees with the ledger")
         except ImportError:

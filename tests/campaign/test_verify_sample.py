@@ -22,7 +22,7 @@ from kosmos_env.campaign import verify_campaign
 from kosmos_env.campaign.artifacts import ArtifactStore, npz_bytes
 from kosmos_env.campaign.bundle import write_bundle
 from tests.support.faults import TWO_POLICIES
-from tests.support.publish_bundles import edit_results
+from tests.support.publish_bundles import edit_results, rehash
 
 # every column of an episode that is its evidence or follows from it (the forger moves them all)
 EVIDENCE = (
@@ -187,6 +187,21 @@ def test_results_cost_timing_worker_and_version_fields_are_checked_and_labelled_
         edit_results(out, change)  # the manifest re-hashed: only the content can tell
         problems = verify_campaign(out).problems
         assert any("self-reported fields differ from the ledger" in p for p in problems), (change.__name__, problems)
+    # the same fields in episodes.parquet: the worker and the timing columns
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for column, value in (("worker", "h100-node:1:feed"), ("t_policy", 0.0001)):
+        out = _copy(tiny_campaign, tmp_path, f"parquet-{column}")
+        table = pq.read_table(out / "episodes.parquet")
+        values = table.column(column).to_pylist()
+        values[0] = value
+        table = table.set_column(
+            table.schema.get_field_index(column), column, pa.array(values, table.schema.field(column).type)
+        )
+        pq.write_table(table, out / "episodes.parquet")
+        rehash(out, "episodes.parquet")
+        assert "episodes.parquet disagrees with the ledger" in verify_campaign(out).problems, column
     capsys.readouterr()
     assert cli.main(["verify", str(tiny_campaign), "--replay", "0"]) == 0
     printed = capsys.readouterr().out
