@@ -101,6 +101,11 @@ class EpisodeLoop:
             )
         self.steps += 1
         self.done = bool(terminated or truncated)
+        if self.done:
+            # the policy's episode state is no longer needed (a served policy frees its server session)
+            end_episode = getattr(self.policy, "end_episode", None)
+            if callable(end_episode):
+                end_episode()
         return self.done
 
     def result(self) -> EpisodeResult:

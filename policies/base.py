@@ -54,6 +54,11 @@ class Policy(ABC):
         payload = {"class": f"{type(self).__module__}.{type(self).__qualname__}", "config": self.config()}
         return policy_hash(payload)
 
+    def end_episode(self) -> None:
+        """The episode is over (the env terminated or truncated it): release what it held. The
+        rollout loop calls it; a served policy ends its server session here so another client's
+        episode can have the slot at once. Default: nothing."""
+
     def close(self) -> None:
         """Release resources (servers, GPU memory)."""
 
@@ -146,6 +151,9 @@ class ChunkedPolicy(Policy):
             return self.policy.content_hash()
         payload = {"inner": self.policy.content_hash(), "execute": self.execute}
         return policy_hash(payload)
+
+    def end_episode(self) -> None:
+        self.policy.end_episode()
 
     def close(self) -> None:
         self.policy.close()

@@ -11,12 +11,29 @@ Endpoints (all under ``/v1``; the server binds 127.0.0.1 unless told otherwise)
 ---------------------------------------------------------------------------------
 ``GET /v1/info``
     JSON ``{"protocol": "kosmos-policy", "version": 1, "policy": {"name", "action_convention",
-    "content_hash", "config"}}``. The client checks ``protocol`` and ``version`` before anything else.
+    "content_hash", "config"}, "sessions": {...}}``. The client checks ``protocol`` and
+    ``version`` before anything else.
 ``POST /v1/reset``
-    JSON body ``{"version": 1, "instruction": str, "seed": int | null}``; answers JSON
-    ``{"version": 1, "ok": true}``. Starts an episode (clears any action queue on the server).
+    JSON body ``{"version": 1, "instruction": str, "seed": int | null, "session": id,
+    "previous": id}``; answers JSON ``{"version": 1, "ok": true}``. Starts an episode (clears any
+    action queue on the server).
 ``POST /v1/act``
     Body: a binary *observation* message (below); answers a binary *action* message.
+``POST /v1/end``, ``POST /v1/renew``
+    JSON body ``{"version": 1, "session": id}``: end the session, or renew its lease (Sessions).
+
+Identity
+--------
+Every reply of the server, whatever its endpoint or status (errors included), carries the
+header ``X-Kosmos-Policy-Hash: <content_hash>``: the content hash of the policy it serves, the
+one ``/v1/info`` states. A client pins the hash of its ``/v1/info`` and checks the header of
+every later reply: a reply stating another hash, or none, means the server now serves another
+policy (it was restarted with one, say). The client then raises :class:`PolicyIdentityChanged`
+(a :class:`RemotePolicyError` of the transport kind), and raises it again on every later call,
+so nothing the new policy answers is ever taken for the old one's. A campaign ends the episodes
+in flight as infrastructure failures (retried by a rerun, never recorded under the old hash)
+and stops. (The header is what the server *states*: a server that lies about its policy is not
+caught here; only a run by whoever holds the policy is.)
 
 Binary message (``Content-Type: application/x-kosmos-policy``)
 ----------------------------------------------------------------
@@ -46,26 +63,47 @@ Any failure answers a JSON body ``{"version": 1, "error": {"code": str, "message
 an HTTP status: 400 ``bad_request`` (malformed message, JSON nested too deeply, wrong version
 ``version_mismatch``), 404 ``not_found`` (unknown endpoint), 408 ``request_timeout`` (the body
 did not arrive within the server's request timeout, 60 s by default; the connection is closed),
-411 ``length_required``, 413 ``too_large``, 415 ``unsupported_media_type`` (``/v1/reset`` takes
-``application/json``, ``/v1/act`` takes ``application/x-kosmos-policy``),
-500 ``policy_error`` (the policy raised; the message says what it raised).
+409 ``unknown_session``, 411 ``length_required``, 413 ``too_large``, 415
+``unsupported_media_type`` (``/v1/reset`` takes ``application/json``, ``/v1/act`` takes
+``application/x-kosmos-policy``), 500 ``policy_error`` (the policy raised; the message says what
+it raised), 503 ``too_many_sessions`` (Sessions).
 The client raises :class:`RemotePolicyError` (a ``RuntimeError``) naming the URL and the cause when
 the server is down, times out, answers an error, or answers something that is not this protocol.
+Its ``transport`` flag tells the machinery's failures (unreachable, timed out, a session the
+server lost: 408, 409, a 503 waited out, a changed identity) from the policy's (500, a bad
+answer).
 
 Sessions
 --------
 Every episode is a session: the client makes a fresh id (``session``, 1..128 printable ASCII
 characters) at reset and sends it with ``/v1/reset`` (JSON ``"session"``, and ``"previous"``: the
 id of the episode it ends, if any), with every ``/v1/act`` (the observation field ``session``,
-removed before the policy sees the observation) and with ``POST /v1/end`` (JSON ``{"version": 1,
-"session": id}``) when it is done. The server keeps one policy instance per live session (built by
-its factory, or reused from an ended session after ``reset``), so episodes of several workers or
-lockstep lanes never share state. ``GET /v1/info`` says ``"sessions": {"max": n, "idle_seconds":
-s}``; a session idle longer than ``s`` is ended. A reset that would open more than ``n`` sessions
-is answered 503 ``too_many_sessions``; an act for a session the server does not hold (expired,
-ended, never reset) is answered 409 ``unknown_session``: never another episode's state. A server
-built without a factory holds one instance, so ``n`` is 1 and a second concurrent episode is
-refused. Requests without a session id (older clients) share the session ``""``.
+removed before the policy sees the observation) and with ``POST /v1/end`` when the episode is
+over. The server keeps one policy instance per live session (built by its factory, or reused
+from an ended session after ``reset``), so episodes of several workers or lockstep lanes never
+share state. A server built without a factory holds one instance, so at most one session is
+live. Requests without a session id (older clients) share the session ``""``.
+
+A session is *leased*: ``GET /v1/info`` says ``"sessions": {"max": n, "lease_seconds": s,
+"idle_seconds": s, "renew": true}`` (``idle_seconds``: the same number, its older name). Every
+request naming the session renews its lease, and so does ``POST /v1/renew``, which a client
+sends every fraction of ``s`` while an episode is open, however long its env takes between two
+actions. A session not renewed for ``s`` seconds (its client died, or reset and never came
+back) is ended and its slot freed: 30 s by default (``serve-policy --session-lease``).
+
+A reset that would open more than ``n`` sessions is answered 503 ``too_many_sessions``, with
+``"retry_seconds"`` and ``"waiting_ahead"`` in its ``error`` object. That is back-pressure, not a
+failure: the client waits and asks again (``RemotePolicy`` for up to ``busy_wait`` seconds, 600
+by default, saying so on stderr, then gives up as an infrastructure failure). The server
+remembers refused sessions first come, first served: a freed slot goes to the session that has
+waited longest (one that stops asking for ``WAIT_TTL`` seconds loses its place), so one client
+ending and starting episodes back to back cannot starve another. An act for a session the server
+does not hold (expired, ended, never reset) is answered 409 ``unknown_session``: never another
+episode's state.
+
+Compatibility: the version stays 1, and a client of before ignores the header and the new
+fields. A current client refuses a server that does not state its hash in every reply (it could
+not keep the guarantee above), as it refuses one without sessions.
 """
 
 from __future__ import annotations
@@ -75,6 +113,7 @@ import json
 import math
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -98,13 +137,29 @@ MAX_CHUNK = 1024
 #: not arrive) before answering 408 and closing it; also how long an idle keep-alive lasts
 REQUEST_TIMEOUT = 60.0
 #: the Content-Type each POST endpoint accepts (anything else is answered 415)
-REQUEST_TYPES = {"/v1/reset": "application/json", "/v1/act": CONTENT_TYPE, "/v1/end": "application/json"}
+REQUEST_TYPES = {
+    "/v1/reset": "application/json",
+    "/v1/act": CONTENT_TYPE,
+    "/v1/end": "application/json",
+    "/v1/renew": "application/json",
+}
 ACTION_DIM = 7
 DTYPES = {"<u1": np.uint8, "<f4": np.float32, "<f8": np.float64, "<i4": np.int32, "<i8": np.int64}
 _PREFIX = struct.Struct("<4sI")
-#: default bound on live sessions and their idle expiry (seconds) of a :class:`PolicyServer`
+#: default bound on live sessions of a :class:`PolicyServer`
 MAX_SESSIONS = 8
-SESSION_IDLE = 300.0
+#: default session lease (seconds): a session neither used nor renewed for this long is ended
+SESSION_LEASE = 30.0
+SESSION_IDLE = SESSION_LEASE  # its older name
+#: a refused reset keeps its place in the server's queue while it asks again within this many seconds
+WAIT_TTL = 5.0
+#: how soon a refused client is told to ask again (well inside WAIT_TTL, so a waiting client keeps its place)
+RETRY_SECONDS = 1.0
+#: the reply header that states the served policy's content hash (see Identity above)
+IDENTITY_HEADER = "X-Kosmos-Policy-Hash"
+#: error codes that say the machinery failed, not the policy: the server lost or could not hold the
+#: session, or the request did not arrive in time (a campaign retries such an episode)
+INFRASTRUCTURE_CODES = frozenset({"unknown_session", "too_many_sessions", "request_timeout"})
 MAX_SESSION_ID = 128
 
 
@@ -123,6 +178,25 @@ class RemotePolicyError(RuntimeError):
     def __init__(self, message: str, transport: bool = False):
         super().__init__(message)
         self.transport = transport
+
+
+class PolicyIdentityChanged(RemotePolicyError):
+    """A reply stated another policy content hash (or none) than the one the client pinned.
+
+    The server now serves another policy: nothing it answers may count as the pinned one's. A
+    transport failure (the episode is not the policy's fault) that a campaign also treats as a
+    reason to stop (``policy_identity_changed``)."""
+
+    policy_identity_changed = True
+
+    def __init__(self, url: str, expected: str, stated: str | None):
+        now = f"now state content hash {stated[:12]}" if stated else "no longer state a content hash"
+        super().__init__(
+            f"the policy served at {url} changed mid-run: its replies {now}, but this run started with "
+            f"{expected[:12]} (was the server restarted with another policy?)",
+            transport=True,
+        )
+        self.url, self.expected, self.stated = url, expected, stated
 
 
 # -- codec ---------------------------------------------------------------------------------------
@@ -290,7 +364,10 @@ class PolicyServer:
     config); it is what ``GET /v1/info`` answers. ``port=0`` picks a free port (see ``url``).
     ``factory`` builds another instance of the same policy for a concurrent session (up to
     ``max_sessions``); without one the server holds only ``policy`` and refuses a second
-    concurrent session. ``session_idle`` seconds without a request end a session.
+    concurrent session. A session neither used nor renewed for ``session_lease`` seconds is ended
+    (``session_idle``: its older name). Every reply states ``info["content_hash"]`` in the
+    ``X-Kosmos-Policy-Hash`` header. ``expired`` and ``refused`` count sessions ended by their
+    lease and resets answered 503 (what a test or an operator watches).
     """
 
     def __init__(
@@ -304,24 +381,35 @@ class PolicyServer:
         request_timeout: float = REQUEST_TIMEOUT,
         factory: Callable[[], Any] | None = None,
         max_sessions: int = MAX_SESSIONS,
-        session_idle: float = SESSION_IDLE,
+        session_lease: float | None = None,
+        session_idle: float | None = None,
     ):
         if not request_timeout > 0:
             raise ValueError(f"request_timeout must be > 0 seconds, got {request_timeout}")
         if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
             raise ValueError(f"max_sessions must be an integer >= 1, got {max_sessions!r}")
-        if not (isinstance(session_idle, (int, float)) and math.isfinite(session_idle) and session_idle > 0):
-            raise ValueError(f"session_idle must be a finite number of seconds > 0, got {session_idle!r}")
+        if session_lease is not None and session_idle is not None and session_lease != session_idle:
+            raise ValueError("give session_lease or its older name session_idle, not both")
+        lease = next((v for v in (session_lease, session_idle) if v is not None), SESSION_LEASE)
+        if not (isinstance(lease, (int, float)) and math.isfinite(lease) and lease > 0):
+            raise ValueError(f"session_lease must be a finite number of seconds > 0, got {lease!r}")
         self.policy = policy
         self.factory = factory
         self.max_sessions = int(max_sessions) if factory is not None else 1
-        self.session_idle = float(session_idle)
+        self.session_lease = float(lease)
         self._sessions: dict[str, _Session] = {}
+        # refused resets, first come first served: session id -> when it last asked (dicts keep order)
+        self._waiting: dict[str, float] = {}
+        self.expired = 0
+        self.refused = 0
         self._free: list[Any] = [policy]  # built instances not held by a session (reset before reuse)
         self._built: list[Any] = [policy]  # every instance, closed by close_policies()
         self._sessions_lock = threading.Lock()
         self._building = 0  # new instances the factory is building now (each holds a session slot)
         self.info = dict(info or {"name": getattr(policy, "name", type(policy).__name__)})
+        stated = self.info.get("content_hash")
+        # the identity every reply states (None: the info names no hash, and no reply states one)
+        self.identity = stated if isinstance(stated, str) and stated else None
         self.max_bytes = int(max_bytes)
         self.request_timeout = float(request_timeout)
         self.log = log
@@ -376,17 +464,53 @@ class PolicyServer:
         self._built = self._built[:1]
 
     @property
+    def session_idle(self) -> float:
+        """The session lease (its older name)."""
+        return self.session_lease
+
+    @property
     def sessions(self) -> int:
-        """How many sessions are live now."""
+        """How many sessions are live now (those past their lease are ended first)."""
         with self._sessions_lock:
+            self._expire(time.monotonic())
             return len(self._sessions)
 
     # sessions: every caller holds self._sessions_lock
     def _expire(self, now: float) -> None:
         for sid, sess in list(self._sessions.items()):
             # a session answering a request right now is not idle, however long that request takes
-            if now - sess.last_used > self.session_idle and not sess.lock.locked():
+            if now - sess.last_used > self.session_lease and not sess.lock.locked():
                 self._end(sid)
+                self.expired += 1
+        for sid, asked in list(self._waiting.items()):
+            if now - asked > WAIT_TTL:  # it stopped asking: it gives up its place
+                del self._waiting[sid]
+
+    def _admit(self, sid: str, now: float) -> "tuple[int, str, bytes] | None":
+        """None when ``sid`` may open a session now, else the 503 answer (and ``sid`` keeps or
+        takes its place in the queue). A free slot goes to the longest-waiting session first."""
+        free = self.max_sessions - len(self._sessions) - self._building
+        order = list(self._waiting)
+        ahead = order.index(sid) if sid in self._waiting else len(order)
+        if ahead < free:
+            self._waiting.pop(sid, None)
+            return None
+        self._waiting[sid] = now  # an existing entry keeps its place; only its time moves
+        self.refused += 1
+        why = (
+            "this server holds one policy instance (no factory)"
+            if self.factory is None
+            else "start it with a larger --max-sessions, or run fewer workers/lanes"
+        )
+        body = {
+            "code": "too_many_sessions",
+            "message": f"the server already holds {len(self._sessions)} live session(s), its maximum "
+            f"({self.max_sessions}), and {ahead} other(s) wait before this one: {why}; ask again to keep "
+            f"this place (a session not renewed for {self.session_lease:g} s is ended)",
+            "retry_seconds": RETRY_SECONDS,
+            "waiting_ahead": ahead,
+        }
+        return _json(503, {"version": VERSION, "error": body})
 
     def _end(self, sid: str) -> None:
         sess = self._sessions.pop(sid, None)
@@ -400,18 +524,9 @@ class PolicyServer:
         self._expire(now)
         sess = self._sessions.get(sid)
         if sess is None:
-            if len(self._sessions) + self._building >= self.max_sessions:
-                why = (
-                    "this server holds one policy instance (no factory)"
-                    if self.factory is None
-                    else "start it with a larger --max-sessions, or run fewer workers/lanes"
-                )
-                return _error(
-                    503,
-                    "too_many_sessions",
-                    f"the server already holds {len(self._sessions)} live session(s), its maximum "
-                    f"({self.max_sessions}): {why}; sessions idle for {self.session_idle:g} s are ended",
-                )
+            refused = self._admit(sid, now)
+            if refused is not None:
+                return refused
             if self._free:
                 policy = self._free.pop()
             else:
@@ -444,7 +559,12 @@ class PolicyServer:
                 "protocol": PROTOCOL,
                 "version": VERSION,
                 "policy": self.info,
-                "sessions": {"max": self.max_sessions, "idle_seconds": self.session_idle},
+                "sessions": {
+                    "max": self.max_sessions,
+                    "lease_seconds": self.session_lease,
+                    "idle_seconds": self.session_lease,  # the older name of the lease
+                    "renew": True,
+                },
             },
         )
 
@@ -460,6 +580,32 @@ class PolicyServer:
             known = sid in self._sessions
             self._end(sid)
         return _json(200, {"version": VERSION, "ok": True, "ended": known})
+
+    def handle_renew(self, body: bytes) -> tuple[int, str, bytes]:
+        """Renew a live session's lease (its client is alive, its env busy between two actions)."""
+        request = _json_request(body, "renew")
+        if not isinstance(request, dict):
+            return request
+        sid = request.get("session")
+        bad = _check_session(sid)
+        if bad:
+            return _error(400, "bad_request", bad)
+        with self._sessions_lock:
+            now = time.monotonic()
+            self._expire(now)
+            sess = self._sessions.get(sid)
+            if sess is None:
+                return self._unknown_session(sid)
+            sess.last_used = now
+        return _json(200, {"version": VERSION, "ok": True, "lease_seconds": self.session_lease})
+
+    def _unknown_session(self, sid: str) -> tuple[int, str, bytes]:
+        return _error(
+            409,
+            "unknown_session",
+            f"no live session {sid!r} on this server (ended, not renewed for "
+            f"{self.session_lease:g} s, or never reset): reset starts one",
+        )
 
     def handle_reset(self, body: bytes) -> tuple[int, str, bytes]:
         request = _json_request(body, "reset")
@@ -508,12 +654,7 @@ class PolicyServer:
                 if not isinstance(sess, _Session):
                     return sess
             if sess is None:
-                return _error(
-                    409,
-                    "unknown_session",
-                    f"no live session {sid!r} on this server (ended, idle for "
-                    f"more than {self.session_idle:g} s, or never reset): reset starts one",
-                )
+                return self._unknown_session(sid)
             sess.lock.acquire()
         try:
             action = np.asarray(sess.policy.act(obs))
@@ -587,7 +728,12 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self._send(*_error(404, "not_found", f"no endpoint GET {self.path}; try /v1/info"))
 
         def do_POST(self) -> None:  # noqa: N802
-            routes = {"/v1/reset": server.handle_reset, "/v1/act": server.handle_act, "/v1/end": server.handle_end}
+            routes = {
+                "/v1/reset": server.handle_reset,
+                "/v1/act": server.handle_act,
+                "/v1/end": server.handle_end,
+                "/v1/renew": server.handle_renew,
+            }
             path = self.path.rstrip("/")
             route = routes.get(path)
             length = self.headers.get("Content-Length")
@@ -602,7 +748,9 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 return
             if route is None:
                 self._send(
-                    *_error(404, "not_found", f"no endpoint POST {self.path}; try /v1/reset, /v1/act or /v1/end"),
+                    *_error(
+                        404, "not_found", f"no endpoint POST {self.path}; try /v1/reset, /v1/act, /v1/end or /v1/renew"
+                    ),
                     close=True,
                 )
                 return
@@ -630,6 +778,13 @@ def _make_handler(server: PolicyServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 return
             self._send(*route(body))
+
+        def send_response(self, code: int, message: str | None = None) -> None:
+            # every reply states the policy's hash, errors included, and the stdlib's own error
+            # pages too (send_error comes through here): see Identity in the module docstring
+            super().send_response(code, message)
+            if server.identity is not None:
+                self.send_header(IDENTITY_HEADER, server.identity)
 
         def _send(self, status: int, content_type: str, body: bytes, close: bool = False) -> None:
             self.send_response(status)
@@ -664,6 +819,17 @@ class PolicyClient:
     before an answer) is retried ``retries`` times with a doubling pause from ``backoff``; a timeout
     is not retried (the server may still be working on the request). Every failure raises
     :class:`RemotePolicyError` naming the URL and the cause.
+
+    ``policy_hash``: the content hash every reply must state (see Identity in the module
+    docstring; None checks nothing, as before a hash is pinned). A reply stating another raises
+    :class:`PolicyIdentityChanged`, and so does every later call. ``stated_hash`` is what the
+    last reply stated.
+
+    ``busy_wait``: seconds a reset may wait for a full server (503 ``too_many_sessions``) to free a
+    slot, asking again with a doubling pause capped by the server's ``retry_seconds``; 0 gives up
+    at once. Waiting longer than ``say_after`` seconds is said through ``log`` (stderr by
+    default), then every ``say_every`` seconds. A wait that runs out raises a transport
+    :class:`RemotePolicyError` (the machinery's failure, never the policy's).
     """
 
     def __init__(
@@ -673,12 +839,19 @@ class PolicyClient:
         retries: int = 2,
         backoff: float = 0.2,
         max_bytes: int = MAX_MESSAGE_BYTES,
+        policy_hash: str | None = None,
+        busy_wait: float = 0.0,
+        log: Callable[[str], None] | None = None,
+        say_after: float = 2.0,
+        say_every: float = 30.0,
     ):
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme != "http" or not parsed.hostname:
             raise ValueError(f"remote policy url must look like http://host:port, got {url!r}")
         if timeout <= 0 or retries < 0 or backoff < 0:
             raise ValueError("timeout must be > 0, retries >= 0 and backoff >= 0")
+        if not (isinstance(busy_wait, (int, float)) and math.isfinite(busy_wait) and busy_wait >= 0):
+            raise ValueError(f"busy_wait must be a finite number of seconds >= 0, got {busy_wait!r}")
         self.url = f"http://{parsed.netloc}"
         self._host, self._port = parsed.hostname, parsed.port or 80
         self.timeout, self.retries, self.backoff, self.max_bytes = (
@@ -687,6 +860,11 @@ class PolicyClient:
             float(backoff),
             int(max_bytes),
         )
+        self.policy_hash = policy_hash
+        self.stated_hash: str | None = None
+        self.busy_wait, self.say_after, self.say_every = float(busy_wait), float(say_after), float(say_every)
+        self.log = log if log is not None else _say
+        self._changed: PolicyIdentityChanged | None = None  # sticky: once changed, every call fails
         self._conn: http.client.HTTPConnection | None = None
 
     def info(self) -> dict[str, Any]:
@@ -706,14 +884,39 @@ class PolicyClient:
     def reset(
         self, instruction: str, seed: int | None = None, session: str | None = None, previous: str | None = None
     ) -> None:
+        """Start an episode; a full server is waited for (``busy_wait``), never taken for a failure."""
         request = {"version": VERSION, "instruction": instruction, "seed": seed}
         if session is not None:
             request["session"] = session
         if previous is not None:
             request["previous"] = previous
-        answer = self._json_answer(
-            *self._request("POST", "/v1/reset", json.dumps(request).encode(), "application/json")
-        )
+        body = json.dumps(request).encode()
+        started = time.monotonic()
+        pause, said = 0.05, 0.0
+        while True:
+            status, content_type, data = self._request("POST", "/v1/reset", body, "application/json")
+            refusal = _refusal(status, data)
+            if refusal is None:
+                break
+            waited = time.monotonic() - started
+            hint = refusal.get("retry_seconds")
+            cap = float(hint) if isinstance(hint, (int, float)) and 0 < hint <= 60 else RETRY_SECONDS
+            pause = min(pause, cap)
+            if waited + pause > self.busy_wait:
+                raise RemotePolicyError(
+                    f"{self.url} answered HTTP 503 too_many_sessions: {refusal.get('message', '')} "
+                    f"(waited {waited:.1f} s of at most {self.busy_wait:g} s: busy_wait)",
+                    transport=True,
+                )
+            if waited >= self.say_after and (not said or waited - said >= self.say_every):
+                said = waited
+                self.log(
+                    f"remote policy at {self.url} is full ({refusal.get('waiting_ahead', '?')} waiting before "
+                    f"this episode): waited {waited:.0f} s of at most {self.busy_wait:g} s for a free session"
+                )
+            time.sleep(pause)
+            pause = min(pause * 2, cap)
+        answer = self._json_answer(status, content_type, data)
         if answer.get("ok") is not True:
             raise RemotePolicyError(f"{self.url} answered /v1/reset without ok=true: {answer!r:.200}")
 
@@ -721,6 +924,11 @@ class PolicyClient:
         """End ``session`` on the server (its policy instance is free for the next episode)."""
         body = json.dumps({"version": VERSION, "session": session}).encode()
         self._json_answer(*self._request("POST", "/v1/end", body, "application/json"))
+
+    def renew(self, session: str) -> None:
+        """Renew ``session``'s lease on the server (raises 409 ``unknown_session`` if it is gone)."""
+        body = json.dumps({"version": VERSION, "session": session}).encode()
+        self._json_answer(*self._request("POST", "/v1/renew", body, "application/json"))
 
     def act(self, obs: Mapping[str, Any], session: str | None = None) -> np.ndarray:
         if session is not None:
@@ -738,7 +946,17 @@ class PolicyClient:
             self._conn.close()
             self._conn = None
 
+    def _check_identity(self, stated: str | None) -> None:
+        """The reply's stated hash against the pinned one (see Identity); a change is sticky."""
+        self.stated_hash = stated
+        if self.policy_hash is not None and stated != self.policy_hash:
+            self._changed = PolicyIdentityChanged(self.url, self.policy_hash, stated)
+            self.close()
+            raise self._changed
+
     def _request(self, method: str, path: str, body: bytes | None, content_type: str | None) -> tuple[int, str, bytes]:
+        if self._changed is not None:  # nothing the new policy answers may count as the old one's
+            raise self._changed
         headers = {"Content-Type": content_type} if content_type else {}
         last: Exception | None = None
         for attempt in range(self.retries + 1):
@@ -761,6 +979,7 @@ class PolicyClient:
                     raise RemotePolicyError(f"{self.url}{path} answered more than {self.max_bytes} bytes")
                 if response.getheader("Connection", "").lower() == "close":
                     self.close()
+                self._check_identity(response.getheader(IDENTITY_HEADER))
                 return response.status, response.getheader("Content-Type", ""), data
             except TimeoutError:
                 self.close()
@@ -796,7 +1015,27 @@ class PolicyClient:
             raise RemotePolicyError(f"{self.url} answered HTTP {status} with JSON that is not an object")
         if status != 200 or "error" in answer:
             err = answer.get("error") if isinstance(answer.get("error"), dict) else {}
+            code = err.get("code", "error")
+            # the server lost or could not hold the session, or the request arrived late: the
+            # machinery's failure (retried), not the policy's
             raise RemotePolicyError(
-                f"{self.url} answered HTTP {status} {err.get('code', 'error')}: {err.get('message', answer)}"
+                f"{self.url} answered HTTP {status} {code}: {err.get('message', answer)}",
+                transport=code in INFRASTRUCTURE_CODES,
             )
         return answer
+
+
+def _refusal(status: int, body: bytes) -> dict[str, Any] | None:
+    """The ``error`` object of a 503 ``too_many_sessions`` answer (a full server), else None."""
+    if status != 503:
+        return None
+    try:
+        answer = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return None
+    err = answer.get("error") if isinstance(answer, dict) else None
+    return err if isinstance(err, dict) and err.get("code") == "too_many_sessions" else None
+
+
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)

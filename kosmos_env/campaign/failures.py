@@ -7,6 +7,11 @@ the remote policy server was unreachable or timed out, the process ran out of me
 or ledger was unavailable, the worker running it was killed. Such a failure says nothing
 about the policy, so it is never final: the episode goes back to ``pending`` and the next run
 of the same command (or the same run, after a pause) retries it.
+
+One infrastructure failure also stops the campaign: a served policy whose replies stopped
+stating the content hash the campaign runs (:func:`policy_identity_change`; the server was
+restarted with another policy). Its episodes in flight go back to pending, and nothing the other
+policy answered is recorded under the campaign's hash.
 """
 
 from __future__ import annotations
@@ -51,7 +56,8 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
     """True when ``exc`` (or an exception it was raised from) is an infrastructure failure.
 
     Infrastructure: out of memory (``MemoryError``, a CUDA/torch out-of-memory error), a remote
-    policy that could not be reached or did not answer in time, a network, disk-full or I/O
+    policy that could not be reached, did not answer in time, lost the episode's session, stayed
+    full past the wait or now serves another policy, a network, disk-full or I/O
     error of the operating system, a ledger database that is locked or unreadable.
     Everything else (the policy raised, a bad action, a judge failure) is the policy's or
     model's failure on its input.
@@ -63,6 +69,8 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
             return True
         if getattr(e, "transport", False) is True:  # RemotePolicyError of the transport kind
             return True
+        if getattr(e, "policy_identity_changed", False) is True:  # another policy answers now
+            return True
         if isinstance(e, (ConnectionError, TimeoutError)):
             return True
         if isinstance(e, OSError) and e.errno in _INFRA_ERRNOS:
@@ -70,6 +78,15 @@ def is_infrastructure_failure(exc: BaseException) -> bool:
         if isinstance(e, sqlite3.OperationalError):
             return True
     return False
+
+
+def policy_identity_change(exc: BaseException) -> BaseException | None:
+    """The exception in ``exc``'s chain that says a served policy's identity changed mid-run
+    (``policy_identity_changed``: :class:`kosmos_env.policies.protocol.PolicyIdentityChanged`), else None."""
+    for e in _chain(exc):
+        if getattr(e, "policy_identity_changed", False) is True:
+            return e
+    return None
 
 
 def is_infrastructure_error_text(text: str | None) -> bool:

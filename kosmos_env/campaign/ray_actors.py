@@ -30,6 +30,15 @@ from kosmos_env.campaign.ray_messages import (
 )
 
 
+def _policy_changed(key: EpisodeKey, exc: BaseException) -> Fatal | None:
+    """The actor's answer when ``exc`` says the served policy changed mid-run (see
+    :func:`kosmos_env.campaign.worker.policy_changed_error`), else None."""
+    from kosmos_env.campaign.worker import policy_changed_error
+
+    changed = policy_changed_error(key, exc)
+    return None if changed is None else Fatal.of("", changed)
+
+
 def _where(role: str) -> dict[str, Any]:
     """Where the calling actor runs: its role, host, pid, node and the GPUs Ray gave it."""
     import ray
@@ -114,6 +123,9 @@ class EpisodeActor:
         except ConfigMismatchError as exc:
             return Fatal.of("", exc)
         except Exception as exc:
+            changed = _policy_changed(key, exc)
+            if changed is not None:  # the campaign stops; the driver hands the episode back unrecorded
+                return changed
             return RolloutReply((EpisodeEnded.failed(key, exc),), self.registry.drain())
         return RolloutReply((EpisodeEnded(key, record, self._payload(artifacts)),), self.registry.drain())
 
@@ -139,6 +151,10 @@ class EpisodeActor:
                 ended += self.lanes.step()
         except ConfigMismatchError as exc:
             return Fatal.of("", exc)
+        for end in ended:
+            changed = None if end.error is None else _policy_changed(end.key, end.error)
+            if changed is not None:  # the campaign stops; the driver hands the lanes' episodes back
+                return changed
         out = []
         read: dict[str, bytes] = {}  # episodes ending together may share a (content-addressed) file
         for end in ended:

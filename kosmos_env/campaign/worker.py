@@ -34,8 +34,31 @@ from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.cost import file_loads
 from kosmos_env.campaign.design import CampaignConfig, EpisodeKey
-from kosmos_env.campaign.failures import InfrastructureFailure, is_infrastructure_failure, one_line
+from kosmos_env.campaign.failures import (
+    InfrastructureFailure,
+    is_infrastructure_failure,
+    one_line,
+    policy_identity_change,
+)
 from kosmos_env.campaign.ledger import LEDGER_NAME, ConfigMismatchError, Ledger
+
+
+class PolicyChangedMidRun(ConfigMismatchError):
+    """A served policy's replies stopped stating the content hash this campaign runs: the campaign
+    stops (a campaign-level error, like any changed policy), its episodes in flight back to pending."""
+
+
+def policy_changed_error(key: EpisodeKey, exc: BaseException) -> PolicyChangedMidRun | None:
+    """The campaign-level error to stop with when ``exc`` says ``key``'s served policy changed, else None."""
+    change = policy_identity_change(exc)
+    if change is None:
+        return None
+    kept = getattr(change, "expected", "") or ""
+    return PolicyChangedMidRun(
+        f"policy {key.policy!r}: {change}; its episodes in flight were put back unfinished "
+        f"and none was recorded under {kept[:12] or 'the old hash'}: serve the original policy again and "
+        f"rerun the same command (a new policy needs a new --out directory)"
+    )
 
 
 @dataclass(frozen=True)
@@ -438,13 +461,19 @@ def record_failure(
     settings: WorkSettings,
     on_episode: Callable[[str, str], None] | None = None,
 ) -> bool:
-    """Record ``exc`` as a failed attempt of ``key``; returns whether it was an infrastructure failure."""
+    """Record ``exc`` as a failed attempt of ``key``; returns whether it was an infrastructure failure.
+
+    Raises :class:`PolicyChangedMidRun` (after recording the attempt as an infrastructure failure:
+    the episode is pending again) when ``exc`` says the served policy changed: the campaign stops."""
     infra = is_infrastructure_failure(exc)
     status = ledger.fail(
         key.episode_id, owner, "".join(traceback.format_exception(exc)), settings.max_attempts, infrastructure=infra
     )
     if status == "done" and on_episode:
         on_episode(key.episode_id, "error")
+    changed = policy_changed_error(key, exc)
+    if changed is not None:
+        raise changed from exc
     return infra
 
 

@@ -7,8 +7,13 @@ The policy is built once (``make_policy(NAME, **kwargs)``) and answers ``GET /v1
 the protocol has no authentication, so expose it beyond loopback only on a trusted network.
 Every episode is a session with its own policy instance (built on demand, up to
 ``--max-sessions`` live at once, reused after an episode ends), so one server serves several
-workers or lockstep lanes without mixing their episodes; a session idle for ``--session-idle``
-seconds is ended.
+workers or lockstep lanes without mixing their episodes. Sessions are leased: a client renews
+its session while its episode runs, and a session not renewed for ``--session-lease`` seconds
+(30 by default: its client died, or reset and never came back) is ended and its slot freed. A
+reset beyond ``--max-sessions`` is answered 503, which clients take as "wait": a freed slot goes
+to the client that has waited longest. Every reply states the served policy's content hash
+(header ``X-Kosmos-Policy-Hash``), so a client notices when a restarted server serves another
+policy and never records its answers under the old one's hash.
 """
 
 from __future__ import annotations
@@ -43,13 +48,16 @@ def add_parser(subparsers) -> None:
         type=int,
         default=8,
         help="most episodes served at once, each with its own policy instance (default 8); "
-        "one more is refused (HTTP 503), never mixed with another's state",
+        "one more waits (HTTP 503, retried by the client), never mixed with another's state",
     )
     p.add_argument(
+        "--session-lease",
         "--session-idle",
+        dest="session_lease",
         type=float,
-        default=300.0,
-        help="seconds without a request after which a session is ended (default 300)",
+        default=30.0,
+        help="seconds a session lives without a request or a renewal from its client: a dead client's "
+        "slot is free this long after it died (default 30; --session-idle is its older name)",
     )
     p.add_argument("--quiet", action="store_true", help="do not log each request")
     from kosmos_env.utils.threads import add_threads_argument
@@ -72,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--request-timeout must be > 0 seconds, got {args.request_timeout}")
     if args.max_sessions < 1:
         raise ValueError(f"--max-sessions must be at least 1, got {args.max_sessions}")
-    if not (math.isfinite(args.session_idle) and args.session_idle > 0):
-        raise ValueError(f"--session-idle must be a finite number of seconds > 0, got {args.session_idle}")
+    if not (math.isfinite(args.session_lease) and args.session_lease > 0):
+        raise ValueError(f"--session-lease must be a finite number of seconds > 0, got {args.session_lease}")
     name, kwargs = parse_policy_arg(args.policy)
     from kosmos_env.utils.threads import choose_threads, threads_applied
 
@@ -99,7 +107,7 @@ def _serve(args: argparse.Namespace, name: str, kwargs: dict) -> int:
             request_timeout=args.request_timeout,
             factory=lambda: make_policy(name, **kwargs),  # one instance per concurrent session
             max_sessions=args.max_sessions,
-            session_idle=args.session_idle,
+            session_lease=args.session_lease,
         )
     except OSError as exc:
         policy.close()

@@ -75,11 +75,18 @@ def test_interleaved_episodes_keep_their_own_state():
 
 def test_a_server_with_one_instance_refuses_a_second_concurrent_session():
     with _server() as server:  # no factory: one policy instance
-        first, second = RemotePolicy(server.url), RemotePolicy(server.url)
+        first, second = RemotePolicy(server.url), RemotePolicy(server.url, busy_wait=0)
         first.reset(INSTR, seed=0)
         first.act(_obs())
-        with pytest.raises(RemotePolicyError, match="503 too_many_sessions.*maximum \\(1\\)"):
+        other = PolicyClient(server.url)  # another process's client: refused (503), no wait asked for
+        with pytest.raises(RemotePolicyError, match="503 too_many_sessions.*maximum \\(1\\)") as refused:
+            other.reset(INSTR, 0, session="other")
+        assert refused.value.transport  # a full server is the machinery's state, never the policy's failure
+        other.close()
+        # in this process, the one slot is this process's own: waiting could never end, so it is refused at once
+        with pytest.raises(RemotePolicyError, match="this process already holds 1") as refused:
             second.reset(INSTR, seed=0)
+        assert refused.value.transport
         first.reset(INSTR, seed=1)  # the same client's next episode ends its previous one: accepted
         first.close()
         second.reset(INSTR, seed=0)  # free again
@@ -141,7 +148,7 @@ def test_serve_policy_binds_loopback_by_default_and_bounds_sessions():
     from kosmos_env.cli import build_parser
 
     args = build_parser().parse_args(["serve-policy", "scripted"])
-    assert args.host == "127.0.0.1" and args.max_sessions >= 1 and args.session_idle > 0
+    assert args.host == "127.0.0.1" and args.max_sessions >= 1 and args.session_lease > 0
     with pytest.raises(ValueError, match="max_sessions"):
         PolicyServer(make_policy("random"), factory=lambda: make_policy("random"), max_sessions=0)
 
@@ -168,7 +175,7 @@ def test_a_session_being_built_does_not_stall_the_others():
         try:
             assert a.act(_obs()).shape == (7,)  # answered while b's instance is being built
             with pytest.raises(RemotePolicyError, match="too_many_sessions"):
-                RemotePolicy(server.url).reset(INSTR)  # the slot being built counts
+                RemotePolicy(server.url, busy_wait=0).reset(INSTR)  # the slot being built counts
         finally:
             release.set()
             opener.join(30)
