@@ -55,6 +55,25 @@ REQUIRED_META = (
 )
 
 
+#: bounds on a network's settings, checked before anything is allocated (:meth:`NetConfig.check`): far
+#: above the shipped networks (64x64 frames, 3 conv layers of 32 channels, 16 keypoints, 2 hidden
+#: layers of 128), far below what exhausts a machine's memory
+NET_LIMITS = {
+    "image_size": 1024,
+    "frame_stack": 16,
+    "n_tasks": 1024,
+    "state_dim": 256,
+    "channels": 1024,
+    "keypoints": 1024,
+    "image_features": 16384,
+    "hidden": 16384,
+}
+#: layers a network may list in ``channels`` or ``hidden``
+MAX_LAYERS = 16
+#: parameters (float32: 4 bytes each) a checkpoint's network may hold: 64 M, 256 MB; the shipped ones hold 67 k
+MAX_PARAMETERS = 64_000_000
+
+
 @dataclass(frozen=True)
 class NetConfig:
     """Sizes of :class:`PolicyNet` (stored in the checkpoint, so a file rebuilds its own network)."""
@@ -88,8 +107,35 @@ class NetConfig:
             raise ValueError(f"unknown network encoder {d['encoder']!r}; known: keypoints, flatten")
         for key in ("image_size", "channels", "hidden"):
             if key in d:
+                if not isinstance(d[key], (list, tuple)) or len(d[key]) > MAX_LAYERS:
+                    raise ValueError(f"network setting {key!r} must be a list of at most {MAX_LAYERS} sizes")
                 d[key] = tuple(int(v) for v in d[key])
         return cls(**d)
+
+    def check(self) -> None:
+        """Refuse (one ValueError line naming the setting) sizes out of :data:`NET_LIMITS`, before any
+        tensor exists: a checkpoint's JSON asking for a 6e6-wide layer would otherwise take gigabytes
+        before its tensors are found not to fit."""
+
+        def bounded(name: str, value: Any, high: int) -> None:
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ValueError(f"network setting {name!r} must be an integer in [1, {high}], got {value!r}")
+
+        if len(self.image_size) != 2:
+            raise ValueError(f"network setting 'image_size' must be [height, width], got {list(self.image_size)}")
+        for v in self.image_size:
+            bounded("image_size", v, NET_LIMITS["image_size"])
+        for name in ("frame_stack", "n_tasks", "state_dim", "keypoints", "image_features"):
+            bounded(name, getattr(self, name), NET_LIMITS[name])
+        for name in ("channels", "hidden"):
+            if len(getattr(self, name)) > MAX_LAYERS:
+                raise ValueError(f"network setting {name!r} lists more than {MAX_LAYERS} layers")
+            for v in getattr(self, name):
+                bounded(name, v, NET_LIMITS[name])
+        if not self.channels:
+            raise ValueError("network setting 'channels' must list at least one conv layer")
+        if not (isinstance(self.init_log_std, (int, float)) and np.isfinite(self.init_log_std)):
+            raise ValueError(f"network setting 'init_log_std' must be a finite number, got {self.init_log_std!r}")
 
 
 def _torch():
@@ -99,8 +145,30 @@ def _torch():
 
 
 def build_net(cfg: NetConfig):
-    """A :class:`PolicyNet` for ``cfg`` (torch is imported here, so importing this module stays light)."""
+    """A :class:`PolicyNet` for ``cfg`` (torch is imported here, so importing this module stays light).
+
+    Its sizes are checked first (:meth:`NetConfig.check`, then :func:`net_shapes`: at most
+    :data:`MAX_PARAMETERS`), so no settings, whichever file they come from (a ``ckpt:`` file, an
+    ``sb3:`` zip's ``net_config``), allocate more than that."""
+    net_shapes(cfg)
     return _net_class()(cfg)
+
+
+def net_shapes(cfg: NetConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of ``cfg``'s network (its ``state_dict``), found by building it
+    on torch's ``meta`` device, which allocates no memory; a network of more than
+    :data:`MAX_PARAMETERS` parameters is refused (one ValueError line)."""
+    cfg.check()
+    torch = _torch()
+    with torch.device("meta"):
+        shapes = {k: tuple(v.shape) for k, v in _net_class()(cfg).state_dict().items()}
+    n = sum(int(np.prod(s, dtype=np.int64)) for s in shapes.values())
+    if n > MAX_PARAMETERS:
+        raise ValueError(
+            f"these network settings make {n:,} parameters, more than the {MAX_PARAMETERS:,} a policy "
+            "checkpoint may hold"
+        )
+    return shapes
 
 
 _NET_CLASS = None
@@ -332,16 +400,38 @@ def refuse_sb3_archive(path: str | Path) -> None:
         raise ValueError(f"policy checkpoint {path}: this is a Stable-Baselines3 archive: use --policy sb3:path={path}")
 
 
+def stored_shapes(path: str | Path) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor in a safetensors file, read from its header (no tensor is loaded)."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        return {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
+
+
 def load_checkpoint(path: str | Path):
-    """(network in eval mode, metadata) from a checkpoint file; problems are one-line ``ValueError``s."""
+    """(network in eval mode, metadata) from a checkpoint file; problems are one-line ``ValueError``s.
+
+    Nothing is allocated before the network settings are known to be in bounds and the file's
+    tensors (their shapes, read from the safetensors header) to be exactly the ones those settings
+    make: the network is built, and the tensors read, only then."""
     from safetensors.torch import load_file
 
     meta = read_checkpoint_meta(path)
     try:
+        if not isinstance(meta["net"], Mapping):
+            raise ValueError("'net' is not an object")
         cfg = NetConfig.from_dict(meta["net"])
-        net = build_net(cfg)
-    except (TypeError, ValueError) as exc:
+        want = net_shapes(cfg)
+    except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"policy checkpoint {path}: bad network settings ({exc})") from None
+    try:
+        have = stored_shapes(path)
+    except Exception as exc:  # noqa: BLE001 - safetensors raises its own (non-OSError) error type
+        raise ValueError(f"policy checkpoint {path}: corrupt tensors ({type(exc).__name__})") from None
+    problem = _shape_problem(want, have)
+    if problem:
+        raise ValueError(f"policy checkpoint {path}: tensors do not fit its network settings ({problem})")
+    net = build_net(cfg)
     try:
         tensors = load_file(str(path))
     except Exception as exc:
@@ -361,6 +451,19 @@ def load_checkpoint(path: str | Path):
         )
     net.eval()
     return net, meta
+
+
+def _shape_problem(want: Mapping[str, tuple[int, ...]], have: Mapping[str, tuple[int, ...]]) -> str | None:
+    """The first way the stored tensor shapes ``have`` differ from the network's ``want`` (None: none)."""
+    missing, extra = sorted(set(want) - set(have)), sorted(set(have) - set(want))
+    if missing:
+        return f"missing tensor(s) {missing[:5]}"
+    if extra:
+        return f"unexpected tensor(s) {extra[:5]}"
+    for name, shape in want.items():
+        if tuple(have[name]) != shape:
+            return f"tensor {name!r} is {list(have[name])}, the settings make {list(shape)}"
+    return None
 
 
 def unscale_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:

@@ -311,6 +311,31 @@ def algo_class(algo: str) -> type:
     return getattr(contrib, algo)
 
 
+def _widths_without_tensors(kwargs: Mapping[str, Any], state: Mapping[str, Any]) -> list[Any]:
+    """The layer widths ``policy_kwargs`` asks for (``net_arch``, ``features_extractor_kwargs.features_dim``)
+    that are not a dimension of any stored tensor. A width the weights really have is backed by the
+    file's own bytes; one they lack (a JSON asking for a 6e6-wide layer beside small tensors) would
+    make SB3 allocate that layer before ``load_state_dict`` found the mismatch."""
+    widths: list[Any] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif value is not None:
+            widths.append(value)
+
+    walk(kwargs.get("net_arch"))
+    extractor = kwargs.get("features_extractor_kwargs")
+    if isinstance(extractor, Mapping) and "features_dim" in extractor:
+        widths.append(extractor["features_dim"])
+    dims = {int(d) for t in state.values() if hasattr(t, "shape") for d in t.shape}
+    return [w for w in widths if isinstance(w, bool) or not isinstance(w, int) or w not in dims]
+
+
 # -- the policy -------------------------------------------------------------------------------
 
 
@@ -405,6 +430,12 @@ class SB3Policy(Policy):
             raise ValueError(f"policy sb3: {where!r} has no policy.pth (the policy's weights)") from None
         except Exception as exc:  # noqa: BLE001 - torch's weights-only loader refuses anything but tensors
             raise ValueError(f"policy sb3: {where!r}: policy.pth cannot be read ({type(exc).__name__})") from None
+        unbacked = _widths_without_tensors(kwargs, state)
+        if unbacked:  # checked before the policy is built: its layers would be allocated at these widths
+            raise ValueError(
+                f"policy sb3: {where!r}: its policy_kwargs ask for layer width(s) {unbacked[:5]} that no tensor "
+                "in its policy.pth has (its weights do not fit its policy settings)"
+            )
         try:
             policy = policy_class(entries["observation_space"], entries["action_space"], lambda _: 0.0, **kwargs)
             policy.load_state_dict(state, strict=True)

@@ -259,6 +259,27 @@ def test_ckpt_points_an_sb3_zip_to_the_sb3_policy_and_bad_files_are_one_line(mod
         make_policy("sb3", path=str(path), env="Kosmos-Bridge-v1")
 
 
+def test_layer_widths_the_weights_do_not_have_are_refused_before_the_policy_is_built(models, tmp_path, monkeypatch):
+    """A ``data`` JSON asking for a layer far wider than policy.pth holds (issue 43 item 4): SB3 would
+    allocate it before load_state_dict noticed; it is refused first, naming the width."""
+    path = models["index-1"][1]
+    wide = _rewrite(
+        path, tmp_path / "wide.zip", lambda d: d.update(policy_kwargs={"net_arch": {"pi": [100000], "vf": [64]}})
+    )
+    from stable_baselines3.common.policies import BasePolicy
+
+    def built(self, *args, **kwargs):
+        raise AssertionError("the policy was built before its widths were checked")
+
+    monkeypatch.setattr(BasePolicy, "__init__", built)
+    with pytest.raises(ValueError) as err:
+        make_policy("sb3", path=str(wide))
+    assert str(err.value) == (
+        f"policy sb3: {str(wide)!r}: its policy_kwargs ask for layer width(s) [100000] that no tensor in its "
+        "policy.pth has (its weights do not fit its policy settings)"
+    )
+
+
 def test_without_stable_baselines3_the_error_names_the_rl_extra(models, monkeypatch):
     monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # `import stable_baselines3` now fails
     with pytest.raises(

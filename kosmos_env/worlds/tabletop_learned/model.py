@@ -194,6 +194,36 @@ class LearnedTabletop(nn.Module):
         self.slip = SlipPredictor(hidden, DEFAULT_THRESHOLD if threshold is None else threshold)
 
 
+def _checked_config(path, raw: Any, stored: Mapping[str, tuple[int, ...]]) -> dict[str, Any]:
+    """The weights file's model config, once the networks it makes are known to fit ``stored`` (the
+    file's tensor shapes) and :data:`MAX_PARAMETERS`; else one ValueError line naming the file."""
+    try:
+        config = json.loads(raw) if isinstance(raw, str) else None
+    except json.JSONDecodeError:
+        config = None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path}: its 'config' metadata is not a JSON object; retrain with `kosmos-env train-world`")
+    if not isinstance(config.get("channels", []), list) or len(config.get("channels", [])) > MAX_LAYERS:
+        raise ValueError(f"{path}: config 'channels' must be a list of at most {MAX_LAYERS} sizes")
+    slip = stored.get("slip.net.0.weight")
+    try:
+        with torch.device("meta"):  # shapes only: nothing is allocated, whatever the config asks for
+            probe = LearnedTabletop(config)
+            if slip is not None:
+                probe.attach_slip(int(slip[0]))
+        want = {k: tuple(v.shape) for k, v in probe.state_dict().items()}
+    except (TypeError, ValueError, KeyError, RuntimeError, OverflowError) as exc:
+        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"{path}: its model config cannot be built ({line})") from None
+    n = sum(int(np.prod(s, dtype=np.int64)) for s in want.values())
+    if n > MAX_PARAMETERS:
+        raise ValueError(f"{path}: its model config makes {n:,} parameters, more than the {MAX_PARAMETERS:,} allowed")
+    if want != dict(stored):
+        diff = sorted(set(want) ^ set(stored)) or sorted(k for k in want if want[k] != stored[k])
+        raise ValueError(f"{path}: its tensors do not fit its model config (first difference: {diff[0]})")
+    return config
+
+
 def save_weights(model: LearnedTabletop, path, extra_meta: Mapping[str, Any] | None = None) -> None:
     """Write the weights as safetensors; the model config and provenance go in its metadata."""
     from safetensors.torch import save_file
@@ -204,22 +234,35 @@ def save_weights(model: LearnedTabletop, path, extra_meta: Mapping[str, Any] | N
     save_file(state, str(path), metadata=meta)
 
 
+#: parameters a weights file's networks may hold (64 M, 256 MB of float32; the shipped file holds about
+#: 0.2 M), and layers its ``channels`` may list: checked before anything is allocated
+MAX_PARAMETERS = 64_000_000
+MAX_LAYERS = 16
+
+
 def load_weights(path) -> tuple[LearnedTabletop, dict[str, Any]]:
-    """Build the networks from a safetensors file written by :func:`save_weights`."""
+    """Build the networks from a safetensors file written by :func:`save_weights`.
+
+    The networks its config asks for are first built on torch's ``meta`` device (no memory), and
+    refused (one ValueError line) when they hold more than :data:`MAX_PARAMETERS` parameters or
+    their tensor shapes are not exactly the file's (read from its header): a config asking for a
+    huge layer beside small tensors never allocates it."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
     with safe_open(str(path), framework="pt") as fh:
         meta = fh.metadata() or {}
+        stored = {k: tuple(fh.get_slice(k).get_shape()) for k in fh.keys()}
     if meta.get("format") != FORMAT:
         raise ValueError(
             f"{path} is not a Kosmos learned-tabletop weights file of format {FORMAT} "
             f"(metadata format {meta.get('format')!r}); retrain with `kosmos-env train-world`"
         )
-    model = LearnedTabletop(json.loads(meta["config"]))
+    config = _checked_config(path, meta.get("config"), stored)
+    model = LearnedTabletop(config)
+    if "slip.net.0.weight" in stored:
+        model.attach_slip(int(stored["slip.net.0.weight"][0]))
     state = load_file(str(path))
-    if "slip.net.0.weight" in state:
-        model.attach_slip(int(state["slip.net.0.weight"].shape[0]))
     model.load_state_dict(state)
     model.eval()
     info = {k: json.loads(v) for k, v in meta.items() if k not in ("format",)}
