@@ -186,6 +186,21 @@ def _cell(v: Any) -> Any:
     return v
 
 
+#: a text cell starting with one of these is read as a formula (or DDE command) by spreadsheet apps
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_PLAIN_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?")
+
+
+def csv_safe(value: Any) -> Any:
+    """``value`` as a CSV cell a spreadsheet will not run: text that starts with ``= + - @``, a tab or
+    a carriage return gets a leading single quote (OWASP's CSV-injection advice), so a policy label
+    like ``=HYPERLINK(...)`` or ``@SUM(...)`` shows as the text it is. Numbers are left alone, and so is
+    text that is a plain number (``-0.23``): a spreadsheet reads it as that number, never a formula."""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS) and not _PLAIN_NUMBER.fullmatch(value):
+        return "'" + value
+    return value
+
+
 def table_response(name: str, columns: Sequence[str], rows: Sequence[dict], fmt: str):
     """``rows`` as a download: CSV (always) or parquet (501 with one line when pyarrow is missing)."""
     from fastapi.responses import PlainTextResponse, Response
@@ -193,10 +208,13 @@ def table_response(name: str, columns: Sequence[str], rows: Sequence[dict], fmt:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:80] or "table"
     if fmt == "csv":
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerow(columns)
+        # CRLF rows (RFC 4180): the writer then quotes any cell holding a CR, which with "\n" rows it
+        # would write bare, and a reader would split the row there
+        w = csv.writer(buf, lineterminator="\r\n")
+        # neutralised in CSV only: parquet keeps every value as stored (typed columns, no formulas)
+        w.writerow([csv_safe(c) for c in columns])
         for r in rows:
-            w.writerow(["" if _cell(r.get(c)) is None else _cell(r.get(c)) for c in columns])
+            w.writerow(["" if _cell(r.get(c)) is None else csv_safe(_cell(r.get(c))) for c in columns])
         return Response(
             buf.getvalue(),
             media_type="text/csv; charset=utf-8",
