@@ -113,6 +113,49 @@ WORKER_THREADS_KEY = "worker_threads"
 STAGE_DEPTHS = ("pending", "rolling_out", "rolled_out", "judging", "done")
 
 
+#: SQLite's primary result codes for a file it cannot read as a database: SQLITE_CORRUPT ("database
+#: disk image is malformed") and SQLITE_NOTADB ("file is not a database")
+_CORRUPT_CODES = (11, 26)
+
+
+class CorruptLedgerError(ValueError, sqlite3.DatabaseError):
+    """A ledger file SQLite cannot read: damaged pages, or not a database at all (one line naming it).
+
+    A ValueError, so a command prints it as its one error line; a ``sqlite3.DatabaseError`` too, so
+    code that reports an unreadable ledger as a finding (verify, the console) still catches it."""
+
+
+def is_corruption(exc: BaseException) -> bool:
+    """Whether ``exc`` is SQLite saying the file is damaged or not a database (never a lock or busy error)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return isinstance(exc, sqlite3.DatabaseError) and code is not None and code & 0xFF in _CORRUPT_CODES
+
+
+def check_not_corrupt(ledger: "Ledger") -> None:
+    """Raise :class:`CorruptLedgerError` when SQLite's ``quick_check`` finds damaged pages in ``ledger``
+    (a resume reads every table sooner or later: better one line now than a traceback in a worker)."""
+    try:
+        found = [tuple(r)[0] for r in ledger.conn.execute("PRAGMA quick_check").fetchall()]
+    except sqlite3.DatabaseError as exc:
+        if is_corruption(exc):
+            raise corrupt_ledger_error(ledger.path, exc) from None
+        raise
+    if found != ["ok"]:
+        raise corrupt_ledger_error(
+            ledger.path, f"quick_check: {found[0]}" + (f" (+{len(found) - 1} more)" if len(found) > 1 else "")
+        )
+
+
+def corrupt_ledger_error(path: str | os.PathLike, exc: BaseException | str) -> CorruptLedgerError:
+    """The one line for a ledger that cannot be read: the file, SQLite's words, and what to do."""
+    folder = os.path.dirname(os.path.abspath(os.fspath(path)))
+    return CorruptLedgerError(
+        f"the campaign ledger {os.fspath(path)} is corrupt (SQLite: {exc}), so this campaign cannot be resumed: "
+        f"`kosmos-env verify {folder}` says what is left in it; run the campaign again with a new --out folder "
+        "(or restore this folder from a copy)"
+    )
+
+
 class ConfigMismatchError(ValueError):
     """The output folder holds a different campaign (config or spec hash differ)."""
 
@@ -173,6 +216,15 @@ class Ledger:
         if not create and not os.path.exists(self.path):
             raise FileNotFoundError(f"no campaign ledger at {self.path}")
         self.conn = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
+        try:
+            self._set_up(create, timeout)
+        except sqlite3.DatabaseError as exc:
+            self.conn.close()
+            if is_corruption(exc):
+                raise corrupt_ledger_error(self.path, exc) from None
+            raise
+
+    def _set_up(self, create: bool, timeout: float) -> None:
         self.conn.row_factory = sqlite3.Row
         self.conn.execute(f"PRAGMA busy_timeout = {int(timeout * 1000)}")
         self.conn.execute("PRAGMA synchronous = FULL")

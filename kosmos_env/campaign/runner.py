@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import time
 from typing import Any, Callable, Sequence
 
@@ -17,7 +18,15 @@ from kosmos_env.campaign.control import clear_cancel
 from kosmos_env.campaign.cost import PriceTable
 from kosmos_env.campaign.design import CampaignConfig
 from kosmos_env.campaign.executors import CampaignJob, Executor, InProcessExecutor
-from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
+from kosmos_env.campaign.ledger import (
+    LEDGER_NAME,
+    CorruptLedgerError,
+    Ledger,
+    check_not_corrupt,
+    corrupt_ledger_error,
+    is_corruption,
+    make_owner,
+)
 from kosmos_env.campaign.progress import ProgressMonitor
 from kosmos_env.campaign.worker import WorkSettings
 from kosmos_env.utils.fileio import writable_folder
@@ -30,10 +39,19 @@ def open_campaign(config: CampaignConfig, out_dir: str | os.PathLike, price_tabl
     ValueError) when the folder holds another campaign.
     """
     writable_folder(out_dir)
-    with Ledger(os.path.join(os.fspath(out_dir), LEDGER_NAME)) as ledger:
-        new = ledger.initialise(config)
-        if price_table is not None:
-            ledger.set_meta("price_table", json.dumps(price_table.to_dict(), sort_keys=True))
+    path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
+    resuming = os.path.exists(path)
+    try:
+        with Ledger(path) as ledger:
+            if resuming:
+                check_not_corrupt(ledger)
+            new = ledger.initialise(config)
+            if price_table is not None:
+                ledger.set_meta("price_table", json.dumps(price_table.to_dict(), sort_keys=True))
+    except sqlite3.DatabaseError as exc:
+        if is_corruption(exc) and not isinstance(exc, CorruptLedgerError):
+            raise corrupt_ledger_error(path, exc) from None
+        raise
     return new
 
 
@@ -48,10 +66,15 @@ def recorded_config(out_dir: str | os.PathLike) -> CampaignConfig | None:
     path = os.path.join(os.fspath(out_dir), LEDGER_NAME)
     if not os.path.isfile(path):
         return None
-    with ReadOnlyLedger(path) as ledger:
-        if "config" not in ledger.meta():
-            return None
-        return ledger.config()
+    try:
+        with ReadOnlyLedger(path) as ledger:
+            if "config" not in ledger.meta():
+                return None
+            return ledger.config()
+    except sqlite3.DatabaseError as exc:
+        if is_corruption(exc):
+            raise corrupt_ledger_error(path, exc) from None
+        raise
 
 
 def run_campaign(
