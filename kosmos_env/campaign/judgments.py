@@ -170,16 +170,42 @@ def load_seconds(ledger: Ledger, judge_id: str) -> list[float]:
 
 
 def check(ledger: Ledger) -> list[str]:
-    """Problems in the table: a row whose judge id is not its stored spec's hash, or an unknown episode."""
+    """Problems in the table: a row whose judge id is not its stored spec's hash, an unknown episode,
+    or a verdict (outcome, success, score columns: what ``verdicts`` and ``compare --judges`` read)
+    that its own stored judgment contradicts."""
     if not has_table(ledger):
         return []
     problems = []
     episodes = {r[0] for r in ledger.conn.execute("SELECT episode_id FROM episodes")}
-    for episode_id, judge_id, spec_json in ledger.conn.execute(f"SELECT episode_id, judge_id, judge_spec FROM {TABLE}"):
+    rows = ledger.conn.execute(
+        f"SELECT episode_id, judge_id, judge_spec, outcome, success, score, judgment FROM {TABLE}"
+    )
+    for episode_id, judge_id, spec_json, outcome, success, score, judgment_json in rows:
         if judge_identity(json.loads(spec_json)) != judge_id:
             problems.append(
                 f"judgment of {episode_id} is filed under judge {judge_id}, which is not its spec's identity"
             )
         if episode_id not in episodes:
             problems.append(f"judgment by {judge_id} names episode {episode_id}, which the campaign never planned")
+        problem = _verdict_problem(outcome, success, score, judgment_json)
+        if problem:
+            problems.append(f"judgment of {episode_id} by judge {judge_id}: {problem}")
     return problems
+
+
+def _verdict_problem(outcome: str, success: int | None, score: float | None, judgment_json: str) -> str | None:
+    """Where a row's verdict columns disagree with its stored judgment (as :func:`record` writes them)."""
+    try:
+        judgment = json.loads(judgment_json)
+    except (TypeError, json.JSONDecodeError):
+        return "its stored judgment is not JSON"
+    if not isinstance(judgment, dict):
+        return "its stored judgment is not an object"
+    verdict = judgment.get("success")
+    want = "abstained" if verdict is None else ("success" if verdict else "failure")
+    if outcome != want or success != (None if verdict is None else int(bool(verdict))):
+        return f"outcome {outcome} (success = {success!r}) contradicts its stored judgment (success = {verdict!r})"
+    want_score = float(judgment.get("score", 0.0))
+    if score is None or abs(float(score) - want_score) > 1e-9:
+        return f"score {score!r} differs from its stored judgment's score {want_score!r}"
+    return None

@@ -13,7 +13,9 @@
 * ``--judges RUN A B``: agreement of two judges on the same stored rollouts of campaign RUN
   (``campaign`` = the campaign's own judge; others by judge id, id prefix or label, as filed
   by ``kosmos-env judge``): confusion table, raw and chance agreement, Cohen's kappa with a
-  bootstrap interval.
+  bootstrap interval. RUN is verified first, as ``analyze`` does (every stored judgment against its
+  evidence, its judge's identity and, for deterministic judges, a re-run): an edited verdict is
+  refused, not counted (``--no-verify`` compares anyway).
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ def add_parser(subparsers) -> None:
         nargs=3,
         metavar=("RUN", "JUDGE_A", "JUDGE_B"),
         help="agreement of two judges on campaign RUN's rollouts (see kosmos-env judge)",
+    )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="--judges: compare even if RUN fails `kosmos-env verify` (default: refuse such a folder)",
     )
     p.add_argument("--alpha", type=float, default=0.05, help="error level of the A/B test (default 0.05)")
     p.add_argument("--seed", type=int, default=0, help="seed for Monte Carlo random floors (large n)")
@@ -123,6 +130,10 @@ def run(args: argparse.Namespace) -> int:
     if args.judges is not None:
         from kosmos_env.campaign.judge_compare import compare_judges, format_comparison
 
+        if not args.no_verify:  # stored verdicts are checked as verify checks them, never counted on trust
+            from kosmos_env.campaign.verify import check_before_use
+
+            check_before_use(args.judges[0], "compare")
         res = compare_judges(*args.judges, alpha=args.alpha, seed=args.seed)
         out["judges"] = res
         texts.append(format_comparison(res))

@@ -108,3 +108,62 @@ def test_compare_through_cli_main(capsys):
     assert cli.main(["compare", "--csv", str(CSV)]) == 0
     assert "widowx_stack_cube" in capsys.readouterr().out
     assert cli.main(["compare"]) == 2
+
+
+# -- compare --judges checks stored verdicts as verify does (issue 43 item 4) ------------------------
+def _judged_copy(tmp_path_factory, tmp_path):
+    """A copy of a finished tabletop campaign with the robot-log judge's verdicts filed beside its own."""
+    import shutil
+
+    from kosmos_env.campaign.rejudge import rejudge
+    from tests.support.publish_bundles import campaign
+
+    run = tmp_path / "run"
+    shutil.copytree(campaign(tmp_path_factory, "a"), run)
+    rejudge(run, {"type": "robot_log"})
+    return run
+
+
+def _sql(run, statement: str) -> None:
+    import sqlite3
+
+    con = sqlite3.connect(run / "ledger.sqlite")
+    con.execute(statement)
+    con.commit()
+    con.close()
+
+
+def test_compare_judges_refuses_an_edited_verdict_and_says_how_to_compare_anyway(tmp_path_factory, tmp_path, capsys):
+    run = _judged_copy(tmp_path_factory, tmp_path)
+    capsys.readouterr()  # what running the campaign printed
+    assert cli.main(["compare", "--judges", str(run), "campaign", "robot_log", "--json"]) == 0
+    honest = json.loads(capsys.readouterr().out)["judges"]
+    assert honest["kappa"] == pytest.approx(1.0)
+    # the random policy's failures turned into successes, in the judgments table's verdict columns only
+    _sql(run, "UPDATE judgments SET outcome = 'success', success = 1 WHERE episode_id LIKE 'random|%'")
+    assert cli.main(["compare", "--judges", str(run), "campaign", "robot_log"]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1, captured
+    assert (
+        lines[0].startswith(f"kosmos-env compare: error: {run} fails verification")
+        and "judgment of random|" in lines[0]
+    )
+    assert lines[0].endswith(f"see `kosmos-env verify {run}`, or pass --no-verify to compare it anyway")
+    assert cli.main(["compare", "--judges", str(run), "campaign", "robot_log", "--json", "--no-verify"]) == 0
+    assert json.loads(capsys.readouterr().out)["judges"]["kappa"] != pytest.approx(1.0)  # the user asked for it
+
+
+def test_a_verdict_column_its_stored_judgment_contradicts_is_a_verify_problem(tmp_path_factory, tmp_path):
+    """Checked from the row itself, so a judge verify cannot re-run (a VLM) is covered too."""
+    from kosmos_env.campaign import judgments
+    from kosmos_env.campaign.readonly import ReadOnlyLedger
+
+    run = _judged_copy(tmp_path_factory, tmp_path)
+    with ReadOnlyLedger(run / "ledger.sqlite") as ledger:
+        assert judgments.check(ledger) == []
+    _sql(run, "UPDATE judgments SET score = 0.99 WHERE episode_id = 'random|carrot_on_plate|0|0'")
+    with ReadOnlyLedger(run / "ledger.sqlite") as ledger:
+        problems = judgments.check(ledger)
+    assert len(problems) == 1 and problems[0].startswith("judgment of random|carrot_on_plate|0|0 by judge ")
+    assert "score 0.99 differs from its stored judgment's score" in problems[0]
