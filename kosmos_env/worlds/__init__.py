@@ -26,8 +26,16 @@ WORLD_BACKENDS = {
 }
 
 
+#: ``world`` keys every spec may hold, whatever its world: the backend's name and the control that wraps it
+COMMON_WORLD_SETTINGS = frozenset({"type", "control"})
+
+
 def make_world(spec: Any, **kwargs: Any) -> WorldModel:
-    """Build the world named by ``spec.world["type"]`` (under ``spec.world["control"]`` when set)."""
+    """Build the world named by ``spec.world["type"]`` (under ``spec.world["control"]`` when set).
+
+    A ``world`` key the world does not declare (:func:`check_world_settings`) is refused first, as
+    an unknown gate setting is: a misspelt setting would otherwise be ignored and still move the
+    spec hash."""
     if spec.world.get("control") is not None:  # a control wraps the world the rest of the spec names
         from kosmos_env.spec import EnvSpec
         from kosmos_env.worlds.shuffled import wrap_control
@@ -35,7 +43,27 @@ def make_world(spec: Any, **kwargs: Any) -> WorldModel:
         data = spec.to_dict()
         control = data["world"].pop("control")
         return wrap_control(control, make_world(EnvSpec.from_dict(data), **kwargs))
-    return resolve_world(spec.world["type"], getattr(spec, "id", "?"))(spec, **kwargs)
+    cls = resolve_world(spec.world["type"], getattr(spec, "id", "?"))
+    check_world_settings(cls, spec)
+    return cls(spec, **kwargs)
+
+
+def check_world_settings(cls: type, spec: Any) -> None:
+    """Refuse (SpecError, one line) a ``spec.world`` key that world class ``cls`` does not declare in its
+    ``world_settings`` (the keys it reads); a world that declares none (a plug-in written before the
+    attribute existed) is not checked."""
+    declared = getattr(cls, "world_settings", None)
+    if declared is None:
+        return
+    known = frozenset(declared) | COMMON_WORLD_SETTINGS
+    unknown = sorted(set(spec.world) - known)
+    if unknown:
+        from kosmos_env.errors import SpecError
+
+        raise SpecError(
+            f"spec {getattr(spec, 'id', '?')}: unknown world setting(s) {unknown} for world type "
+            f"{spec.world['type']!r}; known: {sorted(known)}"
+        )
 
 
 def resolve_world(kind: str, spec_id: str = "?") -> type:
@@ -57,6 +85,7 @@ __all__ = [
     "WorldStep",
     "WORLD_BACKENDS",
     "WORLD_VERSIONS",
+    "check_world_settings",
     "make_world",
     "resolve_world",
 ]

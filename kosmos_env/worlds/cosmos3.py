@@ -159,6 +159,9 @@ class Cosmos3World:
 
     frames_per_action = 1
     calibration = None
+    #: the spec's ``world`` keys this world reads (checked by kosmos_env.worlds.make_world): the required
+    #: ones, the optional camera calibration and TCP workspace, and the workspace's source note
+    world_settings = frozenset(_REQUIRED) | {"camera", "workspace", "workspace_source"}
 
     def __init__(
         self,

@@ -29,6 +29,7 @@ from kosmos_env.utils.rotations import (  # noqa: E402
 from kosmos_env.tasks import TaskSpec  # noqa: E402
 from kosmos_env.tasks.shapes import object_half_height, target_top  # noqa: E402
 from kosmos_env.worlds.base import WorldReset, WorldStep  # noqa: E402
+from kosmos_env.worlds.tabletop import TABLETOP_SETTINGS  # noqa: E402
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration  # noqa: E402
 from kosmos_env.worlds.tabletop.scene import (  # noqa: E402
     FINGER_TRAVEL,
@@ -67,6 +68,8 @@ class TabletopWorld:
     """MuJoCo tabletop implementing :class:`~kosmos_env.worlds.base.WorldModel`."""
 
     frames_per_action = 1
+    #: the spec's ``world`` keys this world reads (checked by kosmos_env.worlds.make_world)
+    world_settings = TABLETOP_SETTINGS
     #: a simulator: ``step``'s log carries the ground truth after every action (``gt_success``), which
     #: the env's "oracle" reward mode reads (a learned or generated world has no such field)
     step_ground_truth = True

@@ -35,6 +35,7 @@ from gymnasium import spaces
 
 from kosmos_env.hashing import sha256_file
 from kosmos_env.worlds.base import MissingWeightsError, WorldReset, WorldStep
+from kosmos_env.worlds.tabletop import TABLETOP_SETTINGS
 from kosmos_env.worlds.tabletop.geometry import robot_state_space, tabletop_calibration
 from kosmos_env.worlds.tabletop_learned.kinematics import MODEL_SIZE
 
@@ -59,6 +60,9 @@ class LearnedTabletopWorld:
     """
 
     frames_per_action = 1
+    #: the spec's ``world`` keys this world reads (checked by kosmos_env.worlds.make_world): its own,
+    #: and the tabletop's, which its simulator (the first frame's layout) is built with
+    world_settings = TABLETOP_SETTINGS | frozenset(_OWN_KEYS) - {"type"}
     # what `kosmos-env study --sweep` may vary (kosmos_env.study.sweep); the values a spec may
     # list in world.sweep are SWEEPABLE's
     sweep_settings = {
