@@ -1,9 +1,14 @@
 """The leaderboard as one static, self-contained HTML page (no network, no external files).
 
-Per board: a sortable table (click a header; ``index.html#sort=<column>[:asc|desc]`` sorts on
-load, which is how tests drive the script headlessly) and an inline SVG plot of every entry's
-success rate with its Wilson 95% interval. Below: every rejected submission with its reason.
-Every string from a submission is HTML-escaped; submissions never reach the script as code.
+Two sections, never mixed: **Verified by re-run** (boards whose entries the board earned by running
+the policy on its own challenge seeds) and **Self-reported** (results checked against their own
+evidence, whose policy nobody re-ran), each section's boards ranked apart. Per board: a sortable
+table (click a header; ``index.html#sort=<column>[:asc|desc]`` sorts on load, which is how tests
+drive the script headlessly) and an inline SVG plot of every entry's success rate with its Wilson
+95% interval. Each row names the policy by the identity the board established (the submitter's
+label beside it, as a label) and lists what was re-run, what was re-derived and what was taken on
+trust. Below: every rejected submission with its reason. Every string from a submission is
+HTML-escaped; submissions never reach the script as code.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from html import escape
 from typing import Any
 
 _CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1b1f24;max-width:1200px}
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1b1f24;max-width:1500px}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2.2rem}
 table{border-collapse:collapse;margin:.8rem 0;font-size:.9rem}
 th,td{padding:.3rem .6rem;border-bottom:1px solid #d0d7de;text-align:right}
@@ -24,6 +29,8 @@ td.l,th.l{text-align:left}code{font-size:.85em}
 .official{background:#dafbe1;color:#116329}.nondefault{background:#fff1e5;color:#953800}
 .tie{color:#953800}.sep{color:#116329}.muted{color:#57606a;font-size:.85rem}
 .rejected td{text-align:left}
+td.checks{text-align:left;font-size:.8rem;min-width:22rem;max-width:32rem}td.checks ul{margin:0 0 .2rem 1rem;padding:0}
+.verified{background:#ddf4ff;color:#0a3069}.selfreported{background:#fff8c5;color:#7d4e00}
 """
 
 _SCRIPT = r"""
@@ -92,7 +99,13 @@ _COLUMNS = [
     ("next", "vs next", False, False),
     ("judge_share", "Judge's share of the bill", False, True),
     ("campaign", "Campaign", True, False),
+    ("checks", "Re-run / re-derived / taken on trust", True, False),
 ]
+#: how the page names each standing (leaderboard.VERIFIED, leaderboard.SELF_REPORTED)
+STANDINGS = {
+    "verified_by_rerun": ("verified", "verified by re-run"),
+    "self_reported": ("selfreported", "self-reported: not re-run"),
+}
 
 
 def _pct(x: float | None) -> str:
@@ -126,6 +139,16 @@ def _row(e: dict[str, Any]) -> str:
     diff = e.get("diff_95_to_next")
     nxt_title = f' title="95% CI of the difference: {escape(_ci(diff))}"' if diff else ""
     hub = f'<br><span class="muted">{escape(e["hub_model_id"])}</span>' if e.get("hub_model_id") else ""
+    ident = e.get("identity") or {}
+    if ident.get("digest"):
+        hub += (
+            f'<br><span class="muted identity" title="{escape(ident.get("what", ""))}">identity '
+            f"<code>{escape(ident['digest'][:16])}</code>"
+            f"{' (stated by its server)' if ident.get('stated_by') == 'server' else ''}</span>"
+        )
+    labels = [x for x in e.get("submitted_as") or [] if x != e["policy"]]
+    if labels:
+        hub += f'<br><span class="muted submitted-as">submitted as {escape(", ".join(labels))}</span>'
     cells = [
         f'<td data-sort="{e["rank"]}">{e["rank"]}</td>',
         f'<td class="l policy" data-sort="{escape(e["policy"])}"><code>{escape(e["policy"])}</code>{hub}</td>',
@@ -139,8 +162,24 @@ def _row(e: dict[str, Any]) -> str:
         f'<td data-sort="{nxt_sort}"{nxt_title}>{nxt}</td>',
         _judge_share_cell(e),
         f'<td class="l" data-sort="{escape(e["campaign_id"])}"><code>{escape(e["campaign_id"])}</code></td>',
+        _checks_cell(e.get("checks") or {}),
     ]
-    return f'<tr data-policy="{escape(e["policy"])}" data-rank="{e["rank"]}">' + "".join(cells) + "</tr>"
+    standing = escape(e.get("standing", ""))
+    return (
+        f'<tr data-policy="{escape(e["policy"])}" data-rank="{e["rank"]}" data-standing="{standing}">'
+        + "".join(cells)
+        + "</tr>"
+    )
+
+
+def _checks_cell(checks: dict[str, list[str]]) -> str:
+    """What the entry's numbers rest on: re-run here, re-derived from evidence, believed."""
+    parts = []
+    for key, title in (("re_run", "Re-run"), ("re_derived", "Re-derived"), ("on_trust", "Taken on trust")):
+        lines = checks.get(key) or ["nothing"]
+        items = "".join(f"<li>{escape(x)}</li>" for x in lines)
+        parts.append(f'<b>{title}:</b><ul class="{key.replace("_", "-")}">{items}</ul>')
+    return f'<td class="l checks">{"".join(parts)}</td>'
 
 
 def _plot(entries: list[dict[str, Any]], idx: int) -> str:
@@ -180,6 +219,8 @@ def _board(board: dict[str, Any], idx: int) -> str:
         if board["official"]
         else '<span class="badge nondefault">non-default spec or judge</span>'
     )
+    cls_name, words = STANDINGS.get(board.get("standing", "self_reported"), STANDINGS["self_reported"])
+    badge += f'<span class="badge {cls_name}">{words}</span>'
     cls = ' class="l"'
     heads = "".join(
         f'<th data-key="{k}" data-desc="{int(d)}"{cls if left else ""}>{escape(h)}</th>' for k, h, left, d in _COLUMNS
@@ -187,7 +228,7 @@ def _board(board: dict[str, Any], idx: int) -> str:
     rows = "".join(_row(e) for e in board["entries"])
     overrides = board.get("spec_overrides") or {}
     lines = [
-        f'<section class="board" id="board-{idx}">',
+        f'<section class="board" id="board-{idx}" data-standing="{escape(board.get("standing", ""))}">',
         f"<h2>{escape(board['env_id'])} · spec <code>{escape(board['spec_hash'][:12])}</code>{badge}</h2>",
         f'<p class="muted">spec hash <code>{escape(board["spec_hash"])}</code>; success judged by '
         f"<b>{escape(board['entries'][0].get('judge_name', '?') if board['entries'] else '?')}</b> "
@@ -206,7 +247,8 @@ def _board(board: dict[str, Any], idx: int) -> str:
             + ".</p>"
         )
     lines += [
-        f'<table class="leaderboard" id="lb-{idx}"><thead><tr>{heads}</tr></thead><tbody>{rows}</tbody></table>',
+        f'<table class="leaderboard" id="lb-{idx}" data-standing="{escape(board.get("standing", ""))}"><thead>'
+        f"<tr>{heads}</tr></thead><tbody>{rows}</tbody></table>",
         _plot(board["entries"], idx),
         "</section>",
     ]
@@ -228,13 +270,45 @@ def _rejected(rejected: list[dict[str, Any]]) -> str:
     )
 
 
+def _section(boards: list[tuple[int, dict[str, Any]]], standing: str, data: dict[str, Any]) -> str:
+    if standing == "verified_by_rerun":
+        head = '<section class="standing" id="verified"><h2>Verified by re-run</h2>'
+        intro = escape(
+            "Every number below comes from episodes this board ran itself, on challenge seeds it drew from its "
+            "own secret after the submission arrived; a policy is named by the identity the board established."
+        )
+        board = data.get("board") or {}
+        if board.get("secret_commitment"):
+            intro += (
+                f" Challenge seeds: {escape(board.get('challenge', ''))}. The sha256 commitment to the secret is "
+                f'<code class="commitment">{escape(board["secret_commitment"])}</code>.'
+            )
+        empty = (
+            '<p class="muted" id="no-verified">No policy was re-run by this board. '
+            "<code>kosmos-env leaderboard build</code> checks results alone; <code>kosmos-env leaderboard run</code> "
+            "runs the submitted policies.</p>"
+        )
+        intro_html = f'<p class="muted">{intro}</p>'
+    else:
+        head = '<section class="standing" id="self-reported"><h2>Self-reported: not re-run</h2>'
+        intro_html = (
+            '<p class="muted">Results checked against their own evidence (every file\'s sha256, the env spec '
+            "hash, the design, every number recomputed, outcomes re-derived from the stored artifacts). That "
+            "shows the evidence is self-consistent, not which policy produced it: these entries are the "
+            "submitters' claims, ranked only among themselves.</p>"
+        )
+        empty = '<p class="muted" id="no-self-reported">none</p>'
+    body = "\n".join(_board(b, i) for i, b in boards) or empty
+    return "\n".join([head, intro_html, body, "</section>"])
+
+
 def render_html(data: dict[str, Any]) -> str:
     """The whole page as one string."""
     method = data.get("method", {})
-    boards = (
-        "\n".join(_board(b, i) for i, b in enumerate(data["boards"]))
-        or '<p id="no-boards">No submission was accepted.</p>'
-    )
+    indexed = list(enumerate(data["boards"]))
+    verified = [(i, b) for i, b in indexed if b.get("standing") == "verified_by_rerun"]
+    others = [(i, b) for i, b in indexed if b.get("standing") != "verified_by_rerun"]
+    runs = len(data.get("runs") or [])
     return "\n".join(
         [
             "<!DOCTYPE html>",
@@ -243,12 +317,15 @@ def render_html(data: dict[str, Any]) -> str:
             "<title>Kosmos-Env leaderboard</title>",
             f"<style>{_CSS}</style></head><body>",
             "<h1>Kosmos-Env leaderboard</h1>",
-            f'<p class="muted">Built {escape(data.get("built", ""))} by kosmos-env {escape(data.get("package_version", ""))} '
-            f"from {len(data['accepted'])} verified submission(s); {len(data['rejected'])} rejected. Every number was "
-            "recomputed from per-episode rows after checking each file's sha256 and the env spec hash. "
+            f'<p class="muted">Built {escape(data.get("built", ""))} by kosmos-env {escape(data.get("package_version", ""))}'
+            f": {runs} polic{'y' if runs == 1 else 'ies'} re-run by the board, {len(data['accepted'])} self-reported "
+            f"result bundle(s) accepted, {len(data['rejected'])} rejected. Every number was recomputed from per-episode "
+            "rows after checking each file's sha256 and the env spec hash. "
             f"Success: {escape(method.get('success_rate', ''))}. Intervals: {escape(method.get('interval', ''))}. "
-            f'"not separable": {escape(method.get("separable", ""))}.</p>',
-            boards,
+            f'"not separable": {escape(method.get("separable", ""))}. Episodes: {escape(method.get("episodes", ""))}.</p>',
+            '<p id="no-boards">No submission was accepted.</p>' if not indexed else "",
+            _section(verified, "verified_by_rerun", data),
+            _section(others, "self_reported", data),
             _rejected(data["rejected"]),
             f"<script>{_SCRIPT}</script>",
             "</body></html>",

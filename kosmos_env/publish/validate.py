@@ -751,7 +751,11 @@ def needed_artifacts(sub: VerifiedSubmission) -> dict[str, list[str]]:
 
 
 def rederive_submission(
-    sub: VerifiedSubmission, *, replay_sample: int | str = DEFAULT_REPLAY_SAMPLE, replay_seed: int = 0
+    sub: VerifiedSubmission,
+    *,
+    replay_sample: int | str = DEFAULT_REPLAY_SAMPLE,
+    replay_seed: int = 0,
+    sample_salt: str | None = None,
 ) -> dict[str, Any]:
     """Re-derive a verified submission's outcomes from its artifacts, or raise :class:`SubmissionRejected`.
 
@@ -762,8 +766,11 @@ def rederive_submission(
        stored actions, log and frames (the state judge on the ground truth the stored log records);
        an outcome it does not give rejects the submission.
     3. **Replay.** On a simulator world a seeded sample of ``replay_sample`` episodes (drawn with
-       ``replay_seed`` and the submission's results.json hash) is replayed from the stored actions:
-       log, actions and frames must come out bit for bit, the ground truth and verdict equal.
+       ``replay_seed`` and ``sample_salt``, by default the submission's results.json hash) is replayed
+       from the stored actions: log, actions and frames must come out bit for bit, the ground truth
+       and verdict equal. A salt the submitter can compute lets padding steer the sample away from
+       forged episodes: the leaderboard passes its own (``""`` with a seed the build drew, or the
+       board's secret-keyed salt).
 
     Returns what was re-derived and what is taken on trust (shown on the leaderboard page).
     """
@@ -848,7 +855,8 @@ def rederive_submission(
     replayed = 0
     if simulator and replay_sample:
         rows = [r for r in sub.rows if r.get("outcome") != "error"]
-        picked = sample_rows(rows, replay_sample, replay_seed, salt=sub.results_sha256)
+        salt = sub.results_sha256 if sample_salt is None else sample_salt
+        picked = sample_rows(rows, replay_sample, replay_seed, salt=salt)
         try:
             replayer = Replayer(sub.env_id, sub.campaign.get("spec_overrides") or {}, judge, sub.spec_hash)
         except Exception as exc:  # noqa: BLE001 - a world that cannot be rebuilt cannot vouch for it
@@ -857,6 +865,10 @@ def rederive_submission(
             ) from None
         try:
             for row in picked:
+                arts = row.get("artifacts") or {}
+                if arts.get("video") and arts["video"] not in listed:
+                    # a published tree keeps only selected videos: an omitted one has nothing to compare
+                    row = {**row, "artifacts": {**arts, "video": None}}
                 found = replayer.replay(root, row)
                 if found:
                     raise SubmissionRejected(

@@ -232,14 +232,19 @@ def test_leaderboard_build_ranks_marks_ties_and_lists_rejections(camp_a, camp_b,
     assert [r["check"] for r in data["rejected"]] == ["sha256", "duplicate"]
     assert len(data["boards"]) == 1 and data["boards"][0]["official"]
     entries = data["boards"][0]["entries"]
-    assert len(entries) == 4 and [e["rank"] for e in entries] == [1, 2, 3, 4]
+    assert len(entries) == 3 and [e["rank"] for e in entries] == [1, 2, 3]
     assert entries[0]["policy"] == "scripted:skill=1.0" and entries[0]["success_rate"] == 1.0
     rates = [e["success_rate"] for e in entries]
     assert rates == sorted(rates, reverse=True)
-    # 3/3 vs 3/4 cannot be told apart; the two random entries (0/3 and 0/4) neither
-    assert [e["policy"] for e in entries] == ["scripted:skill=1.0", "scripted:skill=0.7", "random", "random"]
+    # 3/3 vs 3/4 cannot be told apart
+    assert [e["policy"] for e in entries] == ["scripted:skill=1.0", "scripted:skill=0.7", "random"]
     assert entries[0]["separable_from_next"] is False and entries[0]["diff_95_to_next"][0] < 0
-    assert entries[-2]["separable_from_next"] is False and entries[-1]["separable_from_next"] is None
+    assert entries[-1]["separable_from_next"] is None
+    # random ran in both campaigns, on seeds 0-2 in each (issue 43: it was listed twice): one entry, each
+    # episode counted once, and every entry listed as self-reported (build runs no policy)
+    random = entries[-1]
+    assert random["n"] == 4 and random["episode_seeds"] == [0, 1, 2, 3] and random["counted_once"] == 3
+    assert {e["standing"] for e in entries} == {"self_reported"} and data["boards"][0]["standing"] == "self_reported"
     # every number on the board is the recomputed one
     sub_b = verify_submission(camp_b)
     e_b = next(e for e in entries if e["policy"] == "scripted:skill=0.7")

@@ -270,3 +270,20 @@ def test_a_relabelled_spec_with_the_provenance_forged_too_does_not_replay(tmp_pa
     edit_results(out, relabel)
     (rej,) = build_leaderboard([out], allow_overrides=True, replay_sample=1)["rejected"]
     assert rej["check"] == "replay" and "video" in rej["reason"]
+
+
+def test_a_published_tree_that_omits_a_video_replays_the_episodes_it_holds(tmp_path, tmp_path_factory):
+    """`publish` keeps only selected videos: replaying an episode whose video was left out compares its
+    actions, log and ground truth, not a file the tree does not hold (it failed as "cannot be decoded"
+    whenever the sample picked such an episode)."""
+    from tests.support.publish_bundles import campaign as bundle
+
+    out = _copy(bundle(tmp_path_factory, "a"), tmp_path)
+    manifest = json.loads((out / "manifest.json").read_text())
+    video = next(rel for rel in manifest["files"] if rel.endswith(".mp4"))
+    (out / video).unlink()
+    del manifest["files"][video]
+    (out / "manifest.json").write_text(json.dumps(manifest))
+    data = build_leaderboard([out], replay_sample="all")
+    assert not data["rejected"], data["rejected"]
+    assert data["accepted"][0]["rederivation"]["replayed"] == 6 and "1 artifact(s)" in data["accepted"][0]["notes"][0]

@@ -83,3 +83,22 @@ def campaign(tmp_path_factory, name: str) -> Path:
     if name not in _CACHE:
         _CACHE[name] = run_eval(tmp_path_factory.mktemp(f"campaign-{name}") / "camp", name)
     return _CACHE[name]
+
+
+def forge_consistently(root: Path, change: Callable[[dict], None]) -> dict:
+    """Edit results.json's episodes as a forger would, leaving every check of consistency passing:
+    ``change`` edits the results, then the aggregates are recounted, episodes.parquet rewritten and
+    both re-hashed in the manifest."""
+    import pyarrow.parquet as pq
+
+    from kosmos_env.campaign.bundle import aggregate, parquet_table
+
+    def forge(results):
+        change(results)
+        c = results["campaign"]
+        results["aggregated"].update(aggregate(results["per_episode"], [p["label"] for p in c["policies"]], c["tasks"]))
+
+    results = edit_results(root, forge)
+    pq.write_table(parquet_table(results["per_episode"]), root / "episodes.parquet")
+    rehash(root, "episodes.parquet")
+    return results
