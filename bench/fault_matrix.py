@@ -156,6 +156,108 @@ ROWS = [
         "the head dies with the campaign",
         ["tests/campaign/test_ray_head_cleanup.py::test_sigkilled_campaign_takes_its_ray_head_down"],
     ),
+    (
+        "verify: consistent forgery with re-hashed robot logs, bundle rebuilt",
+        "plain verify (salted sample) catches it",
+        ["tests/campaign/test_verify_sample.py::test_plain_verify_catches_a_forgery_with_rehashed_robot_logs"],
+    ),
+    (
+        "verify: all evidence swapped between two policies (simulator)",
+        "plain verify catches it",
+        ["tests/campaign/test_verify_sample.py::test_plain_verify_catches_all_evidence_swapped_between_two_policies"],
+    ),
+    (
+        "verify: forged episodes placed outside a predictable replay sample",
+        "the sample is salted by the verifier, printed, and its escape chance printed",
+        [
+            "tests/campaign/test_verify_sample.py::test_the_salt_repeats_a_sample_and_other_salts_draw_others",
+            "tests/campaign/test_verify_sample.py::test_verify_prints_the_escape_chances_of_its_sample",
+        ],
+    ),
+    (
+        "verify: evidence swapped between policies on the learned world",
+        "verify --rerun catches it; plain verify says it is taken on trust and names --rerun",
+        [
+            "tests/campaign/test_verify_sample.py::test_rerun_on_the_learned_world_catches_evidence_swapped_between_policies"
+        ],
+    ),
+    (
+        "verify: price, cost, timing, worker and version fields rewritten, manifest re-hashed",
+        "caught against the ledger; labelled self-reported",
+        [
+            "tests/campaign/test_verify_sample.py::test_results_cost_timing_worker_and_version_fields_are_checked_and_labelled_self_reported"
+        ],
+    ),
+    (
+        "verify --replay of a downloaded campaign contacts the remote URL in its ledger",
+        "no connection without --allow-network",
+        ["tests/campaign/test_verify_sample.py::test_verify_contacts_no_remote_policy_unless_allowed"],
+    ),
+    (
+        "ckpt: file whose JSON asks for a 6e6-wide layer next to small tensors",
+        "one line, no network built (shapes checked on the meta device)",
+        [
+            "tests/policies/test_checkpoint_bounds.py::test_a_6e6_wide_layer_is_refused_before_the_network_is_built",
+            "tests/policies/test_checkpoint_bounds.py::test_a_network_over_the_parameter_budget_is_refused_from_its_shapes_alone",
+        ],
+    ),
+    (
+        "learned-world weights whose config asks for a huge layer",
+        "refused from its shapes alone",
+        [
+            "tests/worlds/test_learned_weights_bounds.py::test_a_huge_layer_in_the_config_is_refused_from_its_shapes_alone"
+        ],
+    ),
+    (
+        "sb3: zip whose net_arch asks for widths its policy.pth lacks",
+        "refused before SB3 builds the policy",
+        [
+            "tests/policies/test_sb3_policy.py::test_layer_widths_the_weights_do_not_have_are_refused_before_the_policy_is_built"
+        ],
+    ),
+    (
+        "train-policy --env ../specs/evil, --demo-seed-start -5, --threads 100000",
+        "one line, exit 2",
+        [
+            "tests/commands/test_train_policy.py::test_bad_arguments_are_one_line_and_exit_2",
+            "tests/commands/test_threads_flag.py::test_bad_threads_get_one_line_and_no_work",
+        ],
+    ),
+    (
+        "console CSV download with =HYPERLINK(...) / @SUM(...) cells",
+        "text cells quoted, numbers untouched, parquet as stored",
+        [
+            "tests/console/test_downloads_and_read_only.py::test_policy_labels_that_are_formulas_download_as_text",
+            "tests/console/test_downloads_and_read_only.py::test_only_text_that_a_spreadsheet_would_run_is_quoted",
+        ],
+    ),
+    (
+        "compare --judges on an edited stored verdict",
+        "refused in one line (--no-verify to override)",
+        [
+            "tests/commands/test_compare.py::test_compare_judges_refuses_an_edited_verdict_and_says_how_to_compare_anyway"
+        ],
+    ),
+    (
+        "unknown or misspelt world key in a spec",
+        "refused when the env is built, known keys listed",
+        [
+            "tests/worlds/test_world_settings.py::test_gymnasium_make_refuses_an_unknown_world_key_as_it_refuses_an_unknown_gate_key"
+        ],
+    ),
+    (
+        "eval resuming a corrupt ledger",
+        "one line naming the file and what to do",
+        [
+            "tests/campaign/test_corrupt_ledger.py::test_a_file_that_is_not_a_database_is_one_line",
+            "tests/campaign/test_corrupt_ledger.py::test_a_damaged_page_past_the_header_is_one_line",
+        ],
+    ),
+    (
+        "console on a valid campaign on a read-only mount",
+        "served, nothing written",
+        ["tests/console/test_downloads_and_read_only.py::test_a_campaign_on_a_read_only_mount_is_served"],
+    ),
 ]
 
 
