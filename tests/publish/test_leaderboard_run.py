@@ -269,7 +269,7 @@ def test_the_page_lists_re_run_and_self_reported_entries_apart_with_what_each_re
     from kosmos_env.publish.board import Board
 
     assert dom.commitment == data["board"]["secret_commitment"] == Board(board).commitment
-    assert SECRET not in page.read_text()  # the secret itself is never published
+    assert SECRET not in page.read_text() and SECRET not in json.dumps(data)  # the secret is never published
 
 
 def test_the_same_submission_again_resumes_its_arrival_on_the_same_seeds(board_run, swapped, tmp_path):
