@@ -20,6 +20,17 @@ trains only the renderer (the file's sha256 goes into the weights' metadata,
 ``--data`` pointing at its own recording; a second run reproduces every tensor bit for bit (only
 the metadata's command line and training time differ).
 
+Closed-loop data (issue 41): ``--pieces DIR`` records the mix one resumable piece per policy (any
+policy spec, ``ckpt:path=FILE`` included; pieces already in DIR are kept), merges them into
+``--data`` with each episode's policy label and trains on the merge; ``--policies-from MANIFEST``
+takes the mix from a policy-pool manifest's world pool (checked disjoint from its held-out pools,
+file by file); ``--record-only`` stops once the data are written. Recorded seeds stay in the
+training range. The weights' metadata lists the mix (``policies``), episodes per policy and, for
+merged pieces, each policy's content hash::
+
+    kosmos-env train-world --policies-from bench/results/world_v2/policy_pools.json \
+        --pieces /data/world_v2/pieces --data /data/world_v2/episodes.npz --record-only --record-workers 2
+
 It writes ``world.safetensors`` (segmenter, object dynamics and renderer in one file),
 ``vision_judge.safetensors`` (the frame classifier that judges generated rollouts) and a
 held-out error table against the copy-last-frame baseline at steps 1..20 from the first frame.
@@ -41,9 +52,32 @@ def add_parser(subparsers) -> None:
     )
     p.add_argument("--data", default=None, help="episodes .npz: read if it exists, else recorded and written there")
     p.add_argument("--seeds-per-task", type=int, default=16, help="recorded seeds per (policy, task) (default 16)")
-    p.add_argument(
+    mix = p.add_mutually_exclusive_group()
+    mix.add_argument(
         "--policies", nargs="+", default=None, help="policy mix to record (default: scripted at 6 skills + random)"
     )
+    mix.add_argument(
+        "--policies-from",
+        default=None,
+        metavar="MANIFEST",
+        help="record the world-training pool of this policy-pool manifest (JSON; its held-out pools are refused "
+        "as training data by construction)",
+    )
+    p.add_argument(
+        "--pieces",
+        default=None,
+        metavar="DIR",
+        help="record one resumable piece per policy under DIR (pieces already there are kept), merge them in "
+        "the mix's order (into --data when given) and train on the merge",
+    )
+    p.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="recorded seeds are OFFSET + 1000*task + [0, seeds per task), in the training range (default 0)",
+    )
+    p.add_argument("--record-workers", type=int, default=1, help="processes recording pieces side by side (default 1)")
+    p.add_argument("--record-only", action="store_true", help="record (and merge) the data, train nothing")
     p.add_argument(
         "--holdout", type=float, default=0.15, help="fraction of each task's seeds held out whole (default 0.15)"
     )
@@ -101,7 +135,10 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    import numpy as np
+
     from kosmos_env.spec import load_spec
+    from kosmos_env.training.world_data import MERGED_FORMAT
     from kosmos_env.worlds.tabletop_learned import dataset as ds
     from kosmos_env.worlds.tabletop_learned import train as tr
     from kosmos_env.worlds.tabletop_learned.model import save_weights
@@ -130,19 +167,25 @@ def run(args) -> int:
         if problem:
             print(f"error: --objects-from {args.objects_from}: {problem}", file=sys.stderr)
             return 2
-    world = load_spec(ds.REFERENCE_ENV).world
+    if args.record_only and not (args.data or args.pieces):
+        print("error: --record-only keeps nothing without --data FILE or --pieces DIR", file=sys.stderr)
+        return 2
+    if args.record_workers < 1:
+        print(f"error: --record-workers must be >= 1, got {args.record_workers}", file=sys.stderr)
+        return 2
     t_start = time.perf_counter()
-    policies = tuple(args.policies) if args.policies else ds.DEFAULT_POLICIES
-    if args.data and Path(args.data).is_file():
-        episodes = ds.Episodes.load(args.data)
-        print(f"read {len(episodes)} episodes from {args.data}", file=sys.stderr)
-    else:
-        from kosmos_env.policies import make_policy, parse_policy_arg
-
-        built = {p: make_policy(n, **kw) for p, (n, kw) in ((p, parse_policy_arg(p)) for p in policies)}
-        episodes = ds.record(built, seeds_per_task=args.seeds_per_task, progress=not args.quiet)
-        if args.data:
-            episodes.save(args.data)
+    try:
+        episodes, data_meta = _episodes(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.record_only:
+        counts = np.bincount(episodes.policy, minlength=len(episodes.policy_names))
+        print(f"{len(episodes)} episodes of {len(episodes.policy_names)} policies; trained nothing (--record-only)")
+        for name, n in zip(episodes.policy_names, counts, strict=True):
+            print(f"  {n:5d}  {name}")
+        return 0
+    world = load_spec(ds.REFERENCE_ENV).world
     train_eps, held_eps = ds.split_by_seed(episodes, args.holdout)
     print(
         f"{len(train_eps)} training episodes, {len(held_eps)} held-out episodes "
@@ -190,6 +233,13 @@ def run(args) -> int:
             "batch": cfg.batch,
             "seed": cfg.seed,
             "policies": list(episodes.policy_names),
+            "policy_episodes": dict(
+                zip(
+                    episodes.policy_names,
+                    np.bincount(episodes.policy, minlength=len(episodes.policy_names)).tolist(),
+                    strict=True,
+                )
+            ),
             "tasks": list(episodes.task_names),
             "train_episodes": len(train_eps),
             "heldout_episodes": len(held_eps),
@@ -197,6 +247,10 @@ def run(args) -> int:
             "heldout_error": result,
             "history": [h for h in history if h[1] == max(x[1] for x in history if x[0] == h[0])],
         }
+        if data_meta and data_meta.get("format") == MERGED_FORMAT:
+            # what each policy label stands for: a ckpt: path names a file, its content hash the weights
+            provenance["policy_hashes"] = {k: v["policy_hash"] for k, v in data_meta["policies"].items()}
+            provenance["data_settings"] = data_meta["settings"]
         if cfg.objects_from:
             provenance["objects_from_sha256"] = history[0][2]
         save_weights(model, out / "world.safetensors", provenance)
@@ -252,6 +306,49 @@ def run(args) -> int:
                 fh.write(line)
     print(f"wrote {out}/ in {time.perf_counter() - t_start:.0f} s", file=sys.stderr)
     return 0
+
+
+def _episodes(args):
+    """(episodes, their meta or None): merged from --pieces, read from an existing --data, or recorded
+    (and written to --data when given). ValueError with one line when the request cannot be met."""
+    from kosmos_env.training import world_data as wd
+    from kosmos_env.worlds.tabletop_learned import dataset as ds
+
+    if args.policies_from:
+        specs = [entry["spec"] for entry in wd.world_pool(args.policies_from)]
+    else:
+        specs = list(args.policies) if args.policies else list(ds.DEFAULT_POLICIES)
+    settings = wd.RecordSettings(seeds_per_task=args.seeds_per_task, seed_offset=args.seed_offset)
+    if args.pieces:
+        pieces = wd.collect(
+            specs,
+            args.pieces,
+            settings,
+            workers=args.record_workers,
+            progress=not args.quiet,
+            log=lambda line: print(line, file=sys.stderr, flush=True),
+        )
+        episodes, meta = wd.merge_pieces(pieces)
+        if args.data:
+            episodes.save(args.data, meta)
+        print(f"merged {len(pieces)} pieces: {len(episodes)} episodes" + (f" into {args.data}" if args.data else ""))
+        return episodes, meta
+    if args.data and Path(args.data).is_file():
+        episodes = ds.Episodes.load(args.data)
+        print(f"read {len(episodes)} episodes from {args.data}", file=sys.stderr)
+        return episodes, ds.read_meta(args.data)
+    problem = settings.problem()
+    if problem:
+        raise ValueError(problem)
+    from kosmos_env.policies import make_policy, parse_policy_arg
+
+    built = {p: make_policy(n, **kw) for p, (n, kw) in ((p, parse_policy_arg(p)) for p in specs)}
+    episodes = ds.record(
+        built, seeds_per_task=args.seeds_per_task, seed_offset=args.seed_offset, progress=not args.quiet
+    )
+    if args.data:
+        episodes.save(args.data)
+    return episodes, None
 
 
 def _args_text(args) -> str:

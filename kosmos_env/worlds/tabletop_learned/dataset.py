@@ -8,14 +8,18 @@ supervision it alone knows: the object's and the target's centre (T+1, 3), wheth
 touches the object (T+1) and a segmentation of every frame (T+1, H, W; bit 1 = object, bit 2 =
 target). The learned world never reads these at run time: it predicts them.
 Hold-out is by seed, so no held-out layout is ever seen in training.
-The file is a plain ``.npz`` of numeric arrays (loaded with ``allow_pickle=False``).
+The file is a plain ``.npz`` of numeric arrays (loaded with ``allow_pickle=False``), with an optional
+``meta`` JSON string (:func:`read_meta`: who recorded it, how). Each episode's policy is an index into
+``policy_names``, whose labels are the policy specs; :func:`concatenate` merges recordings made
+apart (one per policy, :mod:`kosmos_env.training.world_data`) keeping every episode's label.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -73,10 +77,17 @@ class Episodes:
             self.masks[m],
         )
 
-    def save(self, path: str | Path) -> None:
+    def save(self, path: str | Path, meta: Mapping[str, Any] | None = None) -> None:
+        """Write a plain ``.npz`` at exactly ``path``; ``meta`` (JSON-able: who recorded the episodes,
+        with which settings) is stored beside the arrays as one JSON string, read by :func:`read_meta`."""
         Path(path).parent.mkdir(parents=True, exist_ok=True)
+        extra = {} if meta is None else {"meta": np.array(json.dumps(meta, sort_keys=True))}
+        with open(path, "wb") as fh:  # a file object: numpy would append ".npz" to any other suffix
+            self._savez(fh, extra)
+
+    def _savez(self, fh, extra: Mapping[str, np.ndarray]) -> None:
         np.savez(
-            path,
+            fh,
             frames=self.frames,
             actions=self.actions,
             gripper=self.gripper,
@@ -90,6 +101,7 @@ class Episodes:
             target_pos=self.target_pos,
             contact=self.contact,
             masks=self.masks,
+            **extra,
         )
 
     @classmethod
@@ -115,6 +127,58 @@ class Episodes:
                 z["contact"],
                 z["masks"],
             )
+
+
+def read_meta(path: str | Path) -> dict[str, Any] | None:
+    """The JSON ``meta`` an episodes file was saved with (:meth:`Episodes.save`), or None if it has none."""
+    with np.load(path, allow_pickle=False) as z:
+        return json.loads(str(z["meta"])) if "meta" in z.files else None
+
+
+def concatenate(parts: Sequence[Episodes]) -> Episodes:
+    """One :class:`Episodes` of every part's episodes, in order, each keeping its own policy label.
+
+    Policy labels are merged by name (a label in several parts is one policy; its episodes keep
+    pointing at it) and task indices are remapped by name, so parts recorded separately merge
+    whatever their own label order. Frames, horizon and image size must agree."""
+    if not parts:
+        raise ValueError("nothing to concatenate: no episodes")
+    shapes = {p.frames.shape[1:] for p in parts}
+    if len(shapes) != 1:
+        raise ValueError(f"episodes of different horizons or image sizes cannot be merged: {sorted(shapes)}")
+    task_names: list[str] = []
+    policy_names: list[str] = []
+    tasks, policies = [], []
+    for p in parts:
+        for name in p.task_names:
+            if name not in task_names:
+                task_names.append(name)
+        for name in p.policy_names:
+            if name not in policy_names:
+                policy_names.append(name)
+        task_map = np.array([task_names.index(n) for n in p.task_names], dtype=np.int64)
+        policy_map = np.array([policy_names.index(n) for n in p.policy_names], dtype=np.int64)
+        tasks.append(task_map[p.task] if len(p) else np.zeros(0, np.int64))
+        policies.append(policy_map[p.policy] if len(p) else np.zeros(0, np.int64))
+
+    def cat(key: str) -> np.ndarray:
+        return np.concatenate([getattr(p, key) for p in parts])
+
+    return Episodes(
+        cat("frames"),
+        cat("actions"),
+        cat("gripper"),
+        cat("success"),
+        np.concatenate(tasks),
+        np.concatenate(policies),
+        cat("seed"),
+        task_names,
+        policy_names,
+        cat("object_pos"),
+        cat("target_pos"),
+        cat("contact"),
+        cat("masks"),
+    )
 
 
 def split_by_seed(episodes: Episodes, holdout_fraction: float = 0.15) -> tuple[Episodes, Episodes]:
