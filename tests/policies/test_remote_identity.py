@@ -17,6 +17,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -263,14 +264,27 @@ def test_ray_actor_answers_a_switched_server_with_a_fatal_error(tmp_path):
 # -- back-pressure and leases ----------------------------------------------------------------------
 def test_a_full_server_with_two_workers_is_waited_for_never_a_policy_error(tmp_path, reference):
     """The attack: `--max-sessions 1` and `--workers 2` closed 9-11 of 12 episodes as policy errors.
-    Here the one slot is also held by an abandoned session when the campaign starts (a killed eval's),
-    so every first reset meets a 503: all episodes still complete, none in error."""
+    Here the one slot is also held when the campaign starts, by a client that keeps its session alive
+    until the campaign has been refused once and then dies (a killed eval's): the campaign waits for
+    its lease to end, then the two workers share the slot; all episodes complete, none in error."""
     with _serve(ORIGINAL, session_lease=2.0) as server:  # no factory: one policy instance, one slot
         squatter = P.PolicyClient(server.url)
-        squatter.reset(INSTR, 0, session="abandoned")  # never acts, never renews, never ends
-        squatter.close()
+        squatter.reset(INSTR, 0, session="abandoned")  # never acts, never ends
+
+        def renew_until_refused():
+            deadline = time.monotonic() + 120
+            while server.refused == 0 and time.monotonic() < deadline:
+                squatter.renew("abandoned")
+                time.sleep(0.1)
+            squatter.close()  # ... and dies: no renewal from here on
+
+        thread = threading.Thread(target=renew_until_refused, daemon=True)
+        thread.start()
         out = tmp_path / "full"
-        assert cli.main(_argv(out, server.url, "--workers", "2")) == 0
+        try:
+            assert cli.main(_argv(out, server.url, "--workers", "2")) == 0
+        finally:
+            thread.join(timeout=130)
         assert server.refused >= 1 and server.expired >= 1  # the campaign waited, the squatter expired
     assert "error" not in attempt_counts(out)  # no attempt of any episode was the policy's failure
     assert _actions_by_seed(out) == reference
@@ -295,11 +309,16 @@ def test_a_freed_slot_goes_to_the_longest_waiting_session():
 
 
 def test_a_waiting_reset_says_so_and_gives_up_as_infrastructure_after_busy_wait():
-    with _serve("random", factory=True, max_sessions=1, session_lease=0.5) as server:
+    with _serve("random", factory=True, max_sessions=1, session_lease=600) as server:
         P.PolicyClient(server.url).reset(INSTR, 0, session="abandoned")
         said = []
         client = P.PolicyClient(server.url, busy_wait=120, say_after=0.0, log=said.append)
-        client.reset(INSTR, 0, session="patient")  # admitted once the abandoned session's lease ends
+        waiting = threading.Thread(target=client.reset, args=(INSTR, 0, "patient"), daemon=True)
+        waiting.start()
+        _wait_for(lambda: server.refused >= 1, "the patient reset being refused")
+        server.session_lease = 0.3  # the operator shortens the lease: the abandoned session goes ...
+        waiting.join(timeout=120)
+        assert not waiting.is_alive()  # ... and the waiting reset is admitted
         assert server.expired == 1 and said and "is full" in said[0] and server.url in said[0]
         client.close()
     # a slot that stays held (a long lease): the wait is bounded, and its end is the machinery's failure
@@ -363,13 +382,14 @@ def test_a_killed_clients_session_frees_its_slot_and_a_live_idle_one_keeps_its_o
 
 def test_resets_that_never_act_expire_and_the_default_lease_is_short():
     """The attack: ten resets never ended held every slot for 300 s (the old idle expiry)."""
-    with _serve("random", factory=True, max_sessions=10, session_lease=1.5) as server:
+    with _serve("random", factory=True, max_sessions=10, session_lease=600) as server:
         squatter = P.PolicyClient(server.url)
         for i in range(10):
             squatter.reset(INSTR, i, session=f"squat-{i}")
         with pytest.raises(P.RemotePolicyError, match="too_many_sessions") as full:
             RemotePolicy(server.url, busy_wait=0).reset(INSTR, seed=0)
         assert full.value.transport
+        server.session_lease = 1.0  # a short lease (600 s above only kept the check from racing it)
         _wait_for(lambda: server.sessions == 0, "the never-acting sessions expiring")
         assert server.expired == 10
         client = RemotePolicy(server.url, busy_wait=0)
