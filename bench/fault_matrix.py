@@ -258,6 +258,86 @@ ROWS = [
         "served, nothing written",
         ["tests/console/test_downloads_and_read_only.py::test_a_campaign_on_a_read_only_mount_is_served"],
     ),
+    (
+        "leaderboard: random filed with scripted:skill=1.0's evidence, every hash recomputed, even --replay all",
+        "build lists it self-reported; leaderboard run ranks random by the board's own episodes on its challenge seeds",
+        [
+            "tests/publish/test_leaderboard_run.py::test_swapped_evidence_is_not_verified_and_the_board_lists_its_own_episodes"
+        ],
+    ),
+    (
+        "leaderboard: scripted oracle relabelled openvla-7b-ft",
+        "named by its content hash (a remote one by its server's stated hash, said to be on trust); results apart",
+        [
+            "tests/publish/test_leaderboard_run.py::test_a_relabelled_oracle_is_listed_by_its_identity_and_its_results_apart",
+            "tests/publish/test_leaderboard_run.py::test_a_remote_oracle_is_named_by_its_server_and_its_identity_taken_on_trust",
+        ],
+    ),
+    (
+        "leaderboard: forged log plus results.json padded to steer the replay sample",
+        "never listed as verified; the sample seed is the build's or the board's secret",
+        ["tests/publish/test_leaderboard_run.py::test_a_sample_steered_forgery_is_never_listed_as_verified"],
+    ),
+    (
+        "leaderboard: resubmission sharing episodes with an earlier one",
+        "each episode counted once",
+        ["tests/publish/test_leaderboard_run.py::test_a_partially_overlapping_resubmission_counts_each_episode_once"],
+    ),
+    (
+        "leaderboard run: submission names module:Class, trust_remote_code, unpickle, a pickle file, an escaping path, credentials in a URL",
+        "one line, nothing imported",
+        ["tests/publish/test_leaderboard_run.py::test_a_bad_submission_is_refused_in_one_line_before_anything_runs"],
+    ),
+    (
+        "leaderboard run: LeRobot processor step naming a module path; Hub revision given as a branch",
+        "refused",
+        [
+            "tests/publish/test_leaderboard_run.py::test_a_lerobot_folder_runs_only_through_lerobot_registries",
+            "tests/publish/test_leaderboard_run.py::test_a_hub_repo_at_a_pinned_commit_runs_from_a_mirror_and_is_the_same_policy_as_its_file",
+        ],
+    ),
+    (
+        "published tree without some videos: the replay sample picks an omitted one",
+        "replays what the tree holds",
+        [
+            "tests/publish/test_leaderboard_rederive.py::test_a_published_tree_that_omits_a_video_replays_the_episodes_it_holds"
+        ],
+    ),
+    (
+        "policy server restarted mid-run serving another policy",
+        "no episode under the old hash; in-flight episodes back to pending; eval stops in one line",
+        [
+            "tests/policies/test_remote_identity.py::test_server_switched_mid_campaign_contributes_no_episode_and_stops_it_in_one_line",
+            "tests/policies/test_remote_identity.py::test_server_switched_mid_lockstep_campaign_stops_it_untainted",
+            "tests/policies/test_remote_identity.py::test_ray_actor_answers_a_switched_server_with_a_fatal_error",
+        ],
+    ),
+    (
+        "server replies that do not state the policy's hash (an old or foreign server)",
+        "every reply carries X-Kosmos-Policy-Hash; a changed or missing hash is refused, sticky",
+        [
+            "tests/policies/test_remote_identity.py::test_every_reply_states_the_served_policys_hash",
+            "tests/policies/test_remote_identity.py::test_a_pinned_client_refuses_another_policys_replies_and_keeps_refusing",
+            "tests/policies/test_remote_identity.py::test_a_server_that_does_not_state_its_hash_on_every_reply_is_refused",
+        ],
+    ),
+    (
+        "--max-sessions 1 with eval --workers 2 (503 counted as policy errors)",
+        "503 waited for, first come first served; all episodes complete, none in error",
+        [
+            "tests/policies/test_remote_identity.py::test_a_full_server_with_two_workers_is_waited_for_never_a_policy_error",
+            "tests/policies/test_remote_identity.py::test_a_freed_slot_goes_to_the_longest_waiting_session",
+            "tests/policies/test_remote_identity.py::test_a_waiting_reset_says_so_and_gives_up_as_infrastructure_after_busy_wait",
+        ],
+    ),
+    (
+        "killed eval leaves its sessions open; ten resets never ended hold every slot",
+        "sessions are leased (30 s default) and expire; a live idle client keeps its own",
+        [
+            "tests/policies/test_remote_identity.py::test_a_killed_clients_session_frees_its_slot_and_a_live_idle_one_keeps_its_own",
+            "tests/policies/test_remote_identity.py::test_resets_that_never_act_expire_and_the_default_lease_is_short",
+        ],
+    ),
 ]
 
 
