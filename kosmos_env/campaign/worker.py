@@ -30,6 +30,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from kosmos_env.campaign.artifacts import ArtifactStore, npy_bytes, npz_bytes
 from kosmos_env.campaign.control import cancel_requested
 from kosmos_env.campaign.cost import file_loads
@@ -247,8 +249,11 @@ class EpisodeRunner:
             # "video": the seconds this episode waited for its MP4 (part of "io"), "video_writer": the
             # seconds the write took, wherever it ran (kept in the ledger; bench/time_breakdown.py reads them)
             t_video = time.perf_counter()
-            if video_later:  # rollouts return fresh frame arrays: the writer thread may keep this one
-                video_job = self._video_writer().submit(self._store_video, rollout.frames)
+            if video_later:
+                # the writer thread gets its own copy: it encodes while the next episode renders, and a
+                # frame that shares memory with a renderer's buffer would change under it (a test saw
+                # the threaded video differ from the inline one under load)
+                video_job = self._video_writer().submit(self._store_video, np.array(rollout.frames, copy=True))
             else:
                 sha, video, size = self.store.put_video(rollout.frames, self.fps)
                 artifacts.append((sha, video, size, "video"))
