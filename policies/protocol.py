@@ -569,13 +569,9 @@ class PolicyServer:
         )
 
     def handle_end(self, body: bytes) -> tuple[int, str, bytes]:
-        request = _json_request(body, "end")
-        if not isinstance(request, dict):
-            return request
-        sid = request.get("session")
-        bad = _check_session(sid)
-        if bad:
-            return _error(400, "bad_request", bad)
+        sid = _session_of(body, "end")
+        if not isinstance(sid, str):
+            return sid
         with self._sessions_lock:
             known = sid in self._sessions
             self._end(sid)
@@ -583,13 +579,9 @@ class PolicyServer:
 
     def handle_renew(self, body: bytes) -> tuple[int, str, bytes]:
         """Renew a live session's lease (its client is alive, its env busy between two actions)."""
-        request = _json_request(body, "renew")
-        if not isinstance(request, dict):
-            return request
-        sid = request.get("session")
-        bad = _check_session(sid)
-        if bad:
-            return _error(400, "bad_request", bad)
+        sid = _session_of(body, "renew")
+        if not isinstance(sid, str):
+            return sid
         with self._sessions_lock:
             now = time.monotonic()
             self._expire(now)
@@ -676,6 +668,16 @@ class _Session:
         self.policy = policy
         self.lock = threading.Lock()
         self.last_used = time.monotonic()
+
+
+def _session_of(body: bytes, what: str) -> str | tuple[int, str, bytes]:
+    """The session id a ``{"session": ...}`` request names, or the error reply to send instead."""
+    request = _json_request(body, what)
+    if not isinstance(request, dict):
+        return request
+    sid = request.get("session")
+    bad = _check_session(sid)
+    return _error(400, "bad_request", bad) if bad else sid
 
 
 def _check_session(sid: Any, allow_empty: bool = False) -> str | None:
