@@ -144,6 +144,57 @@ class StepJudge(Protocol):
     def score_frames(self, frames: np.ndarray, task: str) -> np.ndarray: ...
 
 
+@dataclass(frozen=True)
+class ProgressScore:
+    """A progress judge's reading of one chunk: task progress in [0, 1] and whether the task is done.
+
+    ``progress is None`` means the judge abstained (its answer could not be parsed); ``success`` is
+    then ``None`` too. ``raw`` keeps the model's answer (empty for judges that have none).
+    """
+
+    progress: float | None
+    success: bool | None
+    raw: str = ""
+
+    def __post_init__(self) -> None:
+        if self.progress is None:
+            if self.success is not None:
+                raise ValueError("an abstaining ProgressScore (progress None) has success None too")
+        elif not (0.0 <= float(self.progress) <= 1.0):
+            raise ValueError(f"ProgressScore.progress must be in [0, 1] or None, got {self.progress!r}")
+        if self.success not in (True, False, None):
+            raise ValueError(f"ProgressScore.success must be True, False or None, got {self.success!r}")
+
+    @property
+    def abstained(self) -> bool:
+        return self.progress is None
+
+
+@runtime_checkable
+class ProgressJudge(Protocol):
+    """Scores task progress while an episode runs, several episodes at once (one per sub-env).
+
+    ``score_progress(chunks, instructions, tasks, first_frames=None)`` takes, per episode, the frames
+    of its latest chunk (n_i, H, W, 3) uint8, its instruction, its task name and optionally the
+    episode's first frame, and returns one :class:`ProgressScore` per episode, in order. It reads
+    nothing but those pixels and words; a batching judge scores all episodes in one forward pass.
+    ``frame_size`` is the (height, width) it reads (``None``: any) and ``tasks`` the task names it
+    knows (``None``: any).
+    """
+
+    name: str
+    frame_size: tuple[int, int] | None
+    tasks: tuple[str, ...] | None
+
+    def score_progress(
+        self,
+        chunks: Sequence[np.ndarray],
+        instructions: Sequence[str],
+        tasks: Sequence[str],
+        first_frames: Sequence[np.ndarray | None] | None = None,
+    ) -> list[ProgressScore]: ...
+
+
 def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a judge is, for provenance: its name and class, the settings it was built from (its own
     ``spec`` property when it has one, else the given spec mapping) and, for model judges, the model
