@@ -14,9 +14,9 @@ votes; abstain on a tie, when the video looks broken to most voters, or when few
 ``min_valid`` answers parse. A random or confused model therefore ends as an abstention,
 never as an unvalidated success.
 
-Weights are loaded from disk only (``local_files_only=True``): from ``local_path`` (or the
-``KOSMOS_VLM_JUDGE_PATH`` environment variable), else from the Hugging Face cache for
-``model_id`` at ``revision``. Missing weights raise :class:`MissingWeightsError` saying what
+Weights are loaded from disk only (``local_files_only=True``, by :mod:`~kosmos_env.judges.qwen_vl`,
+which the progress judge shares): from ``local_path`` (or the ``KOSMOS_VLM_JUDGE_PATH`` environment
+variable), else from the Hugging Face cache for ``model_id`` at ``revision``. Missing weights raise :class:`MissingWeightsError` saying what
 to download. Tests pass prebuilt ``model`` and ``tokenizer`` (or ``processor``) objects.
 
 Every judgment names the model that actually ran (``extras["model"]``, also :attr:`VLMJudge.model_identity`):
@@ -26,7 +26,6 @@ weights (of the folder's files, or of the tensors of an injected model), compute
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Sequence
 
@@ -36,29 +35,22 @@ from kosmos_env.judges.answer import quorum
 from kosmos_env.judges.base import Judgment, Rollout
 from kosmos_env.judges.kv_cache import decode_cache, prompt_keys_values
 from kosmos_env.judges.vlm_prompt import PROMPT_SHA256, SYSTEM_PROMPT, render_user_text
+from kosmos_env.judges.qwen_vl import LOCAL_PATH_ENV, QwenVLModel
 from kosmos_env.judges.vlm_video import (
-    FAMILY_SETTINGS,
     VIDEO_BLOCK,
-    VideoSettings,
     group_timestamps,
     patchify_video,
     sample_indices,
     video_placeholder,
 )
-from kosmos_env.errors import MissingWeightsError
 
-LOCAL_PATH_ENV = "KOSMOS_VLM_JUDGE_PATH"
 #: how sample seeds are drawn: per rollout (its content and the judge seed) and per sample index,
 #: so a rollout's votes do not depend on which rollouts share its batch or where it sits in it
 SEEDING = "per_rollout_content_v1"
 DEFAULT_MODEL_ID = "nvidia/Cosmos-Reason1-7B"
-_MODEL_CLASSES = {
-    "qwen2_5_vl": "Qwen2_5_VLForConditionalGeneration",
-    "qwen3_vl": "Qwen3VLForConditionalGeneration",
-}
 
 
-class VLMJudge:
+class VLMJudge(QwenVLModel):
     """Quorum-of-k VLM judge over a rollout video (see the module docstring).
 
     Spec fields (all keyword arguments): ``model_id``, ``revision``, ``local_path``,
@@ -77,6 +69,8 @@ class VLMJudge:
     """
 
     name = "vlm"
+    label = "VLM judge"
+    local_path_env = LOCAL_PATH_ENV
 
     def __init__(
         self,
@@ -126,29 +120,8 @@ class VLMJudge:
         from kosmos_env.plugins import check_remote_code
 
         # a spec, registration or bundle may ask; only the person running the command can allow it
-        self.trust_remote_code = check_remote_code(bool(trust_remote_code), "judge vlm")
-        if isinstance(model, (str, os.PathLike)):
-            if os.path.isdir(model):
-                local_path = os.fspath(model)
-            else:
-                self.model_id = str(model)
-            model = None
-        if tokenizer is None and processor is not None:
-            tokenizer = getattr(processor, "tokenizer", None)
-        self._loaded_from: str | None = None  # folder the weights came from; None when injected
-        self._model_identity: dict[str, Any] | None = None
-        if model is None or tokenizer is None:
-            model, tokenizer = self._load(local_path or os.environ.get(LOCAL_PATH_ENV), device, dtype)
-        self.adapter, self.adapter_sha256 = None, None
-        if adapter is not None:
-            model, self.adapter, self.adapter_sha256 = _apply_adapter(model, os.fspath(adapter))
-        self.model, self.tokenizer = model, tokenizer
-        self.family = getattr(model.config, "model_type", "")
-        if self.family not in FAMILY_SETTINGS:
-            raise ValueError(f"the VLM judge supports model types {sorted(FAMILY_SETTINGS)}, got {self.family!r}")
-        self.video = self._video_settings(processor, min_pixels, max_pixels)
-        self._video_token_id = model.config.video_token_id
-        self._image_token_id = model.config.image_token_id
+        self.trust_remote_code = check_remote_code(bool(trust_remote_code), f"judge {self.name}")
+        self._attach_model(model, tokenizer, processor, local_path, device, dtype, adapter, min_pixels, max_pixels)
 
     # -- spec -------------------------------------------------------------------------------
     @property
@@ -174,103 +147,6 @@ class VLMJudge:
             # only present with an adapter, so the spec of a plain judge is unchanged
             **({"adapter_sha256": self.adapter_sha256} if self.adapter else {}),
         }
-
-    # -- loading ----------------------------------------------------------------------------
-    def _load(self, local_path: str | None, device: str | None, dtype: str):
-        import transformers
-        from transformers import AutoConfig, AutoTokenizer
-
-        from kosmos_env.errors import require_version
-
-        require_version("transformers", transformers.__version__, "the VLM judge")  # pyproject.toml's floor
-        source = local_path or self.model_id
-        common = {"local_files_only": True, "trust_remote_code": self.trust_remote_code}
-        if not local_path and self.revision:
-            common["revision"] = self.revision
-        try:
-            config = AutoConfig.from_pretrained(source, **common)
-        except (OSError, ValueError) as exc:
-            rev = f" --revision {self.revision}" if self.revision else ""
-            raise MissingWeightsError(
-                f"VLM judge weights for {self.model_id!r} are not on disk ({type(exc).__name__}: {exc}).\n"
-                f"Download them on a machine with network access:\n"
-                f"    hf download {self.model_id}{rev} --local-dir /path/to/{self.model_id.split('/')[-1]}\n"
-                f"then point the judge at them with judge={{'type': 'vlm', 'local_path': '/path/to/...'}} "
-                f"or the environment variable {LOCAL_PATH_ENV}=/path/to/..."
-            ) from None
-        cls_name = _MODEL_CLASSES.get(config.model_type)
-        if cls_name is None:
-            raise ValueError(
-                f"{source} is a {config.model_type!r} model; the VLM judge supports {sorted(_MODEL_CLASSES)}"
-            )
-        model_cls = getattr(transformers, cls_name)
-        if not hasattr(model_cls, "_prepare_position_ids_for_generation"):
-            # the prefill-once decode (_generate) computes the multimodal positions as generate does
-            from kosmos_env.errors import dependency_floor, install_hint  # the floor is pyproject.toml's
-
-            raise RuntimeError(
-                f"the VLM judge needs transformers>={dependency_floor('transformers')} (installed: "
-                f"{transformers.__version__}); {install_hint('models', upgrade=True)}"
-            )
-        model = model_cls.from_pretrained(source, dtype=dtype, **common)
-        if device:
-            model = model.to(device)
-        elif _cuda_available():
-            model = model.to("cuda")
-        tokenizer = AutoTokenizer.from_pretrained(source, padding_side="left", **common)
-        if getattr(tokenizer, "chat_template", None) is None:
-            template = _read_chat_template(source, common)
-            if template is None:
-                raise ValueError(f"{source} has no chat template (chat_template.jinja / chat_template.json)")
-            tokenizer.chat_template = template
-        self._preprocessor_config = _read_json(source, "preprocessor_config.json", common)
-        config_file = _resolve(source, "config.json", common)
-        self._loaded_from = os.path.dirname(os.path.abspath(config_file)) if config_file else None
-        return model.eval(), tokenizer
-
-    def _video_settings(self, processor: Any, min_pixels: int | None, max_pixels: int | None) -> VideoSettings:
-        base = FAMILY_SETTINGS[self.family]
-        vc = self.model.config.vision_config
-        fields = {
-            "patch_size": int(vc.patch_size),
-            "temporal_patch_size": int(vc.temporal_patch_size),
-            "merge_size": int(vc.spatial_merge_size),
-        }
-        # normalisation statistics: the model's own preprocessor config when we have it
-        pre = getattr(self, "_preprocessor_config", None) or {}
-        ip = getattr(processor, "image_processor", None)
-        mean = pre.get("image_mean", getattr(ip, "image_mean", None))
-        std = pre.get("image_std", getattr(ip, "image_std", None))
-        if mean is not None and std is not None:
-            fields["image_mean"], fields["image_std"] = tuple(float(v) for v in mean), tuple(float(v) for v in std)
-        if min_pixels is not None:
-            fields["min_pixels"] = int(min_pixels)
-        if max_pixels is not None:
-            fields["max_pixels"] = int(max_pixels)
-        merged = {**base.__dict__, **fields}
-        if merged["min_pixels"] > merged["max_pixels"]:
-            merged["min_pixels"] = merged["max_pixels"]
-        return VideoSettings(**merged)
-
-    @property
-    def model_identity(self) -> dict[str, Any]:
-        """The model that runs: ``{"model_id", "revision", "source", "path", "weights_sha256", "family"}``."""
-        if self._model_identity is None:
-            ident: dict[str, Any] = {"model_id": self.model_id, "revision": self.revision, "family": self.family}
-            if self._loaded_from is not None:
-                from kosmos_env.hashing import folder_digest
-
-                ident.update(
-                    source="folder", path=self._loaded_from, weights_sha256=folder_digest(self._loaded_from)["sha256"]
-                )
-            else:
-                from kosmos_env.utils.weights import module_digest
-
-                ident.update(source="injected", path=None, weights_sha256=module_digest(self.model))
-            if self.adapter:
-                ident["adapter_sha256"] = self.adapter_sha256
-            self._model_identity = ident
-        return dict(self._model_identity)
 
     # -- judging ----------------------------------------------------------------------------
     def judge(self, rollout: Rollout) -> Judgment:
@@ -487,14 +363,6 @@ class VLMJudge:
             new, self._eos_ids(pad_id)
         )
 
-    def _eos_ids(self, pad_id: int) -> set[int]:
-        """Token ids that end generation (generation config and tokenizer); padding follows them."""
-        ids = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
-        ids = set(ids if isinstance(ids, (list, tuple)) else [] if ids is None else [ids])
-        if self.tokenizer.eos_token_id is not None:
-            ids.add(self.tokenizer.eos_token_id)
-        return ids or {pad_id}
-
 
 def rollout_seed(judge_seed: int, rollout: Rollout) -> int:
     """The base sampling seed of a rollout: a hash of the judge seed and what the judge sees."""
@@ -556,66 +424,3 @@ def _generated_lengths(new: Any, eos_ids: set[int]) -> list[int]:
         end = next((j for j, t in enumerate(row) if t in eos_ids), None)
         lengths.append(len(row) if end is None else end + 1)
     return lengths
-
-
-def _apply_adapter(model: Any, adapter: str) -> tuple[Any, str, str]:
-    """Wrap ``model`` with the LoRA adapter saved in folder ``adapter`` (peft); returns (model, path, sha256).
-
-    The adapter's layers are injected into ``model`` itself (peft replaces the target modules),
-    so a model object passed in is changed; load a fresh one for the base judge.
-    """
-    from kosmos_env.hashing import files_sha256
-
-    cfg = os.path.join(adapter, "adapter_config.json")
-    if not os.path.isfile(cfg):
-        raise FileNotFoundError(f"no LoRA adapter in {adapter!r} (adapter_config.json is missing)")
-    try:
-        from peft import PeftModel
-    except ImportError as exc:  # pragma: no cover - peft is in the models extra
-        raise RuntimeError("loading a judge adapter needs peft: pip install peft") from exc
-    # the adapter's own files (adapter_config.json, adapter_model.safetensors), by name
-    sha = files_sha256(
-        [
-            os.path.join(adapter, n)
-            for n in os.listdir(adapter)
-            if n.startswith("adapter_") and os.path.isfile(os.path.join(adapter, n))
-        ]
-    )
-    wrapped = PeftModel.from_pretrained(model, adapter, is_trainable=False).eval()
-    return wrapped, os.path.abspath(adapter), sha
-
-
-def _cuda_available() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def _read_json(source: str, filename: str, common: dict[str, Any]) -> dict[str, Any] | None:
-    import json
-
-    path = _resolve(source, filename, common)
-    if path is None:
-        return None
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def _read_chat_template(source: str, common: dict[str, Any]) -> str | None:
-    path = _resolve(source, "chat_template.jinja", common)
-    if path is not None:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    data = _read_json(source, "chat_template.json", common)
-    return None if data is None else data.get("chat_template")
-
-
-def _resolve(source: str, filename: str, common: dict[str, Any]) -> str | None:
-    """A file of a local model folder or of the cached snapshot, or None when absent."""
-    if os.path.isdir(source):
-        path = os.path.join(source, filename)
-        return path if os.path.isfile(path) else None
-    from huggingface_hub import try_to_load_from_cache
-
-    found = try_to_load_from_cache(source, filename, revision=common.get("revision"))
-    return found if isinstance(found, str) else None
