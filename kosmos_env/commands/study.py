@@ -17,7 +17,9 @@ With ``--registration FILE`` (made by ``kosmos-env register --study`` with the s
 arguments, before this run) the bars are judged PASS/FAIL; any difference between the
 registration and this run (design, seeds, world weights or code, judges, policies, bars) is
 refused in one line naming the field. Without one the study is exploratory, and says so on every
-page it writes.
+page it writes. ``--closed-loop-bars`` (given to both commands) adds the closed-loop bars of
+issue 41 for a population of ``ckpt:`` policies (:mod:`kosmos_env.study.bars` says why it is a
+flag and not a rule on the policies).
 """
 
 from __future__ import annotations
@@ -109,13 +111,13 @@ def run(args) -> int:
     results = analyze(study, n_boot=n_boot)
     bars = judge_bars(registration, results) if registration else None
     trust = _trust_lines(study, n_boot)
-    from kosmos_env.study.bars import default_bars
+    from kosmos_env.study.arguments import bars_from_args
 
     files = write_report(
         results,
         study,
         args.out,
-        bars=bars if registration else default_bars(),
+        bars=bars if registration else bars_from_args(args),
         registration=registration,
         status=status,
         trust=trust,

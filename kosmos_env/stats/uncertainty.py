@@ -388,3 +388,63 @@ def difference_to_best(
         "excludes_zero": bool(iv is not None and iv[0] > 0),
         "reason": why,
     }
+
+
+def agreement_ratio(
+    evaluator: np.ndarray,
+    reference: np.ndarray,
+    truth: np.ndarray,
+    *,
+    metric: str = "kendall",
+    rows: Sequence[int] | None = None,
+    alpha: float = ALPHA,
+    n_boot: int = 1000,
+    seed: int = 0,
+) -> dict:
+    """The evaluator's agreement with the truth over a reference evaluator's, on the same resamples.
+
+    Asks "how much of what the reference (e.g. a judge on the simulator's own frames) gets right
+    does the evaluator (the same judge on a world's frames) keep?". The (task, seed) units are
+    resampled jointly for all three matrices, with the same draws as :func:`agreement_uncertainty`
+    for the same ``seed`` and unit count, so the ratio's interval is paired with the two agreements'
+    intervals it is reported beside. A ratio is defined only where the reference's agreement is
+    above 0 (a reference no better than random leaves nothing to keep); resamples where it is not
+    are counted as undefined, never scored. ``rows`` restricts to a subgroup of policies.
+    Returns {"estimate", "interval", "defined_share", "reason", "evaluator", "reference",
+    "n_policies", "metric"} (the last two agreements observed).
+    """
+    if metric not in METRICS or not HIGHER_IS_BETTER[metric]:
+        raise ValueError(f"a ratio of agreements needs a correlation where higher is better, got {metric!r}")
+    T = np.asarray(truth, dtype=float)
+    sel = np.arange(T.shape[0]) if rows is None else np.asarray(list(rows), dtype=np.intp)
+    T = T[sel]
+    E = np.asarray(evaluator, dtype=float)[sel]
+    R = np.asarray(reference, dtype=float)[sel]
+    if E.shape != T.shape or R.shape != T.shape:
+        raise ValueError(f"evaluator {E.shape}, reference {R.shape} and truth {T.shape} must pair up")
+    U = T.shape[1]
+    rng = np.random.default_rng(seed)
+    idx = np.concatenate([np.arange(U)[None], rng.integers(0, U, size=(n_boot, U))])  # row 0: observed
+    if len(sel) < 2:
+        e = r = np.full(len(idx), np.nan)
+    else:
+        t = _rates(T, idx)
+        e = _paired_metric(metric, _rates(E, idx), t)
+        r = _paired_metric(metric, _rates(R, idx), t)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(r > 0, e / np.where(r > 0, r, 1.0), np.nan)
+    base = {
+        "evaluator": None if np.isnan(e[0]) else float(e[0]),
+        "reference": None if np.isnan(r[0]) else float(r[0]),
+        "n_policies": int(len(sel)),
+        "metric": metric,
+    }
+    if np.isnan(ratio[0]):
+        why = (
+            "undefined for the evaluator or the reference"
+            if np.isnan(e[0]) or np.isnan(r[0])
+            else "the reference's agreement is not above 0"
+        )
+        return {**base, "estimate": None, "interval": None, "defined_share": 0.0, "reason": why}
+    iv, share, why = _interval(ratio[1:], alpha)
+    return {**base, "estimate": float(ratio[0]), "interval": iv, "defined_share": share, "reason": why}

@@ -15,7 +15,13 @@ from typing import Any, Sequence
 import numpy as np
 
 from kosmos_env.stats import detectable_summary, split_half, wilson
-from kosmos_env.stats.uncertainty import ALPHA, agreement_uncertainty, aligned_matrix, difference_to_best
+from kosmos_env.stats.uncertainty import (
+    ALPHA,
+    agreement_ratio,
+    agreement_uncertainty,
+    aligned_matrix,
+    difference_to_best,
+)
 
 REFERENCE_KEY = "reference/state"
 ACTION_ONLY = "baseline/action_only"
@@ -41,13 +47,16 @@ WORLD_EVALUATORS = ("learned/vision", "learned/robot_log", "learned+gate/vision"
 SUBGROUPS = ("all", "honest", "deceptive", "closed_loop", "scripted")
 
 
+def policy_kind(policy: str) -> str:
+    """deceptive (``deceptive:*``), closed_loop (image-conditioned checkpoints, ``ckpt:*``) or
+    scripted (the open-loop scripted family and random)."""
+    return "deceptive" if policy.startswith("deceptive") else "closed_loop" if policy.startswith("ckpt") else "scripted"
+
+
 def subgroup_rows(policies: Sequence[str], group: str) -> list[int]:
-    """Row indices of a policy subgroup: deceptive (``deceptive:*``), honest (the rest), closed_loop
-    (image-conditioned checkpoints, ``ckpt:*``), scripted (the open-loop scripted family and random)."""
-    kind = [
-        "deceptive" if p.startswith("deceptive") else "closed_loop" if p.startswith("ckpt") else "scripted"
-        for p in policies
-    ]
+    """Row indices of a policy subgroup: deceptive, closed_loop, scripted (:func:`policy_kind`),
+    honest (every policy but the deceptive ones), all."""
+    kind = [policy_kind(p) for p in policies]
     if group == "all":
         return list(range(len(policies)))
     if group == "honest":
@@ -147,6 +156,7 @@ def analyze(study: dict[str, Any], *, alpha: float = ALPHA, n_boot: int = 1000, 
     }
     out["agreement"] = agreement_uncertainty(mats, truth, baselines=baselines, alpha=alpha, n_boot=n_boot, seed=seed)
     out["agreement"]["vs_best_baseline"] = _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed)
+    out["world_vs_simulator"] = _world_vs_simulator(mats, truth, policies, alpha, n_boot, seed)
     out["subgroups"] = {g: [policies[i] for i in subgroup_rows(policies, g)] for g in SUBGROUPS}
     n_truth = (~np.isnan(truth)).sum(axis=1)
     k_truth = np.nansum(truth, axis=1)
@@ -251,6 +261,45 @@ def _vs_best(mats, truth, policies, baselines, alpha, n_boot, seed) -> dict[str,
                     mats[name], base, truth, metric=m, rows=rows, alpha=alpha, n_boot=n_boot, seed=seed
                 )
                 for m in ("kendall", "accuracy")
+            }
+    return out
+
+
+# (evaluator on the world's rollouts, the same judge on the simulator's rollouts of the same units)
+SAME_JUDGE_PAIRS = (("learned/vision", "reference/vision"), ("learned/robot_log", "reference/robot_log"))
+
+
+def _world_vs_simulator(mats, truth, policies, alpha, n_boot, seed) -> dict[str, Any]:
+    """The same judge on the world's rollouts and on the simulator's, both against the simulator's
+    truth, by policy subgroup: Kendall of each (interval, permutation p-value) and their ratio with
+    a paired interval (:func:`~kosmos_env.stats.uncertainty.agreement_ratio`, the same unit
+    resamples as the two Kendalls). The judge's own error is in both; what the ratio loses is what
+    the world's rollouts lose (issue 41's closed-loop frame-judge target reads it on closed_loop)."""
+    out: dict[str, Any] = {}
+    for world_ev, sim_ev in SAME_JUDGE_PAIRS:
+        if world_ev not in mats or sim_ev not in mats:
+            continue
+        out[world_ev] = {}
+        for group in SUBGROUPS:
+            rows = subgroup_rows(policies, group)
+            if len(rows) < 2:  # a ranking needs two policies
+                continue
+            both = agreement_uncertainty(
+                {world_ev: mats[world_ev][rows], sim_ev: mats[sim_ev][rows]},
+                truth[rows],
+                metrics=("kendall",),
+                alpha=alpha,
+                n_boot=n_boot,
+                seed=seed,
+            )["evaluators"]
+            out[world_ev][group] = {
+                "reference_evaluator": sim_ev,
+                "policies": [policies[i] for i in rows],
+                "world": both[world_ev]["kendall"],
+                "simulator": both[sim_ev]["kendall"],
+                "ratio": agreement_ratio(
+                    mats[world_ev], mats[sim_ev], truth, rows=rows, alpha=alpha, n_boot=n_boot, seed=seed
+                ),
             }
     return out
 

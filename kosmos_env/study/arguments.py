@@ -71,6 +71,13 @@ def add_design_arguments(p: argparse.ArgumentParser) -> None:
         help="seeds per (policy, task) replayed open loop for the frame-error table (default 1; 0 = skip)",
     )
     p.add_argument("--n-boot", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument(
+        "--closed-loop-bars",
+        action="store_true",
+        help="also register (and judge) the closed-loop bars: each world evaluator beats the best cheap baseline "
+        "on the ckpt: policies alone, and the frame judge's Kendall on the world's frames is >= 0.8 and >= 0.85 x "
+        "its Kendall on the simulator's frames there (needs at least 2 ckpt: policies; see kosmos_env/study/bars.py)",
+    )
     p.add_argument("--weights", default=None, help="learned-world weights file (its sha256 must match the spec)")
     p.add_argument("--vision-weights", default=None, help="vision-judge weights (default: the shipped ones)")
 
@@ -106,14 +113,33 @@ def config_from_args(args):
         frame_error_seeds=args.frame_error_seeds,
     )
     validate(cfg)
+    if getattr(args, "closed_loop_bars", False):
+        from kosmos_env.study.analyze import policy_kind
+        from kosmos_env.study.bars import CLOSED_LOOP_MIN_POLICIES
+
+        n = sum(policy_kind(p) == "closed_loop" for p in cfg.policies)
+        if n < CLOSED_LOOP_MIN_POLICIES:
+            raise ValueError(
+                f"--closed-loop-bars ranks the closed-loop checkpoints: give at least {CLOSED_LOOP_MIN_POLICIES} "
+                f"ckpt: policies, got {n}"
+            )
     return cfg
+
+
+def bars_from_args(args) -> list[dict]:
+    """The bars this design registers: today's, plus the closed-loop ones with ``--closed-loop-bars``
+    (a flag, not a config field, so every earlier registration's body stays as it was)."""
+    from kosmos_env.study.bars import default_bars
+
+    return default_bars(closed_loop=bool(getattr(args, "closed_loop_bars", False)))
 
 
 def registration_from_args(args) -> tuple:
     """(config, the registration body this design implies now)."""
-    from kosmos_env.study.bars import default_bars
     from kosmos_env.study.registration import registration_body
     from kosmos_env.study.run import planned_baselines, study_tasks
 
     cfg = config_from_args(args)
-    return cfg, registration_body(cfg, study_tasks(cfg), default_bars(), planned_baselines(cfg), n_boot=args.n_boot)
+    return cfg, registration_body(
+        cfg, study_tasks(cfg), bars_from_args(args), planned_baselines(cfg), n_boot=args.n_boot
+    )

@@ -266,6 +266,7 @@ def _markdown(
             L.append(f"| {n} | {b} | " + " | ".join(format_difference(d[m]) for m in METRIC_ORDER) + " |")
     L += [""]
     L += _best_baseline_section(agr.get("vs_best_baseline") or {}, results.get("subgroups") or {})
+    L += _world_vs_simulator_section(results.get("world_vs_simulator") or {})
     if trust:
         L += ["## How far to trust this world (truth-free diagnostics)", ""] + list(trust) + [""]
 
@@ -378,6 +379,7 @@ def _markdown(
                 f"| {hh} | {_f(fe['world'][hh], 1)} | {_f(fe['copy_last_frame'][hh], 1)} | "
                 f"{_f(fe['ratio'][hh], 2)} {_iv(fe['ratio_interval'].get(hh))} |"
             )
+        L += _frame_error_by_group(fe.get("by_group") or {})
 
     sw = results.get("sweep")
     L += ["", "## Cost sweep: the cheapest setting that still ranks correctly", ""]
@@ -434,44 +436,116 @@ def _markdown(
 
 
 def _best_baseline_section(best: dict, subgroups: dict) -> list[str]:
-    """World minus the best baseline (chosen inside each resample), by policy subgroup."""
+    """World minus the best baseline (chosen inside each resample): one table per policy subgroup."""
     L = [
         "## World vs the best baseline, by subgroup",
         "",
-        "For each world evaluator and policy subgroup: Kendall (ranking) and episode accuracy minus the best of "
+        "For each policy subgroup and world evaluator: Kendall (ranking the subgroup's policies) and episode "
+        "accuracy (share of the subgroup's episodes whose verdict equals the simulator's truth) minus the best of "
         "every baseline above, the best chosen inside each bootstrap resample (so the choice's luck is inside the "
-        "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. A subgroup of three "
-        "policies has only three pairs to rank, so its Kendall can take few values and its interval can collapse "
-        "to a point: read the episode accuracy there. Subgroups: "
-        + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items())
-        + ".",
+        "interval); positive = the world is better; ✓ = the 95 % interval lies above 0. In brackets after a "
+        "baseline's name, its observed value; after the evaluator, its own. A subgroup of three policies has only "
+        "three pairs to rank, so its Kendall can take few values and its interval can collapse to a point: read "
+        "the episode accuracy there. Subgroups: " + "; ".join(f"{g} ({len(p)})" for g, p in subgroups.items()) + ".",
         "",
     ]
     if not best:
         return L + ["Not computed (no baseline world ran).", ""]
-    L += [
-        "| evaluator | subgroup | Kendall − best [95 %] | best baseline (observed) | accuracy − best [95 %] | "
-        "best baseline (observed) |",
-        "|---|---|---|---|---|---|",
-    ]
     adds = []
-    for ev, groups in best.items():
-        for g, m in groups.items():
+    order = list(subgroups) or list(dict.fromkeys(g for groups in best.values() for g in groups))
+    for g in order:
+        present = [(ev, groups[g]) for ev, groups in best.items() if g in groups]
+        if not present:
+            continue
+        L += [
+            f"### {g} ({len(subgroups.get(g, []))} policies)",
+            "",
+            "| evaluator | Kendall − best [95 %] | Kendall: evaluator / best baseline | accuracy − best [95 %] | "
+            "accuracy: evaluator / best baseline |",
+            "|---|---|---|---|---|",
+        ]
+        for ev, m in present:
             k, a = m["kendall"], m["accuracy"]
-            L.append(
-                f"| {ev} | {g} | {format_difference(k)} | {k.get('best_baseline') or '—'} | "
-                f"{format_difference(a)} | {a.get('best_baseline') or '—'} |"
-            )
+            L.append(f"| {ev} | {format_difference(k)} | {_versus(k)} | {format_difference(a)} | {_versus(a)} |")
             if k.get("excludes_zero"):
                 adds.append(f"{ev} on {g}")
+        L.append("")
     L += [
-        "",
         "**The world adds information over the best baseline** (Kendall interval above 0) for: "
         + (", ".join(adds) if adds else "no evaluator on any subgroup")
         + ".",
         "",
     ]
     return L
+
+
+def _frame_error_by_group(groups: dict) -> list[str]:
+    """The open-loop frame error by policy group: for closed_loop, the world replaying the commands a
+    closed-loop policy gave in the simulator (its own rollouts in the two worlds part as soon as it
+    reacts to different frames, so frame against frame needs the same commands)."""
+    if not groups:
+        return []
+    names = list(groups)
+    L = [
+        "",
+        "By policy group (the same replays; world error / copy-last-frame error, ratio [95 %]; closed_loop = the "
+        "commands the closed-loop checkpoints gave in the simulator, replayed in the world): "
+        + ", ".join(f"{g} {groups[g]['n_episodes']} episodes" for g in names)
+        + ".",
+        "",
+        "| H | " + " | ".join(names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    hs = list(dict.fromkeys(h for g in names for h in groups[g]["world"]))
+    for hh in hs:
+        cells = []
+        for g in names:
+            e = groups[g]
+            if hh not in e["world"]:
+                cells.append("—")
+                continue
+            cells.append(
+                f"{_f(e['world'][hh], 1)} / {_f(e['copy_last_frame'][hh], 1)}, {_f(e['ratio'][hh], 2)} "
+                f"{_iv(e['ratio_interval'].get(hh))}"
+            )
+        L.append(f"| {hh} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _versus(d: dict) -> str:
+    """ "0.71 / baseline/action_learned (0.64)": the evaluator's value and the observed best baseline's."""
+    b = d.get("best_baseline")
+    if b is None:
+        return f"{_f(d.get('evaluator'), 2)} / —"
+    return f"{_f(d.get('evaluator'), 2)} / {b} ({_f((d.get('baselines') or {}).get(b), 2)})"
+
+
+def _world_vs_simulator_section(same: dict) -> list[str]:
+    """The same judge on the world's rollouts and on the simulator's, by subgroup."""
+    if not same:
+        return []
+    L = [
+        "## The same judge on the world's rollouts and on the simulator's, by subgroup",
+        "",
+        "Each judge's Kendall against the simulator's truth when it reads the world's rollouts and when it reads "
+        "the simulator's own rollouts of the same (policy, task, seed) units [95 % interval, permutation p], and "
+        "the share the world keeps: world Kendall / simulator Kendall with a paired 95 % interval (the same unit "
+        "resamples for both; undefined where the simulator-side Kendall is not above 0). The judge's own error is "
+        "on both sides; what the share loses, the world's rollouts lost. On closed-loop policies the policy reacts "
+        "to the world's frames, so this is where a world's rollouts can part from the simulator's.",
+        "",
+        "| judge | subgroup | policies | on the world's rollouts | on the simulator's | share kept [95 %] |",
+        "|---|---|---|---|---|---|",
+    ]
+    for ev, groups in same.items():
+        for g, e in groups.items():
+            r = e["ratio"]
+            share = "—" if r.get("estimate") is None else f"{_f(r['estimate'], 2)} {_iv(r.get('interval'))}"
+            L.append(
+                f"| {ev.split('/', 1)[1]} | {g} | {len(e['policies'])} | {format_metric(e['world'])} | "
+                f"{format_metric(e['simulator'])} | {share} |"
+            )
+    return L + [""]
 
 
 def _bar_value(v) -> str:
@@ -483,6 +557,8 @@ def _bar_value(v) -> str:
             parts.append(f"{k} {_iv(x)}")
         elif isinstance(x, float):
             parts.append(f"{k} {x:.3f}")
+        elif x is None:
+            parts.append(f"{k} —")
         else:
             parts.append(f"{k} {x}")
     return "; ".join(parts)

@@ -255,13 +255,22 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
     so the worlds see identical commands); the error at H is the mean absolute pixel difference
     (0-255) between the two frames after H commands. The baseline is copy-last-frame: the last
     real frame the world was given, here the first, against the simulator's frame at H.
+
+    The same numbers are also given by policy group (``by_group``: closed_loop, scripted,
+    deceptive; :func:`kosmos_env.study.analyze.policy_kind`). A closed-loop policy's own rollouts
+    in the two worlds diverge as soon as it reacts to different frames, so the honest error
+    under closed-loop control is this one: the world fed the commands a closed-loop policy gave
+    in the simulator, frame against frame.
     """
     from tqdm import tqdm
+
+    from kosmos_env.study.analyze import policy_kind
 
     keys = [k for k in actions if k[2] < cfg.frame_error_seeds]
     hs = sorted(int(h) for h in cfg.horizons)
     world_err = {h: [] for h in hs}
     copy_err = {h: [] for h in hs}
+    group_of = {h: [] for h in hs}
     if not keys:
         return {"horizons": hs, "n_episodes": 0}
     envs = {"reference": _make_env(cfg.reference), "world": _make_env(cfg.world, world_kwargs=cfg.world_kwargs)}
@@ -283,19 +292,29 @@ def frame_errors(cfg: StudyConfig, tasks: list, actions: dict, progress: bool) -
                 if h < len(ref) and h < len(gen) and ref.shape[1:] == gen.shape[1:]:
                     world_err[h].append(float(np.abs(gen[h] - ref[h]).mean()))
                     copy_err[h].append(float(np.abs(ref[0] - ref[h]).mean()))
+                    group_of[h].append(policy_kind(policy))
     finally:
         for env in envs.values():
             env.close()
-    out: dict[str, Any] = {
-        "horizons": hs,
-        "n_episodes": len(keys),
-        "world": {},
-        "copy_last_frame": {},
-        "ratio": {},
-        "ratio_interval": {},
-    }
-    rng = np.random.default_rng(0)
-    for h in hs:
+    out: dict[str, Any] = {"horizons": hs, "n_episodes": len(keys), **frame_error_summary(world_err, copy_err)}
+    out["by_group"] = {}
+    for g in sorted({k for v in group_of.values() for k in v}):
+        pick = {h: [j for j, k in enumerate(group_of[h]) if k == g] for h in hs}
+        out["by_group"][g] = {
+            "n_episodes": sum(policy_kind(p) == g for p, _, _ in keys),
+            **frame_error_summary(
+                {h: [world_err[h][j] for j in pick[h]] for h in hs}, {h: [copy_err[h][j] for j in pick[h]] for h in hs}
+            ),
+        }
+    return out
+
+
+def frame_error_summary(world_err: dict, copy_err: dict, seed: int = 0) -> dict[str, Any]:
+    """Per horizon: mean world and copy-last-frame error, their ratio and its 95 % bootstrap interval
+    over episodes (resampled jointly: both errors of an episode come from the same frames)."""
+    out: dict[str, Any] = {"world": {}, "copy_last_frame": {}, "ratio": {}, "ratio_interval": {}}
+    rng = np.random.default_rng(seed)
+    for h in world_err:
         w, c = np.asarray(world_err[h]), np.asarray(copy_err[h])
         if not len(w):
             continue
