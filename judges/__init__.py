@@ -22,6 +22,9 @@ JUDGES = {
     "optimistic": "kosmos_env.judges.combine:OptimisticJudge",
     # frame classifier trained on simulator frames; the learned tabletop world's vision judge
     "vision_frame": "kosmos_env.judges.vision_frame:FrameVisionJudge",
+    # task progress in [0, 1] and a success flag per episode's latest chunk (a Qwen-VL model): the
+    # step judge of reward.mode "progress" on worlds the frame classifier cannot read (Bridge)
+    "vlm_progress": "kosmos_env.judges.vlm_progress:VLMProgressJudge",
 }
 
 

@@ -11,6 +11,12 @@ denoising loop for the whole batch). Everything else in a step (action checks, t
 judge) runs per sub-env exactly as in a single env, so a vector rollout equals N single
 rollouts with the same seeds (within the float tolerance of batched arithmetic).
 
+A progress-judged env (``reward.mode = "progress"`` with a progress judge, e.g. ``vlm_progress`` on
+Bridge) batches its step judge the same way: every sub-env hands its chunk to a second batcher,
+:attr:`BatchedWorldVectorEnv.progress_batcher`, which scores all of them in one ``score_progress``
+call of one judge (one model call per vector step, not one per sub-env), and
+:func:`make_batched_vec` loads that judge once and gives it to every sub-env.
+
 Worlds that can take part expose a ``batcher`` attribute: the Cosmos 3 world (its requests are
 diffusers calls, run through one denoising loop) and the learned tabletop (its request is one
 action on its own one-episode engine; the world hands the batcher an object with
@@ -123,6 +129,35 @@ def _generate_batch(pipe: Any, requests: list) -> tuple[list, Any]:
     return generate_batch(pipe, requests)
 
 
+class _ProgressCalls:
+    """A batcher request target that scores its requests' chunks in one ``score_progress`` call."""
+
+    def __init__(self, judge: Any):
+        self.judge = judge
+
+    def kosmos_run_batch(self, requests: list) -> tuple[list, Any]:
+        scores = self.judge.score_progress(
+            [r["chunk"] for r in requests],
+            [r["instruction"] for r in requests],
+            [r["task"] for r in requests],
+            first_frames=[r["first_frame"] for r in requests],
+        )
+        if len(scores) != len(requests):
+            raise RuntimeError(f"progress judge returned {len(scores)} scores for {len(requests)} chunks")
+        return list(scores), None
+
+
+def _progress_request(batcher: WorldCallBatcher, target: _ProgressCalls) -> Callable[..., Any]:
+    """What a sub-env calls to score its chunk inside the round's batch (``KosmosEnv.progress_batch``)."""
+
+    def score(chunk: Any, instruction: str, task: str, first_frame: Any) -> Any:
+        return batcher.generate(
+            target, {"chunk": chunk, "instruction": instruction, "task": task, "first_frame": first_frame}
+        )
+
+    return score
+
+
 class _PreStepped(gymnasium.Wrapper):
     """Returns the step result computed ahead (in a thread) when there is one."""
 
@@ -145,13 +180,20 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
     def __init__(self, env_fns: Sequence[Callable[[], gymnasium.Env]], **kwargs: Any):
         super().__init__([lambda fn=fn: _PreStepped(fn()) for fn in env_fns], **kwargs)
         self.batcher = WorldCallBatcher()
+        #: scores the stepping sub-envs' chunks in one call of their progress judge (progress rewards)
+        self.progress_batcher = WorldCallBatcher()
         #: which sub-envs' worlds take part in the batched calls (and so step in threads)
         self.batched = []
+        targets: dict[int, _ProgressCalls] = {}  # one per judge object: its requests share a call
         for env in self.envs:
             world = getattr(env.unwrapped, "world", None)
             takes_part = world is not None and hasattr(world, "batcher")
             if takes_part:
                 world.batcher = self.batcher
+                judge = getattr(env.unwrapped, "progress_judge", None)
+                if judge is not None:
+                    target = targets.setdefault(id(judge), _ProgressCalls(judge))
+                    env.unwrapped.progress_batch = _progress_request(self.progress_batcher, target)
             self.batched.append(takes_part)
         self._pool = ThreadPoolExecutor(max_workers=len(self.envs), thread_name_prefix="kosmos-vec")
 
@@ -180,6 +222,7 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
         results: dict[int, Any] = {}
         threaded = {i: a for i, a in actions.items() if self.batched[i]}
         self.batcher.open_round(len(threaded))
+        self.progress_batcher.open_round(len(threaded))
 
         def run(i: int, action: Any) -> None:
             try:
@@ -188,6 +231,7 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
                 results[i] = exc
             finally:
                 self.batcher.leave()
+                self.progress_batcher.leave()
 
         futures = [self._pool.submit(run, i, a) for i, a in threaded.items()]
         for i, action in actions.items():  # the rest here, in this thread (module docstring: EGL)
@@ -206,8 +250,22 @@ class BatchedWorldVectorEnv(SyncVectorEnv):
 
 
 def make_batched_vec(num_envs: int = 1, **env_kwargs: Any) -> BatchedWorldVectorEnv:
-    """Vector entry point: ``num_envs`` Kosmos envs built with the same keyword arguments."""
+    """Vector entry point: ``num_envs`` Kosmos envs built with the same keyword arguments.
+
+    A progress judge (a model) is loaded once, by the first sub-env, and handed to the others
+    (``step_judge=``), so N sub-envs hold one copy of it and their chunks meet in one call.
+    """
     from kosmos_env.env import KosmosEnv
 
     env_kwargs.pop("max_episode_steps", None)  # the spec owns the horizon
-    return BatchedWorldVectorEnv([lambda: KosmosEnv(**env_kwargs) for _ in range(num_envs)])
+    shared: dict[str, Any] = {}
+
+    def make() -> KosmosEnv:
+        kwargs = dict(env_kwargs)
+        if shared.get("progress_judge") is not None:
+            kwargs.setdefault("step_judge", shared["progress_judge"])
+        env = KosmosEnv(**kwargs)
+        shared.setdefault("progress_judge", env.progress_judge)
+        return env
+
+    return BatchedWorldVectorEnv([make for _ in range(num_envs)])

@@ -77,6 +77,19 @@ class KosmosEnv(gymnasium.Env):
       its last progress minus its first). A gate discard takes back what the episode earned, so a
       discarded episode returns exactly 0. The spec's judge still gives ``info["judgment"]`` at the
       end; its score is not added to the reward.
+      On ``Kosmos-Bridge-v1`` the step judge is a *progress judge*, named explicitly (the world has no
+      default): ``reward={"mode": "progress", "step_judge": {"type": "vlm_progress"}}``, a Qwen-VL model
+      (``nvidia/Cosmos-Reason1-7B`` at revision ``main``, the terminal judge's weights) that reads each
+      step's 4-frame chunk with the episode's first frame and the instruction and answers task progress
+      in [0, 1] and a success flag (greedy decoding, a pinned prompt). Its model, revision, prompt sha256
+      and frame settings are written into the spec, so the hash covers them. The potential is its
+      progress; at reset it is 0 (no model call: nothing has been done yet), so an episode's return is
+      its last progress. An answer it cannot parse is an abstention: the potential stays, the step earns
+      0, and ``info["progress_abstained"]`` / ``info["progress_abstentions"]`` (this episode's count so far)
+      say so; ``info["progress_success"]`` is its success flag. Under ``make_vec`` with the vector entry
+      point the judge is loaded once and all sub-envs' chunks are scored in one model call per step.
+      Check a progress judge first: ``kosmos-env judge-check --progress`` (the real Bridge episode's
+      progress must rise, a frozen copy's must not).
     - ``"oracle"``: the same shaping with the *simulator's* ground truth (``gt_success``, 0 or 1) as
       the potential; only on simulator worlds, and labelled oracle wherever it is reported.
 
@@ -117,15 +130,16 @@ class KosmosEnv(gymnasium.Env):
       episode is never a policy failure.
     - Termination on success (``reward.terminate_on_success``, with ``progress`` or ``oracle``): the
       step signal has been at or above ``reward.success_threshold`` (default 0.5) for
-      ``reward.success_patience`` consecutive steps (default 1); ``info["terminated_by"] ==
-      "success"``, and the episode is judged as at the horizon.
+      ``reward.success_patience`` consecutive steps (default 1); with a progress judge, its own success
+      flag has been true for that many consecutive steps (an abstention breaks the run);
+      ``info["terminated_by"] == "success"``, and the episode is judged as at the horizon.
     - Vector envs (``gymnasium.make_vec``) reset an ended sub-env on the next step (Gymnasium's
       next-step autoreset): that step returns the new episode's first observation, reward 0.
 
     ## Arguments
 
     ``gymnasium.make(id, task=None, render_mode=None, judge=None, defer_judging=False,
-    world_model=None, world_kwargs=None, threads=None, **spec_overrides)``
+    world_model=None, world_kwargs=None, threads=None, step_judge=None, **spec_overrides)``
     - ``task``: a task of the suite (``env.unwrapped.task_names``); switch with
       ``reset(options={"task": name})``.
     - ``render_mode``: ``"rgb_array"`` or None.
@@ -140,6 +154,9 @@ class KosmosEnv(gymnasium.Env):
       times slower (25-35x with 2 threads against 1, measured on a loaded 2-core machine); there,
       ``threads=1`` (or ``torch.set_num_threads(1)``, or ``OMP_NUM_THREADS=1`` in the environment)
       fixes it. Campaign workers set theirs by one rule (:mod:`kosmos_env.utils.threads`).
+    - ``step_judge``: a ready step judge object for ``reward.mode = "progress"``, used instead of building
+      ``reward.step_judge`` (runtime, not spec, like ``judge``; the vector entry point hands its sub-envs
+      one loaded progress judge this way). Provenance names the progress judge that ran.
     - ``spec_overrides``: top-level spec fields (``image_size=(64, 64)``, ``horizon=30``,
       ``gate={"enabled": False}``, ``reward={"mode": "progress", "step_judge": {"type":
       "vision_frame"}, "terminate_on_success": True}``); the overridden spec has its own hash. A reward
@@ -239,7 +256,11 @@ class KosmosEnv(gymnasium.Env):
       rejected). Numbers in ``bench/results/bridge_gate.txt`` and the README.
     - Before a run: ``kosmos-env doctor`` (GPU, memory, weights and their hashes, packages,
       statistics, frames, a timed world and judge call) and ``kosmos-env judge-check`` (does the
-      judge tell the real can episode from a frozen copy and a mismatched instruction).
+      judge tell the real can episode from a frozen copy and a mismatched instruction; with
+      ``--progress``, does a progress judge's reading rise along it and stay flat on the frozen copy).
+    - Training reward: ``reward={"mode": "progress", "step_judge": {"type": "vlm_progress"}}`` (see
+      Rewards): a per-step reward from the VLM progress judge, its own spec hash; ``make`` then also
+      needs the judge's weights (the terminal judge's, ``$KOSMOS_VLM_JUDGE_PATH``).
 
     ## Provenance
 
@@ -296,6 +317,9 @@ class KosmosEnv(gymnasium.Env):
     All versions: the optional spec field ``reward`` (modes ``terminal``, ``progress``, ``oracle``;
     ``terminate_on_success``; ``success_threshold``) left at its default is not written into the
     spec, so it changed no hash; any other setting is a different hash (an override, not an id).
+    The progress judge (``step_judge`` type ``vlm_progress``, which makes ``reward.mode = "progress"``
+    possible on Kosmos-Bridge-v1) added no id and moved no registered hash, nor the hash of any
+    tabletop progress spec: a Bridge progress spec is an override with its own hash.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": 5}
@@ -312,6 +336,7 @@ class KosmosEnv(gymnasium.Env):
         world_model: Any = None,
         world_kwargs: Mapping[str, Any] | None = None,
         threads: int | None = None,
+        step_judge: Any = None,
         **spec_overrides: Any,
     ):
         check_async_vector_settings()  # before anything heavy: refuse settings that corrupt or hang
@@ -356,7 +381,16 @@ class KosmosEnv(gymnasium.Env):
         self._judge = self._build_judge(judge)
         self.defer_judging = bool(defer_judging)
         self._gate = self._build_gate()
-        self._step_judge = self._build_step_judge()
+        self._step_judge_arg = step_judge
+        self._step_judge = self._build_step_judge(step_judge)
+        # a step judge that scores task progress per chunk (ProgressJudge) and no single frames; a judge
+        # with score_frames keeps the frame path, exactly as before progress judges existed
+        self._uses_progress = self._step_judge is not None and not callable(
+            getattr(self._step_judge, "score_frames", None)
+        )
+        #: set by a batching vector env (kosmos_env.batched_vector): scores this env's chunk together
+        #: with the other sub-envs' in one call of the shared progress judge; None: the env calls it
+        self.progress_batch: Any = None
 
         spec = self.kosmos_spec
         h, w = spec.image_size
@@ -387,6 +421,7 @@ class KosmosEnv(gymnasium.Env):
         self._potential = 0.0
         self._potential0 = 0.0
         self._over_threshold = 0  # consecutive steps with the step signal at or above the threshold
+        self._abstentions = 0  # steps of this episode on which the progress judge abstained
         self.last_step_timings: dict[str, float] = {}
         # steps of the last episode reset before the env ended it (None: the last one ended here), and
         # whether the cut-off warning was given (once per env)
@@ -442,6 +477,12 @@ class KosmosEnv(gymnasium.Env):
             if judge is not None:
                 judge["spec_default"] = self._judge_arg is None
             core = {"spec_hash": self.spec_hash, "world": world, "judge": judge}
+            if self._uses_progress:
+                # the progress judge's model is what pays the reward (only progress judges: the
+                # tabletop's frame judges keep their identity as it was)
+                step = judge_identity(self._step_judge, self.kosmos_spec.reward["step_judge"])
+                step["spec_default"] = self._step_judge_arg is None
+                core["step_judge"] = step
             self._provenance = {**core, "identity_sha256": sha256_hex(canonical_json(_jsonable(core)))}
         return dict(self._provenance)
 
@@ -456,6 +497,11 @@ class KosmosEnv(gymnasium.Env):
     @property
     def judge(self) -> Judge | None:
         return self._judge
+
+    @property
+    def progress_judge(self) -> Any:
+        """The step judge when it scores task progress per chunk (a ProgressJudge), else ``None``."""
+        return self._step_judge if self._uses_progress else None
 
     # -- gymnasium API --------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
@@ -487,6 +533,9 @@ class KosmosEnv(gymnasium.Env):
             self._potential = self._potential0 = self._reset_potential(frame)
             self._over_threshold = 0
             info["progress"] = self._potential
+            if self._uses_progress:
+                self._abstentions = 0
+                info["progress_abstentions"] = 0
         return obs, info
 
     def step(self, action):
@@ -523,14 +572,18 @@ class KosmosEnv(gymnasium.Env):
                 reward = self._potential0 - self._potential
             else:
                 t0 = time.perf_counter()
-                potential = self._step_potential(frames, result.log)
+                if self._uses_progress:
+                    potential, success_now = self._progress_potential(frames, info)
+                else:
+                    potential = self._step_potential(frames, result.log)
+                    success_now = potential >= reward_spec["success_threshold"]
                 timings["step_judge"] = time.perf_counter() - t0
                 # potential-based shaping (gamma = 1): the return telescopes to the last potential
                 # minus the first, so the policy is paid for reaching success, not for lingering
                 reward = potential - self._potential
                 self._potential = potential
                 info["progress"] = potential
-                self._over_threshold = self._over_threshold + 1 if potential >= reward_spec["success_threshold"] else 0
+                self._over_threshold = self._over_threshold + 1 if success_now else 0
                 succeeded = (
                     reward_spec["terminate_on_success"] and self._over_threshold >= reward_spec["success_patience"]
                 )
@@ -649,17 +702,23 @@ class KosmosEnv(gymnasium.Env):
 
         return ConsistencyGate.from_spec(self.kosmos_spec.gate)
 
-    def _build_step_judge(self):
+    def _build_step_judge(self, given: Any = None):
         """The judge behind the ``progress`` reward, checked against this env (``None`` in other modes).
 
-        Every mismatch is a :class:`~kosmos_env.errors.SpecError` naming it: a judge that cannot score
-        single frames, frames of another size, tasks it does not know, or ``oracle`` on a world that
+        ``given``: a ready step judge (``step_judge=``), used instead of building ``reward.step_judge``
+        (a batching vector env hands its sub-envs one loaded progress judge). Every mismatch is a
+        :class:`~kosmos_env.errors.SpecError` naming it: a judge that scores neither single frames nor
+        task progress, frames of another size, tasks it does not know, or ``oracle`` on a world that
         has no ground truth to read.
         """
         from kosmos_env.errors import SpecError
 
         spec = self.kosmos_spec
         mode = spec.reward["mode"]
+        if given is not None and mode != "progress":
+            raise SpecError(
+                f"step_judge= is the step judge of reward.mode 'progress'; {spec.id} has reward.mode {mode!r}"
+            )
         if mode == "oracle":
             if not getattr(self.world, "step_ground_truth", False):
                 raise SpecError(
@@ -672,13 +731,13 @@ class KosmosEnv(gymnasium.Env):
             return None
         from kosmos_env.judges import make_judge
 
-        judge = make_judge(spec.reward["step_judge"])
+        judge = given if given is not None else make_judge(spec.reward["step_judge"])
         name = getattr(judge, "name", type(judge).__name__)
-        if not callable(getattr(judge, "score_frames", None)):
+        if not callable(getattr(judge, "score_frames", None)) and not callable(getattr(judge, "score_progress", None)):
             raise SpecError(
-                f"reward.step_judge {name!r} cannot score single frames, so {spec.id} has no step "
-                f"judge for reward.mode 'progress' (or terminate_on_success); a frame judge such as "
-                f"'vision_frame' can"
+                f"reward.step_judge {name!r} cannot score single frames or task progress, so {spec.id} has no "
+                f"step judge for reward.mode 'progress' (or terminate_on_success); a frame judge such as "
+                f"'vision_frame' or a progress judge such as 'vlm_progress' can"
             )
         size = getattr(judge, "frame_size", None)
         if size is not None and tuple(size) != tuple(spec.image_size):
@@ -696,6 +755,11 @@ class KosmosEnv(gymnasium.Env):
         return judge
 
     def _reset_potential(self, frame: np.ndarray) -> float:
+        if self._uses_progress:
+            # task progress at the first frame is 0 by definition (nothing of the instruction has been
+            # done yet), so a progress judge is not asked: an episode's return is its last progress,
+            # and a reset costs no model call
+            return 0.0
         if self._step_judge is not None:
             return float(self._step_judge.score_frames(frame[None], self._task.name)[0])
         truth = self.world.evaluate()  # oracle: the simulator's verdict on the laid-out scene
@@ -705,6 +769,43 @@ class KosmosEnv(gymnasium.Env):
         if self._step_judge is not None:  # reads only the frame the world produced
             return float(self._step_judge.score_frames(frames[-1:], self._task.name)[0])
         return float(bool(np.asarray(log["gt_success"])[-1]))  # oracle: the simulator's own state
+
+    def _progress_potential(self, frames: np.ndarray, info: dict[str, Any]) -> tuple[float, bool]:
+        """(potential, success this step) from the progress judge's reading of this step's chunk.
+
+        Potential: the judge's progress; on an abstention (an answer it could not parse) the previous
+        potential, so an abstention earns nothing and costs nothing. Success: the judge's own flag
+        where it gives one, else progress at or above ``reward.success_threshold``; never on an
+        abstention (``success_patience`` counts consecutive steps the judge said success).
+        ``info`` gains ``progress_abstained``, ``progress_abstentions`` (this episode's so far) and
+        ``progress_success``.
+        """
+        from kosmos_env.judges.base import ProgressScore
+
+        args = (frames, self._task.instruction, self._task.name, self._frames[0])
+        if self.progress_batch is not None:
+            score = self.progress_batch(*args)
+        else:
+            scores = self._step_judge.score_progress([args[0]], [args[1]], [args[2]], first_frames=[args[3]])
+            if len(scores) != 1:
+                raise RuntimeError(f"progress judge returned {len(scores)} scores for 1 chunk")
+            score = scores[0]
+        if not isinstance(score, ProgressScore):
+            raise RuntimeError(f"progress judge returned a {type(score).__name__}, not a ProgressScore")
+        if score.progress is None:
+            self._abstentions += 1
+            potential, success = self._potential, False
+        else:
+            potential = float(score.progress)
+            success = (
+                bool(score.success)
+                if score.success is not None
+                else (potential >= self.kosmos_spec.reward["success_threshold"])
+            )
+        info["progress_abstained"] = score.progress is None
+        info["progress_abstentions"] = self._abstentions
+        info["progress_success"] = success
+        return potential, success
 
     def _observation(self, frame: np.ndarray, state: Mapping[str, np.ndarray]) -> dict[str, Any]:
         obs: dict[str, Any] = {"image": frame, "instruction": self._task.instruction}

@@ -48,11 +48,16 @@ def _world_missing(spec: Any, world_kwargs: Mapping[str, Any]) -> list[str]:
     return []
 
 
+#: judge types that load a Qwen-VL model (the VLM judge and the VLM progress judge share its weights)
+VLM_TYPES = ("vlm", "vlm_progress")
+
+
 def _vlm_specs(judge: Any) -> list[dict[str, Any]]:
-    """Every ``{"type": "vlm", ...}`` inside a judge spec (combinators hold their judges inside)."""
+    """Every ``{"type": "vlm", ...}`` (or ``vlm_progress``) inside a judge spec (combinators hold their
+    judges inside)."""
     found = []
     if isinstance(judge, Mapping):
-        if judge.get("type") == "vlm":
+        if judge.get("type") in VLM_TYPES:
             found.append(dict(judge))
         for value in judge.values():
             found += _vlm_specs(value)
@@ -95,11 +100,18 @@ def _in_hf_cache(repo_id: str, filename: str, revision: str | None) -> bool:
     return os.path.isfile(os.path.join(repo, "snapshots", rev, filename))
 
 
-def _judge_missing(judge: Any) -> list[str]:
+def _judge_missing(judge: Any, seen: set | None = None) -> list[str]:
+    """One line per missing VLM weight of a judge spec; ``seen`` (model id, revision, local path) skips
+    weights another judge of the env already listed."""
     out = []
+    seen = set() if seen is None else seen
     for spec in _vlm_specs(judge):
         if _vlm_present(spec):
             continue
+        key = (spec.get("model_id", "nvidia/Cosmos-Reason1-7B"), spec.get("revision"), spec.get("local_path"))
+        if key in seen:
+            continue
+        seen.add(key)
         model_id = spec.get("model_id", "nvidia/Cosmos-Reason1-7B")
         folder = str(model_id).split("/")[-1]
         local = spec.get("local_path") or os.environ.get(VLM_LOCAL_PATH_ENV)
@@ -107,7 +119,7 @@ def _judge_missing(judge: Any) -> list[str]:
         rev = f" --revision {spec['revision']}" if spec.get("revision") else ""
         out.append(
             f"judge weights {model_id}{where}: hf download {model_id}{rev} --local-dir ~/models/{folder}, "
-            f'then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge \'{{"type": "vlm", '
+            f'then export {VLM_LOCAL_PATH_ENV}=~/models/{folder} (or --judge \'{{"type": "{spec["type"]}", '
             f'"local_path": ...}}\')'
         )
     return out
@@ -153,9 +165,8 @@ def missing_packages(
         judge = spec.judge
     if isinstance(judge, str):
         judge = {"type": judge}
-    if _vlm_specs(judge) and any(
-        s.get("model") is None or isinstance(s.get("model"), (str, os.PathLike)) for s in _vlm_specs(judge)
-    ):
+    specs = _vlm_specs(judge) + _vlm_specs(_step_judge(spec))
+    if specs and any(s.get("model") is None or isinstance(s.get("model"), (str, os.PathLike)) for s in specs):
         needed.append("transformers")
     return [m for m in dict.fromkeys(needed) if not _installed(m)]
 
@@ -190,9 +201,18 @@ def missing_weights(
         judge = spec.judge
     if isinstance(judge, str):
         judge = {"type": judge}
+    seen: set = set()
     if isinstance(judge, Mapping):
-        problems += _judge_missing(judge)
+        problems += _judge_missing(judge, seen)
+    # the step judge of a progress reward loads its own model (e.g. vlm_progress)
+    problems += _judge_missing(_step_judge(spec), seen)
     return problems
+
+
+def _step_judge(spec: Any) -> Any:
+    """The spec's ``reward.step_judge`` when its reward mode is ``progress``, else ``None``."""
+    reward = getattr(spec, "reward", None) or {}
+    return reward.get("step_judge") if reward.get("mode") == "progress" else None
 
 
 def require_weights(

@@ -417,18 +417,38 @@ DEFAULT_STEP_JUDGES: Mapping[str, Mapping[str, Any]] = {
     "tabletop": {"type": "vision_frame"},
     "tabletop_learned": {"type": "vision_frame"},
 }
+#: settings written into a step judge of a type listed here when the spec leaves them out: what pins
+#: the judge's scores (model, revision, prompt sha256, frames shown, answer length), so the spec hash
+#: covers them and a change of the judge's defaults cannot change a reward under an unchanged hash.
+#: The VLM progress judge's values are its code's (``kosmos_env.judges.vlm_progress``; the spec layer
+#: sits below the judges, so a test checks the copy). The Cosmos 3 (Bridge) world has no default step
+#: judge: a progress reward there names ``{"type": "vlm_progress"}`` (a 7B model loaded beside the world
+#: and the terminal judge is a choice for the user to make, not a side effect of ``mode``).
+STEP_JUDGE_PINS: Mapping[str, Mapping[str, Any]] = {
+    "vlm_progress": {
+        "model_id": "nvidia/Cosmos-Reason1-7B",
+        "revision": "main",
+        "fps": 5.0,
+        "max_frames": 8,
+        "first_frame": True,
+        "max_new_tokens": 64,
+        "prompt_sha256": "fc5f3e28cae14cddfc7539fec3f2c91827db5fc6d216a538fa10e48e593985fc",
+    },
+}
 
 
 def _validated_reward(raw: Any, world_type: str = "") -> dict[str, Any]:
     """The spec's ``reward`` section with every setting filled in; a bad one is a :class:`SpecError`.
 
     ``mode``: one of :data:`REWARD_MODES` (default ``terminal``). ``step_judge``: the judge that scores
-    each step's frame (``progress`` only; default :data:`DEFAULT_STEP_JUDGES` of ``world_type``, and
-    required on a world with none, e.g. ``{"type": "vision_frame"}``).
+    each step's frame, or each step's chunk as task progress (``progress`` only; default
+    :data:`DEFAULT_STEP_JUDGES` of ``world_type``, and required on a world with none, e.g.
+    ``{"type": "vlm_progress"}``; the settings of :data:`STEP_JUDGE_PINS` are filled in).
     ``terminate_on_success``: end the episode (``terminated=True``) once the step signal has been at
     or above ``success_threshold`` (a probability in [0, 1], default 0.5) for ``success_patience``
     consecutive steps (default 1; a frame judge can see "success" for a step or two while the object
-    is still held over its target); it needs a step signal, so not with ``terminal``.
+    is still held over its target), or, with a progress judge that gives a success flag, once it has
+    said success for that many consecutive steps; it needs a step signal, so not with ``terminal``.
     """
     if raw is None:
         return dict(DEFAULT_REWARD)
@@ -446,11 +466,13 @@ def _validated_reward(raw: Any, world_type: str = "") -> dict[str, Any]:
         judge = raw.get("step_judge", DEFAULT_STEP_JUDGES.get(world_type))
         if not isinstance(judge, Mapping) or not isinstance(judge.get("type"), str):
             raise SpecError(
-                f"reward.mode 'progress' needs reward.step_judge naming a judge that scores single frames, "
-                f'e.g. {{"type": "vision_frame"}} (the {world_type or "spec"!r} world has no default step judge; '
-                f"the tabletop worlds default to vision_frame)"
+                f"reward.mode 'progress' needs reward.step_judge naming a judge that scores single frames "
+                f'or task progress, e.g. {{"type": "vision_frame"}} or {{"type": "vlm_progress"}} (the '
+                f"{world_type or 'spec'!r} world has no default step judge; the tabletop worlds default to vision_frame)"
             )
         out["step_judge"] = copy.deepcopy(dict(judge))
+        for key, value in STEP_JUDGE_PINS.get(judge["type"], {}).items():
+            out["step_judge"].setdefault(key, value)
     elif "step_judge" in raw:
         raise SpecError(f"reward.step_judge is used by reward.mode 'progress' only, not {mode!r}")
     if terminate and mode == "terminal":

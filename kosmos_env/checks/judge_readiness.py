@@ -179,21 +179,33 @@ def check_judge(judge: Any, image_size: Sequence[int] = (240, 320), judge_spec: 
     return report
 
 
-def run_judge_check(env_id: str | None = None, judge: Any = None, tiny: bool = False) -> ReadinessReport:
+def run_judge_check(env_id: str | None = None, judge: Any = None, tiny: bool = False, progress: bool = False) -> Any:
     """Build the judge named by ``judge`` (type or JSON spec) or ``env_id``'s spec, then :func:`check_judge`.
 
     ``tiny`` swaps a VLM judge's model for the tiny random one of :mod:`kosmos_env.testing`.
+    ``progress`` checks a progress judge instead (:mod:`kosmos_env.checks.progress_readiness`: the real
+    episode's progress must rise, a frozen copy's must not): by default the env's progress step judge
+    when its spec has one, else ``vlm_progress`` with its pinned settings.
     """
     from kosmos_env.campaign.design import parse_judge
     from kosmos_env.judges import make_judge
-    from kosmos_env.spec import load_spec
+    from kosmos_env.spec import STEP_JUDGE_PINS, load_spec
 
     spec = load_spec(env_id or "Kosmos-Bridge-v1")
-    judge_spec = parse_judge(judge, spec.judge)
+    default = spec.judge
+    if progress:
+        default = spec.reward.get("step_judge") or {"type": "vlm_progress", **STEP_JUDGE_PINS["vlm_progress"]}
+    judge_spec = parse_judge(judge, default)
     if tiny:
         from kosmos_env.testing.tiny_run import tiny_judge_dir, tiny_judge_spec
 
-        if judge_spec.get("type") != "vlm":
-            raise ValueError(f"--tiny replaces a VLM judge's model; this judge is {judge_spec.get('type')!r}")
+        kinds = ("vlm_progress",) if progress else ("vlm",)
+        if judge_spec.get("type") not in kinds:
+            raise ValueError(f"--tiny replaces a {kinds[0]} judge's model; this judge is {judge_spec.get('type')!r}")
         judge_spec = tiny_judge_spec(judge_spec, tiny_judge_dir())
-    return check_judge(make_judge(dict(judge_spec)), spec.image_size, judge_spec)
+    built = make_judge(dict(judge_spec))
+    if progress:
+        from kosmos_env.checks.progress_readiness import check_progress_judge
+
+        return check_progress_judge(built, spec.image_size, judge_spec)
+    return check_judge(built, spec.image_size, judge_spec)

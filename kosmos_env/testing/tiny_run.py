@@ -71,8 +71,9 @@ def tiny_judge_dir(root: str | os.PathLike | None = None) -> str:
 
 def tiny_judge_spec(base: Mapping[str, Any] | None, judge_dir: str) -> dict[str, Any]:
     """A VLM judge spec that keeps ``base``'s sampling settings (k, quorum, temperature, frame rate) but loads
-    the tiny random model in ``judge_dir``, with at most 32 new tokens and 112x112-pixel frames."""
-    spec = dict(base) if base and base.get("type") == "vlm" else {"type": "vlm"}
+    the tiny random model in ``judge_dir``, with at most 32 new tokens and 112x112-pixel frames. A VLM
+    progress judge (``vlm_progress``) is shrunk the same way."""
+    spec = dict(base) if base and base.get("type") in ("vlm", "vlm_progress") else {"type": "vlm"}
     spec.update(model_id=TINY_JUDGE_MODEL_ID, revision=None, local_path=judge_dir)
     # a plumbing check, not a judge: small frames and short answers keep a CPU call to seconds
     spec["max_new_tokens"] = min(int(spec.get("max_new_tokens", TINY_MAX_NEW_TOKENS)), TINY_MAX_NEW_TOKENS)
