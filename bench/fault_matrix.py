@@ -338,6 +338,26 @@ ROWS = [
             "tests/policies/test_remote_identity.py::test_resets_that_never_act_expire_and_the_default_lease_is_short",
         ],
     ),
+    (
+        "a progress judge answers something that does not parse (a cut-off or contradictory answer)",
+        "abstention: the step earns 0, the potential is kept, info counts it; never a made-up progress",
+        [
+            "tests/test_reward_progress_judge.py::test_make_with_a_random_judge_from_a_folder_runs_and_every_abstention_keeps_the_potential",
+            "tests/judges/test_vlm_progress.py::test_answers_that_do_not_parse_name_the_problem",
+        ],
+    ),
+    (
+        "reward.step_judge names a judge that scores neither frames nor progress",
+        "one SpecError line naming the judge",
+        [
+            "tests/test_reward_progress_judge.py::test_a_step_judge_that_scores_neither_frames_nor_progress_is_one_clear_error"
+        ],
+    ),
+    (
+        "judge-check --progress with a judge that scores no progress",
+        "one line, exit 2",
+        ["tests/checks/test_progress_readiness.py::test_a_judge_that_scores_no_progress_is_one_clear_error"],
+    ),
 ]
 
 
