@@ -9,7 +9,8 @@ video from a world model it was never trained on. The study reports how much of 
 error comes from this judge (apply it to simulator frames too) and how much from the world.
 
 The verdict for a rollout is the classifier's probability on its last frame (``score``) and
-``success = score >= threshold``; it never abstains.
+``success = score >= threshold``; it never abstains. The same probability, read on each chunk's last
+frame, is what it offers as a progress judge (:meth:`FrameVisionJudge.score_progress`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.judges.base import Judgment, Rollout
+from kosmos_env.judges.base import Judgment, ProgressScore, Rollout
 
 TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")  # = objects.TASKS
 
@@ -217,6 +218,53 @@ class FrameVisionJudge:
         if self._model is None:
             self.preflight()
         return predict(self._model, frames, [TASKS.index(task)] * len(frames))
+
+    def score_progress(
+        self,
+        chunks: Sequence[np.ndarray],
+        instructions: Sequence[str],
+        tasks: Sequence[str],
+        first_frames: Sequence[np.ndarray | None] | None = None,
+    ) -> list[ProgressScore]:
+        """The :class:`~kosmos_env.judges.base.ProgressJudge` protocol: one score per episode, all
+        episodes' chunks in one forward pass.
+
+        ``progress`` is P(task solved) on the last frame of each episode's latest chunk, and
+        ``success`` is that probability at or above the judge's threshold. This is a *success
+        probability used as progress*, not a graded estimate of how far the task has come: the
+        classifier was trained to tell solved frames from unsolved ones, so it reads near 0 through
+        reaching, grasping and most of the carry and rises only as the scene comes to look solved.
+        As a potential for shaping it pays mostly for the last part of the task; how well it tracks
+        the distance to the goal before that is what the tabletop calibration
+        (:mod:`kosmos_env.checks.progress_calibration`) measures. It never abstains. The
+        instruction and the first frame are not read (the classifier knows the task by name).
+        """
+        n = len(chunks)
+        if len(instructions) != n or len(tasks) != n:
+            raise ValueError(
+                f"score_progress needs one instruction and one task per chunk: {n} chunks, "
+                f"{len(instructions)} instructions, {len(tasks)} tasks"
+            )
+        if first_frames is not None and len(first_frames) != n:
+            raise ValueError(f"score_progress got {len(first_frames)} first frames for {n} chunks")
+        if n == 0:
+            return []
+        for task in tasks:
+            if task not in TASKS:
+                raise ValueError(f"the tabletop vision judge knows tasks {list(TASKS)}, not {task!r}")
+        last = []
+        for i, chunk in enumerate(chunks):
+            chunk = np.asarray(chunk)
+            if chunk.ndim != 4 or len(chunk) == 0 or chunk.shape[1:] != (64, 64, 3):
+                raise ValueError(
+                    f"the tabletop vision judge reads chunks of 64x64 RGB frames (n, 64, 64, 3) with n >= 1; "
+                    f"chunk {i} has shape {chunk.shape}"
+                )
+            last.append(chunk[-1])
+        if self._model is None:
+            self.preflight()
+        probs = predict(self._model, np.stack(last), [TASKS.index(t) for t in tasks])
+        return [ProgressScore(progress=float(p), success=bool(p >= self.threshold)) for p in probs]
 
     def judge_batch(self, rollouts: Sequence[Rollout]) -> list[Judgment]:
         t0 = time.perf_counter()
