@@ -68,8 +68,9 @@ def strip_wrappers(text: str) -> str:
     return body
 
 
-def parse_answer(text: str) -> Answer:
-    """Parse one answer strictly; raise :class:`AnswerError` naming the problem."""
+def read_answer_object(text: str, fields: Sequence[str]) -> dict[str, Any]:
+    """The answer's one JSON object with exactly ``fields`` (wrappers stripped, no duplicate keys, no
+    NaN/Infinity); :class:`AnswerError` naming the first problem. Shared by every judge's parser."""
     body = strip_wrappers(text)
     if not body:
         raise AnswerError("empty answer")
@@ -79,12 +80,18 @@ def parse_answer(text: str) -> Answer:
         raise AnswerError(f"not a single JSON object: {exc.msg} at char {exc.pos}") from None
     if not isinstance(data, dict):
         raise AnswerError(f"answer must be a JSON object, got {type(data).__name__}")
-    missing = [k for k in ANSWER_FIELDS if k not in data]
+    missing = [k for k in fields if k not in data]
     if missing:
         raise AnswerError(f"missing field(s) {missing}")
-    extra = sorted(set(data) - set(ANSWER_FIELDS))
+    extra = sorted(set(data) - set(fields))
     if extra:
         raise AnswerError(f"unexpected field(s) {extra}")
+    return data
+
+
+def parse_answer(text: str) -> Answer:
+    """Parse one answer strictly; raise :class:`AnswerError` naming the problem."""
+    data = read_answer_object(text, ANSWER_FIELDS)
     success, progress, video_ok, reason = (data[k] for k in ANSWER_FIELDS)
     if not isinstance(success, bool):
         raise AnswerError(f"'success' must be true or false, got {success!r}")

@@ -14,7 +14,7 @@ environment variable, :data:`LOCAL_PATH_ENV` by default), else from the Hugging 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from kosmos_env.errors import MissingWeightsError
 from kosmos_env.judges.vlm_video import FAMILY_SETTINGS, VideoSettings
@@ -169,6 +169,26 @@ class QwenVLModel:
                 ident["adapter_sha256"] = self.adapter_sha256
             self._model_identity = ident
         return dict(self._model_identity)
+
+    def _left_padded(self, items: Sequence[Mapping[str, Any]]) -> tuple[int, Any, Any, Any]:
+        """(pad id, input ids, attention mask, multimodal token types) of a left-padded batch of the
+        items' token ids (``item["ids"]``): left padding, so generation continues every row at its end."""
+        import torch
+
+        pad_id = self.tokenizer.pad_token_id
+        if pad_id is None:
+            pad_id = self.tokenizer.eos_token_id
+        lengths = [len(r["ids"]) for r in items]
+        width = max(lengths)
+        input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+        attention = torch.zeros((len(items), width), dtype=torch.long)
+        for i, r in enumerate(items):
+            input_ids[i, width - lengths[i] :] = torch.tensor(r["ids"], dtype=torch.long)
+            attention[i, width - lengths[i] :] = 1
+        mm_types = torch.zeros_like(input_ids, dtype=torch.int32)
+        mm_types[input_ids == self._video_token_id] = 2
+        mm_types[input_ids == self._image_token_id] = 1
+        return pad_id, input_ids, attention, mm_types
 
     def _eos_ids(self, pad_id: int) -> set[int]:
         """Token ids that end generation (generation config and tokenizer); padding follows them."""

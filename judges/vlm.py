@@ -296,19 +296,8 @@ class VLMJudge(QwenVLModel):
         import torch
         from transformers import LogitsProcessorList
 
-        pad_id = self.tokenizer.pad_token_id
-        if pad_id is None:
-            pad_id = self.tokenizer.eos_token_id
-        lengths = [len(r["ids"]) for r in items]
-        width = max(lengths)
-        input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
-        attention = torch.zeros((len(items), width), dtype=torch.long)
-        for i, r in enumerate(items):  # left padding: generation continues every row at the end
-            input_ids[i, width - lengths[i] :] = torch.tensor(r["ids"], dtype=torch.long)
-            attention[i, width - lengths[i] :] = 1
-        mm_types = torch.zeros_like(input_ids, dtype=torch.int32)
-        mm_types[input_ids == self._video_token_id] = 2
-        mm_types[input_ids == self._image_token_id] = 1
+        pad_id, input_ids, attention, mm_types = self._left_padded(items)
+        lengths, width = [len(r["ids"]) for r in items], input_ids.shape[1]
         device = self.model.device
         vision_dtype = next(self.model.parameters()).dtype
         grids = torch.tensor([r["grid"] for r in items], dtype=torch.long, device=device)

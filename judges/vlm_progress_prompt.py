@@ -18,12 +18,11 @@ false, contradicts itself and is a parse failure. A failure is an abstention, ne
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 
 from kosmos_env.hashing import canonical_hash
-from kosmos_env.judges.answer import AnswerError, _no_duplicates, _reject_constant, strip_wrappers
+from kosmos_env.judges.answer import AnswerError, read_answer_object
 
 PROMPT_VERSION = "kosmos-progress-v1"
 
@@ -103,21 +102,7 @@ class ProgressAnswer:
 
 def parse_progress_answer(text: str) -> ProgressAnswer:
     """Parse one answer strictly; raise :class:`~kosmos_env.judges.answer.AnswerError` naming the problem."""
-    body = strip_wrappers(text)
-    if not body:
-        raise AnswerError("empty answer")
-    try:
-        data = json.loads(body, parse_constant=_reject_constant, object_pairs_hook=_no_duplicates)
-    except json.JSONDecodeError as exc:
-        raise AnswerError(f"not a single JSON object: {exc.msg} at char {exc.pos}") from None
-    if not isinstance(data, dict):
-        raise AnswerError(f"answer must be a JSON object, got {type(data).__name__}")
-    missing = [k for k in ANSWER_FIELDS if k not in data]
-    if missing:
-        raise AnswerError(f"missing field(s) {missing}")
-    extra = sorted(set(data) - set(ANSWER_FIELDS))
-    if extra:
-        raise AnswerError(f"unexpected field(s) {extra}")
+    data = read_answer_object(text, ANSWER_FIELDS)
     progress, success = data["progress"], data["success"]
     if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not math.isfinite(progress):
         raise AnswerError(f"'progress' must be a number in [0, 1], got {progress!r}")
