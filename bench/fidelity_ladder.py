@@ -70,6 +70,21 @@ BUDGETS = {"learned_05": "w05", "learned_15": "w15", "learned_40": "w40", "learn
 JUDGES = ("vision", "robot_log")
 REFERENCE = "Kosmos-Tabletop-v1"
 LEARNED = "Kosmos-TabletopLearned-v1"
+LEARNED_V2 = "Kosmos-TabletopLearned-v2"
+NOISE_PREFIX = "sim_noise_"
+#: v2 retrained on a fraction of its closed-loop pieces (weights in --weights-dir/<name>/world.safetensors)
+V2_FRACTIONS = ("v2_25", "v2_50")
+#: issue 41's ladder (protocol: bench/results/fidelity_ladder_v2/protocol.json); noise levels in it
+RUNGS_V2 = (
+    "grey",
+    "copy_first_frame",
+    "rules_only",
+    "learned_full",
+    "v2_25",
+    "v2_50",
+    "learned_v2",
+    "simulator",
+)
 
 
 def make_rung_world(name: str, weights_dir: str):
@@ -77,6 +92,7 @@ def make_rung_world(name: str, weights_dir: str):
     from kosmos_env.hashing import sha256_file
     from kosmos_env.spec import load_spec
     from kosmos_env.worlds import make_world
+    from kosmos_env.worlds.noisy import NoisyDynamicsWorld
     from kosmos_env.worlds.null import NullWorld
 
     sim = load_spec(REFERENCE).with_overrides(image_size=[64, 64])
@@ -86,16 +102,43 @@ def make_rung_world(name: str, weights_dir: str):
         return REFERENCE, NullWorld(make_world(sim), sim.world)
     if name == "simulator":
         return REFERENCE, make_world(sim)
+    if name.startswith(NOISE_PREFIX):  # the simulator executing every command with graded noise
+        return REFERENCE, NoisyDynamicsWorld(make_world(sim), noise_level(name))
     learned = load_spec(LEARNED)
     if name == "rules_only":
         return LEARNED, make_world(learned.with_overrides(world={"learned_dynamics": "rules"}))
     if name == "learned_full":
         return LEARNED, make_world(learned)
-    path = Path(weights_dir) / BUDGETS[name] / "world.safetensors"
+    if name == "learned_v2":
+        return LEARNED_V2, make_world(load_spec(LEARNED_V2))
+    if name in V2_FRACTIONS:  # v2's recipe on a fraction of its closed-loop data (v1's scripted mix whole)
+        path = Path(weights_dir) / name / "world.safetensors"
+        env_id, base = LEARNED_V2, load_spec(LEARNED_V2)
+    else:
+        path = Path(weights_dir) / BUDGETS[name] / "world.safetensors"
+        env_id, base = LEARNED, learned
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: train it first (see the README's commands)")
-    spec = learned.with_overrides(world={"weights_sha256": sha256_file(path)})
-    return LEARNED, make_world(spec, weights_path=str(path))
+    spec = base.with_overrides(world={"weights_sha256": sha256_file(path)})
+    return env_id, make_world(spec, weights_path=str(path))
+
+
+def noise_level(name: str) -> float:
+    """The dynamics-noise level of a ``sim_noise_<level>`` rung (``sim_noise_0.25`` -> 0.25)."""
+    return float(name[len(NOISE_PREFIX) :])
+
+
+def known_rung(name: str) -> str:
+    """argparse type: a rung name this bench can build."""
+    if name in RUNGS or name in RUNGS_V2:
+        return name
+    if name.startswith(NOISE_PREFIX):
+        try:
+            if noise_level(name) >= 0:
+                return name
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"unknown rung {name!r}; known: {sorted(set(RUNGS) | set(RUNGS_V2))}")
 
 
 def _env(env_id, world):
@@ -450,7 +493,7 @@ def main() -> int:
         default="bench/results/fidelity_ladder/weights",
         help="folder with w05/ w15/ w40/ world.safetensors from train-world",
     )
-    p.add_argument("--rungs", nargs="+", default=list(RUNGS), choices=list(RUNGS))
+    p.add_argument("--rungs", nargs="+", default=list(RUNGS), type=known_rung)
     p.add_argument("--policies", nargs="+", default=list(POLICIES))
     p.add_argument("--seeds", type=int, default=4)
     p.add_argument("--seed-offset", type=int, default=170000)
@@ -489,7 +532,7 @@ def main() -> int:
         run_reference(args, ctx, out)
         for name in args.rungs:
             run_rung(name, args, ctx, out)
-    done = [n for n in RUNGS if (out / "episodes" / f"{n}.json").is_file()]
+    done = [n for n in args.rungs if (out / "episodes" / f"{n}.json").is_file()]
     res = analyze(out, done, args.policies, args.n_boot)
     res.update(
         {
