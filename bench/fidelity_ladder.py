@@ -305,6 +305,7 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
     idx = rng.integers(0, len(units), size=(n_boot, len(units)))
     all_idx = np.arange(len(units))[None]
     truth = _matrix(ref, policies, units, lambda r: r["judges"]["state"])
+    closed = [k for k, p in enumerate(policies) if p.startswith("ckpt:")]
     t_obs, t_boot = _rates(truth, all_idx), _rates(truth, idx)
     data = {n: json.loads((out / "episodes" / f"{n}.json").read_text()) for n in rungs}
     table = []
@@ -327,6 +328,10 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
                 "constant": bool(const[0]),
                 "rates": [None if not np.isfinite(x) else float(x) for x in _rates(m, all_idx)[0]],
             }
+            if len(closed) >= 3:  # the same Kendall on the closed-loop checkpoints alone
+                co_, _ = _kendall(_rates(m[closed], all_idx), t_obs[:, closed])
+                cb_, _ = _kendall(_rates(m[closed], idx), t_boot[:, closed])
+                entry.setdefault("kendall_closed_loop", {})[j] = {"value": float(co_[0]), "interval": _interval(cb_)}
             diag = diagnostics_from_rows(
                 rec["world"],
                 judge=j,
@@ -357,8 +362,25 @@ def analyze(out: Path, rungs, policies, n_boot: int, seed: int = 0) -> dict:
         upper[j] = _predict(live, k_obs[j], k_boot[j], d_obs, d_boot, j)[0] if len(live) >= 3 else None
         if upper[j] is not None:
             upper[j]["rungs_named"] = [table[i]["name"] for i in live]
+    names = [e["name"] for e in table]
+    v2_minus_v1 = None
+    if "learned_v2" in names and "learned_full" in names:  # does the ladder tell v1 and v2 apart?
+        a, b = names.index("learned_v2"), names.index("learned_full")
+        v2_minus_v1 = {}
+        for j in JUDGES:
+            v2_minus_v1[f"kendall_{j}"] = _difference(k_obs[j][a], k_obs[j][b], k_boot[j][a], k_boot[j][b])
+            v2_minus_v1[f"shuffled_gap_{j}"] = _difference(
+                d_obs["shuffled_gap"][j][a],
+                d_obs["shuffled_gap"][j][b],
+                d_boot["shuffled_gap"][j][a],
+                d_boot["shuffled_gap"][j][b],
+            )
+        for d in ("gate_discard", "drift_ratio"):
+            j = JUDGES[0]
+            v2_minus_v1[d] = _difference(d_obs[d][j][a], d_obs[d][j][b], d_boot[d][j][a], d_boot[d][j][b])
     return {
         "rungs": table,
+        "v2_minus_v1": v2_minus_v1,
         "prediction": prediction,
         "prediction_upper": upper,
         "judges": list(JUDGES),
@@ -386,13 +408,14 @@ def _predict(sel, k_obs, k_boot, d_obs, d_boot, j):
         ok = np.isfinite(Do[0])
         rho_o = rowwise("spearman", Do[:, ok], Ko[:, ok])[0]
         Db = np.where(np.isfinite(D[:, ok]), D[:, ok], np.nanmedian(D[:, ok], axis=0))
+        sign = 1 if d == "shuffled_gap" else -1
         out[d] = {
             "value": None if not np.isfinite(rho_o) else float(rho_o),
             "interval": _interval(rowwise("spearman", Db, K[:, ok])),
             "rungs": int(ok.sum()),
             "expected_sign": "+" if d == "shuffled_gap" else "-",
+            "p_value": _permutation_p(Do[0, ok], Ko[0, ok], sign),
         }
-        sign = 1 if d == "shuffled_gap" else -1
         comb_obs.append(_standing(sign * Do))
         comb_boot.append(_standing(sign * np.where(np.isfinite(D), D, np.nanmedian(D, axis=0))))
     co = np.nanmean(np.stack(comb_obs), axis=0)
@@ -403,8 +426,34 @@ def _predict(sel, k_obs, k_boot, d_obs, d_boot, j):
         "interval": _interval(rowwise("spearman", cb, K)),
         "rungs": len(sel),
         "expected_sign": "+",
+        "p_value": _permutation_p(co[0], Ko[0], 1),
     }
     return out, co[0]
+
+
+def _difference(obs_a, obs_b, boot_a, boot_b) -> dict:
+    """a - b with the interval of the paired (shared-resample) differences."""
+    from kosmos_env.study.trust import _interval
+
+    diff = np.asarray(boot_a, dtype=float) - np.asarray(boot_b, dtype=float)
+    value = float(obs_a) - float(obs_b)
+    return {"value": value if np.isfinite(value) else None, "interval": _interval(diff[np.isfinite(diff)])}
+
+
+def _permutation_p(diag: np.ndarray, kendall: np.ndarray, sign: int, n_perm: int = 10000, seed: int = 0):
+    """One-sided permutation p-value of Spearman(diag, kendall) over rung labels, in the expected
+    direction ``sign``: the share of label permutations (the observed one counted) with a Spearman at
+    least as far that way. None when it is undefined (a constant column or fewer than 3 rungs)."""
+    from kosmos_env.stats.agreement import rowwise
+
+    diag, kendall = np.asarray(diag, dtype=float), np.asarray(kendall, dtype=float)
+    if len(diag) < 3 or np.ptp(diag) == 0 or np.ptp(kendall) == 0:
+        return None
+    obs = sign * rowwise("spearman", diag[None], kendall[None])[0]
+    rng = np.random.default_rng(seed)
+    perms = np.stack([rng.permutation(kendall) for _ in range(n_perm)])
+    null = sign * rowwise("spearman", np.broadcast_to(diag, perms.shape), perms)
+    return float((1 + np.sum(null >= obs - 1e-12)) / (1 + n_perm))
 
 
 def _standing(X):
@@ -477,11 +526,15 @@ def format_table(res: dict) -> str:
             "",
             f"upper ladder ({j} judge: rungs whose judge ranks at all: {', '.join(up['rungs_named'])})",
             "",
-            "| diagnostic | expected sign | Spearman vs Kendall |",
-            "|---|---|---|",
+            "| diagnostic | expected sign | Spearman vs Kendall | one-sided permutation p |",
+            "|---|---|---|---|",
         ]
         for d in ("gate_discard", "shuffled_gap", "drift_ratio", "combined"):
-            lines.append(f"| {d} | {up[d]['expected_sign']} | {_iv(up[d], signed=True)} over {up[d]['rungs']} rungs |")
+            pv = up[d].get("p_value")
+            lines.append(
+                f"| {d} | {up[d]['expected_sign']} | {_iv(up[d], signed=True)} over {up[d]['rungs']} rungs | "
+                f"{'n/a' if pv is None else f'{pv:.4f}'} |"
+            )
     return "\n".join(lines)
 
 
