@@ -175,8 +175,13 @@ def study():
     return json.loads((RESULTS / "validity_study" / "study.json").read_text())
 
 
+def _history() -> str:
+    """The 140000 study's page: its tables left the README when the v1-vs-v2 study superseded it."""
+    return (RESULTS / "validity_study" / "README.md").read_text(encoding="utf-8")
+
+
 def test_validity_study_tables(study):
-    text = _section("Measuring the evaluator")
+    text = _history()
     res = study["results"]
     agree = res["agreement"]
     rows = {
@@ -211,7 +216,7 @@ def test_validity_study_tables(study):
 
 
 def test_validity_study_bullets(study):
-    text = " ".join(_section("Measuring the evaluator").split())
+    text = " ".join(_history().split())
     res = study["results"]
     ev = res["evaluators"]
     passed = [b for b in study["bars"] if b["verdict"] == "PASS"]
@@ -425,7 +430,7 @@ def test_sequential_ab_and_frame_error_numbers():
 
 
 def test_validity_study_population(study):
-    text = " ".join(_section("Measuring the evaluator").split())
+    text = " ".join(_history().split())
     res = study["results"]
     kinds = {"scripted": 0, "random": 0, "deceptive": 0, "ckpt": 0}
     for p in res["policies"]:
@@ -440,6 +445,51 @@ def test_validity_study_population(study):
     ckpt = [t for p, t in zip(res["policies"], res["truth"]["rates"], strict=True) if p.startswith("ckpt:")]
     assert f"true success {min(ckpt):.2f}–{max(ckpt):.2f})" in text
     assert f"Their true success lies between {min(ckpt):.2f} and {max(ckpt):.2f}" in text
+
+
+def _kendall_cell(e) -> str:
+    return f"{_f(e['value'])} {_iv(e['interval'])}"
+
+
+def test_the_current_registered_study_table():
+    """The README's v1-vs-v2 table is the registered studies' study.json, cell by cell."""
+    text = _section("Measuring the evaluator")
+    res = {
+        v: json.loads((RESULTS / "world_v2" / f"study_{v}" / "study.json").read_text())["results"] for v in ("v1", "v2")
+    }
+    cells = {
+        "frame judge on the world's frames, all 22 policies": [
+            _kendall_cell(res[v]["agreement"]["evaluators"]["learned/vision"]["kendall"]) for v in ("v1", "v2")
+        ],
+        "world − best cheap baseline, closed-loop, frame judge": [
+            f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
+            for b in (
+                res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"]
+                for v in ("v1", "v2")
+            )
+        ],
+    }
+    for label, (a, b) in cells.items():
+        assert f"| {label} | {a} | {b} |" in text, f"want | {label} | {a} | {b} |"
+    for judge, label in (("vision", "frame judge, 14 closed-loop"), ("robot_log", "robot-log judge, 14 closed-loop")):
+        w = [res[v]["world_vs_simulator"][f"learned/{judge}"]["closed_loop"] for v in ("v1", "v2")]
+        sim = _kendall_cell(w[0]["simulator"])
+        assert sim == _kendall_cell(w[1]["simulator"])  # one simulator run, shared by both studies
+        row = f"| {label} ("
+        line = next(x for x in text.splitlines() if x.startswith(row))
+        assert sim in line and line.endswith(f"| {_kendall_cell(w[0]['world'])} | {_kendall_cell(w[1]['world'])} |"), (
+            line
+        )
+    dec = [
+        res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["deceptive"]["kendall"]["evaluator"]
+        for v in ("v1", "v2")
+    ]
+    assert f"| frame judge, 3 deceptive | {dec[0]:.2f} | {dec[1]:.2f} |" in text
+    truth = res["v2"]["truth"]["rates"]
+    ckpt = [t for p, t in zip(res["v2"]["policies"], truth, strict=True) if p.startswith("ckpt:")]
+    assert len(ckpt) == 14 and f"true success {min(ckpt):.2f}–{max(ckpt):.2f} on the study's units" in " ".join(
+        text.split()
+    )
 
 
 def test_the_opening_python_block_runs_as_written():
