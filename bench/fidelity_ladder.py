@@ -589,7 +589,7 @@ def main() -> int:
     res = analyze(out, done, args.policies, args.n_boot)
     res.update(
         {
-            "source": "bench/results/fidelity_ladder (python bench/fidelity_ladder.py)",
+            "source": f"{args.out} (python bench/fidelity_ladder.py)",
             "command": "python bench/fidelity_ladder.py " + " ".join(sys.argv[1:]),
             "seeds": {
                 "offset": args.seed_offset,

@@ -5,7 +5,7 @@ of episodes the consistency gate discards, the shuffled-command gap (success in 
 success when the world executes its own commands of another seed permuted in time) and frame
 drift against copy-first-frame at H = 20 commands (on a tabletop against its simulator, on Bridge
 against the real clip shipped with the package). Each with a 95 % interval over (task, seed)
-units, read against the fidelity ladder (bench/results/fidelity_ladder): how well tabletop worlds
+units, read against the fidelity ladder (bench/results/fidelity_ladder_v2): how well tabletop worlds
 with such numbers ranked policies against simulator truth.
 
     kosmos-env trust --env Kosmos-TabletopLearned-v1 --seeds 3

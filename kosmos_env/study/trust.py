@@ -29,7 +29,7 @@ A Bridge user has no simulator to rank against. What they can compute on any wor
 
 Every diagnostic comes with a 95 % percentile bootstrap interval over (task, seed) units.
 
-The **fidelity ladder** (``bench/fidelity_ladder.py``, numbers in ``bench/results/fidelity_ladder``
+The **fidelity ladder** (``bench/fidelity_ladder.py``, numbers in ``bench/results/fidelity_ladder_v2``
 and in the package as :data:`LADDER_FILE`) measures these diagnostics and Kendall tau-b against
 simulator truth on tabletop worlds of known fidelity, from a grey world that shows nothing to the
 simulator itself. A world that ranks every policy alike has an undefined tau-b; on the ladder it is
