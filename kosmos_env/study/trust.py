@@ -433,6 +433,13 @@ def _with_interval(value: float, iv) -> str:
     return signed_estimate(value, iv[0], iv[1]) if iv else signed(value)
 
 
+def _goes_with(entry: Mapping[str, Any], expected: int) -> bool:
+    """The ladder's rule for "this diagnostic predicts agreement": the interval excludes 0 in the
+    expected direction and, where the ladder has one, the permutation p over rungs is below ALPHA."""
+    iv, p = entry.get("interval"), entry.get("p_value")
+    return bool(iv) and (iv[0] > 0 if expected > 0 else iv[1] < 0) and (p is None or p < ALPHA)
+
+
 def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
     c = ((ladder.get("prediction") or {}).get(judge) or {}).get(name)
     if not c or c.get("value") is None:
@@ -440,7 +447,7 @@ def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
     iv = c.get("interval")
     rho = f"Spearman {_with_interval(c['value'], iv)}"
     expected = BETTER.get(name, 1)
-    if iv and (iv[0] > 0 if expected > 0 else iv[1] < 0):
+    if _goes_with(c, expected):
         text = f"over the whole ladder it goes with agreement ({rho} with Kendall)"
     else:
         text = f"over the ladder it does NOT reliably predict agreement ({rho} with Kendall; the interval allows none)"
@@ -449,14 +456,19 @@ def _predictive(ladder: Mapping[str, Any], name: str, judge: str) -> str:
         uiv = up.get("interval")
         if up.get("value") is None:
             text += "; among worlds whose judge ranks at all it is constant and says nothing"
-        elif not (uiv and (uiv[0] > 0 if expected > 0 else uiv[1] < 0)):
+        elif not _goes_with(up, expected):
             text += (
                 f"; but among worlds whose judge ranks at all it does not order agreement (Spearman "
-                f"{_with_interval(up['value'], uiv)})"
+                f"{_with_interval(up['value'], uiv)}{_p_text(up)})"
             )
         else:
-            text += f"; among worlds whose judge ranks at all too (Spearman {_with_interval(up['value'], uiv)})"
+            text += f"; among worlds whose judge ranks at all too (Spearman {_with_interval(up['value'], uiv)}{_p_text(up)})"
     return text
+
+
+def _p_text(entry: Mapping[str, Any]) -> str:
+    p = entry.get("p_value")
+    return "" if p is None else f", permutation p = {p:.3f} over {entry.get('rungs', '?')} rungs"
 
 
 def trust_lines(

@@ -360,3 +360,18 @@ def test_ladder_correlations_never_print_as_a_collapsed_interval():
     if ladder is not None:  # the committed reference, read by every analyze of a learned world
         lines = tr.trust_lines(d, ladder)
         assert not any(COLLAPSED.search(line) for line in lines), lines
+
+
+def test_a_diagnostic_predicts_only_when_its_interval_and_its_permutation_p_agree():
+    """The ladder's registered rule: interval excluding 0 in the expected direction AND p < 0.05 over
+    rungs; an interval alone (five rungs can give one by chance) does not make a predictor."""
+    d = {"world": "W", "judge": "vision", "drift_ratio": {"value": 0.42, "interval": [0.38, 0.46], "n": 10}}
+
+    def upper(p):
+        entry = {"value": -0.4, "interval": [-0.8, -0.1], "rungs": 10, "p_value": p}
+        return {**LADDER, "prediction_upper": {"vision": {**LADDER["prediction"]["vision"], "drift_ratio": entry}}}
+
+    weak = next(line for line in tr.trust_lines(d, upper(0.15)) if "drift" in line)
+    strong = next(line for line in tr.trust_lines(d, upper(0.01)) if "drift" in line)
+    assert "does not order agreement" in weak and "permutation p = 0.150 over 10 rungs" in weak
+    assert "among worlds whose judge ranks at all too" in strong and "p = 0.010" in strong
