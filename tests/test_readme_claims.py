@@ -496,6 +496,38 @@ def test_the_current_registered_study_table():
     )
 
 
+def test_the_second_registered_study_table():
+    """The README's replication table is the second registered study's study.json (study2/vN), cell by cell,
+    and the sentence under it names the closed-loop numbers it shows."""
+    text = _section("Measuring the evaluator")
+    res = {
+        v: json.loads((RESULTS / "world_v2" / "study2" / v / "study.json").read_text())["results"] for v in ("v1", "v2")
+    }
+
+    def diff(b):
+        return f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
+
+    closed = [res[v]["world_vs_simulator"]["learned/vision"]["closed_loop"] for v in ("v1", "v2")]
+    n_closed = sum(p.startswith("ckpt:") for p in res["v1"]["policies"])
+    rows = {
+        f"frame judge on the world's frames, all {len(res['v1']['policies'])} policies": [
+            _kendall_cell(res[v]["agreement"]["evaluators"]["learned/vision"]["kendall"]) for v in ("v1", "v2")
+        ],
+        f"frame judge, {n_closed} closed-loop (same judge on simulator frames: {_kendall_cell(closed[0]['simulator'])})": [
+            _kendall_cell(c["world"]) for c in closed
+        ],
+        "world − best cheap baseline, closed-loop, frame judge": [
+            diff(res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"])
+            for v in ("v1", "v2")
+        ],
+    }
+    for label, (a, b) in rows.items():
+        assert f"| {label} | {a} | {b} |" in text, f"want | {label} | {a} | {b} |"
+    flat = " ".join(text.split())
+    v1, v2 = (c["world"]["value"] for c in closed)
+    assert f"does not replicate** ({v2:.2f} against v1's {v1:.2f} here)" in flat and v2 < v1
+
+
 def test_the_opening_python_block_runs_as_written():
     block = re.findall(r"```python\n(.*?)```", README, re.S)[0]
     assert 'gymnasium.make("Kosmos-Tabletop-v1"' in block
