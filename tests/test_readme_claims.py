@@ -409,6 +409,13 @@ def test_fidelity_ladder_paragraph():
     assert f"no diagnostic predicts anything (p ≥ {min(ps):.2f})" in text
     v = ladder["v2_minus_v1"]["shuffled_gap_robot_log"]
     assert f"(v2 − v1 {cell(v)})" in text and v["interval"][1] < 0
+    trust = {
+        w: json.loads((RESULTS / "fidelity_ladder_v2" / "trust" / f"{w}_robot_log_ladder_policies.json").read_text())
+        for w in ("v1", "v2")
+    }
+    g1, g2 = (trust[w]["shuffled_gap"] for w in ("v1", "v2"))
+    assert f"(robot-log gap {cell(g1)} for v1, {cell(g2)} for v2, with the ladder's policies)" in text
+    assert g2["interval"][1] < g1["interval"][0]  # apart, as the sentence says
 
 
 def test_sequential_ab_and_frame_error_numbers():

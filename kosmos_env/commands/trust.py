@@ -33,7 +33,7 @@ def add_parser(subparsers) -> None:
         nargs="+",
         default=None,
         metavar="POLICY",
-        help="policies to run (default: scripted at skills 1.0, 0.6, 0.3 and random)",
+        help="policies to run (default: scripted at skills 1.0, 0.6, 0.3 and random; add closed-loop checkpoints, 'ckpt:path=FILE', to compare learned worlds on what reacting policies do: the defaults do not tell Kosmos-TabletopLearned-v1 from -v2)",
     )
     p.add_argument("--tasks", nargs="+", default=None, metavar="TASK", help="tasks (default: every task of the env)")
     p.add_argument("--seeds", type=int, default=3, help="seeds per (policy, task), at least 2 (default 3)")
