@@ -167,3 +167,22 @@ def test_a_bump_that_edits_the_old_file_fails(bumped_registry, tmp_path):
     problems = check_frozen_hashes()
     assert [p.split(":")[0] for p in problems] == ["Kosmos-BumpDemo-v1"]
     assert "Kosmos-BumpDemo-v2" in problems[0]
+
+
+def test_learned_tabletop_v1_keeps_its_hash_and_is_not_deprecated_by_v2():
+    """Issue 41's decision, on the registered evidence (bench/results/world_v2/study_reading.md and
+    study2/reading.md): v2 ranks worse overall and loses the deceptive policies, so v1's spec is not
+    deprecated. Gymnasium still warns that -v1 is "out of date" (it does for any id with a higher
+    version); the spec's own deprecation reason is absent, and v1 makes with its frozen hash."""
+    frozen = frozen_spec_hashes()
+    assert load_spec("Kosmos-TabletopLearned-v1").deprecated == ""
+    assert newer_versions("Kosmos-TabletopLearned-v1", list(builtin_spec_ids())) == ["Kosmos-TabletopLearned-v2"]
+    with pytest.warns(DeprecationWarning) as caught:
+        env = gymnasium.make("Kosmos-TabletopLearned-v1")
+    try:
+        messages = [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+        assert any("out of date" in m for m in messages), messages  # Gymnasium's generic notice
+        assert not any("is deprecated:" in m for m in messages), messages  # not the spec's
+        assert env.unwrapped.spec_hash == frozen["Kosmos-TabletopLearned-v1"]
+    finally:
+        env.close()
