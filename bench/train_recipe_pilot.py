@@ -49,6 +49,18 @@ def true_success(ckpt: Path, units) -> dict:
     return {"success": sum(wins) / len(wins), "n": len(wins), "per_task": per_task, "wins": wins}
 
 
+def _dart_env_kwargs(level: float) -> dict:
+    """The demonstration env with the simulator executing every command under translation/rotation
+    noise of ``level`` (no gripper flips): the demonstrator corrects from states it would not reach alone,
+    and its corrections are the labels (DART, Laskey et al. 2017)."""
+    from kosmos_env.spec import load_spec
+    from kosmos_env.worlds import make_world
+    from kosmos_env.worlds.noisy import NoisyDynamicsWorld
+
+    spec = load_spec("Kosmos-Tabletop-v1").with_overrides(image_size=[64, 64])
+    return {"image_size": (64, 64), "world_model": NoisyDynamicsWorld(make_world(spec), level, flip_per_level=0.0)}
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--name", required=True)
@@ -56,6 +68,13 @@ def main(argv=None) -> int:
     p.add_argument("--cache", default="/tmp/kosmos_recipe_cache")
     p.add_argument("--demo-policy", default="scripted:skill=1.0")
     p.add_argument("--demos", type=int, default=100, help="demonstrations per task")
+    p.add_argument(
+        "--dart-level",
+        type=float,
+        default=0.0,
+        help="record the demonstrations with the simulator executing them under this dynamics-noise level "
+        "(kosmos_env.worlds.noisy, gripper never flipped); 0: plain demonstrations",
+    )
     p.add_argument("--bc-steps", type=int, default=6000)
     p.add_argument("--bc-batch", type=int, default=64)
     p.add_argument("--bc-shift", type=int, default=2)
@@ -90,10 +109,18 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     units = tuning_units(args.tune_units)
     t0 = time.perf_counter()
-    demo_path = cache / f"demos_{_key(p=args.demo_policy, n=args.demos, s=DEMO_SEED)}.npz"
+    key = {"p": args.demo_policy, "n": args.demos, "s": DEMO_SEED}
+    if args.dart_level > 0:  # DART: the demonstrator's commands are labels, a noisy execution of them the states
+        key["dart"] = args.dart_level
+    demo_path = cache / f"demos_{_key(**key)}.npz"
     if not demo_path.is_file():
         record_demos(
-            policy=args.demo_policy, seeds_per_task=args.demos, seed_start=DEMO_SEED, out=demo_path, progress=False
+            policy=args.demo_policy,
+            seeds_per_task=args.demos,
+            seed_start=DEMO_SEED,
+            out=demo_path,
+            progress=False,
+            env_kwargs=_dart_env_kwargs(args.dart_level) if args.dart_level > 0 else None,
         )
     demos = Demos.load(demo_path)
     bc_cfg = BCConfig(steps=args.bc_steps, batch=args.bc_batch, shift_px=args.bc_shift, seed=args.bc_seed)
@@ -106,7 +133,8 @@ def main(argv=None) -> int:
         {
             "settings": {k: v for k, v in vars(args).items() if k not in ("quiet", "cache", "out")},
             "tuning_units": f"{TUNE_SEED}+1000*task+[0, {args.tune_units})",
-            "demonstrations": f"{args.demo_policy}, {DEMO_SEED}+[0, {args.demos}) per task",
+            "demonstrations": f"{args.demo_policy}, {DEMO_SEED}+[0, {args.demos}) per task"
+            + (f", executed under dynamics noise {args.dart_level} (DART)" if args.dart_level > 0 else ""),
             "demonstrator_success": float((demos.success == 1).mean()),
         }
     )

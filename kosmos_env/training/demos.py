@@ -166,7 +166,8 @@ def record_demos(
         meta = {
             "env_id": env_id,
             "spec_hash": base.spec_hash,
-            "env_kwargs": jsonable(kwargs),
+            # a world object passed in (a wrapped world, say) is recorded by what it is, never serialised
+            "env_kwargs": jsonable({k: repr(v) if k == "world_model" else v for k, v in kwargs.items()}),
             "policy": policy,
             "instructions": instructions,
             "image_size": list(size),

@@ -40,6 +40,9 @@ class NoisyDynamicsWorld:
         self.calibration = inner.calibration
         self._rng = np.random.default_rng(0)
 
+    def __repr__(self) -> str:
+        return f"NoisyDynamicsWorld(level={self.level}, flip={self.flip}, inner={type(self.inner).__name__})"
+
     def state_space(self):
         return self.inner.state_space()
 

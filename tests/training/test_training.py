@@ -399,3 +399,34 @@ def test_cli_refuses_bad_inputs_in_one_line(bc_ckpt, tmp_path, capsys):
         assert message in err and len(err.splitlines()) == 1, (argv, err)
         assert "Traceback" not in err
     assert not list((tmp_path / "o").glob("*.safetensors")) if (tmp_path / "o").exists() else True
+
+
+def test_demonstrations_under_a_wrapped_world_save_and_name_it(tmp_path):
+    """DART-style recording (bench/train_recipe_pilot.py --dart-level): the simulator executes the
+    demonstrator's commands with noise, the commands are the labels; the wrapper is named in the
+    demos' metadata, never serialised, and the labels are the commands, not what was executed."""
+    from kosmos_env.spec import load_spec
+    from kosmos_env.worlds import make_world
+    from kosmos_env.worlds.noisy import NoisyDynamicsWorld
+
+    spec = load_spec(ENV).with_overrides(image_size=[64, 64])
+    world = NoisyDynamicsWorld(make_world(spec), 0.2, flip_per_level=0.0)
+    path = tmp_path / "dart.npz"
+    kw = {"image_size": (64, 64), "world_model": world}
+    demos = record_demos(
+        ENV,
+        policy="scripted:skill=1.0",
+        seeds_per_task=1,
+        tasks=["carrot_on_plate"],
+        env_kwargs=kw,
+        out=path,
+        progress=False,
+    )
+    meta = Demos.load(path).meta
+    assert meta["env_kwargs"]["world_model"].startswith("NoisyDynamicsWorld(level=0.2, flip=0.0")
+    plain = record_demos(
+        ENV, policy="scripted:skill=1.0", seeds_per_task=1, tasks=["carrot_on_plate"], env_kwargs=SIM, progress=False
+    )
+    assert np.array_equal(demos.image[0], plain.image[0])  # the same scene
+    assert np.array_equal(demos.action[0], plain.action[0])  # the same first command: the same plan
+    assert not np.array_equal(demos.image[1], plain.image[1])  # the noisy execution moved elsewhere
