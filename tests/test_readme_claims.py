@@ -503,12 +503,10 @@ def test_the_current_registered_study_table():
     )
 
 
-def test_the_second_registered_study_table():
-    """The README's replication table is the second registered study's study.json (study2/vN), cell by cell,
-    and the sentence under it names the closed-loop numbers it shows."""
-    text = _section("Measuring the evaluator")
+def _study_rows(folder: str) -> tuple[dict, list]:
+    """The replication table rows of a registered v1-vs-v2 study in bench/results/world_v2/<folder>."""
     res = {
-        v: json.loads((RESULTS / "world_v2" / "study2" / v / "study.json").read_text())["results"] for v in ("v1", "v2")
+        v: json.loads((RESULTS / "world_v2" / folder / v / "study.json").read_text())["results"] for v in ("v1", "v2")
     }
 
     def diff(b):
@@ -528,11 +526,26 @@ def test_the_second_registered_study_table():
             for v in ("v1", "v2")
         ],
     }
+    return rows, closed
+
+
+@pytest.mark.parametrize("folder", ["study2", "study3"])
+def test_the_replication_tables(folder):
+    """The README's later registered studies, cell by cell against their study.json."""
+    text = _section("Measuring the evaluator")
+    rows, closed = _study_rows(folder)
     for label, (a, b) in rows.items():
         assert f"| {label} | {a} | {b} |" in text, f"want | {label} | {a} | {b} |"
     flat = " ".join(text.split())
     v1, v2 = (c["world"]["value"] for c in closed)
-    assert f"does not replicate** ({v2:.2f} against v1's {v1:.2f} here)" in flat and v2 < v1
+    if folder == "study2":
+        assert f"does not replicate** ({v2:.2f} against v1's {v1:.2f} here)" in flat and v2 < v1
+    else:  # the third study's goal sentence
+        res = json.loads((RESULTS / "world_v2" / folder / "v2" / "study.json").read_text())["results"]
+        b = res["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"]
+        cell = f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
+        assert f"subgroup is {cell}: above 0 in point estimate, not with its interval" in flat
+        assert b["estimate"] > 0 and b["interval"][0] < 0
 
 
 def test_the_opening_python_block_runs_as_written():
