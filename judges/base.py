@@ -195,6 +195,27 @@ class ProgressJudge(Protocol):
     ) -> list[ProgressScore]: ...
 
 
+def progress_first_frames(
+    chunks: Sequence[Any],
+    instructions: Sequence[str],
+    tasks: Sequence[str],
+    first_frames: Sequence[np.ndarray | None] | None,
+) -> list[np.ndarray | None]:
+    """The argument check every :meth:`ProgressJudge.score_progress` makes: one instruction, one task and
+    (when given) one first frame per chunk. Returns the first frames, one per chunk (None where absent)."""
+    n = len(chunks)
+    if len(instructions) != n or len(tasks) != n:
+        raise ValueError(
+            f"score_progress needs one instruction and one task per chunk: got {n} chunks, "
+            f"{len(instructions)} instructions and {len(tasks)} tasks"
+        )
+    if first_frames is None:
+        return [None] * n
+    if len(first_frames) != n:
+        raise ValueError(f"score_progress got {n} chunks and {len(first_frames)} first frames")
+    return list(first_frames)
+
+
 def judge_identity(judge: Any, spec: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """What a judge is, for provenance: its name and class, the settings it was built from (its own
     ``spec`` property when it has one, else the given spec mapping) and, for model judges, the model

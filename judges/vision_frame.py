@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from kosmos_env.judges.base import Judgment, ProgressScore, Rollout
+from kosmos_env.judges.base import Judgment, ProgressScore, Rollout, progress_first_frames
 
 TASKS = ("spoon_on_towel", "carrot_on_plate", "stack_green_on_yellow", "eggplant_in_basket")  # = objects.TASKS
 
@@ -239,15 +239,8 @@ class FrameVisionJudge:
         (:mod:`kosmos_env.checks.progress_calibration`) measures. It never abstains. The
         instruction and the first frame are not read (the classifier knows the task by name).
         """
-        n = len(chunks)
-        if len(instructions) != n or len(tasks) != n:
-            raise ValueError(
-                f"score_progress needs one instruction and one task per chunk: {n} chunks, "
-                f"{len(instructions)} instructions, {len(tasks)} tasks"
-            )
-        if first_frames is not None and len(first_frames) != n:
-            raise ValueError(f"score_progress got {len(first_frames)} first frames for {n} chunks")
-        if n == 0:
+        progress_first_frames(chunks, instructions, tasks, first_frames)  # read for its checks only
+        if len(chunks) == 0:
             return []
         for task in tasks:
             if task not in TASKS:

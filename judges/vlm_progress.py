@@ -29,7 +29,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from kosmos_env.judges.answer import AnswerError
-from kosmos_env.judges.base import Judgment, ProgressScore, Rollout
+from kosmos_env.judges.base import Judgment, ProgressScore, Rollout, progress_first_frames
 from kosmos_env.judges.qwen_vl import LOCAL_PATH_ENV, QwenVLModel
 from kosmos_env.judges.vlm_progress_prompt import PROMPT_SHA256, SYSTEM_PROMPT, parse_progress_answer, render_user_text
 from kosmos_env.judges.vlm_video import (
@@ -135,13 +135,8 @@ class VLMProgressJudge(QwenVLModel):
         first_frames: Sequence[np.ndarray | None] | None = None,
     ) -> list[ProgressScore]:
         """One :class:`ProgressScore` per episode, all episodes decoded in one ``generate`` call."""
+        first_frames = progress_first_frames(chunks, instructions, tasks, first_frames)
         n = len(chunks)
-        if len(instructions) != n or len(tasks) != n:
-            raise ValueError(f"got {n} chunks, {len(instructions)} instructions and {len(tasks)} tasks")
-        if first_frames is None:
-            first_frames = [None] * n
-        elif len(first_frames) != n:
-            raise ValueError(f"got {n} chunks and {len(first_frames)} first frames")
         if n == 0:
             return []
         items = [

@@ -170,6 +170,11 @@ def _iv(iv, digits: int = 2, sign: bool = False) -> str:
     return f"[{_f(iv[0], digits, sign)}, {_f(iv[1], digits, sign)}]"
 
 
+def _signed_cell(value: float, interval) -> str:
+    """A signed estimate with its interval as the README prints it: "+0.07 [−0.19, +0.21]"."""
+    return f"{_f(value, sign=True)} {_iv(interval, sign=True)}"
+
+
 @pytest.fixture(scope="module")
 def study():
     return json.loads((RESULTS / "validity_study" / "study.json").read_text())
@@ -395,7 +400,7 @@ def test_fidelity_ladder_paragraph():
     )
 
     def cell(e):
-        return f"{_f(e['value'], sign=True)} {_iv(e['interval'], sign=True)}".replace("-", "−")
+        return _signed_cell(e["value"], e["interval"])
 
     gap, gate, drift = up["shuffled_gap"], up["gate_discard"], up["drift_ratio"]
     assert f"Spearman with Kendall {cell(gap)}, permutation p = {gap['p_value']:.3f}" in text
@@ -473,7 +478,7 @@ def test_the_current_registered_study_table():
             _kendall_cell(res[v]["agreement"]["evaluators"]["learned/vision"]["kendall"]) for v in ("v1", "v2")
         ],
         "world − best cheap baseline, closed-loop, frame judge": [
-            f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
+            _signed_cell(b["estimate"], b["interval"])
             for b in (
                 res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"]
                 for v in ("v1", "v2")
@@ -509,9 +514,6 @@ def _study_rows(folder: str) -> tuple[dict, list]:
         v: json.loads((RESULTS / "world_v2" / folder / v / "study.json").read_text())["results"] for v in ("v1", "v2")
     }
 
-    def diff(b):
-        return f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
-
     closed = [res[v]["world_vs_simulator"]["learned/vision"]["closed_loop"] for v in ("v1", "v2")]
     n_closed = sum(p.startswith("ckpt:") for p in res["v1"]["policies"])
     rows = {
@@ -522,8 +524,11 @@ def _study_rows(folder: str) -> tuple[dict, list]:
             _kendall_cell(c["world"]) for c in closed
         ],
         "world − best cheap baseline, closed-loop, frame judge": [
-            diff(res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"])
-            for v in ("v1", "v2")
+            _signed_cell(b["estimate"], b["interval"])
+            for b in (
+                res[v]["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"]
+                for v in ("v1", "v2")
+            )
         ],
     }
     return rows, closed
@@ -543,7 +548,7 @@ def test_the_replication_tables(folder):
     else:  # the third study's goal sentence
         res = json.loads((RESULTS / "world_v2" / folder / "v2" / "study.json").read_text())["results"]
         b = res["agreement"]["vs_best_baseline"]["learned/vision"]["closed_loop"]["kendall"]
-        cell = f"{_f(b['estimate'], sign=True)} {_iv(b['interval'], sign=True)}".replace("-", "−")
+        cell = _signed_cell(b["estimate"], b["interval"])
         assert f"subgroup is {cell}: above 0 in point estimate, not with its interval" in flat
         assert b["estimate"] > 0 and b["interval"][0] < 0
 
