@@ -134,11 +134,14 @@ def known_rung(name: str) -> str:
         return name
     if name.startswith(NOISE_PREFIX):
         try:
-            if noise_level(name) >= 0:
-                return name
+            level = noise_level(name)
         except ValueError:
-            pass
-    raise argparse.ArgumentTypeError(f"unknown rung {name!r}; known: {sorted(set(RUNGS) | set(RUNGS_V2))}")
+            level = -1.0  # not a number: refused below with the other unknown names
+        if level >= 0:
+            return name
+    raise argparse.ArgumentTypeError(
+        f"unknown rung {name!r}; known: {sorted(set(RUNGS) | set(RUNGS_V2))} or {NOISE_PREFIX}<level >= 0>"
+    )
 
 
 def _env(env_id, world):
